@@ -2,7 +2,7 @@
 
 Typed args and config sections validate themselves in ``__post_init__``: each check
 appends a `Problem` naming the field, the bad value and what is allowed, and the
-dataclass raises one `InvalidArgs` with the whole list. The stack config parser
+dataclass raises one `InvalidArgsError` with the whole list. The stack config parser
 prefixes each field with its place in the stack file (``teams[1].gpuQuota``) and
 reports every problem of every section together.
 """
@@ -30,7 +30,7 @@ class Problem:
         return f"{key or self.field}: got {self.value!r}; {self.expected}"
 
 
-class InvalidArgs(ValueError):
+class InvalidArgsError(ValueError):
     """Every problem found in one set of args."""
 
     def __init__(self, problems: list[Problem]) -> None:
@@ -51,4 +51,4 @@ class Checker:
 
     def done(self) -> None:
         if self.problems:
-            raise InvalidArgs(self.problems)
+            raise InvalidArgsError(self.problems)

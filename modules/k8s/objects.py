@@ -41,5 +41,8 @@ class KubernetesObject(pulumi.CustomResource):
         if opts.provider is None:
             raise ValueError(f"{resource_name}: a Kubernetes object needs an explicit provider")
         super().__init__(
-            type_token(manifest["apiVersion"], manifest["kind"]), resource_name, dict(manifest), opts
+            type_token(manifest["apiVersion"], manifest["kind"]),
+            resource_name,
+            dict(manifest),
+            opts,
         )

@@ -15,7 +15,11 @@ import kubernetes_validate
 def is_builtin(manifest: Mapping[str, Any]) -> bool:
     """True for kinds the upstream schema covers (core and ``*.k8s.io`` groups)."""
     group = manifest["apiVersion"].rpartition("/")[0]
-    return group == "" or group.endswith(".k8s.io") or group in {"apps", "batch", "policy", "autoscaling"}
+    return (
+        group == ""
+        or group.endswith(".k8s.io")
+        or group in {"apps", "batch", "policy", "autoscaling"}
+    )
 
 
 def schema_errors(manifests: Iterable[Mapping[str, Any]], k8s_version: str) -> list[str]:
