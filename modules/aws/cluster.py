@@ -1,0 +1,287 @@
+"""The EKS control plane: private endpoint, envelope-encrypted secrets, every
+control-plane log type to an encrypted log group, access entries, managed add-ons."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from . import iam
+
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+
+
+def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
+    """A kubeconfig that authenticates with ``aws eks get-token`` (no static credentials).
+
+    Args:
+        cluster_name: the EKS cluster.
+        endpoint: its API server URL.
+        certificate_authority: its base64 CA bundle.
+        region: the cluster's region (the token is requested there).
+    """
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": [
+                "eks",
+                "get-token",
+                "--cluster-name",
+                cluster_name,
+                "--region",
+                region,
+                "--output",
+                "json",
+            ],
+        }
+    }
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster_name,
+                    "cluster": {
+                        "server": endpoint,
+                        "certificate-authority-data": certificate_authority,
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}
+            ],
+            "current-context": cluster_name,
+            "users": [{"name": cluster_name, "user": user}],
+        },
+        sort_keys=True,
+    )
+
+
+def vpc_config(
+    subnet_ids: list[pulumi.Input[str]], public_access_cidrs: tuple[str, ...], private_access: bool
+) -> aws.eks.ClusterVpcConfigArgs:
+    """The API endpoint settings: private, and public only for listed CIDRs."""
+    return aws.eks.ClusterVpcConfigArgs(
+        subnet_ids=subnet_ids,
+        endpoint_private_access=private_access,
+        endpoint_public_access=bool(public_access_cidrs),
+        public_access_cidrs=list(public_access_cidrs) if public_access_cidrs else None,
+    )
+
+
+@dataclass(frozen=True)
+class EksClusterArgs:
+    """Args of `EksCluster`.
+
+    Args:
+        cluster_name: the EKS cluster name.
+        kubernetes_version: minor version, e.g. ``"1.33"``.
+        region: the stack's region.
+        account_id: the account.
+        subnet_ids: private subnets for the control-plane interfaces.
+        secrets_key_arn: CMK for envelope encryption of Kubernetes secrets.
+        logs_key_arn: CMK for the control-plane log group.
+        log_retention_days: control-plane log retention.
+        public_access_cidrs: CIDRs for a public endpoint; empty keeps it private.
+        endpoint_private_access: keep the private endpoint on.
+        admin_role_arns: IAM roles given cluster-admin through access entries.
+    """
+
+    cluster_name: str
+    kubernetes_version: str
+    region: str
+    account_id: str
+    subnet_ids: list[pulumi.Input[str]]
+    secrets_key_arn: pulumi.Input[str]
+    logs_key_arn: pulumi.Input[str]
+    log_retention_days: int
+    public_access_cidrs: tuple[str, ...]
+    endpoint_private_access: bool
+    admin_role_arns: tuple[str, ...]
+
+
+class EksCluster(pulumi.ComponentResource):
+    """The control plane, its IAM role and log group, admin access entries, the node
+    role, and the add-ons nodes need before they can join (VPC CNI, kube-proxy, Pod
+    Identity agent)."""
+
+    cluster: aws.eks.Cluster
+    node_role: aws.iam.Role
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("gpuplatform:aws:EksCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane",
+            # EKS writes to exactly this name; creating it first lets us set key and retention.
+            name=f"/aws/eks/{args.cluster_name}/cluster",
+            kms_key_id=args.logs_key_arn,
+            retention_in_days=args.log_retention_days,
+            opts=child,
+        )
+        cluster_role = iam.role(
+            f"{name}-cluster",
+            json.dumps(iam.service_trust("eks.amazonaws.com", args.account_id)),
+            self,
+            description=f"EKS control plane of {args.cluster_name}",
+            managed_policies=["AmazonEKSClusterPolicy"],
+            inline_policies={
+                "secrets-key": iam.json_document(iam.key_grant_access, args.secrets_key_arn)
+            },
+        )
+        self.cluster = aws.eks.Cluster(
+            name,
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            role_arn=cluster_role.arn,
+            vpc_config=vpc_config(
+                args.subnet_ids, args.public_access_cidrs, args.endpoint_private_access
+            ),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=args.secrets_key_arn),
+                resources=["secrets"],
+            ),
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                # Access entries only: no aws-auth ConfigMap. The identity running
+                # `pulumi up` gets an (auditable, revocable) admin entry so it can
+                # install the platform layer.
+                authentication_mode="API",
+                bootstrap_cluster_creator_admin_permissions=True,
+            ),
+            # Managed add-ons below replace the self-managed defaults.
+            bootstrap_self_managed_addons=False,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            deletion_protection=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
+        )
+        for index, arn in enumerate(args.admin_role_arns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{index}",
+                cluster_name=self.cluster.name,
+                principal_arn=arn,
+                type="STANDARD",
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{index}",
+                cluster_name=self.cluster.name,
+                principal_arn=entry.principal_arn,
+                policy_arn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+                access_scope={"type": "cluster"},
+                opts=child,
+            )
+        self.node_role = iam.role(
+            f"{name}-node",
+            json.dumps(iam.service_trust("ec2.amazonaws.com")),
+            self,
+            description=f"Nodes of {args.cluster_name}: join the cluster and pull images only",
+            # The CNI's permissions go to its own Pod Identity role, not to every node.
+            managed_policies=["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"],
+        )
+        aws.eks.AccessEntry(
+            f"{name}-nodes",
+            cluster_name=self.cluster.name,
+            principal_arn=self.node_role.arn,
+            type="EC2_LINUX",
+            opts=child,
+        )
+        cni_role = iam.role(
+            f"{name}-vpc-cni",
+            json.dumps(iam.pod_identity_trust()),
+            self,
+            description="VPC CNI (aws-node) through EKS Pod Identity",
+            managed_policies=["AmazonEKS_CNI_Policy"],
+        )
+        agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=self.cluster.name,
+            addon_name="eks-pod-identity-agent",
+            resolve_conflicts_on_create="OVERWRITE",
+            opts=child,
+        )
+        aws.eks.Addon(
+            f"{name}-vpc-cni",
+            cluster_name=self.cluster.name,
+            addon_name="vpc-cni",
+            # Network policies are enforced by the CNI itself (team default-deny).
+            configuration_values=json.dumps({"enableNetworkPolicy": "true"}),
+            pod_identity_associations=[{"role_arn": cni_role.arn, "service_account": "aws-node"}],
+            resolve_conflicts_on_create="OVERWRITE",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent]),
+        )
+        aws.eks.Addon(
+            f"{name}-kube-proxy",
+            cluster_name=self.cluster.name,
+            addon_name="kube-proxy",
+            resolve_conflicts_on_create="OVERWRITE",
+            opts=child,
+        )
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data
+            ).apply(lambda v: kubeconfig(v[0], v[1], v[2], args.region))
+        )
+        self.register_outputs(
+            {"cluster_name": self.cluster.name, "endpoint": self.cluster.endpoint}
+        )
+
+
+@dataclass(frozen=True)
+class ClusterAddonsArgs:
+    """Args of `ClusterAddons`.
+
+    Args:
+        cluster_name: the EKS cluster.
+        storage_key_arn: CMK the EBS CSI driver encrypts volumes with.
+    """
+
+    cluster_name: pulumi.Input[str]
+    storage_key_arn: pulumi.Input[str]
+
+
+class ClusterAddons(pulumi.ComponentResource):
+    """Add-ons that need running nodes: CoreDNS and the EBS CSI driver (with its own
+    Pod Identity role, allowed to use the storage key for the volumes it creates)."""
+
+    def __init__(
+        self, name: str, args: ClusterAddonsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("gpuplatform:aws:ClusterAddons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ebs_role = iam.role(
+            f"{name}-ebs-csi",
+            json.dumps(iam.pod_identity_trust()),
+            self,
+            description="EBS CSI controller through EKS Pod Identity",
+            managed_policies=["service-role/AmazonEBSCSIDriverPolicy"],
+            inline_policies={
+                "storage-key": iam.json_document(iam.key_grant_access, args.storage_key_arn)
+            },
+        )
+        aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=args.cluster_name,
+            addon_name="coredns",
+            resolve_conflicts_on_create="OVERWRITE",
+            opts=child,
+        )
+        aws.eks.Addon(
+            f"{name}-ebs-csi",
+            cluster_name=args.cluster_name,
+            addon_name="aws-ebs-csi-driver",
+            pod_identity_associations=[
+                {"role_arn": ebs_role.arn, "service_account": "ebs-csi-controller-sa"}
+            ],
+            resolve_conflicts_on_create="OVERWRITE",
+            opts=child,
+        )
+        self.register_outputs({})
