@@ -1,0 +1,72 @@
+"""Checks of the stack config against AWS's catalog for the region.
+
+They run after the static checks and before any cloud resource is declared: is each
+pool's instance type offered in the VPC's zones, does it have EFA where EFA is asked
+for, GPUs where the pool is a GPU pool, the zone an EFA pool is pinned to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from modules.aws.instance_types import InstanceTypeInfo
+from modules.aws.node_pool import pool_zones
+from modules.validation import Problem
+
+from .config import PROJECT, StackConfig
+
+Lookup = Callable[[str], InstanceTypeInfo | None]
+
+
+def catalog_problems(
+    config: StackConfig, vpc_zones: tuple[str, ...], catalog: Mapping[str, InstanceTypeInfo | None]
+) -> list[str]:
+    """Every pool problem the region's catalog reveals, one line each.
+
+    Args:
+        config: the (statically valid) stack config.
+        vpc_zones: the zones the VPC spans.
+        catalog: instance type name -> its catalog data, ``None`` for unknown types.
+    """
+    problems: list[str] = []
+    for index, pool in enumerate(config.node_pools):
+        key = f"{PROJECT}:nodePools[{index}]"
+
+        def fail(field: str, value: object, expected: str, key: str = key) -> None:
+            problems.append(Problem(field, value, expected).describe(f"{key}.{field}"))
+
+        info = catalog.get(pool.instance_type)
+        if info is None:
+            fail("instanceType", pool.instance_type, f"not an instance type {config.region} knows")
+            continue
+        if not pool_zones(pool, info, vpc_zones):
+            offered = ", ".join(info.offered_zones) or "none"
+            fail(
+                "instanceType",
+                pool.instance_type,
+                f"not offered in the VPC's zones ({', '.join(vpc_zones)}); "
+                f"zones offering it: {offered}",
+            )
+        if pool.efa and not info.efa_supported:
+            fail(
+                "efa",
+                True,
+                f"{pool.instance_type} does not support EFA; set efa: false or pick an EFA type",
+            )
+        if pool.zone is not None and pool.zone not in info.offered_zones:
+            fail(
+                "zone",
+                pool.zone,
+                f"{pool.instance_type} is offered in: {', '.join(info.offered_zones) or 'no zone'}",
+            )
+        if pool.role == "gpu" and not info.gpu_count:
+            fail(
+                "instanceType",
+                pool.instance_type,
+                "a gpu pool needs an instance type with NVIDIA GPUs",
+            )
+        if pool.role != "gpu" and info.gpu_count:
+            fail(
+                "role", pool.role, f"{pool.instance_type} has GPUs: declare the pool with role gpu"
+            )
+    return problems

@@ -1,0 +1,311 @@
+"""The stack configuration: typed, frozen, validated before any resource exists.
+
+Each section of a stack file (``stacks/Pulumi.<stack>.yaml``, keys under the project
+namespace ``uae-gpu-platform:``) is a frozen dataclass whose ``__post_init__`` records
+every problem it finds; `stacks.config_parsing` maps the file's camelCase keys onto
+these fields and reports all problems of all sections at once. Checks that need AWS's
+catalog (is the instance type offered here? does it have EFA?) live in
+`stacks.catalog`, because they need the region's data.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from modules.aws.node_pool_spec import NodePoolSpec
+from modules.k8s.tenancy import TeamSpec
+from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
+from modules.validation import Checker
+
+from .config_parsing import ConfigError, parse_section
+
+PROJECT = "uae-gpu-platform"
+
+# AWS regions inside the UAE. me-south-1 is Bahrain and il-central-1 is Israel: a stack
+# may narrow this list, never widen it, so residency cannot be configured away.
+UAE_AWS_REGIONS = ("me-central-1",)
+
+# Keys read outside the typed sections (secrets are never parsed into dataclasses).
+SECRET_KEYS = ("kubeconfig",)
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
+                      1827, 2192, 2557, 2922, 3288, 3653)  # fmt: skip
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
+_ROLE_ARN = re.compile(r"^arn:aws:iam::\d{12}:role/[\w+=,.@/-]+$")
+
+
+def _is_cidr(value: str) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """The VPC.
+
+    Args:
+        vpc_cidr: IPv4 block of the VPC, /16 to /20 (default ``10.42.0.0/16``); each
+            zone gets a private /19-equivalent share for nodes and pods and a small public
+            share for NAT gateways and load balancers.
+        zone_count: how many of the region's zones the VPC spans (default 3).
+        nat_gateway_per_zone: one NAT gateway per zone (default true) so a zone outage
+            does not cut the others' egress; false saves cost in dev stacks.
+        flow_log_retention_days: how long VPC flow logs are kept (default 365).
+    """
+
+    vpc_cidr: str = "10.42.0.0/16"
+    zone_count: int = 3
+    nat_gateway_per_zone: bool = True
+    flow_log_retention_days: int = 365
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        if _is_cidr(self.vpc_cidr):
+            prefix = ipaddress.ip_network(self.vpc_cidr).prefixlen
+            check.require(16 <= prefix <= 20, "vpc_cidr", self.vpc_cidr, "use a /16 to /20 block")
+        else:
+            check.require(
+                False, "vpc_cidr", self.vpc_cidr, "expected an IPv4 CIDR like 10.42.0.0/16"
+            )
+        check.require(2 <= self.zone_count <= 6, "zone_count", self.zone_count, "use 2 to 6 zones")
+        check.require(
+            self.flow_log_retention_days in LOG_RETENTION_DAYS,
+            "flow_log_retention_days",
+            self.flow_log_retention_days,
+            f"CloudWatch accepts {', '.join(map(str, LOG_RETENTION_DAYS))}",
+        )
+        check.done()
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The EKS control plane.
+
+    Args:
+        public_access_cidrs: CIDRs allowed to reach a public API endpoint. Empty (the
+            default) keeps the endpoint private: reach it from inside the VPC, over a VPN
+            or Direct Connect. ``0.0.0.0/0`` is refused.
+        admin_role_arns: IAM roles given cluster-admin through EKS access entries.
+        log_retention_days: retention of the control-plane log group (default 365).
+        endpoint_private_access: keep the private endpoint on (default true).
+    """
+
+    public_access_cidrs: tuple[str, ...] = ()
+    admin_role_arns: tuple[str, ...] = ()
+    log_retention_days: int = 365
+    endpoint_private_access: bool = True
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        for i, cidr in enumerate(self.public_access_cidrs):
+            key = f"public_access_cidrs[{i}]"
+            if not _is_cidr(cidr):
+                check.require(False, key, cidr, "expected a CIDR like 203.0.113.0/24")
+            else:
+                open_to_all = ipaddress.ip_network(cidr).prefixlen == 0
+                check.require(not open_to_all, key, cidr, "the API may not be open to everyone")
+        for i, arn in enumerate(self.admin_role_arns):
+            check.require(
+                bool(_ROLE_ARN.match(arn)),
+                f"admin_role_arns[{i}]",
+                arn,
+                "expected an IAM role ARN like arn:aws:iam::123456789012:role/platform-admin",
+            )
+        check.require(
+            self.log_retention_days in LOG_RETENTION_DAYS,
+            "log_retention_days",
+            self.log_retention_days,
+            f"CloudWatch accepts {', '.join(map(str, LOG_RETENTION_DAYS))}",
+        )
+        check.require(
+            self.endpoint_private_access or bool(self.public_access_cidrs),
+            "endpoint_private_access",
+            self.endpoint_private_access,
+            "a cluster needs a private endpoint or listed public CIDRs",
+        )
+        check.done()
+
+
+@dataclass(frozen=True)
+class FsxConfig:
+    """FSx for Lustre shared training storage, linked to the data bucket.
+
+    Args:
+        enabled: create the file system (default false).
+        storage_capacity_gib: 1200, or a multiple of 2400 (default 1200).
+        throughput_mib_per_tib: PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000
+            (default 250).
+        file_system_path: where the bucket appears in the file system (default ``/data``).
+    """
+
+    enabled: bool = False
+    storage_capacity_gib: int = 1200
+    throughput_mib_per_tib: Literal[125, 250, 500, 1000] = 250
+    file_system_path: str = "/data"
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        size = self.storage_capacity_gib
+        check.require(
+            size == 1200 or (size > 0 and size % 2400 == 0),
+            "storage_capacity_gib",
+            size,
+            "PERSISTENT_2 takes 1200 or a multiple of 2400",
+        )
+        check.require(
+            self.file_system_path.startswith("/") and self.file_system_path != "/",
+            "file_system_path",
+            self.file_system_path,
+            "use an absolute path below / such as /data",
+        )
+        check.done()
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Datasets, checkpoints and images.
+
+    Args:
+        fsx: FSx for Lustre settings (see `FsxConfig`).
+        noncurrent_version_retention_days: how long overwritten or deleted object
+            versions (old checkpoints) are kept before expiry (default 30).
+        access_log_retention_days: how long S3 server access logs are kept (default 365).
+        registry_name: name of the ECR repository for training images (default ``training``).
+    """
+
+    fsx: FsxConfig = field(default_factory=FsxConfig)
+    noncurrent_version_retention_days: int = 30
+    access_log_retention_days: int = 365
+    registry_name: str = "training"
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(
+            1 <= self.noncurrent_version_retention_days <= 3650,
+            "noncurrent_version_retention_days",
+            self.noncurrent_version_retention_days,
+            "use 1 to 3650",
+        )
+        check.require(
+            1 <= self.access_log_retention_days <= 3650,
+            "access_log_retention_days",
+            self.access_log_retention_days,
+            "use 1 to 3650",
+        )
+        check.require(
+            bool(re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", self.registry_name)),
+            "registry_name",
+            self.registry_name,
+            "use lowercase letters, digits and . _ / -",
+        )
+        check.done()
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything a stack file sets (keys under ``uae-gpu-platform:``).
+
+    Args:
+        target: ``aws`` (build the AWS foundation and EKS) or ``onprem`` (an existing
+            cluster; no AWS resources).
+        region: the AWS region every resource is pinned to (default ``me-central-1``).
+        allowed_regions: regions data may live in (default ``[me-central-1]``); only UAE
+            regions may be listed.
+        kubernetes_version: EKS minor version, e.g. ``"1.33"``.
+        tags: tags on every AWS resource; ``owner`` and ``data-classification`` are
+            required, ``residency`` is added as ``uae``.
+        network: VPC settings (`NetworkConfig`).
+        cluster: EKS control-plane settings (`ClusterConfig`).
+        node_pools: the managed node groups (`NodePoolSpec`); exactly one ``system`` pool.
+        storage: bucket, FSx and registry settings (`StorageConfig`).
+        teams: the tenants (`TeamSpec`): a namespace, quota and queue each.
+    """
+
+    target: Literal["aws", "onprem"] = "aws"
+    region: str = "me-central-1"
+    allowed_regions: tuple[str, ...] = ("me-central-1",)
+    kubernetes_version: str = "1.33"
+    tags: dict[str, str] = field(default_factory=dict)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    node_pools: tuple[NodePoolSpec, ...] = ()
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    teams: tuple[TeamSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        for i, region in enumerate(self.allowed_regions):
+            check.require(
+                region in UAE_AWS_REGIONS,
+                f"allowed_regions[{i}]",
+                region,
+                f"only UAE regions may be allowed: {', '.join(UAE_AWS_REGIONS)}",
+            )
+        check.require(
+            self.region in self.allowed_regions,
+            "region",
+            self.region,
+            f"must be one of allowedRegions: {', '.join(self.allowed_regions)}",
+        )
+        check.require(
+            self.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS,
+            "kubernetes_version",
+            self.kubernetes_version,
+            f"supported versions: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}",
+        )
+        for required in ("owner", "data-classification"):
+            check.require(required in self.tags, f"tags.{required}", None, "this tag is required")
+        names = [p.name for p in self.node_pools]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            check.require(False, "node_pools", name, "pool names must be unique")
+        if self.target == "aws":
+            systems = [p.name for p in self.node_pools if p.role == "system"]
+            check.require(
+                len(systems) == 1,
+                "node_pools",
+                systems,
+                "declare exactly one pool with role system",
+            )
+        team_names = [t.name for t in self.teams]
+        for name in sorted({n for n in team_names if team_names.count(n) > 1}):
+            check.require(False, "teams", name, "team names must be unique")
+        check.done()
+
+    @property
+    def all_tags(self) -> dict[str, str]:
+        """The stack's tags plus the residency tag every resource carries."""
+        return {**self.tags, "residency": "uae"}
+
+
+def raw_sections(flat_config: Mapping[str, str]) -> dict[str, Any]:
+    """The project's keys of a Pulumi config map, structured values decoded.
+
+    Pulumi passes every value as a string; objects and lists are JSON. Keys of other
+    namespaces (``aws:``, ``kubernetes:``) and the secret keys are left out.
+    """
+    prefix = f"{PROJECT}:"
+    sections: dict[str, Any] = {}
+    for key, value in flat_config.items():
+        if not key.startswith(prefix) or key[len(prefix) :] in SECRET_KEYS:
+            continue
+        text = str(value)
+        sections[key[len(prefix) :]] = json.loads(text) if text[:1] in "[{" else text
+    return sections
+
+
+def parse_stack_config(flat_config: Mapping[str, str]) -> StackConfig:
+    """Parse and validate a stack's config map; raise `ConfigError` listing every problem."""
+    config, problems = parse_section(StackConfig, raw_sections(flat_config), f"{PROJECT}:")
+    if config is None:
+        raise ConfigError(problems)
+    return config

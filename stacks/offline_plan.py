@@ -1,0 +1,188 @@
+"""`make plan`: a stack's plan without the Pulumi CLI, a cloud account or credentials.
+
+Runs the stack's program under the mock runtime (`stacks.offline_runtime`), with the
+stack file's config, and writes ``build/plan/<stack>.json`` in the shape of
+``pulumi preview --json`` (see DESIGN.md), plus a readable summary. The same stack
+file always gives the same JSON, byte for byte.
+
+Usage: ``python -m stacks.offline_plan [--quiet] [--out DIR] STACK``
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+
+from .config import PROJECT
+from .offline_runtime import Registration, run_program
+from .plan_summary import render_summary
+
+STACKS_DIR = Path(__file__).resolve().parent
+DEFAULT_OUT = Path("build/plan")
+# Offline stand-in for a secret the stack file holds encrypted (`secure:`): the real
+# value can only be decrypted by the stack's secrets provider, which is not here.
+OFFLINE_SECRET = "offline-plan-placeholder"
+
+
+class PlanError(Exception):
+    """A problem the user must fix before a plan can be made (one-screen message)."""
+
+
+def available_stacks() -> list[str]:
+    """Stack names that have a ``stacks/Pulumi.<stack>.yaml`` file."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
+def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
+    """The stack's config as the engine would pass it: strings, objects as JSON.
+
+    Returns:
+        The flat config map and the keys whose values are secret.
+    """
+    path = STACKS_DIR / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise PlanError(
+            f"Unknown stack '{stack}': there is no {path.relative_to(STACKS_DIR.parent)}.\n"
+            f"Shipped stacks: {', '.join(available_stacks())}."
+        )
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise PlanError(f"{path.name} is not valid YAML: {err}") from None
+    raw = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(raw, dict):
+        raise PlanError(f"{path.name} needs a top-level 'config:' mapping of settings.")
+    flat: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in raw.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            flat[key], secret_keys = OFFLINE_SECRET, [*secret_keys, key]
+        elif isinstance(value, dict | list):
+            flat[key] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, bool):
+            flat[key] = "true" if value else "false"
+        else:
+            flat[key] = str(value)
+    return flat, secret_keys
+
+
+def _ordered(registrations: Mapping[str, Registration]) -> list[Registration]:
+    """Registrations in dependency order (parents, providers and dependencies first),
+    ties broken by URN, so the order never depends on asyncio scheduling."""
+    before: dict[str, set[str]] = {}
+    for urn, reg in registrations.items():
+        refs = {
+            reg.parent,
+            reg.provider.rsplit("::", 1)[0] if reg.provider else "",
+            *reg.dependencies,
+        }
+        refs |= {u for deps in reg.property_dependencies.values() for u in deps}
+        before[urn] = {r for r in refs if r in registrations and r != urn}
+    waiting = {urn: len(deps) for urn, deps in before.items()}
+    after: dict[str, list[str]] = {urn: [] for urn in registrations}
+    for urn, deps in before.items():
+        for dep in deps:
+            after[dep].append(urn)
+    ready = [urn for urn, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    ordered: list[Registration] = []
+    while ready:
+        urn = heapq.heappop(ready)
+        ordered.append(registrations[urn])
+        for nxt in after[urn]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                heapq.heappush(ready, nxt)
+    if len(ordered) != len(registrations):  # a cycle cannot come from a Pulumi program
+        ordered += sorted(
+            (r for u, r in registrations.items() if r not in ordered), key=lambda r: r.urn
+        )
+    return ordered
+
+
+def plan_document(
+    registrations: Mapping[str, Registration], config: Mapping[str, str], secret_keys: Sequence[str]
+) -> dict[str, Any]:
+    """The plan in the shape of ``pulumi preview --json``."""
+    steps = []
+    for reg in _ordered(registrations):
+        state: dict[str, Any] = {"urn": reg.urn, "type": reg.type, "custom": reg.custom}
+        if reg.parent:
+            state["parent"] = reg.parent
+        if reg.provider:
+            state["provider"] = reg.provider
+        if reg.protect:
+            state["protect"] = True
+        state["inputs"] = reg.inputs
+        if reg.dependencies:
+            state["dependencies"] = reg.dependencies
+        if reg.property_dependencies:
+            state["propertyDependencies"] = reg.property_dependencies
+        if reg.aliases:
+            state["aliases"] = reg.aliases
+        steps.append({"op": "create", "urn": reg.urn, "provider": reg.provider, "newState": state})
+    shown_config = {k: ("[secret]" if k in secret_keys else v) for k, v in sorted(config.items())}
+    return {"config": shown_config, "steps": steps, "changeSummary": {"create": len(steps)}}
+
+
+def _program() -> None:
+    from .program import main  # noqa: PLC0415 - the program must load under the mocks
+
+    main()
+
+
+def plan_registrations(
+    stack: str, config: Mapping[str, str], secret_keys: Sequence[str] = ()
+) -> dict[str, Registration]:
+    """Run the program for ``stack`` with ``config``; raise `PlanError` on a bad config."""
+    try:
+        registrations, _ = run_program(
+            _program, project=PROJECT, stack=stack, config=config, secret_keys=list(secret_keys)
+        )
+    except pulumi.RunError as err:
+        raise PlanError(str(err)) from None
+    return registrations
+
+
+def build_plan(stack: str, config: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The plan document of a shipped stack (or of ``stack`` with ``config`` instead of
+    its stack file). Writes nothing."""
+    secret_keys: list[str] = []
+    if config is None:
+        config, secret_keys = load_stack_file(stack)
+    return plan_document(plan_registrations(stack, config, secret_keys), config, secret_keys)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stack", help=f"stack name ({', '.join(available_stacks())})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (build/plan)")
+    parser.add_argument("--quiet", action="store_true", help="write the JSON, print one line")
+    options = parser.parse_args(argv)
+    try:
+        config, secret_keys = load_stack_file(options.stack)
+        registrations = plan_registrations(options.stack, config, secret_keys)
+    except PlanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    document = plan_document(registrations, config, secret_keys)
+    options.out.mkdir(parents=True, exist_ok=True)
+    path = options.out / f"{options.stack}.json"
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if options.quiet:
+        print(f"plan: {path} ({len(document['steps'])} resources)")
+    else:
+        print(render_summary(options.stack, registrations, path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

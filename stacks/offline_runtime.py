@@ -1,0 +1,346 @@
+"""Running a stack's program without the Pulumi CLI or a cloud account.
+
+The program runs under Pulumi's mock runtime. `RecordingMonitor` keeps every
+registration exactly as the engine would receive it (type, parent, provider, protect,
+dependencies, inputs in their camelCase wire shape); `CatalogMocks` answers data-source
+calls from moto's copy of AWS's catalog (zones, instance types and where they are
+offered) and gives each created resource the computed outputs AWS would (ARNs, ids,
+endpoints), derived from its URN so the same program always yields the same values.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from google.protobuf import json_format
+from moto import mock_aws
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.sync_await import _sync_await
+
+ACCOUNT_ID = "123456789012"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's unknown-value sentinel
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
+def _digest(text: str, length: int = 17) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _engine_view(value: Any) -> Any:
+    """A wire value as `pulumi preview --json` shows it: secrets masked, resource
+    references as their URN, whole floats as integers."""
+    if isinstance(value, dict):
+        signature = value.get(_SIG_KEY)
+        if signature == _SECRET_SIG:
+            return "[secret]"
+        if signature == _RESOURCE_SIG:
+            return value.get("urn", "")
+        return {k: _engine_view(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_engine_view(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+@dataclass
+class Registration:
+    """One resource as the engine received it."""
+
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    provider: str
+    protect: bool
+    inputs: dict[str, Any]
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    aliases: list[str] = field(default_factory=list)
+    id: str = ""
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock monitor that also records each registration in the engine's shape."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: dict[str, Registration] = {}
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        self.registrations[response.urn] = Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            custom=bool(request.custom),
+            parent=request.parent,
+            provider=request.provider,
+            protect=bool(request.protect),
+            inputs=_engine_view(json_format.MessageToDict(request.object)),
+            dependencies=sorted(set(request.dependencies)),
+            property_dependencies={
+                key: sorted(set(deps.urns))
+                for key, deps in sorted(request.propertyDependencies.items())
+                if deps.urns
+            },
+            aliases=sorted(a.urn for a in request.aliases if a.urn),
+            id=response.id,
+        )
+        return response
+
+
+class CatalogMocks(pulumi_mocks.Mocks):
+    """Answers invokes from moto's AWS catalog and fills in computed outputs.
+
+    Must be used inside an active ``moto.mock_aws()`` context.
+    """
+
+    def __init__(self) -> None:
+        self.provider_regions: dict[str, str] = {}
+        self._calls: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+            "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
+            "aws:index/getPartition:getPartition": lambda _a, _r: {
+                "partition": "aws",
+                "dnsSuffix": "amazonaws.com",
+                "id": "aws",
+            },
+            "aws:index/getAvailabilityZones:getAvailabilityZones": self._zones,
+            "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": self._offerings,
+            "aws:ec2/getInstanceType:getInstanceType": self._instance_type,
+        }
+
+    # -- invokes -----------------------------------------------------------------
+    def call(
+        self, args: pulumi_mocks.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        answer = self._calls.get(args.token)
+        if answer is None:
+            raise NotImplementedError(
+                f"the offline plan cannot answer the data source {args.token}"
+            )
+        region = args.args.get("region") or self._region_of(args.provider)
+        if not region:
+            raise ValueError(
+                f"{args.token}: no region (every AWS call needs the region-pinned provider)"
+            )
+        return answer(args.args, region), []
+
+    @staticmethod
+    def _caller_identity(_args: dict[str, Any], _region: str) -> dict[str, Any]:
+        arn = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/platform-deployer/offline-plan"
+        return {"accountId": ACCOUNT_ID, "arn": arn, "userId": "AROAOFFLINEPLAN", "id": ACCOUNT_ID}
+
+    @staticmethod
+    def _zones(_args: dict[str, Any], region: str) -> dict[str, Any]:
+        zones = boto3.client("ec2", region_name=region).describe_availability_zones()
+        available = sorted(
+            (z for z in zones["AvailabilityZones"] if z["State"] == "available"),
+            key=lambda z: z["ZoneName"],
+        )
+        return {
+            "names": [z["ZoneName"] for z in available],
+            "zoneIds": [z["ZoneId"] for z in available],
+            "groupNames": [z.get("GroupName", region) for z in available],
+            "id": region,
+        }
+
+    @staticmethod
+    def _offerings(args: dict[str, Any], region: str) -> dict[str, Any]:
+        filters = [
+            {"Name": f["name"], "Values": list(f["values"])} for f in args.get("filters") or []
+        ]
+        client = boto3.client("ec2", region_name=region)
+        offerings: list[dict[str, Any]] = []
+        for page in client.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType=args.get("locationType", "availability-zone"), Filters=filters
+        ):
+            offerings += page["InstanceTypeOfferings"]
+        offerings.sort(key=lambda o: (o["InstanceType"], o["Location"]))
+        return {
+            "locations": [o["Location"] for o in offerings],
+            "locationTypes": [o["LocationType"] for o in offerings],
+            "instanceTypes": [o["InstanceType"] for o in offerings],
+            "id": region,
+        }
+
+    @staticmethod
+    def _instance_type(args: dict[str, Any], region: str) -> dict[str, Any]:
+        name = args["instanceType"]
+        client = boto3.client("ec2", region_name=region)
+        described = client.describe_instance_types(InstanceTypes=[name])["InstanceTypes"]
+        if not described:
+            raise ValueError(f"instance type {name} does not exist")
+        info = described[0]
+        network = info.get("NetworkInfo", {})
+        gpus = info.get("GpuInfo", {}).get("Gpus", [])
+        return {
+            "instanceType": name,
+            "id": name,
+            "defaultVcpus": info["VCpuInfo"]["DefaultVCpus"],
+            "memorySize": info["MemoryInfo"]["SizeInMiB"],
+            "efaSupported": bool(network.get("EfaSupported", False)),
+            "efaMaximumInterfaces": network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0),
+            "maximumNetworkCards": network.get("MaximumNetworkCards", 1),
+            "maximumNetworkInterfaces": network.get("MaximumNetworkInterfaces", 1),
+            "supportedArchitectures": info.get("ProcessorInfo", {}).get(
+                "SupportedArchitectures", []
+            ),
+            "gpuses": [
+                {
+                    "count": g["Count"],
+                    "manufacturer": g["Manufacturer"],
+                    "memorySize": g.get("MemoryInfo", {}).get("SizeInMiB", 0),
+                    "name": g["Name"],
+                }
+                for g in gpus
+            ],
+        }
+
+    # -- resources ---------------------------------------------------------------
+    def new_resource(
+        self, args: pulumi_mocks.MockResourceArgs
+    ) -> tuple[str | None, dict[str, Any]]:
+        inputs = dict(args.inputs)
+        if args.typ.startswith("pulumi:providers:"):
+            resource_id = _digest(f"provider/{args.name}", 8)
+            if args.typ == "pulumi:providers:aws":
+                self.provider_regions[f"provider::{args.name}"] = str(inputs.get("region", ""))
+            return resource_id, inputs
+        region = self._region_of(args.provider)
+        outputs = computed_outputs(args.typ, args.name, inputs, region)
+        return outputs.pop("id"), {**inputs, **outputs}
+
+    def _region_of(self, provider_ref: str | None) -> str:
+        if not provider_ref:
+            return ""
+        name = provider_ref.split("::")[-2] if "::" in provider_ref else ""
+        return self.provider_regions.get(f"provider::{name}", "")
+
+
+def computed_outputs(
+    type_token: str, name: str, inputs: Mapping[str, Any], region: str
+) -> dict[str, Any]:
+    """The outputs AWS computes for a new resource, derived from its name.
+
+    Only what the program and the plan read downstream is synthesised; everything
+    else a real deployment would return stays out of the plan.
+    """
+    key = f"{type_token}/{name}"
+    hexid = _digest(key)
+    service = (
+        type_token.split(":")[1].split("/", maxsplit=1)[0] if type_token.startswith("aws:") else ""
+    )
+    arn_base = f"arn:aws:{service}:{region}:{ACCOUNT_ID}"
+    given_name = str(inputs.get("name") or f"{name}-{hexid[:7]}")
+    out: dict[str, Any] = {"id": hexid, "arn": f"{arn_base}:{name}"}
+    if type_token == "aws:kms/key:Key":
+        key_id = str(uuid.uuid5(uuid.NAMESPACE_URL, key))
+        out |= {"id": key_id, "keyId": key_id, "arn": f"{arn_base}:key/{key_id}"}
+    elif type_token == "aws:s3/bucket:Bucket":
+        bucket = str(inputs.get("bucket") or f"{name}-{hexid[:7]}")
+        out |= {
+            "id": bucket,
+            "bucket": bucket,
+            "arn": f"arn:aws:s3:::{bucket}",
+            "bucketRegionalDomainName": f"{bucket}.s3.{region}.amazonaws.com",
+            "region": region,
+        }
+    elif type_token == "aws:iam/role:Role":
+        out |= {
+            "id": given_name,
+            "name": given_name,
+            "arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{given_name}",
+        }
+    elif type_token == "aws:eks/cluster:Cluster":
+        out |= {
+            "id": given_name,
+            "name": given_name,
+            "arn": f"{arn_base}:cluster/{given_name}",
+            "endpoint": f"https://{hexid.upper()}.gr7.{region}.eks.amazonaws.com",
+            "certificateAuthority": {
+                "data": base64.b64encode(f"offline-ca:{given_name}".encode()).decode()
+            },
+            "vpcConfig": {
+                **dict(inputs.get("vpcConfig") or {}),
+                "clusterSecurityGroupId": f"sg-{hexid}",
+            },
+        }
+    elif type_token == "aws:eks/nodeGroup:NodeGroup":
+        group = str(inputs.get("nodeGroupName") or given_name)
+        out |= {
+            "id": group,
+            "arn": f"{arn_base}:nodegroup/{group}",
+            "resources": [{"autoscalingGroups": [{"name": f"eks-{group}-{hexid[:8]}"}]}],
+        }
+    elif type_token == "aws:ec2/launchTemplate:LaunchTemplate":
+        out |= {
+            "id": f"lt-{hexid}",
+            "latestVersion": 1,
+            "arn": f"{arn_base}:launch-template/lt-{hexid}",
+        }
+    elif type_token == "aws:ecr/repository:Repository":
+        repo = str(inputs.get("name") or given_name)
+        out |= {
+            "id": repo,
+            "arn": f"{arn_base}:repository/{repo}",
+            "repositoryUrl": f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{repo}",
+            "registryId": ACCOUNT_ID,
+        }
+    elif type_token == "aws:fsx/lustreFileSystem:LustreFileSystem":
+        out |= {
+            "id": f"fs-{hexid}",
+            "arn": f"{arn_base}:file-system/fs-{hexid}",
+            "dnsName": f"fs-{hexid}.fsx.{region}.amazonaws.com",
+            "mountName": hexid[:8],
+        }
+    elif type_token == "aws:cloudwatch/logGroup:LogGroup":
+        out |= {
+            "id": given_name,
+            "arn": f"arn:aws:logs:{region}:{ACCOUNT_ID}:log-group:{given_name}",
+        }
+    elif type_token == "aws:ec2/eip:Eip":
+        out |= {"id": f"eipalloc-{hexid}", "allocationId": f"eipalloc-{hexid}"}
+    elif type_token == "aws:ec2/placementGroup:PlacementGroup":
+        out |= {"id": given_name, "name": given_name}
+    elif type_token.startswith("aws:ec2/") or type_token.startswith("aws:vpc/"):
+        prefix = {"vpc": "vpc", "subnet": "subnet", "securityGroup": "sg", "internetGateway": "igw",
+                  "natGateway": "nat", "routeTable": "rtb", "vpcEndpoint": "vpce"}  # fmt: skip
+        kind = type_token.split("/")[1].split(":", maxsplit=1)[0]
+        out["id"] = f"{prefix.get(kind, kind.lower())}-{hexid}"
+    return out
+
+
+def run_program(
+    program: Callable[[], None],
+    *,
+    project: str,
+    stack: str,
+    config: Mapping[str, str],
+    secret_keys: list[str],
+) -> tuple[dict[str, Registration], CatalogMocks]:
+    """Run ``program`` under the mock runtime and return every registration.
+
+    Exceptions raised by the program (including ``pulumi.RunError`` for a bad stack
+    config) propagate to the caller after the runtime has shut down.
+    """
+    import pulumi  # noqa: PLC0415 - imported late so set_mocks configures a fresh runtime
+
+    with mock_aws():
+        mocks = CatalogMocks()
+        monitor = RecordingMonitor(mocks)
+        # A fresh root stack per run, so one process can plan several stacks.
+        pulumi.runtime.settings.ROOT.set(None)
+        pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=True, monitor=monitor)
+        pulumi.runtime.set_all_config(dict(config), secret_keys)
+        _sync_await(pulumi.runtime.stack.run_pulumi_func(program))
+    return monitor.registrations, mocks

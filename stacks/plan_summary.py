@@ -1,0 +1,137 @@
+"""The readable summary `make plan` prints: what the stack would create and where."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+
+from .offline_runtime import Registration
+
+
+def _short(type_token: str) -> str:
+    return type_token.rsplit(":", 1)[-1]
+
+
+def _by_id(registrations: Mapping[str, Registration], type_token: str) -> dict[str, Registration]:
+    return {r.id: r for r in registrations.values() if r.type == type_token}
+
+
+def node_pool_lines(registrations: Mapping[str, Registration]) -> list[str]:
+    """One line per managed node group: type, capacity, size, zones, EFA, placement."""
+    subnets = _by_id(registrations, "aws:ec2/subnet:Subnet")
+    templates = _by_id(registrations, "aws:ec2/launchTemplate:LaunchTemplate")
+    lines = []
+    for reg in sorted(registrations.values(), key=lambda r: r.urn):
+        if reg.type != "aws:eks/nodeGroup:NodeGroup":
+            continue
+        inputs = reg.inputs
+        zones = sorted(
+            {
+                subnets[s].inputs.get("availabilityZone", "?")
+                for s in inputs.get("subnetIds", [])
+                if s in subnets
+            }
+        )
+        template = templates.get(str(inputs.get("launchTemplate", {}).get("id", "")))
+        interfaces = (template.inputs.get("networkInterfaces") or []) if template else []
+        efa = sum(1 for i in interfaces if i.get("interfaceType") in ("efa", "efa-only"))
+        placement = bool(template and template.inputs.get("placement", {}).get("groupName"))
+        scaling = inputs.get("scalingConfig", {})
+        taints = (
+            ",".join(f"{t['key']}={t.get('value', '')}" for t in inputs.get("taints", [])) or "-"
+        )
+        name = inputs.get("nodeGroupName", reg.name)
+        types = ",".join(inputs.get("instanceTypes", []))
+        size = f"{scaling.get('minSize')}-{scaling.get('maxSize')}"
+        lines.append(
+            f"  {name:<24} {types:<15} {inputs.get('capacityType', ''):<14} size {size}  "
+            f"zones {','.join(zones) or '-'}  EFA {efa}  "
+            f"placement-group {'yes' if placement else 'no'}  taints {taints}"
+        )
+    return lines
+
+
+def key_usage_lines(registrations: Mapping[str, Registration]) -> list[str]:
+    """For each KMS key: its alias and every resource property it encrypts or protects."""
+    aliases = {
+        dep: reg.inputs.get("name", "")
+        for reg in registrations.values()
+        if reg.type == "aws:kms/alias:Alias"
+        for dep in reg.property_dependencies.get("targetKeyId", [])
+    }
+    users: dict[str, set[str]] = defaultdict(set)
+    for reg in registrations.values():
+        if reg.type == "aws:kms/alias:Alias":
+            continue
+        for prop, deps in reg.property_dependencies.items():
+            for dep in deps:
+                if dep in aliases:
+                    users[dep].add(f"{_short(reg.type)} {reg.name} ({prop})")
+    lines = []
+    for key_urn in sorted(aliases):
+        lines.append(f"  {aliases[key_urn]}")
+        lines += [f"      {use}" for use in sorted(users[key_urn])] or ["      (unused)"]
+    return lines
+
+
+def kubernetes_lines(registrations: Mapping[str, Registration]) -> list[str]:
+    """Helm releases (chart, version, namespace) and counts of Kubernetes objects by kind."""
+    lines = []
+    for reg in sorted(registrations.values(), key=lambda r: r.urn):
+        if reg.type == "kubernetes:helm.sh/v3:Release":
+            inputs = reg.inputs
+            release = inputs.get("name", reg.name)
+            lines.append(
+                f"  helm {release:<28} {inputs.get('chart')} {inputs.get('version')} "
+                f"(namespace {inputs.get('namespace', '-')})"
+            )
+    kinds = Counter(
+        _short(r.type)
+        for r in registrations.values()
+        if r.type.startswith("kubernetes:") and "helm.sh" not in r.type
+    )
+    if kinds:
+        lines.append("  objects: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
+    return lines
+
+
+def provider_lines(registrations: Mapping[str, Registration]) -> list[str]:
+    lines = []
+    for reg in sorted(registrations.values(), key=lambda r: r.urn):
+        if reg.type == "pulumi:providers:aws":
+            lines.append(f"  aws        {reg.name}: region {reg.inputs.get('region')}")
+        elif reg.type == "pulumi:providers:kubernetes":
+            lines.append(f"  kubernetes {reg.name}")
+    return lines
+
+
+def render_summary(
+    stack: str,
+    registrations: Mapping[str, Registration],
+    path: Path,
+    extra_sections: Mapping[str, list[str]] | None = None,
+) -> str:
+    """The whole summary as text."""
+    counts = Counter(r.type for r in registrations.values() if r.custom)
+    out = [
+        f"Offline plan of stack '{stack}': {len(registrations)} resources "
+        f"({sum(counts.values())} custom), written to {path}",
+        "(Pulumi mock runtime, AWS catalog from moto; no credentials, no Pulumi CLI)",
+        "",
+        "Providers:",
+        *provider_lines(registrations),
+        "",
+        "Resources by type:",
+        *[f"  {n:>4}  {t}" for t, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))],
+    ]
+    sections = {
+        "Node pools:": node_pool_lines(registrations),
+        "KMS keys and where they are used:": key_usage_lines(registrations),
+        "Kubernetes platform layer:": kubernetes_lines(registrations),
+        **(extra_sections or {}),
+    }
+    for title, lines in sections.items():
+        if lines:
+            out += ["", title, *lines]
+    return "\n".join(out)

@@ -1,0 +1,31 @@
+"""The Pulumi program: stack config -> typed config -> composition -> resources.
+
+This is the only place that reads `pulumi.Config`; everything below it gets typed
+arguments. A bad stack config ends the run with one clean message listing every
+problem (``pulumi.RunError`` prints no traceback), before any cloud resource exists.
+"""
+
+from __future__ import annotations
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from .aws_foundation import build_aws_foundation, region_provider
+from .config import parse_stack_config
+from .config_parsing import ConfigError
+
+
+def stack_config_map() -> dict[str, str]:
+    """Every config value of the running stack, as the engine passes them (strings)."""
+    return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+
+
+def main() -> None:
+    """Build the platform for the selected stack."""
+    stack = pulumi.get_stack()
+    try:
+        config = parse_stack_config(stack_config_map())
+        if config.target == "aws":
+            build_aws_foundation(stack, config, region_provider(config))
+    except ConfigError as err:
+        raise pulumi.RunError(err.render(stack)) from None
