@@ -1,0 +1,179 @@
+"""What the Kubernetes rules need: pod specs inside any workload, containers, images."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from policies.model import ResourceView
+from policies.values import dig, is_unknown
+
+K8S_PROVIDER_TYPE = "pulumi:providers:kubernetes"
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+
+# The annotation a system component uses to opt out of one k8s-* rule, with its reason:
+#   policy-exception.gpuplatform.ae/k8s-no-host-path: "device plugins register through
+#   the kubelet socket in /var/lib/kubelet/device-plugins"
+EXCEPTION_ANNOTATION_PREFIX = "policy-exception.gpuplatform.ae/"
+
+# Kinds that have no namespace (built-in ones and the CRDs this platform installs).
+CLUSTER_SCOPED_KINDS = frozenset(
+    {
+        "Namespace",
+        "Node",
+        "PersistentVolume",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "StorageClass",
+        "VolumeAttachment",
+        "CSIDriver",
+        "CSINode",
+        "PriorityClass",
+        "RuntimeClass",
+        "IngressClass",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "APIService",
+        "CertificateSigningRequest",
+        "FlowSchema",
+        "PriorityLevelConfiguration",
+        "DeviceClass",
+        # Kueue
+        "ClusterQueue",
+        "ResourceFlavor",
+        "Cohort",
+        "WorkloadPriorityClass",
+        "Topology",
+        "AdmissionCheck",
+        # Karpenter, NVIDIA GPU operator, node feature discovery
+        "NodePool",
+        "EC2NodeClass",
+        "NodeClaim",
+        "ClusterPolicy",
+        "NVIDIADriver",
+        "NodeFeatureRule",
+    }
+)
+
+
+def is_kubernetes_object(resource: ResourceView) -> bool:
+    """A Kubernetes object registered from a manifest (not a Helm release or provider)."""
+    return resource.type.startswith("kubernetes:") and resource.type != HELM_RELEASE_TYPE
+
+
+def kind_of(resource: ResourceView) -> str:
+    return resource.type.rsplit(":", 1)[-1]
+
+
+def metadata(resource: ResourceView) -> Mapping[str, Any]:
+    value = resource.props.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def object_annotations(resource: ResourceView) -> Mapping[str, Any]:
+    value = metadata(resource).get("annotations")
+    return value if isinstance(value, Mapping) else {}
+
+
+def exception_reason(resource: ResourceView, rule_id: str) -> str | None:
+    """The reason of the object's exception annotation for ``rule_id``, if any."""
+    value = object_annotations(resource).get(EXCEPTION_ANNOTATION_PREFIX + rule_id)
+    return value.strip() if isinstance(value, str) and not is_unknown(value) else None
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """A pod spec found inside an object, with where it was found."""
+
+    path: str
+    spec: Mapping[str, Any]
+
+
+def pod_specs(resource: ResourceView) -> list[PodSpec]:
+    """Every pod spec inside a Kubernetes object: a Pod's spec, a template's spec, and
+    those nested in CronJobs or CRDs (JobSet, PyTorchJob ...): any mapping holding a
+    ``containers`` list."""
+    if not is_kubernetes_object(resource):
+        return []
+    found: list[PodSpec] = []
+
+    def visit(node: Any, path: str) -> None:
+        if isinstance(node, Mapping):
+            if isinstance(node.get("containers"), list):
+                found.append(PodSpec(path, node))
+                return
+            for key, value in node.items():
+                if key != "metadata":
+                    visit(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                visit(value, f"{path}[{index}]")
+
+    visit(resource.props.get("spec"), "spec")
+    return found
+
+
+def has_pod_spec(resource: ResourceView) -> bool:
+    return bool(pod_specs(resource))
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container of a pod spec, with the pod-level security context beside it."""
+
+    path: str
+    spec: Mapping[str, Any]
+    pod: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        name = self.spec.get("name")
+        return name if isinstance(name, str) else self.path
+
+    def security(self, key: str) -> Any:
+        """A security setting: the container's own, else the pod's (where both exist)."""
+        own = dig(self.spec, "securityContext", key)
+        if own is not None:
+            return own
+        return dig(self.pod, "securityContext", key)
+
+
+def containers(resource: ResourceView) -> Iterator[Container]:
+    """Every container, init container and ephemeral container of the object."""
+    for pod in pod_specs(resource):
+        for group in ("initContainers", "containers", "ephemeralContainers"):
+            items = pod.spec.get(group)
+            if not isinstance(items, list):
+                continue
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping):
+                    yield Container(f"{pod.path}.{group}[{index}]", item, pod.spec)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A container image reference split into registry, repository, tag and digest."""
+
+    registry: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+
+def parse_image(image: str) -> ImageRef:
+    """Split an image reference the way container runtimes do (Docker Hub by default)."""
+    rest, _, digest = image.partition("@")
+    first, slash, remainder = rest.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, remainder
+    else:
+        registry, path = "docker.io", rest
+    name, colon, tag = path.rpartition(":")
+    if not colon or "/" in tag:
+        name, tag = path, ""
+    return ImageRef(registry, name, tag or None, digest or None)

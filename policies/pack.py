@@ -1,0 +1,184 @@
+"""The rules as `pulumi_policy` policies: the one path both the pack and the review take.
+
+`validate_resource` / `validate_stack` adapt a rule to the engine's callback
+(``(args, report_violation)``): they build the rule's view of the resources, read the
+rule's pack config, apply exemptions (pack-config ones and, for ``k8s-*`` rules, the
+object's exception annotation) and report what remains. Exemptions that applied are
+recorded in `applied_exemptions` for whoever is listening (the offline review lists
+them; inside ``pulumi preview`` nobody is).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from pulumi_policy import (
+    PolicyComplianceFramework,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.policy import Policy
+
+from policies.k8s import EXCEPTION_ANNOTATION_PREFIX, exception_reason
+from policies.model import ResourceView, Rule, StackView, urn_name
+from policies.rules import ALL_RULES
+from policies.settings import CONFIG_SCHEMAS, Settings
+
+PACK_NAME = "uae-sovereign-gpu-platform"
+
+
+@dataclass(frozen=True)
+class AppliedExemption:
+    """A violation that an exemption or exception annotation set aside.
+
+    Args:
+        rule_id: the rule whose violation was set aside.
+        urn: the resource.
+        message: the violation it would have been.
+        reason: the recorded reason.
+        source: ``annotation`` (on the Kubernetes object) or ``pack config``.
+        expires: the exemption's last day (None for annotations).
+    """
+
+    rule_id: str
+    urn: str
+    message: str
+    reason: str
+    source: str
+    expires: dt.date | None = None
+
+
+_listener: ContextVar[list[AppliedExemption] | None] = ContextVar("exemptions", default=None)
+
+
+@contextmanager
+def recording_exemptions() -> Iterator[list[AppliedExemption]]:
+    """Collect every exemption applied inside the block."""
+    applied: list[AppliedExemption] = []
+    token = _listener.set(applied)
+    try:
+        yield applied
+    finally:
+        _listener.reset(token)
+
+
+def _today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+def _set_aside(
+    rule: Rule, settings: Settings, urn: str, resource: ResourceView | None, message: str
+) -> tuple[bool, str]:
+    """(True, "") when an exemption covers the violation; else (False, the message to
+    report, noting an expired exemption)."""
+    log = _listener.get()
+    if rule.annotation_exceptions and resource is not None:
+        reason = exception_reason(resource, rule.id)
+        if reason:
+            if log is not None:
+                log.append(AppliedExemption(rule.id, urn, message, reason, "annotation"))
+            return True, ""
+        if reason == "":
+            message += f" (annotation {EXCEPTION_ANNOTATION_PREFIX}{rule.id} gives no reason)"
+    today = _today()
+    for exemption in settings.exemptions:
+        if not exemption.matches(urn, urn_name(urn)):
+            continue
+        if exemption.active(today):
+            if log is not None:
+                log.append(
+                    AppliedExemption(
+                        rule.id, urn, message, exemption.reason, "pack config", exemption.expires
+                    )
+                )
+            return True, ""
+        message += f" (exemption expired on {exemption.expires.isoformat()})"
+    return False, message
+
+
+def validate_resource(rule: Rule) -> ResourceValidation:
+    """The engine callback of a resource rule."""
+
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        resource = ResourceView.from_args(args)
+        if not rule.applies_to(resource):
+            return
+        settings = Settings.from_config(args.get_config())
+        for message in rule.check_resource(resource, settings):
+            exempt, text = _set_aside(rule, settings, resource.urn, resource, message)
+            if not exempt:
+                report_violation(text, None)
+
+    return validate
+
+
+def validate_stack(rule: Rule) -> StackValidation:
+    """The engine callback of a stack rule."""
+
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in args.resources))
+        settings = Settings.from_config(args.get_config())
+        index = stack.by_urn()
+        for urn, message in rule.check_stack(stack, settings):
+            if urn is None:
+                report_violation(message, None)
+                continue
+            exempt, text = _set_aside(rule, settings, urn, index.get(urn), message)
+            if not exempt:
+                report_violation(text, urn)
+
+    return validate
+
+
+def config_schema(rule: Rule) -> PolicyConfigSchema:
+    keys = (*rule.config_keys, "exemptions")
+    return PolicyConfigSchema({key: CONFIG_SCHEMAS[key] for key in keys})
+
+
+def _framework(rule: Rule) -> PolicyComplianceFramework:
+    return PolicyComplianceFramework(
+        name="UAE sovereign platform baseline",
+        version="1",
+        reference="; ".join(rule.controls),
+    )
+
+
+def to_policy(rule: Rule) -> Policy:
+    """The `pulumi_policy` policy of one rule, with all its metadata."""
+    if rule.kind == "resource":
+        return ResourceValidationPolicy(
+            name=rule.id,
+            description=rule.description,
+            validate=validate_resource(rule),
+            enforcement_level=rule.enforcement,
+            config_schema=config_schema(rule),
+            severity=rule.severity,
+            framework=_framework(rule),
+            tags=list(rule.controls),
+            remediation_steps=rule.remediation,
+        )
+    return StackValidationPolicy(
+        name=rule.id,
+        description=rule.description,
+        validate=validate_stack(rule),
+        enforcement_level=rule.enforcement,
+        config_schema=config_schema(rule),
+        severity=rule.severity,
+        framework=_framework(rule),
+        tags=list(rule.controls),
+        remediation_steps=rule.remediation,
+    )
+
+
+def all_policies() -> list[Policy]:
+    return [to_policy(rule) for rule in ALL_RULES]

@@ -1,0 +1,250 @@
+"""Running the pack's policies over a plan, exactly as the engine would call them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pulumi_policy import EnforcementLevel, StackValidationArgs
+from pulumi_policy.proxy import UnknownValueError
+
+from policies import stackconfig
+from policies.model import ResourceView, Rule, StackView
+from policies.pack import AppliedExemption, recording_exemptions, validate_resource, validate_stack
+from policies.review.evidence import EvidenceRow, evidence_rows
+from policies.review.plan import Plan, resource_args, stack_resources
+from policies.rules import ALL_RULES, RULES_BY_ID
+from policies.settings import PackConfigError, Settings
+
+LEVELS = {level.value: level for level in EnforcementLevel}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A violation, or a check that could not run during preview.
+
+    Args:
+        rule_id: the rule.
+        urn: the resource (None for a stack-wide finding).
+        message: what is wrong, in the rule's words.
+        enforcement: the enforcement level in force (mandatory, advisory).
+        unknown: True when the value needed is not known until the update runs.
+    """
+
+    rule_id: str
+    urn: str | None
+    message: str
+    enforcement: EnforcementLevel
+    unknown: bool = False
+
+    @property
+    def resource_type(self) -> str:
+        return (
+            self.urn.split("::")[2].rsplit("$", 1)[-1]
+            if self.urn and self.urn.count("::") >= 3
+            else ""
+        )
+
+
+@dataclass
+class RuleResult:
+    """What one rule found over the plan."""
+
+    rule: Rule
+    enforcement: EnforcementLevel
+    evaluated: int = 0
+    failed: set[str] = field(default_factory=set)
+    unknown: set[str] = field(default_factory=set)
+    stack_failed: bool = False
+
+    @property
+    def passed(self) -> int:
+        return max(self.evaluated - len(self.failed | self.unknown), 0)
+
+
+@dataclass(frozen=True)
+class Review:
+    """The outcome of reviewing one plan."""
+
+    plan: Plan
+    results: tuple[RuleResult, ...]
+    findings: tuple[Finding, ...]
+    exemptions: tuple[AppliedExemption, ...]
+    evidence: tuple[EvidenceRow, ...]
+
+    @property
+    def violations(self) -> list[Finding]:
+        return [f for f in self.findings if not f.unknown]
+
+    @property
+    def mandatory_violations(self) -> list[Finding]:
+        return [f for f in self.violations if f.enforcement == EnforcementLevel.MANDATORY]
+
+    @property
+    def passed(self) -> bool:
+        return not self.mandatory_violations
+
+
+def load_policy_config(path: Path | None) -> dict[str, Any]:
+    """A pack config file (the ``--policy-pack-config`` format); `PackConfigError` if bad."""
+    if path is None:
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PackConfigError(f"{path}: cannot read it ({err.strerror})") from err
+    except json.JSONDecodeError as err:
+        raise PackConfigError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from err
+    if not isinstance(config, Mapping):
+        raise PackConfigError(f"{path}: expected an object of rule id -> settings")
+    problems = []
+    for key, value in config.items():
+        if key != "all" and key not in RULES_BY_ID:
+            problems.append(f"unknown rule {key!r}")
+        elif isinstance(value, str):
+            if value not in LEVELS:
+                problems.append(
+                    f"{key}: enforcement level {value!r} is not one of {', '.join(LEVELS)}"
+                )
+        elif isinstance(value, Mapping) and key != "all":
+            level = value.get("enforcementLevel")
+            if level is not None and level not in LEVELS:
+                problems.append(
+                    f"{key}.enforcementLevel: {level!r} is not one of {', '.join(LEVELS)}"
+                )
+            try:
+                Settings.from_config(value)
+            except PackConfigError as err:
+                problems.append(f"{key}: {err}")
+            unused = sorted(
+                set(value) - {"enforcementLevel", "exemptions", *RULES_BY_ID[key].config_keys}
+            )
+            if unused:
+                problems.append(f"{key}: the rule does not read {', '.join(unused)}")
+        else:
+            problems.append(f"{key}: expected an enforcement level or an object")
+    if problems:
+        raise PackConfigError(f"{path}: " + "; ".join(problems))
+    return dict(config)
+
+
+def _level(rule: Rule, config: Mapping[str, Any]) -> EnforcementLevel:
+    """The level in force, resolved the way the Pulumi CLI does: the rule's own entry,
+    else ``all``, else the rule's default."""
+    own = config.get(rule.id)
+    if isinstance(own, str):
+        return LEVELS[own]
+    if isinstance(own, Mapping) and own.get("enforcementLevel"):
+        return LEVELS[str(own["enforcementLevel"])]
+    if isinstance(config.get("all"), str):
+        return LEVELS[config["all"]]
+    return rule.enforcement
+
+
+def _rule_config(rule: Rule, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    own = config.get(rule.id)
+    if isinstance(own, Mapping):
+        return {k: v for k, v in own.items() if k != "enforcementLevel"} or None
+    return None
+
+
+def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
+    """Every enabled rule over ``plan``, with the findings, exemptions and evidence."""
+    config = config or {}
+    findings: list[Finding] = []
+    results: list[RuleResult] = []
+    views = [ResourceView.from_args(resource_args(plan, r, None)) for r in plan.analyzable()]
+    with stackconfig.loaded(plan.config), recording_exemptions() as exemptions:
+        for rule in ALL_RULES:
+            level = _level(rule, config)
+            if level == EnforcementLevel.DISABLED:
+                continue
+            if level == EnforcementLevel.REMEDIATE:
+                level = EnforcementLevel.MANDATORY  # the engine reports remediations as mandatory
+            result = RuleResult(rule, level)
+            results.append(result)
+            rule_config = _rule_config(rule, config)
+            if rule.kind == "resource":
+                _run_resource_rule(
+                    plan,
+                    rule,
+                    rule_config=rule_config,
+                    result=result,
+                    findings=findings,
+                    views=views,
+                )
+            else:
+                _run_stack_rule(plan, rule, rule_config, result, findings)
+        rows = evidence_rows(plan)
+    return Review(plan, tuple(results), tuple(findings), tuple(exemptions), tuple(rows))
+
+
+def _run_resource_rule(
+    plan: Plan,
+    rule: Rule,
+    *,
+    rule_config: Mapping[str, Any] | None,
+    result: RuleResult,
+    findings: list[Finding],
+    views: list[ResourceView],
+) -> None:
+    validate = validate_resource(rule)
+    for resource, view in zip(plan.analyzable(), views, strict=True):
+        if not rule.applies_to(view):
+            continue
+        result.evaluated += 1
+
+        def report(message: str, urn: str | None = None, _urn: str = resource.urn) -> None:
+            result.failed.add(_urn)
+            findings.append(Finding(rule.id, _urn, message, result.enforcement))
+
+        try:
+            validate(resource_args(plan, resource, rule_config), report)
+        except UnknownValueError as err:
+            result.unknown.add(resource.urn)
+            findings.append(
+                Finding(
+                    rule.id,
+                    resource.urn,
+                    f"cannot be checked during preview: {err.message}",
+                    EnforcementLevel.ADVISORY,
+                    unknown=True,
+                )
+            )
+
+
+def _run_stack_rule(
+    plan: Plan,
+    rule: Rule,
+    rule_config: Mapping[str, Any] | None,
+    result: RuleResult,
+    findings: list[Finding],
+) -> None:
+    resources = stack_resources(plan)
+    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in resources))
+    result.evaluated = sum(1 for view in stack.resources if rule.applies_to(view))
+
+    def report(message: str, urn: str | None = None) -> None:
+        if urn:
+            result.failed.add(urn)
+        else:
+            result.stack_failed = True
+        findings.append(Finding(rule.id, urn, message, result.enforcement))
+
+    try:
+        validate_stack(rule)(
+            StackValidationArgs(resources, dict(rule_config) if rule_config else None), report
+        )
+    except UnknownValueError as err:
+        findings.append(
+            Finding(
+                rule.id,
+                None,
+                f"cannot be checked during preview: {err.message}",
+                EnforcementLevel.ADVISORY,
+                unknown=True,
+            )
+        )

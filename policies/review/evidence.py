@@ -1,0 +1,115 @@
+"""The residency evidence table: where each resource lives and which key encrypts it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from policies.aws import is_global_service, region_of
+from policies.k8s import CONFIGMAP_TYPE, HELM_RELEASE_TYPE
+from policies.model import ResourceView, StackView
+from policies.review.plan import Plan, stack_resources
+from policies.rules.encryption import key_refs
+from policies.rules.residency import SITE_CONFIGMAP, SITE_NAMESPACE
+from policies.rules.stack import BUCKET, SSE_CONFIG, bucket_ids, refers_to, stack_key_for
+from policies.values import dig, is_unknown
+
+UNKNOWN_TEXT = "(known after apply)"
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    """One resource's place and key.
+
+    Args:
+        urn, type, name: the resource.
+        location: AWS region (or ``global``), or the Kubernetes site and country.
+        zone: availability zone(s) or on-prem rack, where the plan says.
+        key: the KMS key that encrypts its data (the stack's key name, or the value given).
+    """
+
+    urn: str
+    type: str
+    name: str
+    location: str
+    zone: str
+    key: str
+
+
+def _text(value: object) -> str:
+    if value in (None, ""):
+        return "-"
+    return UNKNOWN_TEXT if is_unknown(value) else str(value)
+
+
+def _sites(stack: StackView) -> dict[str, str]:
+    sites: dict[str, str] = {}
+    for resource in stack.of_type(CONFIGMAP_TYPE):
+        meta = resource.props.get("metadata")
+        if dig(meta, "name") == SITE_CONFIGMAP and dig(meta, "namespace") == SITE_NAMESPACE:
+            data = resource.props.get("data")
+            data = data if isinstance(data, Mapping) else {}
+            if resource.provider is not None:
+                sites[resource.provider.urn] = (
+                    f"site {_text(data.get('site'))} ({_text(data.get('country'))})"
+                )
+    return sites
+
+
+def _zones(stack: StackView, resource: ResourceView) -> str:
+    own = resource.props.get("availabilityZone")
+    if own not in (None, ""):
+        return _text(own)
+    index = stack.by_urn()
+    zones = {
+        _text(index[urn].props.get("availabilityZone"))
+        for prop in ("subnetIds", "subnetId")
+        for urn in resource.property_dependencies.get(prop, ())
+        if urn in index and index[urn].props.get("availabilityZone") not in (None, "")
+    }
+    return ", ".join(sorted(zones)) or "-"
+
+
+def _key(stack: StackView, resource: ResourceView) -> str:
+    refs = key_refs(resource)
+    if resource.type == BUCKET:
+        ids = bucket_ids(resource)
+        for config in stack.of_type(SSE_CONFIG):
+            if refers_to(config, "bucket", resource, ids):
+                refs = key_refs(config)
+                resource = config
+                break
+    names = []
+    for ref in refs:
+        key = stack_key_for(stack, resource, ref.top, ref.value)
+        names.append(key.name if key is not None else _text(ref.value))
+    return ", ".join(dict.fromkeys(n for n in names if n != "-")) or "-"
+
+
+def evidence_rows(plan: Plan) -> list[EvidenceRow]:
+    """A row for every custom resource of the plan (providers excluded)."""
+    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in stack_resources(plan)))
+    sites = _sites(stack)
+    rows = []
+    for resource in stack.resources:
+        plan_resource = plan.index[resource.urn]
+        if not plan_resource.custom or resource.type.startswith("pulumi:providers:"):
+            continue
+        if resource.type.startswith("aws:"):
+            location = "global" if is_global_service(resource.type) else _text(region_of(resource))
+        elif resource.type.startswith("kubernetes:") or resource.type == HELM_RELEASE_TYPE:
+            provider = resource.provider.urn if resource.provider else None
+            location = sites.get(provider or "", "site undeclared")
+        else:
+            location = "-"
+        rows.append(
+            EvidenceRow(
+                resource.urn,
+                resource.type,
+                resource.name,
+                location,
+                _zones(stack, resource),
+                _key(stack, resource),
+            )
+        )
+    return rows

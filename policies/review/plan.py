@@ -1,0 +1,252 @@
+"""Reading a plan document (``pulumi preview --json`` shape) into the engine's arguments.
+
+Every step that leaves a resource in the stack (create, update, same, replace ...) is
+turned into exactly what the engine hands a policy pack: `ResourceValidationArgs`
+(inputs behind the unknown-checking proxy, the provider with its inputs) for resource
+policies, `PolicyResource` objects (with parents and property dependencies resolved)
+for stack policies. Reads (``pulumi.get``-style resources) take part only in stack
+policies, as in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pulumi_policy import (
+    PolicyCustomTimeouts,
+    PolicyProviderResource,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+)
+from pulumi_policy.proxy import unknown_checking_proxy
+
+from policies.model import provider_urn, urn_name
+from policies.values import decode_plan_value
+
+# Steps whose resource no longer exists after the update.
+GONE_OPS = frozenset(
+    {"delete", "delete-replaced", "discard", "discard-replaced", "remove-pending-replace"}
+)
+READ_OPS = frozenset({"read", "read-replacement", "refresh", "read-discard"})
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be reviewed; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class PlanResource:
+    """One resource of the plan, decoded.
+
+    Args:
+        urn, type, name: identity of the resource.
+        custom: False for component resources.
+        op: the step's operation (create, update, same, ...).
+        inputs: its inputs (secrets unwrapped, unknown sentinels kept).
+        state: its planned state: outputs where the plan has them, else inputs.
+        provider: the provider URN (without the ``::<id>`` suffix), if any.
+        parent, dependencies, property_dependencies: the graph, as URNs.
+        protect: the protect option.
+    """
+
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    op: str
+    inputs: dict[str, Any]
+    state: dict[str, Any]
+    provider: str | None
+    parent: str | None
+    dependencies: tuple[str, ...] = ()
+    property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    protect: bool = False
+
+    @property
+    def is_provider(self) -> bool:
+        return self.type.startswith("pulumi:providers:")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A decoded plan document."""
+
+    path: Path
+    config: dict[str, Any]
+    resources: tuple[PlanResource, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @cached_property
+    def index(self) -> dict[str, PlanResource]:
+        return {r.urn: r for r in self.resources}
+
+    def analyzable(self) -> list[PlanResource]:
+        """What the engine runs resource policies on: registered, not read, resources."""
+        return [r for r in self.resources if r.op not in READ_OPS]
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and check a plan file; `PlanError` names the problem and how to fix it."""
+    if not path.is_file():
+        raise PlanError(f"{path}: no such file (run `make plan STACK=<stack>` to write one)")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise PlanError(f"{path}: not UTF-8 text ({err.reason})") from err
+    except json.JSONDecodeError as err:
+        raise PlanError(
+            f"{path}: not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+        ) from err
+    return parse_plan(document, path)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def parse_plan(document: Any, path: Path) -> Plan:
+    """The `Plan` of an already parsed plan document."""
+    hint = "expected the output of `pulumi preview --json` or `make plan`"
+    if not isinstance(document, Mapping):
+        raise PlanError(
+            f"{path}: the top level is a {type(document).__name__}, not an object; {hint}"
+        )
+    steps = document.get("steps")
+    if not isinstance(steps, list):
+        raise PlanError(f"{path}: no `steps` list; {hint}")
+    config = document.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise PlanError(f"{path}: `config` is not an object; {hint}")
+    resources: list[PlanResource] = []
+    problems: list[str] = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, Mapping):
+            problems.append(f"steps[{index}] is not an object")
+            continue
+        op = str(step.get("op", "create"))
+        if op in GONE_OPS:
+            continue
+        state = step.get("newState")
+        if not isinstance(state, Mapping):
+            problems.append(f"steps[{index}] ({op}) has no `newState` object")
+            continue
+        urn = state.get("urn") or step.get("urn")
+        kind = state.get("type")
+        if not isinstance(urn, str) or not urn.startswith("urn:pulumi:"):
+            problems.append(f"steps[{index}].newState.urn is missing or not a URN")
+            continue
+        if not isinstance(kind, str) or not kind:
+            problems.append(f"steps[{index}].newState.type is missing")
+            continue
+        inputs = state.get("inputs") or {}
+        outputs = state.get("outputs") or {}
+        if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
+            problems.append(f"steps[{index}]: inputs/outputs are not objects")
+            continue
+        prop_deps = state.get("propertyDependencies") or {}
+        decoded_inputs = decode_plan_value(dict(inputs))
+        resources.append(
+            PlanResource(
+                urn=urn,
+                type=kind,
+                name=urn_name(urn),
+                custom=bool(state.get("custom", True)),
+                op=op,
+                inputs=decoded_inputs,
+                state=decode_plan_value({**inputs, **outputs}) if outputs else decoded_inputs,
+                provider=provider_urn(state.get("provider") or step.get("provider")),
+                parent=state.get("parent") if isinstance(state.get("parent"), str) else None,
+                dependencies=_strings(state.get("dependencies")),
+                property_dependencies={str(k): _strings(v) for k, v in prop_deps.items()}
+                if isinstance(prop_deps, Mapping)
+                else {},
+                protect=bool(state.get("protect", False)),
+            )
+        )
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise PlanError(f"{path}: {shown}; {hint}")
+    return Plan(path, dict(config), tuple(resources))
+
+
+def _options(resource: PlanResource) -> PolicyResourceOptions:
+    return PolicyResourceOptions(
+        protect=resource.protect,
+        ignore_changes=[],
+        delete_before_replace=None,
+        aliases=[],
+        custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
+        additional_secret_outputs=[],
+        parent=resource.parent,
+    )
+
+
+def _provider(
+    plan_index: Mapping[str, PlanResource], urn: str | None
+) -> PolicyProviderResource | None:
+    if urn is None:
+        return None
+    provider = plan_index.get(urn)
+    props = provider.inputs if provider is not None else {}
+    kind = (
+        provider.type
+        if provider is not None
+        else urn.split("::")[2]
+        if urn.count("::") >= 3
+        else ""
+    )
+    return PolicyProviderResource(kind, unknown_checking_proxy(props), urn, urn_name(urn))
+
+
+def resource_args(
+    plan: Plan, resource: PlanResource, config: Mapping[str, Any] | None
+) -> ResourceValidationArgs:
+    """The `ResourceValidationArgs` the engine would send for ``resource``."""
+    return ResourceValidationArgs(
+        resource.type,
+        unknown_checking_proxy(resource.inputs),
+        resource.urn,
+        resource.name,
+        _options(resource),
+        _provider(plan.index, resource.provider),
+        dict(config) if config else None,
+    )
+
+
+def stack_resources(plan: Plan) -> list[PolicyResource]:
+    """The `PolicyResource` list the engine would send to stack policies."""
+    index = plan.index
+    objects: dict[str, PolicyResource] = {}
+    for resource in plan.resources:
+        objects[resource.urn] = PolicyResource(
+            resource.type,
+            unknown_checking_proxy(resource.state),
+            resource.urn,
+            resource.name,
+            _options(resource),
+            _provider(index, resource.provider),
+            None,
+            [],
+            {},
+        )
+    for resource in plan.resources:
+        target = objects[resource.urn]
+        if resource.parent in objects:
+            target.parent = objects[resource.parent]
+        target.dependencies = [objects[u] for u in resource.dependencies if u in objects]
+        target.property_dependencies = {
+            key: [objects[u] for u in urns if u in objects]
+            for key, urns in resource.property_dependencies.items()
+        }
+    return list(objects.values())

@@ -1,0 +1,18 @@
+"""Every rule of the pack, one module per concern; `ALL_RULES` is the pack's content."""
+
+from __future__ import annotations
+
+from policies.model import Rule
+from policies.rules import encryption, exposure, identity, kubernetes, residency, stack, tags
+
+
+def _rules_of(module: object) -> list[Rule]:
+    return [value for value in vars(module).values() if isinstance(value, Rule)]
+
+
+ALL_RULES: tuple[Rule, ...] = tuple(
+    rule
+    for module in (residency, encryption, exposure, identity, kubernetes, tags, stack)
+    for rule in _rules_of(module)
+)
+RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}

@@ -1,0 +1,298 @@
+"""Encryption: data at rest under customer-managed keys; KMS keys kept in good order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.aws import is_aws_managed_key, parse_arn, region_of
+from policies.model import ResourceView, resource_rule, types_in
+from policies.settings import Settings
+from policies.values import as_list, dig, is_unknown, known, parse_json_document
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    """Where a resource names its KMS key.
+
+    Args:
+        path: the property path, for messages (``blockDeviceMappings[0].ebs.kmsKeyId``).
+        top: the top-level property, whose property dependencies say where the key
+            came from.
+        value: the key id, ARN or alias given (None when missing).
+    """
+
+    path: str
+    top: str
+    value: Any
+
+
+def key_refs(resource: ResourceView) -> list[KeyRef]:
+    """Every KMS key reference of the resource types this pack knows to encrypt data."""
+    props, kind = resource.props, resource.type
+    simple = {
+        "aws:ebs/volume:Volume": "kmsKeyId",
+        "aws:fsx/lustreFileSystem:LustreFileSystem": "kmsKeyId",
+        "aws:efs/fileSystem:FileSystem": "kmsKeyId",
+        "aws:cloudwatch/logGroup:LogGroup": "kmsKeyId",
+        "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
+        "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
+        "aws:cloudtrail/trail:Trail": "kmsKeyId",
+    }
+    if kind in simple:
+        return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
+    refs: list[KeyRef] = []
+    if kind == "aws:ec2/launchTemplate:LaunchTemplate":
+        for i, mapping in enumerate(as_list(props.get("blockDeviceMappings"))):
+            value = dig(mapping, "ebs", "kmsKeyId")
+            refs.append(
+                KeyRef(f"blockDeviceMappings[{i}].ebs.kmsKeyId", "blockDeviceMappings", value)
+            )
+    elif (
+        kind
+        == "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    ):
+        for i, rule in enumerate(as_list(props.get("rules"))):
+            value = dig(rule, "applyServerSideEncryptionByDefault", "kmsMasterKeyId")
+            path = f"rules[{i}].applyServerSideEncryptionByDefault.kmsMasterKeyId"
+            refs.append(KeyRef(path, "rules", value))
+    elif kind == "aws:eks/cluster:Cluster":
+        value = dig(props, "encryptionConfig", "provider", "keyArn")
+        refs.append(KeyRef("encryptionConfig.provider.keyArn", "encryptionConfig", value))
+    elif kind == "aws:ecr/repository:Repository":
+        for i, config in enumerate(as_list(props.get("encryptionConfigurations"))):
+            value = dig(config, "kmsKey")
+            refs.append(
+                KeyRef(f"encryptionConfigurations[{i}].kmsKey", "encryptionConfigurations", value)
+            )
+    elif kind == "aws:ec2/instance:Instance":
+        refs.append(
+            KeyRef(
+                "rootBlockDevice.kmsKeyId",
+                "rootBlockDevice",
+                dig(props, "rootBlockDevice", "kmsKeyId"),
+            )
+        )
+        for i, device in enumerate(as_list(props.get("ebsBlockDevices"))):
+            refs.append(
+                KeyRef(f"ebsBlockDevices[{i}].kmsKeyId", "ebsBlockDevices", dig(device, "kmsKeyId"))
+            )
+    elif kind == "aws:s3/bucketReplicationConfig:BucketReplicationConfig":
+        for i, rule in enumerate(as_list(props.get("rules"))):
+            value = dig(rule, "destination", "encryptionConfiguration", "replicaKmsKeyId")
+            if value is not None:
+                path = f"rules[{i}].destination.encryptionConfiguration.replicaKmsKeyId"
+                refs.append(KeyRef(path, "rules", value))
+    return refs
+
+
+ENCRYPTED_TYPES = (
+    "aws:ebs/volume:Volume",
+    "aws:ec2/launchTemplate:LaunchTemplate",
+    "aws:eks/nodeGroup:NodeGroup",
+    "aws:fsx/lustreFileSystem:LustreFileSystem",
+    "aws:efs/fileSystem:FileSystem",
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+    "aws:cloudwatch/logGroup:LogGroup",
+    "aws:eks/cluster:Cluster",
+    "aws:ecr/repository:Repository",
+    "aws:ebs/snapshotCopy:SnapshotCopy",
+    "aws:ec2/amiCopy:AmiCopy",
+    "aws:ec2/instance:Instance",
+)
+
+
+def _truthy(value: Any, path: str) -> bool:
+    """Booleans, and the "true" strings some inputs (launch template EBS) take."""
+    value = known(value, path)
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str | None:
+    if ref.value in (None, ""):
+        return f"`{ref.path}` is not set: the data is not under a customer-managed key"
+    if is_unknown(ref.value):
+        # Computed from another resource; `uae-kms-key-from-stack` checks where it comes from.
+        return None
+    value = str(ref.value)
+    if is_aws_managed_key(value):
+        return f"`{ref.path}` is the AWS-managed key {value}, not a customer-managed key"
+    arn = parse_arn(value)
+    if arn is not None and arn.region:
+        region = known(region_of(resource), "region")
+        if arn.region not in settings.allowed_regions or (region and arn.region != region):
+            return f"`{ref.path}` is a key in {arn.region}, not in the resource's region {region}"
+    return None
+
+
+@resource_rule(
+    id="aws-encryption-customer-managed-key",
+    description=(
+        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets and ECR are "
+        "encrypted with a customer-managed KMS key in the resource's own region."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Create an `aws.kms.Key` in the stack's region and pass it (`kmsKeyId`, "
+        "`kmsMasterKeyId` with `sse_algorithm=aws:kms`, `encryptionConfig.provider.keyArn` "
+        "with resources [secrets], ECR `encryptionType=KMS`); node groups need a launch "
+        "template whose block device mappings set `encrypted` and `kmsKeyId`."
+    ),
+    controls=(*controls.CRYPTO, controls.CIS_EKS_5_3_1),
+    applies_to=types_in(*ENCRYPTED_TYPES),
+    config_keys=("allowedRegions",),
+)
+def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props, kind = resource.props, resource.type
+    if kind == "aws:eks/nodeGroup:NodeGroup":
+        if props.get("launchTemplate") in (None, {}):
+            yield (
+                "the node group has no launch template, so its node disks cannot be given a "
+                "customer-managed key"
+            )
+        return
+    if kind in ("aws:ebs/volume:Volume", "aws:efs/fileSystem:FileSystem") and not _truthy(
+        props.get("encrypted"), "encrypted"
+    ):
+        yield "`encrypted` is not true"
+    if kind in ("aws:ebs/snapshotCopy:SnapshotCopy", "aws:ec2/amiCopy:AmiCopy") and not _truthy(
+        props.get("encrypted"), "encrypted"
+    ):
+        yield "`encrypted` is not true"
+    if kind == "aws:fsx/lustreFileSystem:LustreFileSystem":
+        deployment = known(props.get("deploymentType"), "deploymentType")
+        if isinstance(deployment, str) and deployment.startswith("SCRATCH"):
+            yield (
+                f"deployment type {deployment} cannot use a customer-managed key; use "
+                "PERSISTENT_2 with `kmsKeyId`"
+            )
+            return
+    if kind == "aws:ec2/launchTemplate:LaunchTemplate":
+        mappings = as_list(props.get("blockDeviceMappings"))
+        if not mappings:
+            yield (
+                "no `blockDeviceMappings`: the root volume falls back to the AMI's default, "
+                "without a customer-managed key"
+            )
+        for i, mapping in enumerate(mappings):
+            ebs = dig(mapping, "ebs")
+            if ebs is not None and not _truthy(
+                dig(ebs, "encrypted"), f"blockDeviceMappings[{i}].ebs.encrypted"
+            ):
+                yield f"`blockDeviceMappings[{i}].ebs.encrypted` is not true"
+    if (
+        kind
+        == "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    ):
+        rules = as_list(props.get("rules"))
+        if not rules:
+            yield "no encryption rule is set"
+        for i, rule in enumerate(rules):
+            path = f"rules[{i}].applyServerSideEncryptionByDefault.sseAlgorithm"
+            algorithm = known(dig(rule, "applyServerSideEncryptionByDefault", "sseAlgorithm"), path)
+            if algorithm not in ("aws:kms", "aws:kms:dsse"):
+                yield f"`{path}` is {algorithm!r}, not aws:kms (a customer-managed key)"
+    if kind == "aws:eks/cluster:Cluster":
+        resources = known(dig(props, "encryptionConfig", "resources"), "encryptionConfig.resources")
+        if "secrets" not in as_list(resources):
+            yield "`encryptionConfig.resources` does not include secrets"
+    if kind == "aws:ecr/repository:Repository":
+        configs = as_list(props.get("encryptionConfigurations"))
+        if not configs:
+            yield "no `encryptionConfigurations`: images are encrypted with an AWS-owned key"
+        for i, config in enumerate(configs):
+            path = f"encryptionConfigurations[{i}].encryptionType"
+            encryption = known(dig(config, "encryptionType"), path)
+            if encryption not in ("KMS", "KMS_DSSE"):
+                yield f"`{path}` is {encryption!r}, not KMS"
+    if kind == "aws:ec2/instance:Instance" and not _truthy(
+        dig(props, "rootBlockDevice", "encrypted"), "rootBlockDevice.encrypted"
+    ):
+        yield "`rootBlockDevice.encrypted` is not true"
+    for ref in key_refs(resource):
+        problem = _key_problem(ref, resource, settings)
+        if problem:
+            yield problem
+
+
+KEY_TYPE = "aws:kms/key:Key"
+
+
+def _symmetric(resource: ResourceView) -> bool:
+    spec = resource.props.get("customerMasterKeySpec")
+    usage = resource.props.get("keyUsage")
+    return spec in (None, "", "SYMMETRIC_DEFAULT") and usage in (None, "", "ENCRYPT_DECRYPT")
+
+
+@resource_rule(
+    id="aws-kms-key-rotation",
+    description="Symmetric customer-managed KMS keys rotate their key material automatically.",
+    severity=Severity.MEDIUM,
+    remediation="Set `enableKeyRotation: true` on the key (optionally `rotationPeriodInDays`).",
+    controls=(controls.ISO_8_24, controls.PDPL_20_SECURITY),
+    applies_to=lambda r: r.type == KEY_TYPE and _symmetric(r),
+)
+def kms_key_rotation(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if known(resource.props.get("enableKeyRotation"), "enableKeyRotation") is not True:
+        yield "`enableKeyRotation` is not true"
+
+
+@resource_rule(
+    id="aws-kms-deletion-window",
+    description="KMS keys set an explicit deletion window of at least the configured minimum.",
+    severity=Severity.MEDIUM,
+    remediation=(
+        "Set `deletionWindowInDays` (7 to 30; 30 for production keys) so a scheduled deletion "
+        "can be cancelled before the data it protects becomes unreadable."
+    ),
+    controls=(controls.ISO_8_24, controls.ISO_8_13),
+    applies_to=types_in(KEY_TYPE, "aws:kms/replicaKey:ReplicaKey"),
+    config_keys=("minKeyDeletionWindowDays",),
+)
+def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    days = known(resource.props.get("deletionWindowInDays"), "deletionWindowInDays")
+    if days is None:
+        yield "`deletionWindowInDays` is not set"
+    elif not isinstance(days, int | float) or days < settings.min_key_deletion_window_days:
+        yield f"`deletionWindowInDays` is {days}, below {settings.min_key_deletion_window_days}"
+
+
+def statements(document: Any) -> list[dict[str, Any]]:
+    """The statements of an IAM/KMS/S3 policy document (a JSON string or a mapping)."""
+    parsed = parse_json_document(document)
+    if not isinstance(parsed, dict):
+        return []
+    found = parsed.get("Statement")
+    return [s for s in as_list(found) if isinstance(s, dict)]
+
+
+def wildcard_principal(principal: Any) -> bool:
+    """True for ``"*"`` or ``{"AWS": "*"}`` (any principal of any account)."""
+    if principal == "*":
+        return True
+    if isinstance(principal, dict):
+        return any("*" in as_list(value) for value in principal.values())
+    return False
+
+
+@resource_rule(
+    id="aws-kms-policy-no-wildcard-principal",
+    description="KMS key policies grant nothing to the wildcard principal `*`.",
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Name the account root, roles or services that may use the key in each Allow "
+        "statement instead of `*`."
+    ),
+    controls=(controls.ISO_8_24, controls.ISO_5_15, controls.PDPL_20_SECURITY),
+    applies_to=types_in(KEY_TYPE, "aws:kms/keyPolicy:KeyPolicy"),
+)
+def kms_policy_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    document = known(resource.props.get("policy"), "policy")
+    for index, statement in enumerate(statements(document)):
+        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
+            sid = statement.get("Sid") or f"#{index}"
+            yield f"statement {sid} allows the wildcard principal `*`"

@@ -1,0 +1,253 @@
+"""Exposure: nothing of the platform is reachable from the internet by default."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.k8s import HELM_RELEASE_TYPE, kind_of, metadata, object_annotations
+from policies.model import ResourceView, resource_rule, types_in
+from policies.settings import Settings
+from policies.values import as_list, dig, known
+
+WORLD_CIDRS = ("0.0.0.0/0", "::/0")
+
+
+def _within(cidr: str, allowed: tuple[str, ...]) -> bool:
+    try:
+        network = ipaddress.ip_network(cidr, strict=False)
+        return any(
+            network.version == ipaddress.ip_network(a, strict=False).version
+            and network.subnet_of(ipaddress.ip_network(a, strict=False))  # type: ignore[arg-type]
+            for a in allowed
+        )
+    except ValueError:
+        return False
+
+
+@resource_rule(
+    id="aws-eks-endpoint-private",
+    description=(
+        "The EKS API endpoint is private, or public only to the CIDRs listed in pack config."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Set `vpcConfig.endpointPrivateAccess: true` and `vpcConfig.endpointPublicAccess: "
+        "false`; if operators need the public endpoint, list their CIDRs in "
+        "`vpcConfig.publicAccessCidrs` and in the pack config's `allowedEndpointCidrs`."
+    ),
+    controls=(controls.CIS_EKS_5_4_1, controls.CIS_EKS_5_4_2, controls.ISO_8_20),
+    applies_to=types_in("aws:eks/cluster:Cluster"),
+    config_keys=("allowedEndpointCidrs",),
+)
+def eks_endpoint_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    vpc = resource.props.get("vpcConfig")
+    private = known(dig(vpc, "endpointPrivateAccess"), "vpcConfig.endpointPrivateAccess")
+    public = known(dig(vpc, "endpointPublicAccess"), "vpcConfig.endpointPublicAccess")
+    if private is not True:
+        yield "`vpcConfig.endpointPrivateAccess` is not true: nodes reach the API over the internet"
+    if public is False:
+        return
+    # EKS opens the public endpoint to 0.0.0.0/0 unless told otherwise.
+    cidrs = as_list(known(dig(vpc, "publicAccessCidrs"), "vpcConfig.publicAccessCidrs"))
+    if not cidrs or any(c in WORLD_CIDRS for c in cidrs):
+        yield "the public endpoint is open to the whole internet (set endpointPublicAccess false)"
+        return
+    outside = [c for c in cidrs if not _within(str(c), settings.allowed_endpoint_cidrs)]
+    if outside:
+        yield f"the public endpoint is open to {', '.join(map(str, outside))} (not allowed CIDRs)"
+
+
+SG_TYPES = (
+    "aws:ec2/securityGroup:SecurityGroup",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "aws:ec2/securityGroupRule:SecurityGroupRule",
+)
+
+
+@resource_rule(
+    id="aws-no-world-ingress",
+    description="No security group admits traffic from 0.0.0.0/0 or ::/0.",
+    severity=Severity.HIGH,
+    remediation=(
+        "Restrict the rule's source to the VPC CIDR, a prefix list or a security group; "
+        "reach the nodes through SSM Session Manager instead of open ports."
+    ),
+    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.CIS_EKS_5_4_3),
+    applies_to=types_in(*SG_TYPES),
+)
+def no_world_ingress(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    if resource.type == "aws:ec2/securityGroup:SecurityGroup":
+        for i, rule in enumerate(as_list(props.get("ingress"))):
+            for key in ("cidrBlocks", "ipv6CidrBlocks"):
+                cidrs = as_list(known(dig(rule, key), f"ingress[{i}].{key}"))
+                for cidr in cidrs:
+                    if cidr in WORLD_CIDRS:
+                        yield f"`ingress[{i}].{key}` admits {cidr}"
+    elif resource.type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
+        for key in ("cidrIpv4", "cidrIpv6"):
+            if known(props.get(key), key) in WORLD_CIDRS:
+                yield f"`{key}` admits {props[key]}"
+    elif known(props.get("type"), "type") == "ingress":
+        for key in ("cidrBlocks", "ipv6CidrBlocks"):
+            for cidr in as_list(known(props.get(key), key)):
+                if cidr in WORLD_CIDRS:
+                    yield f"`{key}` admits {cidr}"
+
+
+@resource_rule(
+    id="aws-s3-public-access-block",
+    description="S3 public access blocks turn on all four of their settings.",
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Set blockPublicAcls, blockPublicPolicy, ignorePublicAcls and restrictPublicBuckets "
+        "to true on the bucket's `aws.s3.BucketPublicAccessBlock`."
+    ),
+    controls=(controls.ISO_8_3, controls.ISO_8_12, controls.PDPL_20_SECURITY),
+    applies_to=types_in(
+        "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "aws:s3/bucketAcl:BucketAcl"
+    ),
+)
+def s3_public_access_block(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if resource.type == "aws:s3/bucketAcl:BucketAcl":
+        acl = known(resource.props.get("acl"), "acl")
+        if isinstance(acl, str) and acl.startswith(("public-", "authenticated-read")):
+            yield f"the bucket ACL {acl} grants access outside the account"
+        return
+    for key in (
+        "blockPublicAcls",
+        "blockPublicPolicy",
+        "ignorePublicAcls",
+        "restrictPublicBuckets",
+    ):
+        if known(resource.props.get(key), key) is not True:
+            yield f"`{key}` is not true"
+
+
+@resource_rule(
+    id="aws-no-public-ip-on-nodes",
+    description="Nodes get no public IP address: subnets, launch templates and instances.",
+    severity=Severity.HIGH,
+    remediation=(
+        "Set `mapPublicIpOnLaunch: false` on subnets and `associatePublicIpAddress: false` on "
+        "launch template network interfaces and instances; egress through a NAT gateway or "
+        "VPC endpoints."
+    ),
+    controls=(controls.CIS_EKS_5_4_3, controls.ISO_8_20, controls.ISO_8_22),
+    applies_to=types_in(
+        "aws:ec2/subnet:Subnet",
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        "aws:ec2/instance:Instance",
+    ),
+)
+def no_public_ip(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    if resource.type == "aws:ec2/subnet:Subnet":
+        if known(props.get("mapPublicIpOnLaunch"), "mapPublicIpOnLaunch") is True:
+            yield "`mapPublicIpOnLaunch` is true: instances launched here get public IPs"
+    elif resource.type == "aws:ec2/launchTemplate:LaunchTemplate":
+        for i, nic in enumerate(as_list(props.get("networkInterfaces"))):
+            path = f"networkInterfaces[{i}].associatePublicIpAddress"
+            if str(known(dig(nic, "associatePublicIpAddress"), path)).lower() == "true":
+                yield f"`{path}` is true"
+    elif known(props.get("associatePublicIpAddress"), "associatePublicIpAddress") is True:
+        yield "`associatePublicIpAddress` is true"
+
+
+@resource_rule(
+    id="aws-imdsv2-required",
+    description="Instances require IMDSv2 tokens and cap the metadata hop limit.",
+    severity=Severity.HIGH,
+    remediation=(
+        "Set `metadataOptions` with `httpTokens: required` and `httpPutResponseHopLimit` of "
+        "2 or less (2 lets pods on the node reach IMDS through one extra hop)."
+    ),
+    controls=(controls.CIS_EKS_3_x_NODES, controls.ISO_8_9, controls.ISO_8_2),
+    applies_to=types_in("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"),
+    config_keys=("maxMetadataHopLimit",),
+)
+def imdsv2_required(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    options = resource.props.get("metadataOptions")
+    if options in (None, {}):
+        yield "no `metadataOptions`: IMDSv1 stays enabled"
+        return
+    tokens = known(dig(options, "httpTokens"), "metadataOptions.httpTokens")
+    if tokens != "required":
+        yield f"`metadataOptions.httpTokens` is {tokens!r}, not required"
+    hops = known(dig(options, "httpPutResponseHopLimit"), "metadataOptions.httpPutResponseHopLimit")
+    if hops is None:
+        yield "`metadataOptions.httpPutResponseHopLimit` is not set"
+    elif not isinstance(hops, int | float) or hops > settings.max_metadata_hop_limit:
+        yield (
+            f"`metadataOptions.httpPutResponseHopLimit` is {hops}, above "
+            f"{settings.max_metadata_hop_limit}"
+        )
+
+
+MONITORING_RE = re.compile(r"grafana|prometheus|alertmanager", re.IGNORECASE)
+INTERNAL_ANNOTATIONS = {
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+
+
+def _internal(notes: Mapping[str, Any]) -> bool:
+    return any(
+        str(notes.get(key, "")).lower() == value for key, value in INTERNAL_ANNOTATIONS.items()
+    )
+
+
+def _public_services_in_values(values: Any, path: str = "values") -> Iterator[str]:
+    """Chart values that ask for a LoadBalancer service without an internal scheme."""
+    if isinstance(values, Mapping):
+        if values.get("type") == "LoadBalancer":
+            notes = values.get("annotations")
+            if not (isinstance(notes, Mapping) and _internal(notes)):
+                yield path
+        for key, value in values.items():
+            yield from _public_services_in_values(value, f"{path}.{key}")
+    elif isinstance(values, list):
+        for index, value in enumerate(values):
+            yield from _public_services_in_values(value, f"{path}[{index}]")
+
+
+def _monitoring_related(resource: ResourceView) -> bool:
+    if resource.type == HELM_RELEASE_TYPE:
+        return bool(MONITORING_RE.search(str(resource.props.get("chart", ""))))
+    if kind_of(resource) not in ("Service", "Ingress"):
+        return False
+    labels = metadata(resource).get("labels")
+    text = f"{metadata(resource).get('name', '')} {labels if isinstance(labels, Mapping) else ''}"
+    return bool(MONITORING_RE.search(text))
+
+
+@resource_rule(
+    id="k8s-monitoring-not-public",
+    description="Grafana, Prometheus and Alertmanager are not behind a public load balancer.",
+    severity=Severity.HIGH,
+    remediation=(
+        "Use a ClusterIP service reached through port-forwarding or an internal load "
+        "balancer (annotation service.beta.kubernetes.io/aws-load-balancer-scheme: internal); "
+        "for ingresses use alb.ingress.kubernetes.io/scheme: internal."
+    ),
+    controls=(controls.ISO_8_20, controls.ISO_8_3, controls.PDPL_20_SECURITY),
+    applies_to=_monitoring_related,
+)
+def monitoring_not_public(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if resource.type == HELM_RELEASE_TYPE:
+        for path in _public_services_in_values(known(resource.props.get("values"), "values")):
+            yield f"`{path}` asks for a LoadBalancer service without an internal scheme"
+        return
+    notes = object_annotations(resource)
+    if kind_of(resource) == "Service":
+        service_type = known(dig(resource.props, "spec", "type"), "spec.type")
+        if service_type == "LoadBalancer" and not _internal(notes):
+            yield "a LoadBalancer service without an internal scheme annotation is internet-facing"
+    elif str(notes.get("alb.ingress.kubernetes.io/scheme", "")).lower() == "internet-facing":
+        yield "the ingress asks for an internet-facing load balancer"

@@ -1,0 +1,221 @@
+"""Identity: least privilege in IAM policies and trust policies; scoped training roles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.rules.encryption import statements, wildcard_principal
+from policies.settings import Settings
+from policies.values import Deferred, as_list, dig, is_unknown, known
+
+POLICY_TYPES = (
+    "aws:iam/policy:Policy",
+    "aws:iam/rolePolicy:RolePolicy",
+    "aws:iam/userPolicy:UserPolicy",
+    "aws:iam/groupPolicy:GroupPolicy",
+    "aws:iam/role:Role",
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+    "aws:iam/userPolicyAttachment:UserPolicyAttachment",
+    "aws:iam/groupPolicyAttachment:GroupPolicyAttachment",
+)
+ADMIN_POLICY_ARNS = (
+    "arn:aws:iam::aws:policy/AdministratorAccess",
+    "arn:aws:iam::aws:policy/PowerUserAccess",
+    "arn:aws:iam::aws:policy/IAMFullAccess",
+)
+
+
+def policy_documents(resource: ResourceView) -> Iterator[tuple[str, Any]]:
+    """(path, document) of every permission policy a resource carries."""
+    props = resource.props
+    if resource.type == "aws:iam/role:Role":
+        for i, inline in enumerate(as_list(props.get("inlinePolicies"))):
+            yield f"inlinePolicies[{i}].policy", dig(inline, "policy")
+    elif "policy" in props:
+        yield "policy", props.get("policy")
+
+
+def _star(value: Any) -> bool:
+    return any(item in ("*", "*:*") for item in as_list(value))
+
+
+@resource_rule(
+    id="aws-iam-no-admin-wildcard",
+    description=(
+        "No IAM policy allows every action (`*`) on every resource (`*`), and no AWS "
+        "administrator policy is attached."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "List the actions and resource ARNs the principal needs; use AWS managed job-function "
+        "policies only where they are narrower than what you would write."
+    ),
+    controls=(controls.ISO_8_2, controls.ISO_5_15, controls.ISO_5_18),
+    applies_to=types_in(*POLICY_TYPES),
+)
+def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if resource.type.endswith("PolicyAttachment"):
+        arn = known(resource.props.get("policyArn"), "policyArn")
+        if arn in ADMIN_POLICY_ARNS:
+            yield f"attaches {arn}"
+        return
+    if resource.type == "aws:iam/role:Role":
+        for arn in as_list(known(resource.props.get("managedPolicyArns"), "managedPolicyArns")):
+            if arn in ADMIN_POLICY_ARNS:
+                yield f"attaches {arn}"
+    for path, document in policy_documents(resource):
+        for index, statement in enumerate(statements(known(document, path))):
+            if (
+                statement.get("Effect") == "Allow"
+                and _star(statement.get("Action"))
+                and _star(statement.get("Resource"))
+            ):
+                yield f"`{path}` statement {statement.get('Sid') or index} allows `*` on `*`"
+
+
+@resource_rule(
+    id="aws-iam-trust-no-wildcard-principal",
+    description="No IAM role trust policy lets the wildcard principal `*` assume the role.",
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Name the service (e.g. ec2.amazonaws.com, pods.eks.amazonaws.com), account or OIDC "
+        "provider that may assume the role."
+    ),
+    controls=(controls.ISO_5_15, controls.ISO_8_2, controls.PDPL_20_SECURITY),
+    applies_to=types_in("aws:iam/role:Role"),
+)
+def trust_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    document = known(resource.props.get("assumeRolePolicy"), "assumeRolePolicy")
+    for index, statement in enumerate(statements(document)):
+        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
+            sid = statement.get("Sid") or index
+            yield f"trust statement {sid} lets any principal assume the role"
+
+
+S3_OBJECT_ACTION_PREFIXES = (
+    "s3:*",
+    "s3:get",
+    "s3:put",
+    "s3:delete",
+    "s3:abortmultipart",
+    "s3:restore",
+)
+
+
+def _object_actions(actions: Any) -> list[str]:
+    return [
+        str(a)
+        for a in as_list(actions)
+        if a in ("*", "*:*") or str(a).lower().startswith(S3_OBJECT_ACTION_PREFIXES)
+    ]
+
+
+def _scoped_object_arn(arn: str) -> bool:
+    """``arn:aws:s3:::bucket/prefix/...``: a bucket and a non-wildcard key prefix."""
+    if not arn.startswith("arn:aws:s3:::"):
+        return False
+    bucket, _, key = arn[len("arn:aws:s3:::") :].partition("/")
+    return bool(bucket) and "*" not in bucket and bool(key) and not key.startswith("*")
+
+
+def _role_name_matches(role: ResourceView, pattern: str) -> bool:
+    name = role.props.get("name")
+    names = [role.name] + ([name] if isinstance(name, str) and not is_unknown(name) else [])
+    return any(pattern.lower() in n.lower() for n in names)
+
+
+def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[str, str, Any]]:
+    """(resource urn, path, document) of every policy attached to ``role`` in the stack."""
+    for path, document in policy_documents(role):
+        yield role.urn, path, document
+    role_name = role.props.get("name")
+    index = stack.by_urn()
+    for resource in stack.resources:
+        if resource.type not in (
+            "aws:iam/rolePolicy:RolePolicy",
+            "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        ):
+            continue
+        target = resource.props.get("role")
+        linked = role.urn in resource.property_dependencies.get("role", ()) or (
+            target is not None and not is_unknown(target) and target in (role_name, role.name)
+        )
+        if not linked:
+            continue
+        if resource.type == "aws:iam/rolePolicy:RolePolicy":
+            yield resource.urn, "policy", resource.props.get("policy")
+            continue
+        policies = [
+            index[u] for u in resource.property_dependencies.get("policyArn", ()) if u in index
+        ]
+        for policy in policies:
+            if policy.type == "aws:iam/policy:Policy":
+                yield policy.urn, "policy", policy.props.get("policy")
+        arn = resource.props.get("policyArn")
+        if not policies and isinstance(arn, str) and arn.startswith("arn:aws:iam::aws:policy/"):
+            yield resource.urn, f"managed policy {arn}", arn
+
+
+@stack_rule(
+    id="aws-iam-training-role-scoped",
+    description=(
+        "Training roles reach S3 objects only under their own bucket prefix "
+        "(arn:aws:s3:::<bucket>/<prefix>/...), never bucket-wide or account-wide."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Scope object actions to `arn:aws:s3:::<bucket>/<team-or-job prefix>/*` and "
+        "ListBucket to the bucket with an `s3:prefix` condition; do not attach AWS managed "
+        "S3 policies to training roles."
+    ),
+    controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_3, controls.PDPL_20_SECURITY),
+    applies_to=lambda r: r.type == "aws:iam/role:Role",
+    config_keys=("trainingRolePattern",),
+)
+def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+    deferred = Deferred()
+    for role in stack.of_type("aws:iam/role:Role"):
+        if not _role_name_matches(role, settings.training_role_pattern):
+            continue
+        for urn, path, document in _attached_documents(stack, role):
+            with deferred.each():
+                if path.startswith("managed policy"):
+                    yield role.urn, f"training role {role.name} has the AWS {path} attached"
+                    continue
+                for statement in statements(known(document, f"{urn.rsplit('::', 1)[-1]}.{path}")):
+                    if statement.get("Effect") != "Allow":
+                        continue
+                    if _object_actions(statement.get("Action")):
+                        for arn in as_list(statement.get("Resource")):
+                            if not _scoped_object_arn(str(arn)):
+                                yield (
+                                    role.urn,
+                                    (
+                                        f"training role {role.name} may act on objects of {arn} "
+                                        f"(from {urn.rsplit('::', 1)[-1]}), not a bucket prefix"
+                                    ),
+                                )
+                    lists = [
+                        a
+                        for a in as_list(statement.get("Action"))
+                        if str(a).lower() == "s3:listbucket"
+                    ]
+                    if (
+                        lists
+                        and not dig(statement, "Condition", "StringLike", "s3:prefix")
+                        and not dig(statement, "Condition", "StringEquals", "s3:prefix")
+                    ):
+                        yield (
+                            role.urn,
+                            (
+                                f"training role {role.name} may list whole buckets "
+                                "(ListBucket without "
+                                "an s3:prefix condition)"
+                            ),
+                        )
+    deferred.finish()

@@ -1,0 +1,415 @@
+"""Residency: resources, copies, keys and images stay in the allowed regions and sites."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pulumi_policy import EnforcementLevel, Severity
+
+from policies import controls, stackconfig
+from policies.aws import (
+    AWS_PROVIDER_TYPE,
+    ECR_HOST_RE,
+    foreign_regions_in,
+    is_global_service,
+    parse_arn,
+    region_of,
+)
+from policies.k8s import (
+    CONFIGMAP_TYPE,
+    HELM_RELEASE_TYPE,
+    K8S_PROVIDER_TYPE,
+    containers,
+    has_pod_spec,
+    is_kubernetes_object,
+    parse_image,
+)
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.settings import Settings
+from policies.values import Deferred, as_list, dig, is_unknown, known, walk_strings
+
+SITE_CONFIGMAP = "gpuplatform-site"
+SITE_NAMESPACE = "kube-system"
+SITE_KINDS = ("on-premises", "aws-eks")
+
+
+def _regional_aws(resource: ResourceView) -> bool:
+    if resource.type == AWS_PROVIDER_TYPE:
+        return True
+    return resource.type.startswith("aws:") and not is_global_service(resource.type)
+
+
+@resource_rule(
+    id="uae-aws-region-allowlist",
+    description="Every AWS resource and AWS provider is pinned to an allowed region.",
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Register the resource through the stack's region-pinned AWS provider (or set its "
+        "`region` input) to an allowed region such as me-central-1; remove providers for "
+        "other regions."
+    ),
+    controls=controls.RESIDENCY,
+    applies_to=_regional_aws,
+    config_keys=("allowedRegions",),
+)
+def region_allowlist(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if resource.type == AWS_PROVIDER_TYPE:
+        region = resource.props.get("region")
+        if region in (None, ""):
+            yield (
+                "the AWS provider sets no region, so it takes one from the environment; "
+                f"pin it to one of {', '.join(settings.allowed_regions)}"
+            )
+        elif known(region, "region") not in settings.allowed_regions:
+            allowed = ", ".join(settings.allowed_regions)
+            yield f"the AWS provider targets {region}, outside {allowed}"
+        return
+    region = region_of(resource)
+    if region in (None, ""):
+        yield (
+            "no region pins this resource: it has neither a `region` input nor an explicit "
+            "AWS provider with one"
+        )
+        return
+    region = known(region, "region")
+    if region not in settings.allowed_regions:
+        yield f"region {region} is outside the allowlist ({', '.join(settings.allowed_regions)})"
+
+
+@resource_rule(
+    id="uae-global-service-content",
+    description=(
+        "Resources of global AWS services (IAM, Route 53, CloudFront) reference no ARN or "
+        "endpoint in a region outside the allowlist."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Point the policy, origin or record at resources in an allowed region; global "
+        "services may only carry references to in-region resources."
+    ),
+    controls=controls.RESIDENCY,
+    applies_to=lambda r: r.type.startswith("aws:") and is_global_service(r.type),
+    config_keys=("allowedRegions",),
+)
+def global_service_content(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    for path, text in walk_strings(resource.props):
+        known(text, path)
+        for region in foreign_regions_in(text, settings.allowed_regions):
+            yield f"`{path}` references region {region}"
+
+
+def _foreign(value: Any, path: str, settings: Settings) -> Iterator[str]:
+    """A message when ``value`` (a region name) is outside the allowlist."""
+    if value in (None, ""):
+        return
+    region = known(value, path)
+    if region not in settings.allowed_regions:
+        yield f"`{path}` copies data to or from {region}"
+
+
+def _foreign_arn(value: Any, path: str, settings: Settings) -> Iterator[str]:
+    if value in (None, ""):
+        return
+    arn = parse_arn(known(value, path))
+    if arn is not None and arn.region and arn.region not in settings.allowed_regions:
+        yield f"`{path}` points at {arn.region} ({arn.text})"
+
+
+def _indexed(items: Any) -> Iterator[tuple[int, Any]]:
+    return enumerate(as_list(items))
+
+
+COPY_TYPES = (
+    "aws:ecr/replicationConfiguration:ReplicationConfiguration",
+    "aws:dlm/lifecyclePolicy:LifecyclePolicy",
+    "aws:backup/plan:Plan",
+    "aws:ebs/snapshotCopy:SnapshotCopy",
+    "aws:ec2/amiCopy:AmiCopy",
+    "aws:dynamodb/table:Table",
+    "aws:dynamodb/globalTable:GlobalTable",
+    "aws:efs/replicationConfiguration:ReplicationConfiguration",
+    "aws:secretsmanager/secret:Secret",
+    "aws:cloudwatch/logDestination:LogDestination",
+    "aws:cloudwatch/logSubscriptionFilter:LogSubscriptionFilter",
+    "aws:oam/link:Link",
+    "aws:rds/instance:Instance",
+    "aws:rds/cluster:Cluster",
+)
+
+
+@resource_rule(
+    id="uae-no-cross-region-copies",
+    description=(
+        "No copy of data leaves the allowed regions: ECR replication, backup copy actions, "
+        "DLM cross-region copies, snapshot and AMI copies, DynamoDB and Secrets Manager "
+        "replicas, EFS replication, cross-region log and observability links."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Remove the cross-region destination or point it at an allowed region; keep "
+        "disaster-recovery copies inside the UAE (another zone, or another UAE site)."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_13),
+    applies_to=types_in(*COPY_TYPES),
+    config_keys=("allowedRegions",),
+)
+def no_cross_region_copies(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props, kind = resource.props, resource.type
+    if kind == "aws:ecr/replicationConfiguration:ReplicationConfiguration":
+        for i, rule in _indexed(dig(props, "replicationConfiguration", "rules")):
+            for j, dest in _indexed(dig(rule, "destinations")):
+                path = f"replicationConfiguration.rules[{i}].destinations[{j}].region"
+                yield from _foreign(dig(dest, "region"), path, settings)
+    elif kind == "aws:dlm/lifecyclePolicy:LifecyclePolicy":
+        for i, schedule in _indexed(dig(props, "policyDetails", "schedules")):
+            for j, copy in _indexed(dig(schedule, "crossRegionCopyRules")):
+                base = f"policyDetails.schedules[{i}].crossRegionCopyRules[{j}]"
+                yield from _foreign(dig(copy, "target"), f"{base}.target", settings)
+                yield from _foreign(dig(copy, "targetRegion"), f"{base}.targetRegion", settings)
+        for i, action in _indexed(dig(props, "policyDetails", "actions")):
+            for j, copy in _indexed(dig(action, "crossRegionCopies")):
+                path = f"policyDetails.actions[{i}].crossRegionCopies[{j}].target"
+                yield from _foreign(dig(copy, "target"), path, settings)
+    elif kind == "aws:backup/plan:Plan":
+        for i, rule in _indexed(props.get("rules")):
+            for j, action in _indexed(dig(rule, "copyActions")):
+                path = f"rules[{i}].copyActions[{j}].destinationVaultArn"
+                yield from _foreign_arn(dig(action, "destinationVaultArn"), path, settings)
+    elif kind == "aws:ebs/snapshotCopy:SnapshotCopy":
+        yield from _foreign(props.get("sourceRegion"), "sourceRegion", settings)
+    elif kind == "aws:ec2/amiCopy:AmiCopy":
+        yield from _foreign(props.get("sourceAmiRegion"), "sourceAmiRegion", settings)
+    elif kind in ("aws:dynamodb/table:Table", "aws:dynamodb/globalTable:GlobalTable"):
+        for i, replica in _indexed(props.get("replicas")):
+            yield from _foreign(dig(replica, "regionName"), f"replicas[{i}].regionName", settings)
+    elif kind == "aws:efs/replicationConfiguration:ReplicationConfiguration":
+        yield from _foreign(dig(props, "destination", "region"), "destination.region", settings)
+    elif kind == "aws:secretsmanager/secret:Secret":
+        for i, replica in _indexed(props.get("replicas")):
+            yield from _foreign(dig(replica, "region"), f"replicas[{i}].region", settings)
+    elif kind == "aws:cloudwatch/logDestination:LogDestination":
+        yield from _foreign_arn(props.get("targetArn"), "targetArn", settings)
+    elif kind == "aws:cloudwatch/logSubscriptionFilter:LogSubscriptionFilter":
+        yield from _foreign_arn(props.get("destinationArn"), "destinationArn", settings)
+    elif kind == "aws:oam/link:Link":
+        yield from _foreign_arn(props.get("sinkIdentifier"), "sinkIdentifier", settings)
+    elif kind == "aws:rds/instance:Instance":
+        yield from _foreign_arn(props.get("replicateSourceDb"), "replicateSourceDb", settings)
+    elif kind == "aws:rds/cluster:Cluster":
+        source = props.get("replicationSourceIdentifier")
+        yield from _foreign_arn(source, "replicationSourceIdentifier", settings)
+
+
+@resource_rule(
+    id="uae-kms-no-multi-region",
+    description="KMS keys are single-region: no multi-region keys and no replica keys.",
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Set `multiRegion: false` (the default) on the key and remove `aws.kms.ReplicaKey` "
+        "resources; a multi-region key's material can be replicated outside the UAE."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_24),
+    applies_to=types_in(
+        "aws:kms/key:Key",
+        "aws:kms/replicaKey:ReplicaKey",
+        "aws:kms/replicaExternalKey:ReplicaExternalKey",
+    ),
+)
+def kms_no_multi_region(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if resource.type != "aws:kms/key:Key":
+        yield "a replica key copies key material of a multi-region key into another region"
+        return
+    if known(resource.props.get("multiRegion"), "multiRegion") is True:
+        yield "`multiRegion` is true: the key can be replicated to other regions"
+
+
+def registry_allowed(image: str, settings: Settings) -> bool:
+    """True when the image comes from the in-region ECR or a configured registry."""
+    ref = parse_image(image)
+    ecr = ECR_HOST_RE.match(ref.registry)
+    if ecr is not None:
+        account, region = ecr.groups()
+        if region in settings.allowed_regions and (
+            not settings.ecr_account_ids or account in settings.ecr_account_ids
+        ):
+            return True
+    full = f"{ref.registry}/{ref.repository}"
+    return any(
+        ref.registry == allowed or full.startswith(allowed.rstrip("/") + "/")
+        for allowed in settings.allowed_registries
+    )
+
+
+def _allowed_summary(settings: Settings) -> str:
+    extra = ", ".join(settings.allowed_registries)
+    regions = ", ".join(settings.allowed_regions)
+    return f"the in-region ECR (<account>.dkr.ecr.{{{regions}}}.amazonaws.com)" + (
+        f" or {extra}" if extra else ""
+    )
+
+
+@resource_rule(
+    id="uae-container-image-registry",
+    description=(
+        "Containers of the Kubernetes objects the stack registers pull images only from "
+        "the in-region ECR registry or a configured UAE registry."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Mirror the image into the stack's ECR repository in me-central-1 (or a configured "
+        "UAE registry) and reference it there, pinned by tag or digest."
+    ),
+    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
+    applies_to=has_pod_spec,
+    config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
+)
+def container_image_registry(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    for container in containers(resource):
+        image = known(container.spec.get("image"), f"{container.path}.image")
+        if not isinstance(image, str) or not image:
+            yield f"container {container.name} names no image"
+        elif not registry_allowed(image, settings):
+            yield (
+                f"container {container.name} pulls {image} from {parse_image(image).registry}, "
+                f"not from {_allowed_summary(settings)}"
+            )
+
+
+def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]]:
+    """Image references written in a chart's values: ``image: repo:tag`` strings and
+    ``{registry?, repository, tag?}`` maps (the common chart conventions)."""
+    if isinstance(values, Mapping):
+        repository, registry = values.get("repository"), values.get("registry")
+        if isinstance(repository, str) and repository and not is_unknown(repository):
+            prefix = f"{registry}/" if isinstance(registry, str) and registry else ""
+            yield path, prefix + repository
+        for key, value in values.items():
+            child = f"{path}.{key}"
+            if key == "image" and isinstance(value, str) and "/" in value:
+                yield child, value
+            else:
+                yield from _chart_images(value, child)
+    elif isinstance(values, list):
+        for index, value in enumerate(values):
+            yield from _chart_images(value, f"{path}[{index}]")
+
+
+@resource_rule(
+    id="uae-helm-chart-images",
+    description=(
+        "Helm releases take their images from the in-region ECR or a configured UAE registry "
+        "(images named in the release's values are checked; the chart's built-in defaults "
+        "are not visible in a plan and are listed for review)."
+    ),
+    severity=Severity.MEDIUM,
+    enforcement=EnforcementLevel.ADVISORY,
+    remediation=(
+        "Mirror the chart's images into the in-region ECR (or a configured UAE registry) and "
+        "override the chart's image values to point there; until then record a reviewed "
+        "exemption (reason and expiry) for the release in the pack config."
+    ),
+    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19),
+    applies_to=types_in(HELM_RELEASE_TYPE),
+    config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
+)
+def helm_chart_images(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    found = list(_chart_images(resource.props.get("values")))
+    for path, image in found:
+        if not registry_allowed(image, settings):
+            yield f"`{path}` pulls {image}, not from {_allowed_summary(settings)}"
+    if not found:
+        chart = resource.props.get("chart")
+        repo = dig(resource.props, "repositoryOpts", "repo")
+        yield (
+            f"chart {chart} from {repo or 'its repository'} sets no image in its values: the "
+            "images it pulls by default cannot be checked in the plan"
+        )
+
+
+@stack_rule(
+    id="uae-k8s-site-declaration",
+    description=(
+        "Every Kubernetes provider has a `gpuplatform-site` ConfigMap in kube-system "
+        "declaring a site in an allowed country (and, for EKS, an allowed region); every "
+        "Kubernetes object goes through such a provider."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Register ConfigMap kube-system/gpuplatform-site through the cluster's provider with "
+        "data.site, data.country (AE), data.kind (on-premises or aws-eks) and, for aws-eks, "
+        "data.region; give every Kubernetes resource that provider explicitly."
+    ),
+    controls=controls.RESIDENCY,
+    applies_to=types_in(K8S_PROVIDER_TYPE),
+    config_keys=("allowedRegions", "allowedCountries"),
+)
+def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+    providers: dict[str, ResourceView | None] = {r.urn: r for r in stack.of_type(K8S_PROVIDER_TYPE)}
+    sites: dict[str, ResourceView] = {}
+    for resource in stack.resources:
+        if not (is_kubernetes_object(resource) or resource.type == HELM_RELEASE_TYPE):
+            continue
+        if resource.provider is None:
+            yield resource.urn, "registered without an explicit Kubernetes provider"
+            continue
+        providers.setdefault(resource.provider.urn, None)
+        meta = resource.props.get("metadata")
+        if (
+            resource.type == CONFIGMAP_TYPE
+            and dig(meta, "name") == SITE_CONFIGMAP
+            and dig(meta, "namespace") == SITE_NAMESPACE
+        ):
+            sites[resource.provider.urn] = resource
+    deferred = Deferred()
+    target = stackconfig.get("target")
+    for provider_urn in sorted(providers):
+        site = sites.get(provider_urn)
+        if site is None:
+            yield (
+                provider_urn,
+                (
+                    f"no {SITE_NAMESPACE}/{SITE_CONFIGMAP} ConfigMap is registered through this "
+                    "provider, so the cluster's site and country are undeclared"
+                ),
+            )
+            continue
+        with deferred.each():
+            for problem in _site_problems(site, settings, target):
+                yield provider_urn, problem
+    if target == "onprem":
+        onprem = stackconfig.get("onprem")
+        country = dig(onprem, "country") if isinstance(onprem, Mapping) else None
+        if country not in settings.allowed_countries:
+            yield (
+                None,
+                (
+                    f"stack config uae-gpu-platform:onprem.country is {country!r}, not one of "
+                    f"{', '.join(settings.allowed_countries)}"
+                ),
+            )
+    deferred.finish()
+
+
+def _site_problems(site: ResourceView, settings: Settings, target: Any) -> Iterator[str]:
+    data = site.props.get("data")
+    data = known(data, f"{site.name}.data")
+    data = data if isinstance(data, Mapping) else {}
+    name = known(data.get("site"), f"{site.name}.data.site")
+    country = known(data.get("country"), f"{site.name}.data.country")
+    kind = known(data.get("kind"), f"{site.name}.data.kind")
+    if not name:
+        yield "the site declaration has no data.site"
+    if country not in settings.allowed_countries:
+        yield (
+            f"site {name} declares country {country!r}, not one of "
+            f"{', '.join(settings.allowed_countries)}"
+        )
+    if kind not in SITE_KINDS:
+        yield f"site {name} declares kind {kind!r}, not one of {', '.join(SITE_KINDS)}"
+    if kind == "aws-eks":
+        region = known(data.get("region"), f"{site.name}.data.region")
+        if region not in settings.allowed_regions:
+            yield f"site {name} is an EKS cluster in {region!r}, outside the allowed regions"
+    if target == "onprem" and kind == "aws-eks":
+        yield f"the stack targets on-premises but site {name} declares an EKS cluster"

@@ -1,0 +1,268 @@
+"""Stack-level rules: what only the whole stack can show (companions, key origins)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.aws import parse_arn, region_of
+from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.rules.encryption import key_refs, statements
+from policies.settings import Settings
+from policies.values import Deferred, as_list, dig, is_unknown, known
+
+BUCKET = "aws:s3/bucket:Bucket"
+SSE_CONFIG = (
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+)
+PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+REPLICATION = "aws:s3/bucketReplicationConfig:BucketReplicationConfig"
+KEY = "aws:kms/key:Key"
+ALIAS = "aws:kms/alias:Alias"
+
+
+def bucket_ids(bucket: ResourceView) -> set[str]:
+    """The values another resource may use to name this bucket (name, id, ARN)."""
+    ids = {
+        str(bucket.props[k])
+        for k in ("bucket", "id", "arn")
+        if isinstance(bucket.props.get(k), str) and not is_unknown(bucket.props[k])
+    }
+    ids |= {f"arn:aws:s3:::{i}" for i in list(ids) if not i.startswith("arn:")}
+    return ids
+
+
+def refers_to(resource: ResourceView, prop: str, target: ResourceView, ids: set[str]) -> bool:
+    """Whether ``resource.<prop>`` names ``target``: by dependency, or by a known value."""
+    if target.urn in resource.property_dependencies.get(prop, ()):
+        return True
+    value = resource.props.get(prop)
+    return isinstance(value, str) and value in ids
+
+
+def _companions(
+    stack: StackView, companion_type: str, good: Callable[[ResourceView], bool], what: str
+) -> Iterator[tuple[str | None, str]]:
+    companions = list(stack.of_type(companion_type))
+    deferred = Deferred()
+    for bucket in stack.of_type(BUCKET):
+        ids = bucket_ids(bucket)
+        mine = [c for c in companions if refers_to(c, "bucket", bucket, ids)]
+        unresolved = [
+            c
+            for c in companions
+            if c not in mine
+            and is_unknown(c.props.get("bucket"))
+            and not c.property_dependencies.get("bucket")
+        ]
+        with deferred.each():
+            if not any(good(c) for c in mine):
+                if unresolved:
+                    known(unresolved[0].props.get("bucket"), f"{unresolved[0].name}.bucket")
+                yield bucket.urn, f"bucket {bucket.name} has no {what}"
+    deferred.finish()
+
+
+@stack_rule(
+    id="aws-s3-bucket-encryption-config",
+    description="Every S3 bucket has its own server-side encryption configuration resource.",
+    severity=Severity.HIGH,
+    remediation="Add an `aws.s3.BucketServerSideEncryptionConfiguration` (aws:kms, stack key).",
+    controls=controls.CRYPTO,
+    applies_to=types_in(BUCKET),
+)
+def bucket_encryption_config(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    yield from _companions(
+        stack, SSE_CONFIG, lambda c: True, "server-side encryption configuration"
+    )
+
+
+@stack_rule(
+    id="aws-s3-bucket-public-access-block",
+    description="Every S3 bucket has a public access block resource.",
+    severity=Severity.CRITICAL,
+    remediation="Add an `aws.s3.BucketPublicAccessBlock` with all four settings true.",
+    controls=(controls.ISO_8_3, controls.ISO_8_12, controls.PDPL_20_SECURITY),
+    applies_to=types_in(BUCKET),
+)
+def bucket_public_access_block(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    yield from _companions(stack, PUBLIC_ACCESS_BLOCK, lambda c: True, "public access block")
+
+
+def denies_insecure_transport(policy: ResourceView) -> bool:
+    """A Deny statement on aws:SecureTransport = false (TLS-only bucket policy)."""
+    document = known(policy.props.get("policy"), f"{policy.name}.policy")
+    for statement in statements(document):
+        if statement.get("Effect") != "Deny":
+            continue
+        condition = dig(statement, "Condition", "Bool", "aws:SecureTransport")
+        if any(str(v).lower() == "false" for v in as_list(condition)):
+            return True
+    return False
+
+
+@stack_rule(
+    id="aws-s3-bucket-tls-only",
+    description="Every S3 bucket has a bucket policy that denies requests not made over TLS.",
+    severity=Severity.HIGH,
+    remediation=(
+        "Add an `aws.s3.BucketPolicy` with a Deny statement for all principals and s3:* when "
+        "`aws:SecureTransport` is false."
+    ),
+    controls=(controls.ISO_8_24, controls.ISO_8_20, controls.PDPL_20_SECURITY),
+    applies_to=types_in(BUCKET),
+)
+def bucket_tls_only(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+    yield from _companions(
+        stack, BUCKET_POLICY, denies_insecure_transport, "TLS-only bucket policy"
+    )
+
+
+def _key_identifiers(key: ResourceView) -> set[str]:
+    return {
+        str(key.props[k])
+        for k in ("arn", "keyId", "id")
+        if isinstance(key.props.get(k), str) and not is_unknown(key.props[k])
+    }
+
+
+def stack_key_for(
+    stack: StackView, resource: ResourceView, top: str, value: Any
+) -> ResourceView | None:
+    """The stack's KMS key ``value`` names (through an alias too), or None."""
+    index = stack.by_urn()
+    for dependency in (index[u] for u in resource.property_dependencies.get(top, ()) if u in index):
+        if dependency.type == KEY:
+            return dependency
+        if dependency.type == ALIAS:
+            for target in (
+                index[u]
+                for u in dependency.property_dependencies.get("targetKeyId", ())
+                if u in index
+            ):
+                if target.type == KEY:
+                    return target
+    if not isinstance(value, str) or is_unknown(value):
+        return None
+    for key in stack.of_type(KEY):
+        if value in _key_identifiers(key):
+            return key
+    alias_name = value.split(":alias/", 1)[-1] if ":alias/" in value else value
+    alias_name = alias_name if alias_name.startswith("alias/") else f"alias/{alias_name}"
+    for alias in stack.of_type(ALIAS):
+        if alias.props.get("name") == alias_name:
+            return stack_key_for(stack, alias, "targetKeyId", alias.props.get("targetKeyId"))
+    return None
+
+
+@stack_rule(
+    id="uae-kms-key-from-stack",
+    description=(
+        "Every KMS key that encrypts the stack's data is created by the stack itself, in the "
+        "same allowed region as the data."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Create the key with `aws.kms.Key` in this stack (same region-pinned provider as the "
+        "data) and pass its ARN; do not reference keys managed elsewhere."
+    ),
+    controls=(*controls.CRYPTO, controls.CBUAE_6_1, controls.PDPL_22_TRANSFER),
+    applies_to=lambda r: bool([ref for ref in key_refs(r) if ref.value not in (None, "")]),
+    config_keys=("allowedRegions",),
+)
+def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+    deferred = Deferred()
+    for resource in stack.resources:
+        for ref in key_refs(resource):
+            if ref.value in (None, ""):
+                continue  # missing keys are `aws-encryption-customer-managed-key`'s concern
+            with deferred.each():
+                key = stack_key_for(stack, resource, ref.top, ref.value)
+                if key is None:
+                    known(ref.value, f"{resource.name}.{ref.path}")
+                    yield (
+                        resource.urn,
+                        f"`{ref.path}` uses key {ref.value}, which this stack does not create",
+                    )
+                    continue
+                key_region = known(region_of(key), f"{key.name}.region")
+                data_region = region_of(resource)
+                if key_region not in settings.allowed_regions:
+                    yield (
+                        resource.urn,
+                        f"`{ref.path}` uses key {key.name} in {key_region}, outside the allowlist",
+                    )
+                elif (
+                    data_region not in (None, "")
+                    and not is_unknown(data_region)
+                    and data_region != key_region
+                ):
+                    yield (
+                        resource.urn,
+                        (
+                            f"`{ref.path}` uses key {key.name} in {key_region} for data in "
+                            f"{data_region}"
+                        ),
+                    )
+    deferred.finish()
+
+
+@stack_rule(
+    id="uae-s3-replication-in-region",
+    description=(
+        "S3 replication only targets buckets this stack creates in an allowed region (a "
+        "bucket outside the stack cannot be shown to stay in the UAE)."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Replicate only to a bucket of this stack in an allowed region, or remove the "
+        "replication rule; cross-region replication copies every object abroad."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_13),
+    applies_to=types_in(REPLICATION),
+    config_keys=("allowedRegions",),
+)
+def s3_replication_in_region(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    buckets = list(stack.of_type(BUCKET))
+    deferred = Deferred()
+    for config in stack.of_type(REPLICATION):
+        for i, rule in enumerate(as_list(config.props.get("rules"))):
+            destination = dig(rule, "destination", "bucket")
+            path = f"rules[{i}].destination.bucket"
+            with deferred.each():
+                by_dependency = [
+                    b for b in buckets if b.urn in config.property_dependencies.get("rules", ())
+                ]
+                target = None
+                if isinstance(destination, str) and not is_unknown(destination):
+                    target = next((b for b in buckets if destination in bucket_ids(b)), None)
+                elif len(by_dependency) == 1:
+                    target = by_dependency[0]
+                else:
+                    known(destination, f"{config.name}.{path}")
+                if target is None:
+                    arn = parse_arn(destination)
+                    where = f" (in {arn.region})" if arn and arn.region else ""
+                    yield (
+                        config.urn,
+                        (
+                            f"`{path}` replicates to {destination}, a bucket this stack does not "
+                            f"create{where}: its region "
+                            "cannot be shown to be allowed"
+                        ),
+                    )
+                    continue
+                region = known(region_of(target), f"{target.name}.region")
+                if region not in settings.allowed_regions:
+                    yield config.urn, f"`{path}` replicates to bucket {target.name} in {region}"
+    deferred.finish()
