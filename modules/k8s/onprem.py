@@ -1,0 +1,81 @@
+"""Settings only an existing on-premises cluster needs (config key
+``uae-gpu-platform:onprem``). Nothing here creates an AWS resource."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from modules.validation import Checker
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def is_dns_subdomain(value: str) -> bool:
+    return bool(_DNS_SUBDOMAIN.match(value))
+
+
+@dataclass(frozen=True)
+class OnPremSpec:
+    """An existing on-premises cluster.
+
+    Args:
+        storage_class: the cluster's StorageClass for platform volumes (Prometheus and
+            Alertmanager data). Required; it should encrypt at rest, which this layer
+            cannot check on premises.
+        checkpoint_storage_class: StorageClass of the team checkpoint volumes (default:
+            ``storage_class``). Multi-node jobs need a shared file system class.
+        checkpoint_access_mode: ``ReadWriteMany`` (default; every rank of a multi-node job
+            writes its shard) or ``ReadWriteOnce`` (single-node jobs only).
+        install_gpu_driver: let the GPU Operator install the NVIDIA driver as a container
+            (default true); false where the nodes have a host driver.
+        install_container_toolkit: let the GPU Operator configure the NVIDIA Container
+            Toolkit in containerd (default true).
+        egress_cidrs: extra destinations (IPv4 CIDRs) team pods may reach on port 443, such
+            as the site's object store (default none).
+    """
+
+    storage_class: str
+    checkpoint_storage_class: str = ""
+    checkpoint_access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = "ReadWriteMany"
+    install_gpu_driver: bool = True
+    install_container_toolkit: bool = True
+    egress_cidrs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(
+            is_dns_subdomain(self.storage_class),
+            "storage_class",
+            self.storage_class,
+            "name an existing StorageClass (lowercase DNS name)",
+        )
+        check.require(
+            self.checkpoint_storage_class == "" or is_dns_subdomain(self.checkpoint_storage_class),
+            "checkpoint_storage_class",
+            self.checkpoint_storage_class,
+            "name an existing StorageClass (lowercase DNS name), or leave empty",
+        )
+        check.require(
+            self.checkpoint_access_mode in ("ReadWriteOnce", "ReadWriteMany"),
+            "checkpoint_access_mode",
+            self.checkpoint_access_mode,
+            "one of 'ReadWriteOnce', 'ReadWriteMany'",
+        )
+        for i, cidr in enumerate(self.egress_cidrs):
+            try:
+                network = ipaddress.IPv4Network(cidr, strict=True)
+            except ValueError:
+                check.require(False, f"egress_cidrs[{i}]", cidr, "expected an IPv4 CIDR")
+                continue
+            check.require(
+                network.prefixlen > 0, f"egress_cidrs[{i}]", cidr, "0.0.0.0/0 is not allowed"
+            )
+        check.done()
+
+    @property
+    def checkpoint_class(self) -> str:
+        """The StorageClass of checkpoint volumes."""
+        return self.checkpoint_storage_class or self.storage_class

@@ -1,0 +1,100 @@
+"""The Kubernetes platform layer as one component.
+
+`KubernetesPlatform` composes the concerns in dependency order (each a component of its
+own, every object through ``args.provider``):
+
+    site -> storage -> tenancy (team namespaces) -> monitoring (CRDs for monitors)
+         -> GPU operator -> fabric -> queueing (Kueue, queues) -> autoscaler (EKS)
+
+and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
+together with the resources to ``depends_on``.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from modules.k8s.autoscaler import Autoscaler
+from modules.k8s.fabric import Fabric
+from modules.k8s.gpu import GpuEnablement
+from modules.k8s.monitoring import Monitoring
+from modules.k8s.names import TeamPlacement, team_placement
+from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.queueing import Queueing
+from modules.k8s.site import SiteDeclaration
+from modules.k8s.storage import Storage, platform_storage_class
+from modules.k8s.summary import installed_charts
+from modules.k8s.tenancy import Tenancy
+
+
+class KubernetesPlatform(pulumi.ComponentResource):
+    """GPU and fabric enablement, monitoring, queueing and tenancy on one cluster.
+
+    Attributes:
+        placements: team name -> `TeamPlacement` (namespace, LocalQueue, ServiceAccount,
+            checkpoint claim, PriorityClasses, secondary network).
+        team_ready: team name -> resources a team's jobs should ``depends_on`` (its
+            namespace objects, LocalQueue and checkpoint claim).
+        platform_ready: resources every job should ``depends_on`` (device plugins,
+            Kueue, PriorityClasses).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:KubernetesPlatform", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        site = SiteDeclaration(f"{name}-site", args.site, args.provider, child)
+        storage = Storage(f"{name}-storage", args, child)
+        tenancy = Tenancy(
+            f"{name}-tenancy",
+            args,
+            storage_ready=[*storage.ready.classes, *storage.ready.team_directories],
+            opts=child,
+        )
+        monitoring = Monitoring(
+            f"{name}-monitoring",
+            args,
+            platform_storage_class(args),
+            depends_on=storage.ready.classes,
+            opts=child,
+        )
+        self.platform_ready: list[pulumi.Resource] = [site.configmap]
+        if args.gpu_pools:
+            gpu = GpuEnablement(f"{name}-gpu", args, depends_on=[monitoring.release], opts=child)
+            self.platform_ready.append(gpu.release)
+        fabric = Fabric(f"{name}-fabric", args, tenancy.namespaces, child)
+        self.platform_ready += fabric.releases
+        queueing = Queueing(
+            f"{name}-queueing",
+            args,
+            tenancy.namespaces,
+            depends_on=[monitoring.release],
+            opts=child,
+        )
+        self.platform_ready += [queueing.release, *queueing.priority_classes]
+        if args.eks is not None:
+            Autoscaler(f"{name}-autoscaler", args, child)
+
+        self.placements: dict[str, TeamPlacement] = {}
+        self.team_ready: dict[str, list[pulumi.Resource]] = {}
+        for team in args.teams:
+            self.placements[team.name] = team_placement(team.name, args.secondary_network)
+            self.team_ready[team.name] = [
+                tenancy.namespaces[team.name],
+                *tenancy.team_objects[team.name],
+                queueing.local_queues[team.name],
+            ]
+
+        self.register_outputs(
+            {
+                "teamNamespaces": {t: p.namespace for t, p in self.placements.items()},
+                "localQueues": {t: p.local_queue for t, p in self.placements.items()},
+                "checkpointClaims": {t: p.checkpoint_claim for t, p in self.placements.items()},
+                "charts": {n: c.version for n, c in installed_charts(args).items()},
+            }
+        )

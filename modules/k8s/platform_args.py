@@ -1,0 +1,224 @@
+"""The typed arguments of the Kubernetes platform layer, checked together.
+
+The composition builds one `KubernetesPlatformArgs` from the stack config and the AWS
+foundation's outputs; ``__post_init__`` checks the combination (an EFA pool on an
+on-premises cluster, an InfiniBand pool without its settings, a team asking for baseline
+Pod Security on a stack without a fabric...) and reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.k8s.fabric import InfinibandSpec
+from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.onprem import OnPremSpec
+from modules.k8s.queueing import QueueingSpec
+from modules.k8s.site import SiteSpec
+from modules.k8s.tenancy import TeamSpec
+from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
+from modules.pools import NodePoolProfile
+from modules.validation import Checker
+
+_MIG_PROFILE = re.compile(r"^all-\d+g\.\d+gb$")
+
+
+@dataclass(frozen=True)
+class FsxInputs:
+    """The stack's FSx for Lustre file system (outputs of the AWS foundation).
+
+    Args:
+        file_system_id: the file system id (``fs-...``).
+        dns_name: its DNS name.
+        mount_name: its Lustre mount name.
+        capacity_gib: its storage capacity in GiB (the volumes' nominal size).
+        init_image: an image with a POSIX shell from the in-region registry (e.g. the
+            training image) for the one-off Job that creates the team directories.
+    """
+
+    file_system_id: pulumi.Input[str]
+    dns_name: pulumi.Input[str]
+    mount_name: pulumi.Input[str]
+    capacity_gib: int
+    init_image: str
+
+
+@dataclass(frozen=True)
+class EksInputs:
+    """What the Kubernetes layer needs from the AWS foundation.
+
+    Args:
+        cluster_name: the EKS cluster name (Cluster Autoscaler discovery tags).
+        region: the AWS region (autoscaler, in-region add-on images).
+        storage_kms_key_arn: ARN of the customer-managed key encrypting EBS volumes.
+        vpc_cidr: the VPC's CIDR: team pods may reach its interface endpoints on 443.
+        fsx: the FSx for Lustre file system, where the stack has one.
+    """
+
+    cluster_name: pulumi.Input[str]
+    region: pulumi.Input[str]
+    storage_kms_key_arn: pulumi.Input[str]
+    vpc_cidr: pulumi.Input[str]
+    fsx: FsxInputs | None = None
+
+
+@dataclass(frozen=True)
+class KubernetesPlatformArgs:
+    """Everything the Kubernetes platform layer needs.
+
+    Args:
+        provider: the cluster's Kubernetes provider; every object uses it explicitly.
+        cluster_kind: ``eks`` (the AWS stacks) or ``onprem`` (an existing cluster).
+        kubernetes_version: the cluster's minor version, e.g. ``"1.33"``.
+        site: where the cluster runs (`SiteSpec`).
+        pools: the node pools (their labels and taints decide what runs where).
+        teams: the tenants (`TeamSpec`).
+        monitoring: monitoring settings (`MonitoringSpec`).
+        queueing: Kueue settings (`QueueingSpec`).
+        eks: AWS inputs, required for ``eks`` and absent on premises.
+        onprem: on-premises settings (`OnPremSpec`), required for ``onprem``.
+        infiniband: InfiniBand settings (`InfinibandSpec`), required with IB pools.
+    """
+
+    provider: k8s.Provider
+    cluster_kind: Literal["eks", "onprem"]
+    kubernetes_version: str
+    site: SiteSpec
+    pools: tuple[NodePoolProfile, ...]
+    teams: tuple[TeamSpec, ...] = ()
+    monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    queueing: QueueingSpec = field(default_factory=QueueingSpec)
+    eks: EksInputs | None = None
+    onprem: OnPremSpec | None = None
+    infiniband: InfinibandSpec | None = None
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        kind = self.cluster_kind
+        check.require(kind in ("eks", "onprem"), "cluster_kind", kind, "one of 'eks', 'onprem'")
+        check.require(
+            self.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS,
+            "kubernetes_version",
+            self.kubernetes_version,
+            f"supported versions: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}",
+        )
+        expected_site = {"eks": "aws-eks", "onprem": "on-premises"}.get(kind)
+        check.require(
+            self.site.kind == expected_site,
+            "site.kind",
+            self.site.kind,
+            f"a {kind} cluster's site kind is {expected_site!r}",
+        )
+        if kind == "eks":
+            check.require(self.eks is not None, "eks", None, "an EKS platform needs EksInputs")
+            check.require(self.onprem is None, "onprem", self.onprem, "only for on-premises")
+        else:
+            check.require(self.eks is None, "eks", self.eks, "no AWS inputs on premises")
+            check.require(
+                self.onprem is not None, "onprem", None, "an on-premises platform needs OnPremSpec"
+            )
+        self._check_pools(check)
+        self._check_teams(check)
+        check.require(
+            self.monitoring.grafana_access != "internal-load-balancer" or kind == "eks",
+            "monitoring.grafana_access",
+            self.monitoring.grafana_access,
+            "an internal load balancer exists only on EKS; use port-forward on premises",
+        )
+        check.done()
+
+    def _check_pools(self, check: Checker) -> None:
+        names = [p.name for p in self.pools]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            check.require(False, "pools", name, "pool names must be unique")
+        check.require(
+            any(p.role == "system" for p in self.pools),
+            "pools",
+            names,
+            "a pool with role 'system' is needed for the platform services",
+        )
+        check.require(
+            any(p.role != "system" for p in self.pools),
+            "pools",
+            names,
+            "at least one pool besides 'system' is needed to run jobs",
+        )
+        for pool in self.pools:
+            key = f"pools[{pool.name}]"
+            if pool.fabric == "efa":
+                check.require(
+                    self.cluster_kind == "eks", f"{key}.fabric", "efa", "EFA exists only on EKS"
+                )
+            if pool.fabric == "infiniband":
+                check.require(
+                    self.cluster_kind == "onprem",
+                    f"{key}.fabric",
+                    "infiniband",
+                    "InfiniBand pools are on-premises only",
+                )
+                check.require(
+                    self.infiniband is not None,
+                    "infiniband",
+                    None,
+                    f"pool {pool.name} has InfiniBand: set uae-gpu-platform:infiniband",
+                )
+                if self.infiniband is not None:
+                    check.require(
+                        pool.rdma_resource == self.infiniband.resource_name,
+                        f"{key}.rdma_resource",
+                        pool.rdma_resource,
+                        f"must be the RDMA resource the plugin advertises "
+                        f"({self.infiniband.resource_name})",
+                    )
+            if pool.gpu_sharing != "none":
+                check.require(
+                    pool.has_gpus, f"{key}.gpu_sharing", pool.gpu_sharing, "only for GPU pools"
+                )
+            if pool.gpu_sharing == "time-slicing":
+                check.require(
+                    2 <= pool.gpu_replicas <= 48,
+                    f"{key}.gpu_replicas",
+                    pool.gpu_replicas,
+                    "time-slicing needs 2 to 48 replicas per GPU",
+                )
+            if pool.gpu_sharing == "mig":
+                check.require(
+                    bool(_MIG_PROFILE.match(pool.mig_strategy_profile or "")),
+                    f"{key}.mig_strategy_profile",
+                    pool.mig_strategy_profile,
+                    "a uniform MIG profile such as all-1g.10gb",
+                )
+
+    def _check_teams(self, check: Checker) -> None:
+        names = [t.name for t in self.teams]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            check.require(False, "teams", name, "team names must be unique")
+        has_fabric = any(p.fabric != "none" for p in self.pools)
+        for team in self.teams:
+            check.require(
+                team.pod_security == "restricted" or has_fabric,
+                f"teams[{team.name}].pod_security",
+                team.pod_security,
+                "baseline is only for teams on EFA or InfiniBand pools; this stack has none",
+            )
+
+    @property
+    def gpu_pools(self) -> tuple[NodePoolProfile, ...]:
+        return tuple(p for p in self.pools if p.has_gpus)
+
+    def pools_with_fabric(self, fabric: str) -> tuple[NodePoolProfile, ...]:
+        return tuple(p for p in self.pools if p.fabric == fabric)
+
+    @property
+    def secondary_network(self) -> bool:
+        """True where team pods get an IPoIB secondary network."""
+        return bool(
+            self.infiniband
+            and self.infiniband.secondary_network
+            and self.pools_with_fabric("infiniband")
+        )
