@@ -128,31 +128,38 @@ class _Parser:
                 allowed = ", ".join(sorted(fields))
                 self.fail(join(path, key), raw[key], f"unknown key; allowed keys: {allowed}")
         kwargs: dict[str, Any] = {}
-        broken = False
+        broken: set[str] = set()
         for key, f in fields.items():
             if key not in raw:
-                no_default = (
-                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                )
-                if no_default:
+                if _required(f):
                     self.fail(join(path, key), None, f"required: {_type_name(hints[f.name])}")
-                    broken = True
+                    broken.add(f.name)
                 continue
             parsed = self.value(hints[f.name], raw[key], join(path, key))
             if parsed is _MISSING:
-                broken = True
+                broken.add(f.name)
             else:
                 kwargs[f.name] = parsed
-        if broken:
+        if any(_required(f) for f in dataclasses.fields(cls) if f.name in broken):
             return _MISSING
+        # Broken fields fall back to their defaults so the section's own checks still
+        # run on the rest; problems about the broken fields themselves are dropped
+        # (they were reported above, more precisely).
         try:
-            return cls(**kwargs)
+            value = cls(**kwargs)
         except InvalidArgsError as err:
             for problem in err.problems:
                 head, _, tail = problem.field.partition(".")
+                if head.split("[")[0] in broken:
+                    continue
                 key = join(path, camel(head)) + (f".{tail}" if tail else "")
                 self.problems.append(problem.describe(key))
             return _MISSING
+        return _MISSING if broken else value
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def parse_section(cls: type[T], raw: Any, path: str) -> tuple[T | None, list[str]]:
@@ -169,4 +176,6 @@ def parse_section(cls: type[T], raw: Any, path: str) -> tuple[T | None, list[str
     """
     parser = _Parser()
     result = parser.value(cls, raw, path)
-    return (None if result is _MISSING else typing.cast(T, result)), parser.problems
+    if parser.problems or result is _MISSING:
+        return None, parser.problems
+    return typing.cast(T, result), []

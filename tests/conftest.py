@@ -1,0 +1,46 @@
+"""Project-wide fixtures: programs run under Pulumi's mock runtime, answered by moto.
+
+`run_under_mocks` runs any program (a component, a whole stack) and returns every
+registered resource with its type, parent, provider, protect flag and inputs as the
+engine would see them. Each call gets a fresh runtime, so nothing leaks between tests.
+Plans of the shipped stacks are built once per session and shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from stacks.config import PROJECT
+from stacks.offline_plan import load_stack_file, plan_document, plan_registrations
+from stacks.offline_runtime import Registration, run_program
+
+RunUnderMocks = Callable[..., dict[str, Registration]]
+SHIPPED_STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
+
+
+@pytest.fixture
+def run_under_mocks() -> RunUnderMocks:
+    def run(
+        program: Callable[[], None], *, stack: str = "test", config: Mapping[str, str] | None = None
+    ) -> dict[str, Registration]:
+        registrations, _ = run_program(
+            program, project=PROJECT, stack=stack, config=dict(config or {}), secret_keys=[]
+        )
+        return registrations
+
+    return run
+
+
+_PLANS: dict[str, tuple[dict[str, Registration], dict[str, Any]]] = {}
+
+
+def shipped_plan(stack: str) -> tuple[dict[str, Registration], dict[str, Any]]:
+    """(registrations, plan document) of a shipped stack, built once per session."""
+    if stack not in _PLANS:
+        config, secret_keys = load_stack_file(stack)
+        registrations = plan_registrations(stack, config, secret_keys)
+        _PLANS[stack] = (registrations, plan_document(registrations, config, secret_keys))
+    return _PLANS[stack]
