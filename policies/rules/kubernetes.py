@@ -226,7 +226,7 @@ def _namespaced(resource: ResourceView) -> bool:
         "Set metadata.namespace (Helm: `namespace`) to the component's own namespace; if the "
         "kind is cluster-scoped, add it to the pack config's `clusterScopedKinds`."
     ),
-    controls=(controls.CIS_EKS_4_6_3, controls.CIS_EKS_4_6_1),
+    controls=(controls.CIS_EKS_4_6_3, controls.CIS_EKS_4_6_1, controls.ISO_5_15),
     applies_to=_namespaced,
     config_keys=("clusterScopedKinds",),
     annotation_exceptions=True,

@@ -309,7 +309,7 @@ def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]
         "override the chart's image values to point there; until then record a reviewed "
         "exemption (reason and expiry) for the release in the pack config."
     ),
-    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19),
+    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
     applies_to=types_in(HELM_RELEASE_TYPE),
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )

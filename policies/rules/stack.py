@@ -195,6 +195,8 @@ def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[s
                     continue
                 key_region = known(region_of(key), f"{key.name}.region")
                 data_region = region_of(resource)
+                if key_region in (None, ""):
+                    continue  # an unpinned key is `uae-aws-region-allowlist`'s concern
                 if key_region not in settings.allowed_regions:
                     yield (
                         resource.urn,

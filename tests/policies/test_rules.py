@@ -1,0 +1,714 @@
+"""Each rule on a compliant plan, a broken one and one with the property left out.
+
+Every case starts from `compliant_plan` (on which no rule fails), changes one thing and
+checks that exactly the expected rule fails, with a message naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.policies.builder import (
+    ECR,
+    PlanBuilder,
+    compliant_plan,
+    find_step,
+    key_arn,
+)
+from tests.policies.conftest import failing_rules, messages, review
+
+Plan = dict[str, Any]
+
+KEY = "aws:kms/key:Key"
+BUCKET_SSE = (
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+)
+PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+JOB = "kubernetes:batch/v1:Job"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+HELM = "kubernetes:helm.sh/v3:Release"
+
+
+def inputs(plan: Plan, kind: str, name: str) -> dict[str, Any]:
+    return find_step(plan, kind, name)["inputs"]  # type: ignore[no-any-return]
+
+
+def job_container(plan: Plan) -> dict[str, Any]:
+    return inputs(plan, JOB, "train")["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
+
+
+def job_pod(plan: Plan) -> dict[str, Any]:
+    return inputs(plan, JOB, "train")["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def set_in(kind: str, name: str, **values: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        inputs(plan, kind, name).update(values)
+
+    return mutate
+
+
+def drop(kind: str, name: str, key: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        del inputs(plan, kind, name)[key]
+
+    return mutate
+
+
+def add_resource(
+    kind: str, name: str, props: dict[str, Any], package: str = "aws"
+) -> Callable[[Plan], None]:
+    """Add a resource registered through the plan's existing provider of ``package``."""
+
+    def mutate(plan: Plan) -> None:
+        provider = next(
+            s["newState"]["urn"]
+            for s in plan["steps"]
+            if s["newState"]["type"] == f"pulumi:providers:{package}"
+        )
+        builder = PlanBuilder()
+        builder.add(kind, name, props, provider=f"{provider}::id")
+        plan["steps"].extend(builder.steps)
+
+    return mutate
+
+
+def _world_ingress(plan: Plan) -> None:
+    inputs(plan, "aws:ec2/securityGroup:SecurityGroup", "nodes")["ingress"][0]["cidrBlocks"] = [
+        "0.0.0.0/0"
+    ]
+
+
+def _admin_policy(plan: Plan) -> None:
+    doc = {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    add_resource("aws:iam/policy:Policy", "operators", {"policy": json.dumps(doc)})(plan)
+
+
+def _bucket_wide_training(plan: Plan) -> None:
+    doc = {
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::uae-data/*"}
+        ]
+    }
+    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
+        doc
+    )
+
+
+def _list_without_prefix(plan: Plan) -> None:
+    doc = {
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::uae-data"}
+        ]
+    }
+    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
+        doc
+    )
+
+
+def _wildcard_trust(plan: Plan) -> None:
+    doc = {
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]
+    }
+    inputs(plan, "aws:iam/role:Role", "training-team-a")["assumeRolePolicy"] = json.dumps(doc)
+
+
+def _wildcard_key_policy(plan: Plan) -> None:
+    doc = {
+        "Statement": [
+            {
+                "Sid": "Everyone",
+                "Effect": "Allow",
+                "Principal": "*",
+                "Action": "kms:*",
+                "Resource": "*",
+            }
+        ]
+    }
+    inputs(plan, KEY, "storage-key")["policy"] = json.dumps(doc)
+
+
+def _site(**data: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        inputs(plan, "kubernetes:core/v1:ConfigMap", "site")["data"].update(data)
+
+    return mutate
+
+
+def _no_site(plan: Plan) -> None:
+    plan["steps"] = [s for s in plan["steps"] if not s["urn"].endswith("ConfigMap::site")]
+
+
+def _container(**security: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        job_container(plan)["securityContext"].update(security)
+
+    return mutate
+
+
+def _container_drop(key: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        del job_container(plan)["securityContext"][key]
+
+    return mutate
+
+
+def _pod(**values: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        job_pod(plan).update(values)
+
+    return mutate
+
+
+def _pod_security_drop(key: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        del job_pod(plan)["securityContext"][key]
+
+    return mutate
+
+
+def _image(image: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        job_container(plan)["image"] = image
+
+    return mutate
+
+
+def _no_limits(plan: Plan) -> None:
+    del job_container(plan)["resources"]["limits"]["memory"]
+
+
+def _namespace(value: str | None) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        meta = inputs(plan, JOB, "train")["metadata"]
+        if value is None:
+            del meta["namespace"]
+        else:
+            meta["namespace"] = value
+
+    return mutate
+
+
+def _drop_exception(plan: Plan) -> None:
+    inputs(plan, DAEMONSET, "nvidia-device-plugin")["metadata"]["annotations"].clear()
+
+
+def _helm_values(values: dict[str, Any]) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        inputs(plan, HELM, "kube-prometheus-stack")["values"] = values
+
+    return mutate
+
+
+def _without(kind: str, name: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        plan["steps"] = [
+            s
+            for s in plan["steps"]
+            if not (s["newState"]["type"] == kind and s["urn"].endswith(f"::{name}"))
+        ]
+
+    return mutate
+
+
+def _tls_policy_allows(plan: Plan) -> None:
+    doc = {
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+                "Action": "s3:GetObject",
+                "Resource": "arn:aws:s3:::uae-data/*",
+            }
+        ]
+    }
+    inputs(plan, POLICY, "data")["policy"] = json.dumps(doc)
+
+
+def _foreign_key_arn(plan: Plan) -> None:
+    """The log group names a key no resource of the stack creates."""
+    state = find_step(plan, "aws:cloudwatch/logGroup:LogGroup", "cluster-logs")
+    state["inputs"]["kmsKeyId"] = key_arn("999")
+    state["propertyDependencies"] = {}
+
+
+def _default_tags(tags: dict[str, str]) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        provider = find_step(plan, "pulumi:providers:aws", "aws-me-central-1")
+        provider["inputs"]["defaultTags"] = json.dumps({"tags": tags})
+
+    return mutate
+
+
+# (case id, mutation, the one rule that must fail, a fragment of its message)
+CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
+    # residency
+    (
+        "region-foreign",
+        set_in("aws:ec2/securityGroup:SecurityGroup", "nodes", region="eu-west-1"),
+        "uae-aws-region-allowlist",
+        "eu-west-1",
+    ),
+    (
+        "provider-without-region",
+        lambda p: find_step(p, "pulumi:providers:aws", "aws-me-central-1")["inputs"].pop("region"),
+        "uae-aws-region-allowlist",
+        "sets no region",
+    ),
+    (
+        "global-iam-foreign-arn",
+        lambda p: inputs(p, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data").update(
+            policy=json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": "kms:Decrypt",
+                            "Resource": key_arn("1", "eu-west-1"),
+                        }
+                    ]
+                }
+            )
+        ),
+        "uae-global-service-content",
+        "eu-west-1",
+    ),
+    (
+        "ecr-replication-abroad",
+        add_resource(
+            "aws:ecr/replicationConfiguration:ReplicationConfiguration",
+            "replication",
+            {
+                "replicationConfiguration": {
+                    "rules": [
+                        {"destinations": [{"region": "eu-west-1", "registryId": "123456789012"}]}
+                    ]
+                }
+            },
+        ),
+        "uae-no-cross-region-copies",
+        "eu-west-1",
+    ),
+    (
+        "backup-copy-abroad",
+        add_resource(
+            "aws:backup/plan:Plan",
+            "backup",
+            {
+                "rules": [
+                    {
+                        "ruleName": "daily",
+                        "targetVaultName": "v",
+                        "copyActions": [
+                            {
+                                "destinationVaultArn": "arn:aws:backup:eu-central-1:123456789012:backup-vault:dr"
+                            }
+                        ],
+                    }
+                ]
+            },
+        ),
+        "uae-no-cross-region-copies",
+        "eu-central-1",
+    ),
+    (
+        "dlm-copy-abroad",
+        add_resource(
+            "aws:dlm/lifecyclePolicy:LifecyclePolicy",
+            "snapshots",
+            {
+                "policyDetails": {
+                    "schedules": [
+                        {
+                            "name": "s",
+                            "crossRegionCopyRules": [{"target": "us-east-1", "encrypted": True}],
+                        }
+                    ]
+                }
+            },
+        ),
+        "uae-no-cross-region-copies",
+        "us-east-1",
+    ),
+    (
+        "snapshot-copy-from-abroad",
+        add_resource(
+            "aws:ebs/snapshotCopy:SnapshotCopy",
+            "copy",
+            {
+                "sourceRegion": "eu-west-1",
+                "sourceSnapshotId": "snap-1",
+                "encrypted": True,
+                "kmsKeyId": key_arn("1"),
+            },
+        ),
+        "uae-no-cross-region-copies",
+        "eu-west-1",
+    ),
+    (
+        "dynamodb-replica-abroad",
+        add_resource(
+            "aws:dynamodb/table:Table",
+            "t",
+            {"hashKey": "id", "replicas": [{"regionName": "eu-west-1"}]},
+        ),
+        "uae-no-cross-region-copies",
+        "eu-west-1",
+    ),
+    (
+        "multi-region-key",
+        set_in(KEY, "storage-key", multiRegion=True),
+        "uae-kms-no-multi-region",
+        "multiRegion",
+    ),
+    (
+        "replica-key",
+        add_resource(
+            "aws:kms/replicaKey:ReplicaKey",
+            "replica",
+            {"primaryKeyArn": key_arn("1"), "deletionWindowInDays": 30},
+        ),
+        "uae-kms-no-multi-region",
+        "replica",
+    ),
+    ("image-docker-hub", _image("python:3.11-slim"), "uae-container-image-registry", "docker.io"),
+    (
+        "image-foreign-ecr",
+        _image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/trainer:1.0"),
+        "uae-container-image-registry",
+        "eu-west-1",
+    ),
+    (
+        "helm-public-image",
+        _helm_values(
+            {"grafana": {"image": {"registry": "docker.io", "repository": "grafana/grafana"}}}
+        ),
+        "uae-helm-chart-images",
+        "docker.io/grafana/grafana",
+    ),
+    (
+        "helm-no-image-values",
+        _helm_values({"grafana": {"service": {"type": "ClusterIP"}}}),
+        "uae-helm-chart-images",
+        "cannot be checked",
+    ),
+    ("site-foreign-country", _site(country="DE"), "uae-k8s-site-declaration", "'DE'"),
+    ("site-foreign-region", _site(region="eu-west-1"), "uae-k8s-site-declaration", "eu-west-1"),
+    ("site-missing", _no_site, "uae-k8s-site-declaration", "gpuplatform-site"),
+    # encryption
+    (
+        "volume-unencrypted",
+        set_in("aws:ebs/volume:Volume", "scratch", encrypted=False),
+        "aws-encryption-customer-managed-key",
+        "encrypted",
+    ),
+    (
+        "volume-no-key",
+        drop("aws:ebs/volume:Volume", "scratch", "kmsKeyId"),
+        "aws-encryption-customer-managed-key",
+        "kmsKeyId",
+    ),
+    (
+        "bucket-aes256",
+        lambda p: inputs(p, BUCKET_SSE, "data").update(
+            rules=[{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+        ),
+        "aws-encryption-customer-managed-key",
+        "AES256",
+    ),
+    (
+        "log-group-aws-key",
+        set_in("aws:cloudwatch/logGroup:LogGroup", "cluster-logs", kmsKeyId="alias/aws/logs"),
+        "aws-encryption-customer-managed-key",
+        "AWS-managed",
+    ),
+    (
+        "eks-no-secrets-encryption",
+        drop("aws:eks/cluster:Cluster", "cluster", "encryptionConfig"),
+        "aws-encryption-customer-managed-key",
+        "secrets",
+    ),
+    (
+        "ecr-aes",
+        set_in(
+            "aws:ecr/repository:Repository",
+            "trainer",
+            encryptionConfigurations=[{"encryptionType": "AES256"}],
+        ),
+        "aws-encryption-customer-managed-key",
+        "AES256",
+    ),
+    (
+        "fsx-scratch",
+        set_in("aws:fsx/lustreFileSystem:LustreFileSystem", "shared", deploymentType="SCRATCH_2"),
+        "aws-encryption-customer-managed-key",
+        "SCRATCH_2",
+    ),
+    (
+        "launch-template-no-disks",
+        drop("aws:ec2/launchTemplate:LaunchTemplate", "gpu", "blockDeviceMappings"),
+        "aws-encryption-customer-managed-key",
+        "blockDeviceMappings",
+    ),
+    (
+        "node-group-no-template",
+        drop("aws:eks/nodeGroup:NodeGroup", "gpu", "launchTemplate"),
+        "aws-encryption-customer-managed-key",
+        "launch template",
+    ),
+    (
+        "key-rotation-off",
+        drop(KEY, "storage-key", "enableKeyRotation"),
+        "aws-kms-key-rotation",
+        "enableKeyRotation",
+    ),
+    (
+        "key-deletion-window-unset",
+        drop(KEY, "storage-key", "deletionWindowInDays"),
+        "aws-kms-deletion-window",
+        "not set",
+    ),
+    (
+        "key-policy-wildcard",
+        _wildcard_key_policy,
+        "aws-kms-policy-no-wildcard-principal",
+        "Everyone",
+    ),
+    ("key-not-from-stack", _foreign_key_arn, "uae-kms-key-from-stack", "does not create"),
+    # exposure
+    (
+        "eks-public-endpoint",
+        lambda p: inputs(p, "aws:eks/cluster:Cluster", "cluster")["vpcConfig"].update(
+            endpointPublicAccess=True
+        ),
+        "aws-eks-endpoint-private",
+        "whole internet",
+    ),
+    (
+        "eks-endpoint-unset",
+        lambda p: inputs(p, "aws:eks/cluster:Cluster", "cluster")["vpcConfig"].pop(
+            "endpointPublicAccess"
+        ),
+        "aws-eks-endpoint-private",
+        "whole internet",
+    ),
+    ("sg-world-ingress", _world_ingress, "aws-no-world-ingress", "0.0.0.0/0"),
+    (
+        "sg-rule-world-ingress",
+        set_in(
+            "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+            "nodes-https",
+            cidrIpv4="0.0.0.0/0",
+        ),
+        "aws-no-world-ingress",
+        "0.0.0.0/0",
+    ),
+    (
+        "pab-off",
+        set_in(PAB, "data", blockPublicPolicy=False),
+        "aws-s3-public-access-block",
+        "blockPublicPolicy",
+    ),
+    (
+        "pab-missing-setting",
+        drop(PAB, "data", "restrictPublicBuckets"),
+        "aws-s3-public-access-block",
+        "restrictPublicBuckets",
+    ),
+    (
+        "subnet-public-ips",
+        set_in("aws:ec2/subnet:Subnet", "private-a", mapPublicIpOnLaunch=True),
+        "aws-no-public-ip-on-nodes",
+        "mapPublicIpOnLaunch",
+    ),
+    (
+        "imds-optional",
+        lambda p: inputs(p, "aws:ec2/launchTemplate:LaunchTemplate", "gpu")[
+            "metadataOptions"
+        ].update(httpTokens="optional"),
+        "aws-imdsv2-required",
+        "optional",
+    ),
+    (
+        "imds-missing",
+        drop("aws:ec2/launchTemplate:LaunchTemplate", "gpu", "metadataOptions"),
+        "aws-imdsv2-required",
+        "IMDSv1",
+    ),
+    (
+        "imds-hops",
+        lambda p: inputs(p, "aws:ec2/launchTemplate:LaunchTemplate", "gpu")[
+            "metadataOptions"
+        ].update(httpPutResponseHopLimit=3),
+        "aws-imdsv2-required",
+        "above 2",
+    ),
+    (
+        "grafana-public-lb",
+        _helm_values(
+            {
+                "grafana": {
+                    "image": {"registry": ECR, "repository": "grafana/grafana"},
+                    "service": {"type": "LoadBalancer"},
+                }
+            }
+        ),
+        "k8s-monitoring-not-public",
+        "LoadBalancer",
+    ),
+    (
+        "prometheus-service-lb",
+        add_resource(
+            "kubernetes:core/v1:Service",
+            "prometheus",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "prometheus", "namespace": "monitoring"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 9090}]},
+            },
+            "kubernetes",
+        ),
+        "k8s-monitoring-not-public",
+        "internet-facing",
+    ),
+    # identity
+    ("iam-admin", _admin_policy, "aws-iam-no-admin-wildcard", "`*` on `*`"),
+    ("iam-trust-wildcard", _wildcard_trust, "aws-iam-trust-no-wildcard-principal", "any principal"),
+    ("training-bucket-wide", _bucket_wide_training, "aws-iam-training-role-scoped", "uae-data/*"),
+    (
+        "training-list-without-prefix",
+        _list_without_prefix,
+        "aws-iam-training-role-scoped",
+        "s3:prefix",
+    ),
+    # kubernetes
+    ("privileged", _container(privileged=True), "k8s-no-privileged", "privileged"),
+    ("host-network", _pod(hostNetwork=True), "k8s-no-host-namespaces", "hostNetwork"),
+    ("host-path-without-exception", _drop_exception, "k8s-no-host-path", "/var/lib/kubelet"),
+    (
+        "privilege-escalation",
+        _container(allowPrivilegeEscalation=True),
+        "k8s-no-privilege-escalation",
+        "allowPrivilegeEscalation",
+    ),
+    (
+        "privilege-escalation-unset",
+        _container_drop("allowPrivilegeEscalation"),
+        "k8s-no-privilege-escalation",
+        "allowPrivilegeEscalation",
+    ),
+    ("root-user", _container(runAsUser=0), "k8s-run-as-non-root", "UID 0"),
+    (
+        "run-as-non-root-unset",
+        _pod_security_drop("runAsNonRoot"),
+        "k8s-run-as-non-root",
+        "runAsNonRoot",
+    ),
+    ("no-memory-limit", _no_limits, "k8s-resource-limits", "memory"),
+    ("latest-tag", _image(f"{ECR}/trainer:latest"), "k8s-no-latest-tag", "latest"),
+    ("untagged-image", _image(f"{ECR}/trainer"), "k8s-no-latest-tag", "latest"),
+    (
+        "writable-root",
+        _container(readOnlyRootFilesystem=False),
+        "k8s-read-only-root-filesystem",
+        "writable",
+    ),
+    (
+        "seccomp-unset",
+        _pod_security_drop("seccompProfile"),
+        "k8s-seccomp-runtime-default",
+        "Unconfined",
+    ),
+    ("default-namespace", _namespace("default"), "k8s-no-default-namespace", "default"),
+    ("namespace-unset", _namespace(None), "k8s-no-default-namespace", "default"),
+    # tags
+    (
+        "tag-missing",
+        _default_tags({"owner": "ml-platform", "data-classification": "confidential"}),
+        "aws-required-tags",
+        "residency",
+    ),
+    (
+        "tag-empty",
+        _default_tags({"owner": "", "data-classification": "confidential", "residency": "uae"}),
+        "aws-required-tags",
+        "owner",
+    ),
+    # stack
+    (
+        "bucket-without-sse",
+        _without(BUCKET_SSE, "data"),
+        "aws-s3-bucket-encryption-config",
+        "server-side encryption",
+    ),
+    (
+        "bucket-without-pab",
+        _without(PAB, "data"),
+        "aws-s3-bucket-public-access-block",
+        "public access block",
+    ),
+    ("bucket-without-policy", _without(POLICY, "data"), "aws-s3-bucket-tls-only", "TLS-only"),
+    ("bucket-policy-not-tls", _tls_policy_allows, "aws-s3-bucket-tls-only", "TLS-only"),
+    (
+        "replication-outside-stack",
+        add_resource(
+            "aws:s3/bucketReplicationConfig:BucketReplicationConfig",
+            "replication",
+            {
+                "bucket": "uae-data",
+                "role": "arn:aws:iam::123456789012:role/r",
+                "rules": [
+                    {
+                        "status": "Enabled",
+                        "destination": {"bucket": "arn:aws:s3:::replica-eu-west-1"},
+                    }
+                ],
+            },
+        ),
+        "uae-s3-replication-in-region",
+        "replica-eu-west-1",
+    ),
+]
+
+
+def test_the_compliant_plan_passes_every_rule() -> None:
+    result = review(compliant_plan())
+    assert result.violations == []
+    assert result.passed
+    assert [f for f in result.findings if f.unknown] == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_the_broken_plan_fails_exactly_the_rule(
+    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+) -> None:
+    plan = compliant_plan()
+    mutate(plan)
+    assert failing_rules(plan) == {rule_id}
+    assert any(fragment in message for message in messages(plan, rule_id)), messages(plan, rule_id)
+
+
+def test_every_rule_has_a_failing_case() -> None:
+    from policies.rules import ALL_RULES
+
+    covered = {c[2] for c in CASES}
+    assert {r.id for r in ALL_RULES} - covered == set()
+
+
+def test_every_rule_carries_its_metadata() -> None:
+    from policies.rules import ALL_RULES
+
+    for rule in ALL_RULES:
+        assert rule.id.startswith(("uae-", "aws-", "k8s-")), rule.id
+        assert rule.description and rule.remediation, rule.id
+        assert any("ISO/IEC 27001:2022" in c for c in rule.controls), rule.id
+    residency = [r for r in ALL_RULES if r.id.startswith("uae-")]
+    assert all(any("PDPL" in c for c in r.controls) for r in residency)
