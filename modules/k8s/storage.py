@@ -54,6 +54,12 @@ if TYPE_CHECKING:
     from modules.k8s.tenancy import TeamSpec
 
 FSX_DRIVER = "fsx.csi.aws.com"
+#: The policy pack's per-object exception (rule ``k8s-run-as-non-root``), with its reason.
+RUN_AS_ROOT_EXCEPTION = "policy-exception.gpuplatform.ae/k8s-run-as-non-root"
+RUN_AS_ROOT_REASON = (
+    "one-off Job: creates the team directories on the shared file system and hands them "
+    "to the trainer UID with chown, which needs UID 0 and CAP_CHOWN"
+)
 FSX_ROOT_CLAIM = "fsx-root"
 FSX_MOUNT_PATH = "/fsx"
 TEAMS_DIRECTORY = "teams"
@@ -204,7 +210,11 @@ def team_directories_job(team_names: Sequence[str], image: str) -> Manifest:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(f"fsx-team-directories-{digest}", STORAGE_NAMESPACE),
+        "metadata": metadata(
+            f"fsx-team-directories-{digest}",
+            STORAGE_NAMESPACE,
+            annotations={RUN_AS_ROOT_EXCEPTION: RUN_AS_ROOT_REASON},
+        ),
         "spec": {
             "backoffLimit": 6,
             "template": {
@@ -230,7 +240,7 @@ def team_directories_job(team_names: Sequence[str], image: str) -> Manifest:
                             },
                             "resources": {
                                 "requests": {"cpu": "50m", "memory": "64Mi"},
-                                "limits": {"memory": "128Mi"},
+                                "limits": {"cpu": "200m", "memory": "128Mi"},
                             },
                             "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}],
                         }

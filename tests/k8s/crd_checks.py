@@ -1,0 +1,188 @@
+"""Required-field checks for the CRD objects the platform registers.
+
+The upstream OpenAPI schemas cover built-in kinds only; these checks encode the rules of
+the CRDs we write (Kueue v1beta2, Prometheus Operator v1, NVIDIA Network Operator), as
+their API types declare them: required fields, name patterns, and cross-field rules such
+as "every flavor lists the covered resources in the same order".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
+IMAGE_NAME = re.compile(r"^[a-zA-Z0-9\-]+$")
+IMAGE_REPOSITORY = re.compile(r"^[a-zA-Z0-9.\-/]+$")
+IMAGE_VERSION = re.compile(r"^[a-zA-Z0-9.\-]+$")
+TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+
+def _name(manifest: Mapping[str, Any]) -> str:
+    return f"{manifest['kind']}/{manifest.get('metadata', {}).get('name', '?')}"
+
+
+def _resource_flavor(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    labels = spec.get("nodeLabels", {})
+    if not labels or len(labels) > 8:
+        yield "spec.nodeLabels: 1 to 8 labels"
+    for taint in spec.get("nodeTaints", []):
+        if not taint.get("key") or taint.get("effect") not in TAINT_EFFECTS:
+            yield f"spec.nodeTaints: bad taint {taint}"
+    if len(spec.get("nodeTaints", [])) > 8:
+        yield "spec.nodeTaints: at most 8"
+
+
+def _cluster_queue(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    cohort = spec.get("cohortName")
+    if cohort is not None and not DNS_NAME.match(cohort):
+        yield f"spec.cohortName: {cohort!r} is not a DNS name"
+    if "namespaceSelector" not in spec:
+        yield "spec.namespaceSelector: missing (no namespace could submit)"
+    groups = spec.get("resourceGroups", [])
+    if not 1 <= len(groups) <= 16:
+        yield "spec.resourceGroups: 1 to 16 groups"
+    for group in groups:
+        covered = group.get("coveredResources", [])
+        if not 1 <= len(covered) <= 64:
+            yield "coveredResources: 1 to 64 resources"
+        flavors = group.get("flavors", [])
+        if not 1 <= len(flavors) <= 64:
+            yield "flavors: 1 to 64 flavors"
+        for flavor in flavors:
+            if not DNS_NAME.match(flavor.get("name", "")):
+                yield f"flavor name {flavor.get('name')!r} is not a DNS name"
+            names = [r.get("name") for r in flavor.get("resources", [])]
+            if names != covered:
+                yield f"flavor {flavor.get('name')}: resources {names} != covered {covered}"
+            for resource in flavor.get("resources", []):
+                for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                    value = resource.get(key)
+                    if key == "nominalQuota" and value is None:
+                        yield f"flavor {flavor.get('name')}: {resource.get('name')} has no quota"
+                    if value is not None and not QUANTITY.match(str(value)):
+                        yield f"flavor {flavor.get('name')}: {key} {value!r} is not a quantity"
+                if "borrowingLimit" in resource and cohort is None:
+                    yield "borrowingLimit needs a cohort"
+    preemption = spec.get("preemption", {})
+    if preemption.get("reclaimWithinCohort", "Never") not in {"Never", "LowerPriority", "Any"}:
+        yield "preemption.reclaimWithinCohort: invalid"
+    if preemption.get("withinClusterQueue", "Never") not in {
+        "Never",
+        "LowerPriority",
+        "LowerOrNewerEqualPriority",
+    }:
+        yield "preemption.withinClusterQueue: invalid"
+    if "borrowWithinCohort" in preemption and "fairSharing" in spec:
+        yield "preemption.borrowWithinCohort is not allowed with fair sharing"
+    weight = spec.get("fairSharing", {}).get("weight")
+    if weight is not None and not QUANTITY.match(str(weight)):
+        yield f"fairSharing.weight {weight!r} is not a quantity"
+
+
+def _local_queue(m: Mapping[str, Any]) -> Iterable[str]:
+    if not m["metadata"].get("namespace"):
+        yield "metadata.namespace: a LocalQueue is namespaced"
+    if not DNS_NAME.match(m.get("spec", {}).get("clusterQueue", "")):
+        yield "spec.clusterQueue: a ClusterQueue name is required"
+
+
+def _pod_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    if "selector" not in spec:
+        yield "spec.selector: required"
+    endpoints = spec.get("podMetricsEndpoints", [])
+    if not endpoints:
+        yield "spec.podMetricsEndpoints: at least one endpoint"
+    for endpoint in endpoints:
+        if not (endpoint.get("port") or endpoint.get("portNumber")):
+            yield "podMetricsEndpoints[].port: required"
+        for relabel in endpoint.get("relabelings", []):
+            if "targetLabel" not in relabel:
+                yield "relabelings[].targetLabel: required for replace"
+
+
+def _prometheus_rule(m: Mapping[str, Any]) -> Iterable[str]:
+    groups = m.get("spec", {}).get("groups", [])
+    names = [g.get("name") for g in groups]
+    if len(set(names)) != len(names) or not all(names):
+        yield "spec.groups[].name: required and unique"
+    for group in groups:
+        for rule in group.get("rules", []):
+            if not rule.get("expr") or not (rule.get("alert") or rule.get("record")):
+                yield f"rule {rule}: needs expr and alert or record"
+            duration = rule.get("for")
+            if duration is not None and not re.fullmatch(r"\d+[smh]", duration):
+                yield f"rule {rule.get('alert')}: for {duration!r} is not a duration"
+
+
+def _image_spec(path: str, spec: Mapping[str, Any]) -> Iterable[str]:
+    for key, pattern in (
+        ("image", IMAGE_NAME),
+        ("repository", IMAGE_REPOSITORY),
+        ("version", IMAGE_VERSION),
+    ):
+        value = spec.get(key)
+        if not isinstance(value, str) or not pattern.match(value):
+            yield f"{path}.{key}: required, got {value!r}"
+
+
+def _nic_cluster_policy(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    if "namespace" in m["metadata"]:
+        yield "metadata.namespace: NicClusterPolicy is cluster-scoped"
+    for component in ("rdmaSharedDevicePlugin", "ofedDriver", "nvIpam"):
+        if component in spec:
+            yield from _image_spec(f"spec.{component}", spec[component])
+    for component, value in spec.get("secondaryNetwork", {}).items():
+        yield from _image_spec(f"spec.secondaryNetwork.{component}", value)
+    if "rdmaSharedDevicePlugin" in spec:
+        config = json.loads(spec["rdmaSharedDevicePlugin"]["config"])
+        for entry in config["configList"]:
+            if not entry.get("resourceName") or not entry.get("selectors"):
+                yield "rdmaSharedDevicePlugin.config: resourceName and selectors required"
+
+
+def _ip_pool(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    if not spec.get("subnet") or not isinstance(spec.get("perNodeBlockSize"), int):
+        yield "spec.subnet and spec.perNodeBlockSize: required"
+
+
+def _ipoib_network(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    if not spec.get("networkNamespace") or not spec.get("master"):
+        yield "spec.networkNamespace and spec.master: required"
+    json.loads(spec.get("ipam", "{}"))
+
+
+CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
+    "ResourceFlavor": _resource_flavor,
+    "ClusterQueue": _cluster_queue,
+    "LocalQueue": _local_queue,
+    "PodMonitor": _pod_monitor,
+    "PrometheusRule": _prometheus_rule,
+    "NicClusterPolicy": _nic_cluster_policy,
+    "IPPool": _ip_pool,
+    "IPoIBNetwork": _ipoib_network,
+}
+
+
+def crd_errors(manifests: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Problems of every CRD object, one line each; an unknown CRD kind is a problem too
+    (add its checks here before registering it)."""
+    errors: list[str] = []
+    for manifest in manifests:
+        check = CHECKS.get(manifest["kind"])
+        if check is None:
+            errors.append(f"{_name(manifest)}: no checks for this CRD kind")
+            continue
+        if not DNS_NAME.match(manifest.get("metadata", {}).get("name", "")):
+            errors.append(f"{_name(manifest)}: metadata.name is not a DNS name")
+        errors += [f"{_name(manifest)}: {e}" for e in check(manifest)]
+    return errors
