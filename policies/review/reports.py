@@ -133,7 +133,7 @@ def to_markdown(review: Review) -> str:
     lines += ["", "## Violations", ""]
     violations = [f for f in data["findings"] if f["kind"] == "violation"]
     if not violations:
-        lines.append("None.")
+        lines += ["None.", ""]
     for number, finding in enumerate(violations, 1):
         resource = urn_name(finding["urn"]) if finding["urn"] else "(stack)"
         lines += [
@@ -160,7 +160,7 @@ def to_markdown(review: Review) -> str:
             )
     lines += ["", "## Exceptions and exemptions", ""]
     if not data["exemptions"]:
-        lines.append("None.")
+        lines += ["None."]
     else:
         lines += [
             "| Rule | Resource | Source | Expires | Reason | Set-aside violation |",

@@ -1,0 +1,252 @@
+"""`python -m policies.review`: reports, SARIF validity, exit codes, config, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from policies.review.__main__ import main
+from tests.policies.builder import compliant_plan, find_step
+
+HERE = Path(__file__).parent
+REAL_PREVIEW = HERE / "fixtures" / "real-preview.json"
+SARIF_SCHEMA = json.loads((HERE / "schemas" / "sarif-schema-2.1.0.json").read_text())
+
+
+def sarif_errors(document: Any) -> list[str]:
+    validator = jsonschema.Draft4Validator(SARIF_SCHEMA)
+    return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def write(tmp_path: Path, name: str, document: Any) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(document) if not isinstance(document, str) else document)
+    return path
+
+
+def broken_plan() -> dict[str, Any]:
+    plan = compliant_plan()
+    find_step(plan, "aws:ebs/volume:Volume", "scratch")["inputs"]["encrypted"] = False
+    find_step(plan, "aws:kms/key:Key", "storage-key")["inputs"]["multiRegion"] = True
+    return plan
+
+
+def test_a_real_preview_with_unknowns_and_secrets_passes_with_advisories(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "policies.review",
+            "--plan",
+            str(REAL_PREVIEW),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASS" in result.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    unknown = [f for f in report["findings"] if f["kind"] == "cannot-check"]
+    assert [f["ruleId"] for f in unknown] == ["aws-s3-bucket-tls-only"]
+    assert "can't be known during preview" in unknown[0]["message"]
+    # Keys given as unknown values are traced to the stack's key through property dependencies.
+    keys = {
+        row["name"]: row["key"]
+        for row in report["residencyEvidence"]
+        if row["type"] == "aws:ebs/volume:Volume"
+    }
+    assert keys == {"scratch": "storage"}
+    assert sarif_errors(json.loads((tmp_path / "report.sarif").read_text())) == []
+
+
+def test_a_broken_plan_fails_naming_the_rules(tmp_path: Path) -> None:
+    plan = write(tmp_path, "broken.json", broken_plan())
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "policies.review",
+            "--plan",
+            str(plan),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "FAIL" in result.stdout
+    assert "[aws-encryption-customer-managed-key] scratch" in result.stdout
+    assert "[uae-kms-no-multi-region] storage-key" in result.stdout
+    sarif = json.loads((tmp_path / "out" / "report.sarif").read_text())
+    assert sarif_errors(sarif) == []
+    errors = {(r["ruleId"], r["level"]) for r in sarif["runs"][0]["results"]}
+    assert ("uae-kms-no-multi-region", "error") in errors
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "**Verdict: FAIL**" in markdown
+    assert "UAE PDPL Art. 22" in markdown  # mapped controls are shown with each violation
+    assert "Remediation: Set `multiRegion: false`" in markdown
+
+
+def test_reports_go_to_build_review_plan_stem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = write(tmp_path, "my-stack.json", compliant_plan())
+    assert main(["--plan", str(plan)]) == 0
+    out = tmp_path / "build" / "review" / "my-stack"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.sarif"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "pass"
+    rules = {r["id"]: r for r in report["rules"]}
+    assert rules["k8s-no-privileged"]["evaluated"] == 2
+    assert rules["k8s-no-privileged"]["passed"] == 2
+    # The device plugin's hostPath exception is listed with its reason.
+    assert [(e["ruleId"], e["source"]) for e in report["exemptions"]] == [
+        ("k8s-no-host-path", "annotation")
+    ]
+    assert "device plugins register through the kubelet socket" in (out / "report.md").read_text()
+    assert sarif_errors(json.loads((out / "report.sarif").read_text())) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not an object"),
+        ('{"steps": {}}', "no `steps` list"),
+        ('{"steps": [{"op": "create"}]}', "has no `newState`"),
+        ('{"steps": [{"op": "create", "newState": {"urn": "x", "type": "t"}}]}', "not a URN"),
+    ],
+)
+def test_a_malformed_plan_gets_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
+) -> None:
+    assert main(["--plan", str(write(tmp_path, "bad.json", content))]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_plan_says_how_to_make_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--plan", str(tmp_path / "nope.json")]) == 2
+    assert "make plan" in capsys.readouterr().err
+
+
+def run_with_config(tmp_path: Path, plan: Any, config: Any) -> tuple[int, dict[str, Any]]:
+    plan_path = write(tmp_path, "plan.json", plan)
+    config_path = write(tmp_path, "config.json", config)
+    code = main(
+        [
+            "--plan",
+            str(plan_path),
+            "--policy-config",
+            str(config_path),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    report = json.loads((tmp_path / "out" / "report.json").read_text()) if code != 2 else {}
+    return code, report
+
+
+def test_an_active_exemption_sets_a_violation_aside_and_is_listed(tmp_path: Path) -> None:
+    config = {
+        "aws-encryption-customer-managed-key": {
+            "exemptions": [
+                {
+                    "resource": "scratch",
+                    "reason": "vendor disk image, ticket SEC-12",
+                    "expires": "2999-12-31",
+                }
+            ]
+        },
+        "uae-kms-no-multi-region": "advisory",
+    }
+    code, report = run_with_config(tmp_path, broken_plan(), config)
+    assert code == 0
+    assert [f["ruleId"] for f in report["findings"] if f["enforcement"] == "mandatory"] == []
+    assert [f["ruleId"] for f in report["findings"]] == ["uae-kms-no-multi-region"]
+    exemption = next(e for e in report["exemptions"] if e["source"] == "pack config")
+    assert exemption == {
+        "ruleId": "aws-encryption-customer-managed-key",
+        "urn": exemption["urn"],
+        "violation": "`encrypted` is not true",
+        "reason": "vendor disk image, ticket SEC-12",
+        "source": "pack config",
+        "expires": "2999-12-31",
+    }
+
+
+def test_an_expired_exemption_no_longer_applies(tmp_path: Path) -> None:
+    config = {
+        "aws-encryption-customer-managed-key": {
+            "exemptions": [{"resource": "*scratch", "reason": "old", "expires": "2020-01-01"}]
+        }
+    }
+    code, report = run_with_config(tmp_path, broken_plan(), config)
+    assert code == 1
+    messages = [
+        f["message"]
+        for f in report["findings"]
+        if f["ruleId"] == "aws-encryption-customer-managed-key"
+    ]
+    assert messages == ["`encrypted` is not true (exemption expired on 2020-01-01)"]
+
+
+def test_config_changes_the_allowlist_and_disables_rules(tmp_path: Path) -> None:
+    plan = compliant_plan()
+    find_step(plan, "aws:ec2/securityGroup:SecurityGroup", "nodes")["inputs"]["region"] = (
+        "me-south-1"
+    )
+    code, _ = run_with_config(tmp_path, plan, {})
+    assert code == 1
+    code, _ = run_with_config(
+        tmp_path,
+        plan,
+        {"uae-aws-region-allowlist": {"allowedRegions": ["me-central-1", "me-south-1"]}},
+    )
+    assert code == 0
+    code, report = run_with_config(tmp_path, plan, {"all": "disabled"})
+    assert code == 0
+    assert report["rules"] == []
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"no-such-rule": "mandatory"}, "unknown rule 'no-such-rule'"),
+        ({"uae-aws-region-allowlist": "sometimes"}, "enforcement level 'sometimes'"),
+        ({"uae-aws-region-allowlist": {"allowedRegions": "me-central-1"}}, "allowedRegions"),
+        ({"uae-aws-region-allowlist": {"requiredTags": ["a"]}}, "does not read requiredTags"),
+        (
+            {
+                "aws-required-tags": {
+                    "exemptions": [{"resource": "x", "reason": "", "expires": "soon"}]
+                }
+            },
+            "exemptions[0].reason",
+        ),
+    ],
+)
+def test_bad_pack_config_is_reported_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Any, expected: str
+) -> None:
+    code, _ = run_with_config(tmp_path, compliant_plan(), config)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "Traceback" not in err
