@@ -49,6 +49,7 @@ class AwsFoundation:
     storage_key_arn: pulumi.Output[str]
     vpc_cidr: str
     registry_url: pulumi.Output[str]
+    training_image: str
     bucket_name: pulumi.Output[str]
     file_system: SharedFileSystem | None
     ready: list[pulumi.Resource]
@@ -250,6 +251,10 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         storage_key_arn=keys.arn("storage"),
         vpc_cidr=config.network.vpc_cidr,
         registry_url=registry.repository.repository_url,
+        training_image=(
+            f"{account_id}.dkr.ecr.{config.region}.amazonaws.com/"
+            f"{name}/{config.storage.registry_name}:{config.training_image_tag}"
+        ),
         bucket_name=data.bucket.bucket,
         file_system=file_system,
         ready=[addons, *[p.node_group for p in pools]],

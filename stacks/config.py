@@ -18,8 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from modules.aws.node_pool_spec import NodePoolSpec
+from modules.k8s.fabric import InfinibandSpec
+from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.onprem import OnPremSpec
+from modules.k8s.queueing import QueueingSpec
+from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
+from modules.pools import NodePoolProfile
 from modules.validation import Checker
 
 from .config_parsing import ConfigError, parse_section
@@ -212,6 +218,30 @@ class StorageConfig:
 
 
 @dataclass(frozen=True)
+class ExampleJobSpec:
+    """The bundled example training job each stack deploys, suspended.
+
+    Args:
+        team: the team whose namespace, queue and bucket prefix it uses.
+        pool: the node pool it runs on.
+        preset: the training preset (see `workloads.config`), default ``gpt2-124m``.
+        nodes: how many nodes (one pod each), default 1.
+        suspended: keep the job suspended until a user resumes it (default true).
+    """
+
+    team: str
+    pool: str
+    preset: str = "gpt2-124m"
+    nodes: int = 1
+    suspended: bool = True
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(self.nodes >= 1, "nodes", self.nodes, "at least 1")
+        check.done()
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything a stack file sets (keys under ``uae-gpu-platform:``).
 
@@ -229,6 +259,19 @@ class StackConfig:
         node_pools: the managed node groups (`NodePoolSpec`); exactly one ``system`` pool.
         storage: bucket, FSx and registry settings (`StorageConfig`).
         teams: the tenants (`TeamSpec`): a namespace, quota and queue each.
+        monitoring: Prometheus, Grafana and alerting settings (`MonitoringSpec`).
+        queueing: Kueue settings (`QueueingSpec`).
+        site: where an on-premises cluster runs (`SiteSpec`, kind ``on-premises``);
+            AWS stacks derive theirs from the region.
+        onprem: settings of an existing on-premises cluster (`OnPremSpec`).
+        onprem_node_pools: the on-premises cluster's node pools as they exist
+            (`NodePoolProfile`: GPUs, InfiniBand resource, labels the nodes carry).
+        infiniband: the InfiniBand fabric on premises (`InfinibandSpec`).
+        example_job: the bundled example training job (`ExampleJobSpec`), deployed
+            suspended; ``null`` for none.
+        training_image_tag: tag of the training image (``workloads/Dockerfile``) in the
+            stack's registry, used by the example job (never ``latest``: tags are
+            immutable).
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -241,9 +284,18 @@ class StackConfig:
     node_pools: tuple[NodePoolSpec, ...] = ()
     storage: StorageConfig = field(default_factory=StorageConfig)
     teams: tuple[TeamSpec, ...] = ()
+    monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    queueing: QueueingSpec = field(default_factory=QueueingSpec)
+    site: SiteSpec | None = None
+    onprem: OnPremSpec | None = None
+    onprem_node_pools: tuple[NodePoolProfile, ...] = ()
+    infiniband: InfinibandSpec | None = None
+    example_job: ExampleJobSpec | None = None
+    training_image_tag: str = "0.1.0"
 
     def __post_init__(self) -> None:
         check = Checker()
+        self._check_target(check)
         for i, region in enumerate(self.allowed_regions):
             check.require(
                 region in UAE_AWS_REGIONS,
@@ -258,6 +310,13 @@ class StackConfig:
             f"must be one of allowedRegions: {', '.join(self.allowed_regions)}",
         )
         check.require(
+            bool(re.fullmatch(r"[\w][\w.-]{0,127}", self.training_image_tag))
+            and self.training_image_tag != "latest",
+            "training_image_tag",
+            self.training_image_tag,
+            "pin an immutable tag such as 0.1.0, not latest",
+        )
+        check.require(
             self.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS,
             "kubernetes_version",
             self.kubernetes_version,
@@ -269,6 +328,9 @@ class StackConfig:
         for name in sorted({n for n in names if names.count(n) > 1}):
             check.require(False, "node_pools", name, "pool names must be unique")
         if self.target == "aws":
+            check.require(
+                bool(self.node_pools), "node_pools", [], "declare the node pools (one system pool)"
+            )
             systems = [p.name for p in self.node_pools if p.role == "system"]
             check.require(
                 len(systems) == 1,
@@ -280,6 +342,50 @@ class StackConfig:
         for name in sorted({n for n in team_names if team_names.count(n) > 1}):
             check.require(False, "teams", name, "team names must be unique")
         check.done()
+
+    def _check_target(self, check: Checker) -> None:
+        if self.target == "onprem":
+            for name, value in (("onprem", self.onprem), ("site", self.site)):
+                check.require(value is not None, name, None, "required for target onprem")
+            check.require(
+                self.site is None or self.site.kind == "on-premises",
+                "site.kind",
+                self.site and self.site.kind,
+                "an onprem stack's site kind is on-premises",
+            )
+            check.require(
+                not self.node_pools,
+                "node_pools",
+                [p.name for p in self.node_pools],
+                "EKS node pools are for target aws; declare onpremNodePools instead",
+            )
+            check.require(
+                bool(self.onprem_node_pools), "onprem_node_pools", [], "declare the cluster's pools"
+            )
+        else:
+            for name, value in (("onprem", self.onprem), ("site", self.site)):
+                check.require(value is None, name, value, "only for target onprem")
+            check.require(
+                not self.onprem_node_pools,
+                "onprem_node_pools",
+                [p.name for p in self.onprem_node_pools],
+                "only for target onprem; declare nodePools",
+            )
+        if self.example_job is not None:
+            teams = [t.name for t in self.teams]
+            pools = [p.name for p in self.node_pools] + [p.name for p in self.onprem_node_pools]
+            check.require(
+                self.example_job.team in teams,
+                "example_job.team",
+                self.example_job.team,
+                f"must be one of the teams: {', '.join(teams) or 'none declared'}",
+            )
+            check.require(
+                self.example_job.pool in pools,
+                "example_job.pool",
+                self.example_job.pool,
+                f"must be one of the node pools: {', '.join(pools)}",
+            )
 
     @property
     def all_tags(self) -> dict[str, str]:

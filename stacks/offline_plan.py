@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import yaml
 
-from .config import PROJECT
+from .config import PROJECT, SECRET_KEYS
 from .offline_runtime import Registration, run_program
 from .plan_summary import render_summary
 
@@ -71,6 +71,12 @@ def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
             flat[key] = "true" if value else "false"
         else:
             flat[key] = str(value)
+    for name in SECRET_KEYS:  # secrets are never in the repository; stand-ins take their place
+        if f"{PROJECT}:{name}" not in flat:
+            flat[f"{PROJECT}:{name}"], secret_keys = (
+                OFFLINE_SECRET,
+                [*secret_keys, f"{PROJECT}:{name}"],
+            )
     return flat, secret_keys
 
 

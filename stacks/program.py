@@ -11,8 +11,9 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from .aws_foundation import build_aws_foundation, region_provider
-from .config import parse_stack_config
+from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
+from .kubernetes_layer import build_kubernetes_layer
 
 
 def stack_config_map() -> dict[str, str]:
@@ -25,7 +26,10 @@ def main() -> None:
     stack = pulumi.get_stack()
     try:
         config = parse_stack_config(stack_config_map())
+        foundation = None
         if config.target == "aws":
-            build_aws_foundation(stack, config, region_provider(config))
+            foundation = build_aws_foundation(stack, config, region_provider(config))
+        kubeconfig = pulumi.Config(PROJECT).get_secret("kubeconfig")
+        build_kubernetes_layer(config, foundation, kubeconfig)
     except ConfigError as err:
         raise pulumi.RunError(err.render(stack)) from None

@@ -1,0 +1,98 @@
+"""Composition of the Kubernetes platform layer, on EKS or on an existing cluster."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.k8s.platform import KubernetesPlatform
+from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
+from modules.k8s.site import SiteSpec
+from modules.validation import InvalidArgsError
+
+from .aws_foundation import AwsFoundation
+from .config import PROJECT, StackConfig
+from .config_parsing import ConfigError
+
+
+def _platform_args(
+    config: StackConfig, provider: k8s.Provider, foundation: AwsFoundation | None
+) -> KubernetesPlatformArgs:
+    """The layer's typed args; their combined checks become config problems."""
+    try:
+        if foundation is None:
+            assert config.site is not None  # checked by StackConfig for target onprem
+            return KubernetesPlatformArgs(
+                cluster_kind="onprem",
+                site=config.site,
+                pools=config.onprem_node_pools,
+                onprem=config.onprem,
+                infiniband=config.infiniband,
+                provider=provider,
+                kubernetes_version=config.kubernetes_version,
+                teams=config.teams,
+                monitoring=config.monitoring,
+                queueing=config.queueing,
+            )
+        fsx = None
+        if foundation.file_system is not None:
+            fs = foundation.file_system.file_system
+            fsx = FsxInputs(
+                file_system_id=fs.id,
+                dns_name=fs.dns_name,
+                mount_name=fs.mount_name,
+                capacity_gib=config.storage.fsx.storage_capacity_gib,
+                init_image=foundation.training_image,
+            )
+        return KubernetesPlatformArgs(
+            cluster_kind="eks",
+            site=SiteSpec(name=f"aws-{config.region}", kind="aws-eks", region=config.region),
+            pools=foundation.pools,
+            eks=EksInputs(
+                cluster_name=foundation.cluster_name,
+                region=config.region,
+                storage_kms_key_arn=foundation.storage_key_arn,
+                vpc_cidr=foundation.vpc_cidr,
+                fsx=fsx,
+            ),
+            infiniband=config.infiniband,
+            provider=provider,
+            kubernetes_version=config.kubernetes_version,
+            teams=config.teams,
+            monitoring=config.monitoring,
+            queueing=config.queueing,
+        )
+    except InvalidArgsError as err:
+        raise ConfigError([p.describe(f"{PROJECT}:{p.field}") for p in err.problems]) from None
+
+
+def kubernetes_provider(
+    config: StackConfig, foundation: AwsFoundation | None, kubeconfig: pulumi.Input[str] | None
+) -> k8s.Provider:
+    """The cluster's provider: from the EKS cluster, or from the secret kubeconfig."""
+    if foundation is not None:
+        return k8s.Provider(
+            "eks",
+            kubeconfig=foundation.kubeconfig,
+            # Platform objects go in only once nodes and core add-ons are up.
+            opts=pulumi.ResourceOptions(depends_on=foundation.ready),
+        )
+    if kubeconfig is None:
+        raise ConfigError(
+            [
+                f"{PROJECT}:kubeconfig: missing; an onprem stack reaches its cluster through it: "
+                "pulumi config set --secret kubeconfig < path/to/kubeconfig"
+            ]
+        )
+    assert config.site is not None
+    return k8s.Provider(f"onprem-{config.site.name}", kubeconfig=kubeconfig)
+
+
+def build_kubernetes_layer(
+    config: StackConfig, foundation: AwsFoundation | None, kubeconfig: pulumi.Input[str] | None
+) -> KubernetesPlatform:
+    """Declare the Kubernetes platform layer through the cluster's explicit provider."""
+    provider = kubernetes_provider(config, foundation, kubeconfig)
+    platform = KubernetesPlatform("platform", _platform_args(config, provider, foundation))
+    pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    return platform
