@@ -9,12 +9,8 @@ sit under the KubernetesPlatform component.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from functools import cache
-from typing import Any
 
 import kubernetes_validate
-import pulumi_kubernetes as k8s
 import pytest
 
 from modules.k8s.common import POD_SECURITY_REASON_ANNOTATION
@@ -23,42 +19,12 @@ from modules.k8s.names import (
     KUBE_SYSTEM,
     SITE_CONFIGMAP_NAME,
 )
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.summary import installed_charts, pool_plugins
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import eks_args, onprem_args
-from tests.k8s.mock_runtime import Registered, run
+from tests.k8s.programs import STACKS, manifests, of_kind, registrations, releases
 from tests.support.k8s_schema import is_builtin, schema_errors
-
-HELM = "kubernetes:helm.sh/v3:Release"
-STACKS: dict[str, Callable[..., KubernetesPlatformArgs]] = {"eks": eks_args, "onprem": onprem_args}
-
-
-@cache
-def registrations(stack: str, version: str = "1.33") -> tuple[Registered, ...]:
-    def program() -> None:
-        provider = k8s.Provider("cluster", kubeconfig="{}")
-        KubernetesPlatform("platform", STACKS[stack](version, provider=provider))
-
-    return tuple(run(program))
-
-
-def manifests(records: tuple[Registered, ...]) -> list[dict[str, Any]]:
-    return [
-        r.inputs
-        for r in records
-        if r.custom and r.type.startswith("kubernetes:") and r.type != HELM
-    ]
-
-
-def of_kind(records: tuple[Registered, ...], kind: str) -> list[dict[str, Any]]:
-    return [m for m in manifests(records) if m["kind"] == kind]
-
-
-def releases(records: tuple[Registered, ...]) -> dict[str, dict[str, Any]]:
-    return {r.inputs["name"]: r.inputs for r in records if r.type == HELM}
 
 
 @pytest.mark.parametrize("stack", STACKS)
