@@ -216,7 +216,7 @@ def compliant_plan() -> dict[str, Any]:
         },
         provider=aws,
     )
-    logs = b.add(
+    b.add(
         "aws:cloudwatch/logGroup:LogGroup",
         "cluster-logs",
         {"retentionInDays": 365, "kmsKeyId": key_arn("1")},
@@ -399,7 +399,9 @@ def compliant_plan() -> dict[str, Any]:
                 "name": "nvidia-device-plugin",
                 "namespace": "gpu-system",
                 "annotations": {
-                    "policy-exception.gpuplatform.ae/k8s-no-host-path": "device plugins register through the kubelet socket",
+                    "policy-exception.gpuplatform.ae/k8s-no-host-path": (
+                        "device plugins register through the kubelet socket"
+                    ),
                 },
             },
             "spec": {

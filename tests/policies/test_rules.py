@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from policies.rules import ALL_RULES
 from tests.policies.builder import (
     ECR,
     PlanBuilder,
@@ -306,7 +307,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
                         "targetVaultName": "v",
                         "copyActions": [
                             {
-                                "destinationVaultArn": "arn:aws:backup:eu-central-1:123456789012:backup-vault:dr"
+                                "destinationVaultArn": (
+                                    "arn:aws:backup:eu-central-1:123456789012:backup-vault:dr"
+                                )
                             }
                         ],
                     }
@@ -697,15 +700,11 @@ def test_the_broken_plan_fails_exactly_the_rule(
 
 
 def test_every_rule_has_a_failing_case() -> None:
-    from policies.rules import ALL_RULES
-
     covered = {c[2] for c in CASES}
     assert {r.id for r in ALL_RULES} - covered == set()
 
 
 def test_every_rule_carries_its_metadata() -> None:
-    from policies.rules import ALL_RULES
-
     for rule in ALL_RULES:
         assert rule.id.startswith(("uae-", "aws-", "k8s-")), rule.id
         assert rule.description and rule.remediation, rule.id

@@ -201,4 +201,3 @@ def test_a_mutated_real_plan_is_caught_by_the_right_rule_only(
     mutate(plan)
     assert failing_rules(plan) == {rule_id}
     assert not review(plan).passed
-
