@@ -371,19 +371,25 @@ class StackConfig:
                 [p.name for p in self.onprem_node_pools],
                 "only for target onprem; declare nodePools",
             )
-        if self.example_job is not None:
-            teams = [t.name for t in self.teams]
-            pools = [p.name for p in self.node_pools] + [p.name for p in self.onprem_node_pools]
+        job = self.example_job
+        pools = [p.name for p in self.node_pools] + [p.name for p in self.onprem_node_pools]
+        teams = [t.name for t in self.teams]
+        # Membership is only checked against sections that parsed: a broken section
+        # falls back to empty and has been reported already.
+        if job is not None and teams:
             check.require(
-                self.example_job.team in teams,
+                job.team in teams,
                 "example_job.team",
-                self.example_job.team,
-                f"must be one of the teams: {', '.join(teams) or 'none declared'}",
+                job.team,
+                f"must be one of the teams: {', '.join(teams)}",
             )
+        elif job is not None:
+            check.require(False, "teams", [], f"declare team {job.team!r} for the example job")
+        if job is not None and pools:
             check.require(
-                self.example_job.pool in pools,
+                job.pool in pools,
                 "example_job.pool",
-                self.example_job.pool,
+                job.pool,
                 f"must be one of the node pools: {', '.join(pools)}",
             )
 
