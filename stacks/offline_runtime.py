@@ -67,6 +67,7 @@ class Registration:
     property_dependencies: dict[str, list[str]]
     aliases: list[str] = field(default_factory=list)
     id: str = ""
+    component_outputs: dict[str, Any] = field(default_factory=dict)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -97,6 +98,13 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             id=response.id,
         )
         return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        """Keep what a component reports about itself (``register_outputs``)."""
+        registration = self.registrations.get(request.urn)
+        if registration is not None:
+            registration.component_outputs = _engine_view(json_format.MessageToDict(request.outputs))
+        return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
 
 
 class CatalogMocks(pulumi_mocks.Mocks):

@@ -93,6 +93,10 @@ def kubernetes_lines(registrations: Mapping[str, Registration]) -> list[str]:
     )
     if kinds:
         lines.append("  objects: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
+    for reg in registrations.values():
+        plugins = reg.component_outputs.get("poolPlugins") if reg.component_outputs else None
+        for pool, names in sorted((plugins or {}).items()):
+            lines.append(f"  pool {pool:<14} gets {', '.join(names)}")
     return lines
 
 
