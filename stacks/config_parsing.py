@@ -12,6 +12,7 @@ every section comes back together, each with its full key in the stack file
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Mapping
@@ -125,8 +126,10 @@ class _Parser:
         fields = {camel(f.name): f for f in dataclasses.fields(cls) if f.init}
         for key in raw:
             if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
                 allowed = ", ".join(sorted(fields))
-                self.fail(join(path, key), raw[key], f"unknown key; allowed keys: {allowed}")
+                self.fail(join(path, key), raw[key], f"unknown key; {hint}allowed keys: {allowed}")
         kwargs: dict[str, Any] = {}
         broken: set[str] = set()
         for key, f in fields.items():

@@ -52,7 +52,9 @@ def test_typo_key_is_named_with_the_allowed_keys() -> None:
     pools[1]["minSzie"] = 1
     problems = problems_of(prod_config(nodePools=pools))
     assert len(problems) == 1
-    assert problems[0].startswith(f"{NS}nodePools[1].minSzie: got 1; unknown key; allowed keys:")
+    assert problems[0].startswith(
+        f"{NS}nodePools[1].minSzie: got 1; unknown key; did you mean minSize? allowed keys:"
+    )
     assert "minSize" in problems[0]
 
 
