@@ -103,7 +103,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         """Keep what a component reports about itself (``register_outputs``)."""
         registration = self.registrations.get(request.urn)
         if registration is not None:
-            registration.component_outputs = _engine_view(json_format.MessageToDict(request.outputs))
+            outputs = json_format.MessageToDict(request.outputs)
+            registration.component_outputs = _engine_view(outputs)
         return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
 
 
