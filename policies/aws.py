@@ -103,22 +103,20 @@ def effective_tags(resource: ResourceView) -> dict[str, Any]:
     return merged
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 @functools.lru_cache(maxsize=512)
 def sdk_taggable(type_token: str) -> bool | None:
     """Whether pulumi-aws declares tags for this type (None when the SDK does not know it)."""
     parts = type_token.split(":")
     if len(parts) != 3 or parts[0] != "aws" or "/" not in parts[1]:
         return None
-    module, resource_file = parts[1].split("/", 1)
+    module = parts[1].split("/", 1)[0]
     try:
-        sdk_module = importlib.import_module(f"pulumi_aws.{module}.{_snake(resource_file)}")
+        # Through the package, never its submodule: importing pulumi_aws.<m>.<file>
+        # directly breaks the SDK's lazy package (its classes vanish for later users).
+        sdk_module = importlib.import_module(f"pulumi_aws.{module}")
+        cls = getattr(sdk_module, parts[2], None)
     except ImportError:
         return None
-    cls = getattr(sdk_module, parts[2], None)
     return None if cls is None else hasattr(cls, "tags_all")
 
 

@@ -57,6 +57,11 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "ClusterPolicy",
         "NVIDIADriver",
         "NodeFeatureRule",
+        # NVIDIA network operator (InfiniBand / RDMA)
+        "NicClusterPolicy",
+        "IPoIBNetwork",
+        "MacvlanNetwork",
+        "HostDeviceNetwork",
     }
 )
 

@@ -378,17 +378,36 @@ def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple
             for problem in _site_problems(site, settings, target):
                 yield provider_urn, problem
     if target == "onprem":
-        onprem = stackconfig.get("onprem")
-        country = dig(onprem, "country") if isinstance(onprem, Mapping) else None
-        if country not in settings.allowed_countries:
-            yield (
-                None,
-                (
-                    f"stack config uae-gpu-platform:onprem.country is {country!r}, not one of "
-                    f"{', '.join(settings.allowed_countries)}"
-                ),
-            )
+        yield from _onprem_config_problems(sites, settings)
     deferred.finish()
+
+
+def _onprem_config_problems(
+    sites: Mapping[str, ResourceView], settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    """The on-prem stack's own site config (``uae-gpu-platform:site``, or ``site`` and
+    ``country`` inside ``uae-gpu-platform:onprem``) must name an allowed country and the
+    site the cluster declares."""
+    declared: Mapping[str, Any] = {}
+    for key in ("site", "onprem"):
+        value = stackconfig.get(key)
+        if isinstance(value, Mapping) and {"country", "name", "site"} & set(value):
+            declared = value
+            break
+    country = declared.get("country")
+    if country is not None and country not in settings.allowed_countries:
+        allowed = ", ".join(settings.allowed_countries)
+        yield None, f"stack config declares country {country!r}, not one of {allowed}"
+    name = declared.get("name") or declared.get("site")
+    site_names = {str(dig(site.props, "data", "site")) for site in sites.values()}
+    if isinstance(name, str) and site_names and name not in site_names:
+        yield (
+            None,
+            (
+                f"stack config declares site {name!r}, but the cluster declares "
+                f"{', '.join(sorted(site_names))}"
+            ),
+        )
 
 
 def _site_problems(site: ResourceView, settings: Settings, target: Any) -> Iterator[str]:
