@@ -10,7 +10,8 @@ GPU sharing is set per pool: the device plugin reads a named configuration from 
 ConfigMap, and a node picks its configuration with the label
 ``nvidia.com/device-plugin.config=<pool>`` (MIG nodes also carry
 ``nvidia.com/mig.config=<profile>``); `gpu_sharing_node_labels` gives those labels for
-the node pool definitions.
+the node pool definitions. Where every GPU pool shares the same way (a stack with one
+time-sliced pool), that configuration is the default and no label is needed.
 """
 
 from __future__ import annotations
@@ -139,6 +140,30 @@ def gpu_operator_namespace(kubernetes_version: str) -> Manifest:
     )
 
 
+def default_device_plugin_config(pools: Sequence[NodePoolProfile]) -> str:
+    """The configuration a GPU node without a config label gets: when every GPU pool
+    shares its GPUs the same way (e.g. one time-sliced pool), that pool's, so no node
+    label is needed; otherwise whole GPUs, and sharing pools need their node labels."""
+    sharing = {p.name for p in pools if p.has_gpus and p.gpu_sharing != "none"}
+    gpu_pools = {p.name for p in pools if p.has_gpus}
+    if len(sharing) == 1 and sharing == gpu_pools:
+        return sharing.pop()
+    return DEFAULT_DEVICE_PLUGIN_CONFIG
+
+
+def default_mig_config(pools: Sequence[NodePoolProfile]) -> str:
+    """The MIG layout of nodes without a ``nvidia.com/mig.config`` label: the profile,
+    when every GPU pool uses the same one; else MIG stays off (``all-disabled``)."""
+    profiles = {
+        p.mig_strategy_profile if p.gpu_sharing == "mig" else None for p in pools if p.has_gpus
+    }
+    if len(profiles) == 1:
+        (profile,) = profiles
+        if profile:
+            return profile
+    return "all-disabled"
+
+
 def gpu_configmaps(pools: Sequence[NodePoolProfile]) -> list[Manifest]:
     """The device plugin configurations and the DCGM exporter's metric list."""
     return [
@@ -192,12 +217,12 @@ def gpu_operator_values(
             "config": {
                 "create": False,
                 "name": DEVICE_PLUGIN_CONFIGMAP,
-                "default": DEFAULT_DEVICE_PLUGIN_CONFIG,
+                "default": default_device_plugin_config(pools),
             },
         },
         "gfd": {"enabled": True},
         "mig": {"strategy": "single"},
-        "migManager": {"enabled": uses_mig},
+        "migManager": {"enabled": uses_mig, "config": {"default": default_mig_config(pools)}},
         "dcgmExporter": {
             "enabled": True,
             "config": {"name": DCGM_METRICS_CONFIGMAP},

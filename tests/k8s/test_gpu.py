@@ -123,3 +123,19 @@ def test_configmaps_live_in_the_operator_namespace() -> None:
         DCGM_METRICS_CONFIGMAP,
     }
     assert {m["metadata"]["namespace"] for m in maps} == {"gpu-operator"}
+
+
+def test_a_single_sharing_pool_needs_no_node_label() -> None:
+    values = gpu_operator_values((SYSTEM, G6), install_driver=False, install_toolkit=False)
+    assert values["devicePlugin"]["config"]["default"] == "gpu-g6"
+    mixed = gpu_operator_values((SYSTEM, G6, P5EN), install_driver=False, install_toolkit=False)
+    assert mixed["devicePlugin"]["config"]["default"] == "default"
+
+
+def test_mig_layout_defaults_to_the_profile_only_when_every_gpu_pool_uses_it() -> None:
+    assert gpu_operator_values((SYSTEM, MIG), True, True)["migManager"]["config"]["default"] == (
+        "all-1g.10gb"
+    )
+    assert gpu_operator_values((SYSTEM, IB, MIG), True, True)["migManager"]["config"][
+        "default"
+    ] == ("all-disabled")
