@@ -1,0 +1,1 @@
+"""Read-only residency audit of a live AWS account (``make audit``)."""

@@ -1,0 +1,121 @@
+"""``python -m policies.audit [--regions ...] [--allowed-regions ...]`` (``make audit``).
+
+Scans the AWS account of boto3's default credential chain, read-only, for data, keys
+and copies outside the allowed regions; prints a table and writes
+``build/audit/findings.json``. ``AWS_ENDPOINT_URL`` points it at another endpoint (a
+local moto server). Exit status: 0 clean, 1 findings, 2 unusable arguments or
+credentials, 3 no findings but some checks could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from policies.audit.scan import Audit, run_audit
+from policies.settings import DEFAULT_ALLOWED_REGIONS
+
+DEFAULT_OUT = Path("build") / "audit" / "findings.json"
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """``["a b", "c,d"]`` -> ``["a", "b", "c", "d"]`` (space- or comma-separated)."""
+    return [item for value in values or [] for item in value.replace(",", " ").split() if item]
+
+
+def table(audit: Audit) -> str:
+    assert audit.findings is not None
+    rows = [("REGION", "SERVICE", "TYPE", "RESOURCE", "PROBLEM")]
+    rows += [(f.region, f.service, f.resource_type, f.resource, f.problem) for f in audit.findings]
+    widths = [min(max(len(row[i]) for row in rows), 60) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True))
+        + "  "
+        + row[4]
+        for row in rows
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m policies.audit", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--regions", nargs="+", help="regions to scan (default: every enabled region)"
+    )
+    parser.add_argument(
+        "--allowed-regions",
+        nargs="+",
+        help=f"allowed regions (default: {' '.join(DEFAULT_ALLOWED_REGIONS)})",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"findings file (default {DEFAULT_OUT})"
+    )
+    parser.add_argument("--page-size", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    allowed = split_list(args.allowed_regions) or list(DEFAULT_ALLOWED_REGIONS)
+    session = boto3.session.Session()
+    try:
+        regions = split_list(args.regions) or [
+            r["RegionName"]
+            for r in session.client("ec2", region_name=allowed[0]).describe_regions()["Regions"]
+        ]
+        audit = run_audit(session, regions, allowed, args.page_size)
+    except NoCredentialsError:
+        print(
+            "error: no AWS credentials found. Configure the default credential chain "
+            "(AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, SSO or an instance role) "
+            "with read-only access, then run `make audit` again.",
+            file=sys.stderr,
+        )
+        return 2
+    except NoRegionError:
+        print(
+            "error: no region to start from; pass --regions or --allowed-regions", file=sys.stderr
+        )
+        return 2
+    except (ClientError, BotoCoreError) as err:
+        print(f"error: the account could not be read: {err}", file=sys.stderr)
+        return 2
+    assert audit.findings is not None and audit.errors is not None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "account": audit.account_id,
+                "scannedRegions": list(regions),
+                "allowedRegions": allowed,
+                "findings": [f.as_dict() for f in audit.findings],
+                "errors": [
+                    {"region": e.region, "check": e.check, "error": e.error} for e in audit.errors
+                ],
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    allowed_text = ", ".join(allowed)
+    print(f"audit of account {audit.account_id}: {len(regions)} region(s), allowed {allowed_text}")
+    if audit.findings:
+        print(table(audit))
+    for error in audit.errors:
+        print(
+            f"warning: {error.check} in {error.region} could not run: {error.error}",
+            file=sys.stderr,
+        )
+    counts = f"{len(audit.findings)} finding(s), {len(audit.errors)} check(s) not run"
+    print(f"{counts}; written to {args.out}")
+    if audit.findings:
+        return 1
+    return 3 if audit.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

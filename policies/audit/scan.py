@@ -1,0 +1,302 @@
+"""The audit's checks: read-only calls that find data, keys and copies outside the
+allowed regions, whoever created them (the stack, another tool, or a person by hand).
+
+Every call is a List/Describe/Get; every listing goes through boto3's paginators, so an
+account with more items than one page is covered in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import boto3
+from botocore.client import BaseClient
+from botocore.exceptions import BotoCoreError, ClientError
+
+S3_ARN_PREFIX = "arn:aws:s3:::"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One resource, copy or key outside the allowed regions.
+
+    Args:
+        region: where it is (or, for replication and trails, where the copy goes).
+        service: s3, kms, ec2, eks, ecr or cloudtrail.
+        resource_type: e.g. ``bucket``, ``volume``, ``replication-rule``.
+        resource: its name, ID or ARN.
+        problem: what is wrong, in a sentence.
+    """
+
+    region: str
+    service: str
+    resource_type: str
+    resource: str
+    problem: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScanError:
+    """A check that could not run (access denied, service not in the region ...)."""
+
+    region: str
+    check: str
+    error: str
+
+
+@dataclass
+class Audit:
+    """Accumulates findings and errors over all checks."""
+
+    session: boto3.session.Session
+    regions: Sequence[str]
+    allowed: Sequence[str]
+    page_size: int | None = None
+    findings: list[Finding] | None = None
+    errors: list[ScanError] | None = None
+    account_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.findings = []
+        self.errors = []
+
+    def client(self, service: str, region: str) -> BaseClient:
+        return self.session.client(service, region_name=region)
+
+    def pages(self, client: BaseClient, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        config = {"PageSize": self.page_size} if self.page_size else {}
+        yield from client.get_paginator(operation).paginate(**kwargs, PaginationConfig=config)
+
+    def found(self, finding: Finding) -> None:
+        assert self.findings is not None
+        self.findings.append(finding)
+
+    def run(self, check: Callable[[Audit, str], None], region: str) -> None:
+        try:
+            check(self, region)
+        except ClientError as err:
+            assert self.errors is not None
+            code = err.response.get("Error", {}).get("Code", "error")
+            self.errors.append(ScanError(region, check.__name__, f"{code}: {err}"))
+        except BotoCoreError as err:
+            assert self.errors is not None
+            self.errors.append(ScanError(region, check.__name__, str(err)))
+
+    def foreign(self, region: str) -> bool:
+        return region not in self.allowed
+
+
+def bucket_region(audit: Audit, s3: BaseClient, bucket: str) -> str:
+    """The region of a bucket (GetBucketLocation's legacy answers normalised)."""
+    location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+    if location in (None, ""):
+        return "us-east-1"
+    if location == "EU":
+        return "eu-west-1"
+    return str(location)
+
+
+def check_buckets(audit: Audit, region: str) -> None:
+    """Buckets located outside the allowlist, and replication rules that copy objects
+    to a bucket outside it (or to one whose region cannot be read)."""
+    s3 = audit.client("s3", region)
+    for page in (
+        audit.session.client("s3", region_name=region).get_paginator("list_buckets").paginate()
+    ):
+        for bucket in page.get("Buckets", []):
+            name = bucket["Name"]
+            location = bucket_region(audit, s3, name)
+            if audit.foreign(location):
+                audit.found(
+                    Finding(location, "s3", "bucket", name, f"bucket is located in {location}")
+                )
+            try:
+                replication = s3.get_bucket_replication(Bucket=name)["ReplicationConfiguration"]
+            except ClientError as err:
+                if (
+                    err.response.get("Error", {}).get("Code")
+                    == "ReplicationConfigurationNotFoundError"
+                ):
+                    continue
+                raise
+            for rule in replication.get("Rules", []):
+                if rule.get("Status") != "Enabled":
+                    continue
+                target = str(rule.get("Destination", {}).get("Bucket", ""))
+                target_name = target.removeprefix(S3_ARN_PREFIX)
+                try:
+                    target_region = bucket_region(audit, s3, target_name)
+                except ClientError:
+                    audit.found(
+                        Finding(
+                            location,
+                            "s3",
+                            "replication-rule",
+                            f"{name} -> {target_name}",
+                            "replicates to a bucket whose region cannot be read (another account?)",
+                        )
+                    )
+                    continue
+                if audit.foreign(target_region):
+                    audit.found(
+                        Finding(
+                            target_region,
+                            "s3",
+                            "replication-rule",
+                            f"{name} -> {target_name}",
+                            f"replicates objects to {target_region}",
+                        )
+                    )
+
+
+def check_kms(audit: Audit, region: str) -> None:
+    """Customer-managed keys in foreign regions, and multi-region keys anywhere."""
+    kms = audit.client("kms", region)
+    for page in audit.pages(kms, "list_keys"):
+        for entry in page.get("Keys", []):
+            meta = kms.describe_key(KeyId=entry["KeyId"])["KeyMetadata"]
+            if meta.get("KeyManager") == "AWS" or meta.get("KeyState") == "PendingDeletion":
+                continue
+            arn = meta.get("Arn", entry["KeyId"])
+            if meta.get("MultiRegion"):
+                audit.found(
+                    Finding(
+                        region,
+                        "kms",
+                        "key",
+                        arn,
+                        "multi-region key: its material can be replicated abroad",
+                    )
+                )
+            elif audit.foreign(region):
+                audit.found(Finding(region, "kms", "key", arn, f"customer-managed key in {region}"))
+
+
+def check_ec2_storage(audit: Audit, region: str) -> None:
+    """EBS volumes, the account's own snapshots and AMIs in foreign regions."""
+    if not audit.foreign(region):
+        return
+    ec2 = audit.client("ec2", region)
+    for page in audit.pages(ec2, "describe_volumes"):
+        for volume in page.get("Volumes", []):
+            audit.found(
+                Finding(region, "ec2", "volume", volume["VolumeId"], f"EBS volume in {region}")
+            )
+    for page in audit.pages(ec2, "describe_snapshots", OwnerIds=[audit.account_id or "self"]):
+        for snapshot in page.get("Snapshots", []):
+            if audit.account_id and snapshot.get("OwnerId") != audit.account_id:
+                continue
+            audit.found(
+                Finding(
+                    region, "ec2", "snapshot", snapshot["SnapshotId"], f"EBS snapshot in {region}"
+                )
+            )
+    for page in audit.pages(ec2, "describe_images", Owners=["self"]):
+        for image in page.get("Images", []):
+            audit.found(Finding(region, "ec2", "image", image["ImageId"], f"AMI in {region}"))
+
+
+def check_eks(audit: Audit, region: str) -> None:
+    """EKS clusters in foreign regions."""
+    if not audit.foreign(region):
+        return
+    eks = audit.client("eks", region)
+    for page in audit.pages(eks, "list_clusters"):
+        for name in page.get("clusters", []):
+            audit.found(Finding(region, "eks", "cluster", name, f"EKS cluster in {region}"))
+
+
+def check_ecr(audit: Audit, region: str) -> None:
+    """Repositories in foreign regions, and registry replication to foreign regions."""
+    ecr = audit.client("ecr", region)
+    if audit.foreign(region):
+        for page in audit.pages(ecr, "describe_repositories"):
+            for repo in page.get("repositories", []):
+                audit.found(
+                    Finding(
+                        region,
+                        "ecr",
+                        "repository",
+                        repo["repositoryArn"],
+                        f"ECR repository in {region}",
+                    )
+                )
+    replication = ecr.describe_registry().get("replicationConfiguration", {})
+    for rule in replication.get("rules", []):
+        for destination in rule.get("destinations", []):
+            target = destination.get("region", "")
+            if audit.foreign(target):
+                audit.found(
+                    Finding(
+                        target,
+                        "ecr",
+                        "replication-rule",
+                        f"registry in {region} -> {target}",
+                        f"registry replication copies images to {target}",
+                    )
+                )
+
+
+def check_cloudtrail(audit: Audit, region: str) -> None:
+    """Trails (homed in this region) delivering logs to a bucket in a foreign region."""
+    cloudtrail = audit.client("cloudtrail", region)
+    s3 = audit.client("s3", region)
+    for trail in cloudtrail.describe_trails(includeShadowTrails=False).get("trailList", []):
+        bucket = trail.get("S3BucketName")
+        if not bucket:
+            continue
+        try:
+            target = bucket_region(audit, s3, bucket)
+        except ClientError:
+            audit.found(
+                Finding(
+                    region,
+                    "cloudtrail",
+                    "trail",
+                    trail.get("TrailARN", trail.get("Name", "?")),
+                    f"delivers to bucket {bucket}, whose region cannot be read",
+                )
+            )
+            continue
+        if audit.foreign(target):
+            audit.found(
+                Finding(
+                    target,
+                    "cloudtrail",
+                    "trail",
+                    trail.get("TrailARN", trail.get("Name", "?")),
+                    f"delivers logs to bucket {bucket} in {target}",
+                )
+            )
+
+
+REGIONAL_CHECKS: tuple[Callable[[Audit, str], None], ...] = (
+    check_kms,
+    check_ec2_storage,
+    check_eks,
+    check_ecr,
+    check_cloudtrail,
+)
+
+
+def run_audit(
+    session: boto3.session.Session,
+    regions: Sequence[str],
+    allowed: Sequence[str],
+    page_size: int | None = None,
+) -> Audit:
+    """Every check over ``regions``; S3 (a global listing) once."""
+    audit = Audit(session, regions, allowed, page_size)
+    audit.account_id = session.client("sts", region_name=regions[0]).get_caller_identity()[
+        "Account"
+    ]
+    audit.run(check_buckets, regions[0])
+    for region in regions:
+        for check in REGIONAL_CHECKS:
+            audit.run(check, region)
+    return audit
