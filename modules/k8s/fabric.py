@@ -19,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -361,8 +360,3 @@ def fabric_plugins(pool: NodePoolProfile, spec: InfinibandSpec | None) -> list[s
             plugins += ["multus", "ipoib-cni", "nv-ipam"]
         return plugins
     return []
-
-
-def fabric_pools(pools: Sequence[NodePoolProfile]) -> dict[str, str]:
-    """Pool name -> fabric, for pools that have one."""
-    return {p.name: p.fabric for p in pools if p.fabric != "none"}

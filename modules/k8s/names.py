@@ -87,7 +87,8 @@ class TeamPlacement:
         local_queue: the Kueue LocalQueue (label ``kueue.x-k8s.io/queue-name``).
         service_account: the ServiceAccount with the team's cloud identity.
         checkpoint_claim: the PersistentVolumeClaim for checkpoints.
-        priority_classes: PriorityClass names a job may use, highest first.
+        priority_classes: PriorityClass names the team's jobs may use, highest first
+            (higher ones are refused by the namespace quota).
         secondary_network: the NetworkAttachmentDefinition to request for IPoIB
             (``k8s.v1.cni.cncf.io/networks``), or ``None`` where there is none.
     """
@@ -100,13 +101,18 @@ class TeamPlacement:
     secondary_network: str | None = None
 
 
-def team_placement(team: str, secondary_network: bool = False) -> TeamPlacement:
-    """The placement of a team's jobs (pure: derived from the team name)."""
+def team_placement(
+    team: str,
+    secondary_network: bool = False,
+    priority_classes: tuple[str, ...] = tuple(PRIORITY_CLASSES),
+) -> TeamPlacement:
+    """The placement of a team's jobs (pure: derived from the team name and the
+    PriorityClasses the team may use)."""
     return TeamPlacement(
         namespace=team_namespace(team),
         local_queue=LOCAL_QUEUE_NAME,
         service_account=TRAINER_SERVICE_ACCOUNT,
         checkpoint_claim=CHECKPOINT_CLAIM_NAME,
-        priority_classes=tuple(PRIORITY_CLASSES),
+        priority_classes=priority_classes,
         secondary_network=secondary_network_name(team) if secondary_network else None,
     )

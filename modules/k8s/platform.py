@@ -83,7 +83,9 @@ class KubernetesPlatform(pulumi.ComponentResource):
         self.placements: dict[str, TeamPlacement] = {}
         self.team_ready: dict[str, list[pulumi.Resource]] = {}
         for team in args.teams:
-            self.placements[team.name] = team_placement(team.name, args.secondary_network)
+            self.placements[team.name] = team_placement(
+                team.name, args.secondary_network, team.allowed_priorities
+            )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],
                 *tenancy.team_objects[team.name],

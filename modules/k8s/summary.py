@@ -26,6 +26,9 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
     result: dict[str, list[str]] = {}
     for pool in args.pools:
         plugins = ["node-exporter"]
+        if args.gpu_pools:
+            # Node feature discovery labels every node; the GPU agents follow its labels.
+            plugins.append("node-feature-discovery-worker")
         if args.eks is not None and args.eks.fsx is not None:
             plugins.append("fsx-csi-node")
         if pool.role == "system":
@@ -46,7 +49,6 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 if args.eks.fsx is not None:
                     plugins.append("fsx-csi-controller")
         if pool.has_gpus:
-            plugins.append("node-feature-discovery-worker")
             if onprem is not None and onprem.install_gpu_driver:
                 plugins.append("nvidia-driver")
             if onprem is not None and onprem.install_container_toolkit:

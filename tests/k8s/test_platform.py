@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 import kubernetes_validate
+import pulumi_kubernetes as k8s
 import pytest
 
 from modules.k8s.common import POD_SECURITY_REASON_ANNOTATION
@@ -18,11 +19,14 @@ from modules.k8s.names import (
     CLUSTER_AUTOSCALER_SERVICE_ACCOUNT,
     KUBE_SYSTEM,
     SITE_CONFIGMAP_NAME,
+    TeamPlacement,
 )
+from modules.k8s.platform import KubernetesPlatform
 from modules.k8s.summary import installed_charts, pool_plugins
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import eks_args, onprem_args
+from tests.k8s.mock_runtime import run
 from tests.k8s.programs import STACKS, manifests, of_kind, registrations, releases
 from tests.support.k8s_schema import is_builtin, schema_errors
 
@@ -177,3 +181,21 @@ def test_pool_plugins_say_which_agents_land_on_which_pool() -> None:
     assert "rdma-shared-device-plugin" not in onprem["gpu-mig"]
     assert "mig-manager" in onprem["gpu-mig"] and "nvidia-driver" in onprem["gpu-ib"]
     assert all("cluster-autoscaler" not in plugins for plugins in onprem.values())
+
+
+def test_placements_give_each_team_only_the_priorities_it_may_use() -> None:
+    placements: dict[str, object] = {}
+
+    def program() -> None:
+        provider = k8s.Provider("cluster", kubeconfig="{}")
+        platform = KubernetesPlatform("platform", onprem_args(provider=provider))
+        placements.update(platform.placements)
+        assert set(platform.team_ready) == {"vision", "nlp", "hpc"}
+        assert platform.platform_ready
+
+    run(program)
+    vision, nlp = placements["vision"], placements["nlp"]
+    assert isinstance(vision, TeamPlacement) and isinstance(nlp, TeamPlacement)
+    assert vision.priority_classes == ("production", "research", "preemptible")
+    assert nlp.priority_classes == ("research", "preemptible")
+    assert nlp.secondary_network == "ipoib-nlp"
