@@ -1,21 +1,16 @@
 """Every PromQL expression the platform ships parses (alerts and dashboard queries).
 
-Needs the ``promql-parser`` package (Python binding of the Rust PromQL parser) from the
-dev dependencies; until it is installed the module is reported as skipped, with the
-reason, in the test summary.
+Uses ``promql-parser`` (Python binding of the Rust PromQL parser), a dev dependency.
 """
 
 from __future__ import annotations
 
+import promql_parser
 import pytest
 
 from modules.k8s.alerts import gpu_alert_rules, training_alert_rules
 from modules.k8s.dashboards import dashboard_queries, gpu_dashboard
 from modules.k8s.monitoring import MonitoringSpec
-
-promql_parser = pytest.importorskip(
-    "promql_parser", reason="install the dev dependency promql-parser to check PromQL syntax"
-)
 
 ALERTS = {
     r.alert: r.expr
