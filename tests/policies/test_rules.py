@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from policies.rules import ALL_RULES
+from policies.settings import CONFIG_SCHEMAS
 from tests.policies.builder import (
     ECR,
     PlanBuilder,
@@ -711,3 +713,9 @@ def test_every_rule_carries_its_metadata() -> None:
         assert any("ISO/IEC 27001:2022" in c for c in rule.controls), rule.id
     residency = [r for r in ALL_RULES if r.id.startswith("uae-")]
     assert all(any("PDPL" in c for c in r.controls) for r in residency)
+
+
+def test_the_compliance_page_lists_every_rule_and_config_key() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "compliance.md").read_text()
+    assert [r.id for r in ALL_RULES if f"`{r.id}`" not in page] == []
+    assert [k for k in CONFIG_SCHEMAS if f"`{k}`" not in page] == []
