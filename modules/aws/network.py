@@ -173,7 +173,7 @@ class Network(pulumi.ComponentResource):
         self, name: str, args: NetworkArgs, private_route_tables: list[aws.ec2.RouteTable]
     ) -> None:
         child = pulumi.ResourceOptions(parent=self)
-        aws.ec2.VpcEndpoint(
+        gateway = aws.ec2.VpcEndpoint(
             f"{name}-s3",
             vpc_id=self.vpc.id,
             service_name=f"com.amazonaws.{args.region}.s3",
@@ -198,6 +198,22 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
         subnet_ids = [s.id for s in self.private_subnets.values()]
+        # S3 also gets an interface endpoint whose private DNS answers inside the VPC:
+        # pods then reach S3 at VPC addresses, which their default-deny egress policy
+        # allows (VPC CIDR on 443); the gateway endpoint's public S3 ranges it does not.
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3-interface",
+            vpc_id=self.vpc.id,
+            service_name=f"com.amazonaws.{args.region}.s3",
+            vpc_endpoint_type="Interface",
+            private_dns_enabled=True,
+            dns_options=aws.ec2.VpcEndpointDnsOptionsArgs(
+                private_dns_only_for_inbound_resolver_endpoint=False
+            ),
+            subnet_ids=subnet_ids,
+            security_group_ids=[endpoint_sg.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+        )
         for service in INTERFACE_ENDPOINT_SERVICES:
             aws.ec2.VpcEndpoint(
                 f"{name}-{service.replace('.', '-')}",

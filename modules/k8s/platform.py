@@ -23,7 +23,7 @@ from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.queueing import Queueing
 from modules.k8s.site import SiteDeclaration
 from modules.k8s.storage import Storage, platform_storage_class
-from modules.k8s.summary import installed_charts
+from modules.k8s.summary import installed_charts, pool_plugins
 from modules.k8s.tenancy import Tenancy
 
 
@@ -98,5 +98,6 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 "localQueues": {t: p.local_queue for t, p in self.placements.items()},
                 "checkpointClaims": {t: p.checkpoint_claim for t, p in self.placements.items()},
                 "charts": {n: c.version for n, c in installed_charts(args).items()},
+                "poolPlugins": pool_plugins(args),
             }
         )
