@@ -58,11 +58,13 @@ class RuleResult:
     evaluated: int = 0
     failed: set[str] = field(default_factory=set)
     unknown: set[str] = field(default_factory=set)
+    exempted: set[str] = field(default_factory=set)
     stack_failed: bool = False
 
     @property
     def passed(self) -> int:
-        return max(self.evaluated - len(self.failed | self.unknown), 0)
+        """Evaluated resources with no violation, no unknown and no exemption."""
+        return max(self.evaluated - len(self.failed | self.unknown | self.exempted), 0)
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,9 @@ def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
             else:
                 _run_stack_rule(plan, rule, rule_config, result, findings)
         rows = evidence_rows(plan)
+    by_id = {result.rule.id: result for result in results}
+    for exemption in exemptions:
+        by_id[exemption.rule_id].exempted.add(exemption.urn)
     return Review(plan, tuple(results), tuple(findings), tuple(exemptions), tuple(rows))
 
 

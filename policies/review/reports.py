@@ -49,6 +49,7 @@ def to_json(review: Review) -> dict[str, Any]:
                 "passed": r.passed,
                 "failed": len(r.failed) + (1 if r.stack_failed else 0),
                 "cannotCheck": len(r.unknown),
+                "exempted": len(r.exempted),
                 "remediation": r.rule.remediation,
                 "controls": list(r.rule.controls),
             }
@@ -122,13 +123,13 @@ def to_markdown(review: Review) -> str:
         "",
         "## Rules",
         "",
-        "| Rule | Severity | Enforcement | Evaluated | Passed | Failed | Cannot check |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| Rule | Severity | Enforcement | Evaluated | Passed | Failed | Cannot check | Exempted |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rule in data["rules"]:
         lines.append(
             f"| `{rule['id']}` | {rule['severity']} | {rule['enforcement']} | {rule['evaluated']} "
-            f"| {rule['passed']} | {rule['failed']} | {rule['cannotCheck']} |"
+            f"| {rule['passed']} | {rule['failed']} | {rule['cannotCheck']} | {rule['exempted']} |"
         )
     lines += ["", "## Violations", ""]
     violations = [f for f in data["findings"] if f["kind"] == "violation"]

@@ -111,6 +111,7 @@ def test_reports_go_to_build_review_plan_stem(
     rules = {r["id"]: r for r in report["rules"]}
     assert rules["k8s-no-privileged"]["evaluated"] == 2
     assert rules["k8s-no-privileged"]["passed"] == 2
+    assert (rules["k8s-no-host-path"]["passed"], rules["k8s-no-host-path"]["exempted"]) == (1, 1)
     # The device plugin's hostPath exception is listed with its reason.
     assert [(e["ruleId"], e["source"]) for e in report["exemptions"]] == [
         ("k8s-no-host-path", "annotation")
