@@ -203,7 +203,8 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
 
     for team in config.teams:
         PodIdentityRole(
-            f"team-{team.name}",
+            # "training" in the name: the policy pack checks such roles' S3 scoping.
+            f"training-{team.name}",
             PodIdentityRoleArgs(
                 cluster_name=cluster.cluster.name,
                 namespace=f"team-{team.name}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -182,6 +183,19 @@ def public_registry_image(plan: Plan) -> None:
     container["image"] = "docker.io/library/python:3.11-slim"
 
 
+def bucket_wide_training_role(plan: Plan) -> None:
+    (access,) = [
+        state
+        for state in states(plan, "aws:iam/rolePolicy:RolePolicy")
+        if state["urn"].endswith("::training-llm-research-access")
+    ]
+    document = json.loads(access["inputs"]["policy"])
+    for statement in document["Statement"]:
+        if statement.get("Sid") == "ReadWriteOwnPrefix":
+            statement["Resource"] = statement["Resource"].split("/")[0] + "/*"
+    access["inputs"]["policy"] = json.dumps(document)
+
+
 MUTATIONS: list[tuple[Callable[[Plan], None], str]] = [
     (foreign_region, "uae-aws-region-allowlist"),
     (replication_to_eu_west_1, "uae-s3-replication-in-region"),
@@ -190,6 +204,7 @@ MUTATIONS: list[tuple[Callable[[Plan], None], str]] = [
     (unencrypted_volume, "aws-encryption-customer-managed-key"),
     (privileged_pod, "k8s-no-privileged"),
     (public_registry_image, "uae-container-image-registry"),
+    (bucket_wide_training_role, "aws-iam-training-role-scoped"),
 ]
 
 
