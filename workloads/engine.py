@@ -1,0 +1,229 @@
+"""The training machinery shared by `workloads.train` and `workloads.bench`: resolving
+the speed switches for a device, building and wrapping the model, the optimizer, the
+learning-rate schedule, batches on the device, and one optimizer step."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from modules.validation import InvalidArgsError, Problem
+from workloads.config import TrainConfig
+from workloads.data.shards import ShardLoader
+from workloads.distributed import Topology
+from workloads.model import GPT
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU has native bf16 instructions (AVX512-BF16 or AMX)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The speed switches as they apply on this device (``auto`` decided)."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    tf32: bool
+    compile: bool
+    fused_adamw: bool
+    sdpa: bool
+    pad_vocab: bool
+    pin_memory: bool
+    no_sync_accum: bool
+    parallelism: str
+
+    def describe(self) -> str:
+        precision = "bf16 autocast" if self.amp_dtype is torch.bfloat16 else "fp32"
+        flags = {
+            "tf32": self.tf32,
+            "compile": self.compile,
+            "fused_adamw": self.fused_adamw,
+            "sdpa": self.sdpa,
+            "pad_vocab": self.pad_vocab,
+            "pin_memory": self.pin_memory,
+            "no_sync_accum": self.no_sync_accum,
+        }
+        on = ",".join(name for name, value in flags.items() if value) or "none"
+        return f"{self.device.type} {precision}, {self.parallelism}, on: {on}"
+
+
+def resolve(config: TrainConfig, device: torch.device) -> Resolved:
+    """Decide every ``auto`` switch for ``device``; `InvalidArgsError` for a switch the
+    device cannot honour (bf16 on a CPU without bf16 instructions)."""
+    cuda = device.type == "cuda"
+
+    def toggle(value: str, auto: bool) -> bool:
+        return auto if value == "auto" else value == "on"
+
+    bf16_ok = torch.cuda.is_bf16_supported() if cuda else cpu_supports_bf16()
+    if config.dtype == "bf16" and not bf16_ok:
+        raise InvalidArgsError(
+            [Problem("dtype", "bf16", f"this {device.type} has no native bf16; use fp32")]
+        )
+    use_bf16 = config.dtype == "bf16" or (config.dtype == "auto" and cuda and bf16_ok)
+    return Resolved(
+        device=device,
+        amp_dtype=torch.bfloat16 if use_bf16 else None,
+        tf32=cuda and toggle(config.tf32, True),
+        compile=toggle(config.compile, cuda),
+        fused_adamw=toggle(config.fused_adamw, cuda),
+        sdpa=config.sdpa,
+        pad_vocab=config.pad_vocab,
+        pin_memory=cuda and toggle(config.pin_memory, True),
+        no_sync_accum=config.no_sync_accum,
+        parallelism=config.parallelism,
+    )
+
+
+def apply_backend_flags(resolved: Resolved) -> None:
+    """Process-wide math settings: TF32 for fp32 matmuls (and cuDNN) on CUDA."""
+    torch.set_float32_matmul_precision("high" if resolved.tf32 else "highest")
+    if resolved.device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = resolved.tf32
+
+
+def build_model(config: TrainConfig, resolved: Resolved) -> GPT:
+    """The model, seeded from ``config.seed`` so every rank starts identical."""
+    torch.manual_seed(config.seed)
+    model = GPT(config.model, use_sdpa=resolved.sdpa, pad_vocab=resolved.pad_vocab)
+    return model.to(resolved.device)
+
+
+def parallelize(model: GPT, resolved: Resolved, topology: Topology) -> nn.Module:
+    """Compile and wrap for data parallelism: DDP, or FSDP2 with each block sharded."""
+    if resolved.parallelism == "fsdp2" and topology.distributed:
+        policy = MixedPrecisionPolicy(param_dtype=resolved.amp_dtype, reduce_dtype=torch.float32)
+        for block in model.blocks:
+            if resolved.compile:
+                block.compile()
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+    if resolved.compile:
+        model.compile()  # in place: state-dict keys stay those of the plain model
+    if topology.distributed:
+        device_ids = [resolved.device.index] if resolved.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+    return model
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig, resolved: Resolved) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases and norm gains)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups,
+        lr=config.learning_rate,
+        betas=(config.beta1, config.beta2),
+        eps=1e-8,
+        fused=True if resolved.fused_adamw else None,
+    )
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up to the peak, then cosine decay to ``min_lr_ratio`` of it.
+    ``step`` counts from 1 (the step being taken)."""
+    peak = config.learning_rate
+    if config.warmup_steps and step <= config.warmup_steps:
+        return peak * step / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    floor = peak * config.min_lr_ratio
+    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+class DeviceBatches:
+    """Batches from a `ShardLoader`, moved to the device (pinned and non-blocking on
+    CUDA so the copy overlaps the previous step's kernels)."""
+
+    def __init__(self, loader: ShardLoader, resolved: Resolved) -> None:
+        self.loader = loader
+        self.device = resolved.device
+        self.pin = resolved.pin_memory
+
+    def next(self) -> tuple[Tensor, Tensor]:
+        inputs, targets = self.loader.next_batch()
+        if self.device.type == "cpu":
+            return inputs, targets
+        if self.pin:
+            inputs, targets = inputs.pin_memory(), targets.pin_memory()
+        return (
+            inputs.to(self.device, non_blocking=self.pin),
+            targets.to(self.device, non_blocking=self.pin),
+        )
+
+
+@contextlib.contextmanager
+def _gradient_sync(model: nn.Module, sync: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) when not ``sync``."""
+    if isinstance(model, DistributedDataParallel) and not sync:
+        with model.no_sync():
+            yield
+    elif isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(sync)
+        yield
+    else:
+        yield
+
+
+@dataclass
+class StepResult:
+    """One optimizer step: its loss (mean over micro-steps, still on the device) and
+    the host time spent waiting for batches."""
+
+    loss: Tensor
+    data_wait_s: float
+
+
+def train_step(
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: DeviceBatches,
+    config: TrainConfig,
+    resolved: Resolved,
+    step: int,
+) -> StepResult:
+    """Run ``grad_accum_steps`` micro-steps and one optimizer step."""
+    accum = config.grad_accum_steps
+    loss_sum = torch.zeros((), device=resolved.device)
+    data_wait = 0.0
+    autocast = torch.autocast(
+        device_type=resolved.device.type,
+        dtype=resolved.amp_dtype or torch.bfloat16,
+        enabled=resolved.amp_dtype is not None,
+    )
+    for micro in range(accum):
+        started = time.perf_counter()
+        inputs, targets = batches.next()
+        data_wait += time.perf_counter() - started
+        last = micro == accum - 1
+        with _gradient_sync(model, last or not resolved.no_sync_accum):
+            with autocast:
+                loss = model(inputs, targets) / accum
+            loss.backward()  # outside autocast, as the AMP recipe has it
+        loss_sum += loss.detach()
+    if config.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    lr = learning_rate(step, config)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(loss_sum, data_wait)
