@@ -135,7 +135,8 @@ class TrainConfig:
         parallelism: ``ddp`` (replicated) or ``fsdp2`` (sharded, for models that do
             not fit one device).
         fault_kill_rank: test hook: this rank SIGKILLs itself (first attempt only).
-        fault_kill_at_step: test hook: ... after completing this step (0: never).
+        fault_kill_at_step: test hook: the step after which ``fault_kill_rank`` dies
+            (0: never).
     """
 
     preset: str
@@ -357,18 +358,58 @@ def override(config: TrainConfig, values: Mapping[str, str]) -> TrainConfig:
             target[key] = _coerce(raw, hints[key])
         except ValueError as err:
             problems.append(Problem(key, raw, str(err)))
+    model = config.model
+    try:
+        model = dataclasses.replace(config.model, **model_changes)  # type: ignore[arg-type]
+    except InvalidArgsError as err:
+        problems += err.problems
+    try:
+        updated = dataclasses.replace(config, model=model, **train_changes)  # type: ignore[arg-type]
+    except InvalidArgsError as err:
+        problems += err.problems
     if problems:
         raise InvalidArgsError(problems)
-    model = dataclasses.replace(config.model, **model_changes)  # type: ignore[arg-type]
-    return dataclasses.replace(config, model=model, **train_changes)  # type: ignore[arg-type]
+    return updated
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's description from the class docstring's ``Args:`` section."""
+    docs: dict[str, str] = {}
+    current = None
+    in_args = False
+    for line in (cls.__doc__ or "").splitlines():
+        stripped = line.strip()
+        if stripped == "Args:":
+            in_args = True
+            continue
+        if not in_args or not stripped:
+            continue
+        name, sep, text = stripped.partition(": ")
+        if (
+            sep
+            and name.isidentifier()
+            and line.startswith(" " * 8)
+            and not line.startswith(" " * 12)
+        ):
+            current = name
+            docs[name] = text
+        elif current:
+            docs[current] += " " + stripped
+    return docs
 
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     """``--preset`` plus one ``--kebab-case`` option per config field."""
     parser.add_argument("--preset", default="tiny", help=f"one of {', '.join(PRESETS)}")
-    group = parser.add_argument_group("overrides (any config field)")
+    docs = field_docs(ModelConfig) | field_docs(TrainConfig)
+    group = parser.add_argument_group("overrides (any setting of the preset; on/off for switches)")
     for name in sorted(_MODEL_FIELDS | _TRAIN_FIELDS):
-        group.add_argument(f"--{name.replace('_', '-')}", dest=f"set_{name}", metavar="VALUE")
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=f"set_{name}",
+            metavar="VALUE",
+            help=docs.get(name, "").replace("``", "").replace("%", "%%"),
+        )
 
 
 def from_namespace(args: argparse.Namespace) -> TrainConfig:

@@ -55,7 +55,7 @@ class Resolved:
             "no_sync_accum": self.no_sync_accum,
         }
         on = ",".join(name for name, value in flags.items() if value) or "none"
-        return f"{self.device.type} {precision}, {self.parallelism}, on: {on}"
+        return f"{self.device.type} {precision}, on: {on}"
 
 
 def resolve(config: TrainConfig, device: torch.device) -> Resolved:

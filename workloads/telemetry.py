@@ -97,7 +97,7 @@ def load_nvml() -> ModuleType:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
-        raise NvmlUnavailableError(f"no NVIDIA driver/NVML here ({err})") from err
+        raise NvmlUnavailableError(f"NVML could not start: {err}") from err
     return nvml
 
 

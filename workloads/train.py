@@ -175,7 +175,9 @@ def run(config: TrainConfig, topology: Topology) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     log.line(
         f"train: preset {config.preset}, {num_params / 1e6:.2f}M params, world "
-        f"{topology.world_size} ({topology.nodes} node(s)), {resolved.describe()}"
+        f"{topology.world_size} ({topology.nodes} node(s))"
+        + (f", {config.parallelism}" if topology.distributed else "")
+        + f", {resolved.describe()}"
         + (f", {device_name}" if device_name else "")
     )
     tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * topology.world_size

@@ -1,0 +1,57 @@
+"""`TrainingJob`: a training job's Kubernetes objects as one Pulumi component.
+
+The component only registers what `workloads.deploy.manifests.training_job_manifests`
+decides, each object through the cluster's explicit Kubernetes provider.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from modules.k8s.objects import KubernetesObject
+from workloads.deploy.manifests import service_name, training_job_manifests
+from workloads.deploy.spec import TrainingJobSpec
+
+TYPE_TOKEN = "gpuplatform:workloads:TrainingJob"
+
+
+class TrainingJob(pulumi.ComponentResource):
+    """A queued, checkpointed training job on one node pool.
+
+    Args:
+        resource_name: the component's Pulumi name (children are named after it).
+        spec: the validated job description.
+        provider: the cluster's Kubernetes provider (default providers are disabled).
+        opts: options of the component itself.
+
+    Outputs: ``job_name``, ``service_name``, ``namespace``.
+    """
+
+    def __init__(
+        self,
+        resource_name: str,
+        spec: TrainingJobSpec,
+        provider: pulumi.ProviderResource,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(TYPE_TOKEN, resource_name, None, opts)
+        self.objects: list[KubernetesObject] = []
+        for manifest in training_job_manifests(spec):
+            kind = str(manifest["kind"]).lower()
+            self.objects.append(
+                KubernetesObject(
+                    f"{resource_name}-{kind}",
+                    manifest,
+                    pulumi.ResourceOptions(parent=self, provider=provider),
+                )
+            )
+        self.job_name = pulumi.Output.from_input(spec.name)
+        self.service_name = pulumi.Output.from_input(service_name(spec))
+        self.namespace = pulumi.Output.from_input(spec.namespace)
+        self.register_outputs(
+            {
+                "job_name": self.job_name,
+                "service_name": self.service_name,
+                "namespace": self.namespace,
+            }
+        )

@@ -1,0 +1,320 @@
+"""The Kubernetes objects of a training job, as plain manifests (pure functions).
+
+A job is a headless Service (stable DNS names for torchrun's c10d rendezvous) and an
+Indexed Job with one pod per node. Pod ``<job>-0`` hosts the rendezvous at
+``<job>-0.<job>-rdzv:29500``; every pod runs ``torchrun`` with one process per GPU
+and restarts its worker group up to ``max_restarts`` times. The Job is labelled for
+the team's Kueue LocalQueue, created suspended when asked (Kueue admits a queued
+job by unsuspending it), and its pod failure policy does not count preemptions and
+node disruptions against ``backoffLimit`` while failing at once on a configuration
+error (exit status 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from modules.pools import NodePoolProfile
+from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
+from workloads.fabric import fabric_env, supports_gpudirect_rdma
+from workloads.metrics import METRICS_PORT_NAME
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_LABEL = "gpuplatform.ae/training-job"
+#: Pods carrying this label are scraped by the monitoring layer's PodMonitor.
+METRICS_LABEL = "gpuplatform.ae/metrics"
+METRICS_LABEL_VALUE = "training"
+APP_LABELS = {"app.kubernetes.io/name": "training", "app.kubernetes.io/part-of": "gpuplatform"}
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+RUN_AS_USER = 1000  # the image's non-root "trainer" user
+EXIT_CONFIG_ERROR = 2  # workloads.train's status for a bad config: retrying cannot help
+DATA_DIR = "/scratch/data"
+
+
+def service_name(spec: TrainingJobSpec) -> str:
+    return f"{spec.name}-rdzv"
+
+
+def rendezvous_endpoint(spec: TrainingJobSpec) -> str:
+    """Pod 0's stable name (Indexed Job hostname + the headless Service as subdomain)."""
+    return f"{spec.name}-0.{service_name(spec)}:{RDZV_PORT}"
+
+
+def checkpoint_dir(spec: TrainingJobSpec) -> str:
+    return f"{spec.checkpoint_mount_path.rstrip('/')}/{spec.name}"
+
+
+def cpu_request_millicores(pool: NodePoolProfile) -> int:
+    """The node's vCPUs less headroom for the kubelet, system daemons and the
+    platform's DaemonSets (device plugins, exporters, CNI): 5%, at least one vCPU."""
+    headroom = max(1.0, math.ceil(0.05 * pool.vcpus))
+    return max(500, int((pool.vcpus - headroom) * 1000))
+
+
+def memory_request_mib(pool: NodePoolProfile) -> int:
+    """The node's memory less headroom for kube-reserved memory, the eviction
+    threshold and DaemonSets: 5%, at least 3 GiB."""
+    headroom_gib = max(3.0, 0.05 * pool.memory_gib)
+    return max(1024, int((pool.memory_gib - headroom_gib) * 1024))
+
+
+def shm_size_gib(spec: TrainingJobSpec) -> int:
+    if spec.shm_size_gib is not None:
+        return spec.shm_size_gib
+    return min(64, max(1, memory_request_mib(spec.pool) // 1024 // 8))
+
+
+def container_resources(spec: TrainingJobSpec) -> dict[str, dict[str, str]]:
+    """Requests and limits: every GPU, EFA device or RDMA device the node offers, and
+    the node's CPU and memory less headroom. Memory is limited (a leak is killed, not
+    the node); CPU is not (a CPU limit throttles the input pipeline for nothing)."""
+    pool = spec.pool
+    extended: dict[str, str] = {}
+    if pool.has_gpus:
+        extended[GPU_RESOURCE] = str(pool.gpus_per_node)
+    if pool.fabric == "efa" and pool.efa_interfaces > 0:
+        extended[EFA_RESOURCE] = str(pool.efa_interfaces)
+    if pool.fabric == "infiniband" and pool.rdma_resource and pool.rdma_per_node > 0:
+        extended[pool.rdma_resource] = str(pool.rdma_per_node)
+    memory = f"{memory_request_mib(pool)}Mi"
+    return {
+        "requests": {"cpu": f"{cpu_request_millicores(pool)}m", "memory": memory, **extended},
+        "limits": {"memory": memory, **extended},
+    }
+
+
+def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
+    """The container's environment: the fabric's NCCL/libfabric settings plus the
+    runtime's writable locations (the root filesystem is read-only)."""
+    env = fabric_env(
+        spec.pool.fabric,
+        gpudirect_rdma=supports_gpudirect_rdma(spec.pool.instance_type),
+        socket_ifname=spec.socket_ifname,
+        ib_hca=spec.ib_hca,
+        ib_gid_index=spec.ib_gid_index,
+        debug=spec.fabric_debug,
+        overrides=spec.fabric_env_overrides,
+    )
+    threads = max(1, cpu_request_millicores(spec.pool) // 1000 // spec.processes_per_node)
+    env |= {
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor",
+        "TRITON_CACHE_DIR": "/tmp/triton",
+        "OMP_NUM_THREADS": str(threads),
+        # Restarted workers must not read the previous attempt's addresses from a
+        # rendezvous store shared across attempts (pytorch/pytorch#135712).
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    return [{"name": name, "value": value} for name, value in sorted(env.items())]
+
+
+def torchrun_args(spec: TrainingJobSpec) -> list[str]:
+    return [
+        f"--nnodes={spec.nodes}",
+        f"--nproc_per_node={spec.processes_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rendezvous_endpoint(spec)}",
+        f"--rdzv_id={spec.namespace}-{spec.name}",
+        f"--max_restarts={spec.max_restarts}",
+        "-m",
+        "workloads.train",
+        f"--preset={spec.preset}",
+        f"--ckpt-dir={checkpoint_dir(spec)}",
+        f"--data-dir={DATA_DIR}",
+        f"--metrics-port={spec.metrics_port}",
+        *spec.extra_args,
+    ]
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        # EFA and InfiniBand verbs need locked memory, which the node's container
+        # runtime grants through RLIMIT_MEMLOCK; no added capability (IPC_LOCK) needed.
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _labels(spec: TrainingJobSpec) -> dict[str, str]:
+    return {**APP_LABELS, JOB_LABEL: spec.name}
+
+
+def service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(spec),
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "spec": {
+            "clusterIP": "None",
+            # Pods resolve before they are ready: the rendezvous happens at start.
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_LABEL: spec.name},
+            "ports": [
+                {"name": "c10d", "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
+    pool = spec.pool
+    expressions = [
+        {"key": key, "operator": "In", "values": [value]}
+        for key, value in sorted(pool.labels.items())
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        },
+        # One pod per node: each pod takes a whole node's GPUs and fabric devices.
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOB_LABEL: spec.name}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        },
+    }
+
+
+def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    pool = spec.pool
+    resources = container_resources(spec)
+    volume_mounts = [
+        {"name": "checkpoints", "mountPath": spec.checkpoint_mount_path},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    trainer = {
+        "name": "trainer",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["torchrun"],
+        "args": torchrun_args(spec),
+        "env": environment(spec),
+        "ports": [
+            {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"},
+            {"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"},
+        ],
+        "resources": resources,
+        "securityContext": _container_security(),
+        "volumeMounts": volume_mounts,
+    }
+    init_containers = []
+    if pool.has_gpus and spec.health_check:
+        health_args = ["-m", "workloads.health", f"--expect-gpus={pool.gpus_per_node}"]
+        if spec.nvlink_expected:
+            health_args.append("--expect-nvlink")
+        init_containers.append(
+            {
+                "name": "gpu-preflight",
+                "image": spec.image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python"],
+                "args": health_args,
+                # Same GPUs as the trainer (init containers' requests are not added up).
+                "resources": resources,
+                "securityContext": _container_security(),
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        )
+    scratch = f"{spec.scratch_size_gib}Gi"
+    pod_labels = {**_labels(spec), METRICS_LABEL: METRICS_LABEL_VALUE}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
+        "subdomain": service_name(spec),
+        "serviceAccountName": spec.service_account,
+        # EKS Pod Identity authenticates with the service account's token.
+        "automountServiceAccountToken": True,
+        "priorityClassName": spec.priority_class,
+        "terminationGracePeriodSeconds": spec.termination_grace_period_s,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": _affinity(spec),
+        "tolerations": [
+            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+            for t in pool.taints
+        ],
+        "containers": [trainer],
+        "volumes": [
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_claim}},
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"},
+            },
+            {"name": "tmp", "emptyDir": {"sizeLimit": scratch}},
+            {"name": "scratch", "emptyDir": {"sizeLimit": scratch}},
+        ],
+    }
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": {**_labels(spec), QUEUE_LABEL: spec.local_queue},
+        },
+        "spec": {
+            "suspend": spec.suspend,
+            "completionMode": "Indexed",
+            "completions": spec.nodes,
+            "parallelism": spec.nodes,
+            "backoffLimit": spec.backoff_limit,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "trainer",
+                            "operator": "In",
+                            "values": [EXIT_CONFIG_ERROR],
+                        },
+                    },
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                ]
+            },
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(spec.metrics_port),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def training_job_manifests(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """Every object of the job, in apply order: the Service, then the Job."""
+    return [service_manifest(spec), job_manifest(spec)]

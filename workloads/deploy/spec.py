@@ -1,0 +1,227 @@
+"""The typed, validated description of one training job on one node pool."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from modules.pools import NodePoolProfile
+from modules.validation import Checker
+from workloads.config import PRESETS
+from workloads.fabric import BOOTSTRAP_EXCLUDE
+from workloads.metrics import METRICS_PORT
+
+#: torchrun's c10d rendezvous port on the job's first pod.
+RDZV_PORT = 29500
+#: DCGM exporter's port on GPU nodes: the training metrics must not take it.
+DCGM_EXPORTER_PORT = 9400
+#: torchrun gives workers 30 s between SIGTERM and SIGKILL to write their final
+#: checkpoint; the pod's grace period must cover that plus torchrun's own exit.
+TORCHRUN_SIGTERM_WINDOW_S = 30
+MAX_NAME_LENGTH = 40  # pod hostnames are "<name>-<index>"; Service "<name>-rdzv"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# registry/repository[:tag][@sha256:digest], as the OCI distribution spec allows.
+_IMAGE = re.compile(
+    r"^(?P<repo>[a-z0-9.-]+(?::[0-9]+)?(?:/[a-z0-9._/-]+)?)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+# Accelerators whose 8-GPU boards are wired with NVLink/NVSwitch.
+_NVLINK_ACCELERATORS = ("a100", "h100", "h200", "b200", "gb200")
+
+
+@dataclass(frozen=True)
+class TrainingJobSpec:
+    """One training job: which preset, on which pool, queued how, saved where.
+
+    Args:
+        name: job name (DNS label, at most 40 characters); also names the headless
+            Service and the checkpoint subdirectory.
+        namespace: the team's namespace.
+        pool: the target node pool's profile (requests and placement come from it).
+        local_queue: the team's Kueue LocalQueue (label ``kueue.x-k8s.io/queue-name``).
+        priority_class: PriorityClass of the pods (Kueue also reads it).
+        service_account: the team's pod-identity service account (S3 access).
+        image: training image in the stack's in-region ECR repository, with a tag
+            (never ``latest``) or a digest.
+        checkpoint_claim: PersistentVolumeClaim of the checkpoint volume (the FSx
+            static PVC or a gp3 PVC), mounted at ``checkpoint_mount_path``.
+        preset: training preset (``workloads.config.PRESETS``).
+        nodes: pods (one per node); ``completions = parallelism = nodes``.
+        suspend: create the Job suspended (Kueue admits it by unsuspending; a user
+            enables an example job by setting this to False).
+        max_restarts: torchrun restarts of the worker group inside the pods.
+        backoff_limit: pod failures the Job tolerates before failing (preemptions
+            and node disruptions are not counted; see the pod failure policy).
+        cpu_training: explicitly run on a pool without GPUs (gloo on CPUs).
+        extra_args: more ``workloads.train`` arguments (``--steps 1000`` ...).
+        fabric_env_overrides: NCCL/libfabric variables replacing the fabric's
+            defaults (an empty value removes one).
+        fabric_debug: ``NCCL_DEBUG=INFO`` so the transport in use is in the logs.
+        socket_ifname: NCCL bootstrap interface selector.
+        ib_hca: InfiniBand pools: ``NCCL_IB_HCA``.
+        ib_gid_index: InfiniBand pools on RoCE: ``NCCL_IB_GID_INDEX``.
+        metrics_port: the training metrics port (container port named ``metrics``).
+        termination_grace_period_s: pod grace period after SIGTERM (spot notice,
+            preemption); must exceed torchrun's 30 s checkpoint window.
+        shm_size_gib: size of the in-memory ``/dev/shm`` (default: an eighth of the
+            pod's memory, 1 to 64 GiB).
+        scratch_size_gib: size of ``/scratch`` (token shards) and of ``/tmp``
+            (compile caches), each.
+        checkpoint_mount_path: where the checkpoint volume is mounted.
+        health_check: run the GPU preflight health check as an init container.
+        expect_nvlink: the health check requires every NVLink up (default: on for
+            8-GPU boards of NVLink accelerators).
+    """
+
+    name: str
+    namespace: str
+    pool: NodePoolProfile
+    local_queue: str
+    priority_class: str
+    service_account: str
+    image: str
+    checkpoint_claim: str
+    preset: str = "tiny"
+    nodes: int = 1
+    suspend: bool = True
+    max_restarts: int = 3
+    backoff_limit: int = 3
+    cpu_training: bool = False
+    extra_args: tuple[str, ...] = ()
+    fabric_env_overrides: Mapping[str, str] = field(default_factory=dict)
+    fabric_debug: bool = False
+    socket_ifname: str = BOOTSTRAP_EXCLUDE
+    ib_hca: str = "mlx5"
+    ib_gid_index: int | None = None
+    metrics_port: int = METRICS_PORT
+    termination_grace_period_s: int = 120
+    shm_size_gib: int | None = None
+    scratch_size_gib: int = 20
+    checkpoint_mount_path: str = "/checkpoints"
+    health_check: bool = True
+    expect_nvlink: bool | None = None
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(
+            bool(_DNS_LABEL.match(self.name)) and len(self.name) <= MAX_NAME_LENGTH,
+            "name",
+            self.name,
+            f"a DNS label (lowercase letters, digits, '-') of at most {MAX_NAME_LENGTH} characters",
+        )
+        check.require(
+            bool(_DNS_LABEL.match(self.namespace)) and len(self.namespace) <= 63,
+            "namespace",
+            self.namespace,
+            "a DNS label of at most 63 characters",
+        )
+        for name in ("local_queue", "priority_class", "service_account", "checkpoint_claim"):
+            value = getattr(self, name)
+            check.require(
+                bool(_DNS_SUBDOMAIN.match(value)) and len(value) <= 253,
+                name,
+                value,
+                "a Kubernetes object name (lowercase letters, digits, '-', '.')",
+            )
+        image = _IMAGE.match(self.image)
+        check.require(
+            image is not None and bool(image.group("tag") or image.group("digest")),
+            "image",
+            self.image,
+            "an image reference with a tag or digest, e.g. "
+            "<account>.dkr.ecr.me-central-1.amazonaws.com/training:2025.06.1",
+        )
+        check.require(
+            image is None or image.group("tag") != "latest",
+            "image",
+            self.image,
+            "a fixed tag or digest, not 'latest' (a restarted pod must run the same code)",
+        )
+        check.require(self.preset in PRESETS, "preset", self.preset, f"one of {', '.join(PRESETS)}")
+        check.require(
+            1 <= self.nodes <= max(1, self.pool.max_size),
+            "nodes",
+            self.nodes,
+            f"between 1 and the pool's max_size ({self.pool.max_size})",
+        )
+        check.require(
+            self.pool.role != "system",
+            "pool",
+            self.pool.name,
+            "a training pool (gpu or cpu-training role), not the system pool",
+        )
+        if self.pool.has_gpus:
+            check.require(
+                not self.cpu_training,
+                "cpu_training",
+                self.cpu_training,
+                f"False on GPU pool {self.pool.name} (it trains on its GPUs)",
+            )
+            check.require(
+                self.pool.gpu_sharing == "none",
+                "pool",
+                self.pool.name,
+                f"a pool of whole GPUs; {self.pool.gpu_sharing} GPUs are for small shared "
+                "workloads, not training jobs",
+            )
+        else:
+            check.require(
+                self.cpu_training,
+                "cpu_training",
+                self.cpu_training,
+                f"True to train on pool {self.pool.name}, which has no GPUs",
+            )
+        check.require(self.max_restarts >= 0, "max_restarts", self.max_restarts, ">= 0")
+        check.require(self.backoff_limit >= 0, "backoff_limit", self.backoff_limit, ">= 0")
+        check.require(
+            1024 <= self.metrics_port <= 65535
+            and self.metrics_port not in (DCGM_EXPORTER_PORT, RDZV_PORT),
+            "metrics_port",
+            self.metrics_port,
+            f"a port in 1024-65535 other than {DCGM_EXPORTER_PORT} (DCGM exporter) and "
+            f"{RDZV_PORT} (rendezvous)",
+        )
+        check.require(
+            self.termination_grace_period_s > TORCHRUN_SIGTERM_WINDOW_S,
+            "termination_grace_period_s",
+            self.termination_grace_period_s,
+            f"more than torchrun's {TORCHRUN_SIGTERM_WINDOW_S} s checkpoint window",
+        )
+        check.require(
+            self.shm_size_gib is None or self.shm_size_gib >= 1,
+            "shm_size_gib",
+            self.shm_size_gib,
+            ">= 1 (or unset for the default)",
+        )
+        check.require(self.scratch_size_gib >= 1, "scratch_size_gib", self.scratch_size_gib, ">= 1")
+        check.require(
+            self.checkpoint_mount_path.startswith("/"),
+            "checkpoint_mount_path",
+            self.checkpoint_mount_path,
+            "an absolute path",
+        )
+        bad_env = [k for k in self.fabric_env_overrides if not _ENV_NAME.match(k)]
+        check.require(
+            not bad_env,
+            "fabric_env_overrides",
+            bad_env,
+            "environment variable names (letters, digits, '_')",
+        )
+        check.done()
+
+    @property
+    def processes_per_node(self) -> int:
+        """torchrun processes per pod: one per GPU, or one on CPU pools."""
+        return self.pool.gpus_per_node if self.pool.has_gpus else 1
+
+    @property
+    def nvlink_expected(self) -> bool:
+        if self.expect_nvlink is not None:
+            return self.expect_nvlink
+        accelerator = (self.pool.accelerator or "").lower()
+        return self.pool.gpus_per_node >= 8 and any(a in accelerator for a in _NVLINK_ACCELERATORS)
