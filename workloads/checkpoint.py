@@ -12,6 +12,7 @@ rank's data is on disk, so a run killed mid-save resumes from the previous one.
 from __future__ import annotations
 
 import shutil
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -104,6 +106,12 @@ class Checkpointer:
         self.use_async = use_async
         self.keep = keep
         self._pending: Future[Any] | None = None
+        # A world of one: no process group, DCP saves and loads locally.
+        self._no_dist = not dist.is_initialized()
+        if self._no_dist:
+            # DCP warns on every single-process save and load (also from the async
+            # save's thread) even when asked for one.
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _state(
@@ -135,17 +143,24 @@ class Checkpointer:
         self.wait()  # one save in flight at a time
         path = step_dir(self.root, step)
         state = self._state(step, model, optimizer, loader)
+        self._write(state, path, blocking)
+        return path
+
+    def _write(self, state: dict[str, Any], path: Path, blocking: bool) -> None:
         if self.use_async and not blocking:
-            response = async_save(state, checkpoint_id=str(path), process_group=self.group)
+            response = async_save(
+                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+            )
             # With a custom stager DCP returns both futures; the upload one means "on disk".
             if isinstance(response, AsyncSaveResponse):
                 self._pending = response.upload_completion
             else:
                 self._pending = response
         else:
-            dcp_save(state, checkpoint_id=str(path), process_group=self.group)
+            dcp_save(
+                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+            )
             self._prune()
-        return path
 
     def wait(self) -> None:
         """Block until the save in flight (if any) is on disk."""
@@ -192,14 +207,19 @@ class Checkpointer:
         if has_rng:
             state["rng"] = {rng_key: _rng_state(self.device)}
         try:
-            dcp_load(state, checkpoint_id=str(path), process_group=self.group)
+            dcp_load(
+                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+            )
             set_state_dict(
                 model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
             )
-        except (RuntimeError, ValueError, KeyError) as err:
+        except (CheckpointException, RuntimeError, ValueError, KeyError) as err:
+            # DCP wraps each rank's failure with its traceback; the last line is the cause.
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            cause = lines[-1] if lines else type(err).__name__
             raise CheckpointError(
                 f"checkpoint {path} does not fit this run (a different preset, model shape "
-                f"or parallelism?): {err}. Point --ckpt-dir at a new directory to start fresh."
+                f"or parallelism?): {cause}. Point --ckpt-dir at a new directory to start fresh."
             ) from err
         if has_rng:
             rng = state["rng"][rng_key]
