@@ -22,6 +22,10 @@ ROLE_LABEL = f"{LABEL_PREFIX}/role"
 FABRIC_LABEL = f"{LABEL_PREFIX}/fabric"
 ACCELERATOR_LABEL = f"{LABEL_PREFIX}/accelerator"
 GPU_TAINT_KEY = "nvidia.com/gpu"
+# The GPU Operator's device plugin picks its per-node configuration (time-slicing
+# replicas, MIG devices) by this label; the MIG manager applies the MIG layout by the other.
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 FABRIC_TAINT_KEY = f"{LABEL_PREFIX}/fabric"
 
 
@@ -86,10 +90,21 @@ class NodePoolProfile:
 
     @property
     def labels(self) -> dict[str, str]:
-        """Node labels every layer selects on (pool, role, fabric, accelerator)."""
+        """Node labels every layer selects on (pool, role, fabric, accelerator, and the
+        GPU sharing configuration where the pool shares its GPUs)."""
         labels = {POOL_LABEL: self.name, ROLE_LABEL: self.role, FABRIC_LABEL: self.fabric}
         if self.accelerator:
             labels[ACCELERATOR_LABEL] = self.accelerator
+        return labels | self.gpu_sharing_labels
+
+    @property
+    def gpu_sharing_labels(self) -> dict[str, str]:
+        """Labels selecting the pool's GPU sharing configuration (empty when none)."""
+        if not self.has_gpus or self.gpu_sharing == "none":
+            return {}
+        labels = {DEVICE_PLUGIN_CONFIG_LABEL: self.name}
+        if self.gpu_sharing == "mig" and self.mig_strategy_profile:
+            labels[MIG_CONFIG_LABEL] = self.mig_strategy_profile
         return labels
 
     @property

@@ -272,6 +272,9 @@ class StackConfig:
         training_image_tag: tag of the training image (``workloads/Dockerfile``) in the
             stack's registry, used by the example job (never ``latest``: tags are
             immutable).
+        training_image: full reference of the training image for an onprem stack, which
+            has no registry of its own (e.g. the UAE region's ECR or a UAE registry the
+            policy pack allows); AWS stacks use their own ECR repository.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -292,6 +295,7 @@ class StackConfig:
     infiniband: InfinibandSpec | None = None
     example_job: ExampleJobSpec | None = None
     training_image_tag: str = "0.1.0"
+    training_image: str | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -385,6 +389,13 @@ class StackConfig:
             )
         elif job is not None:
             check.require(False, "teams", [], f"declare team {job.team!r} for the example job")
+        if job is not None and self.target == "onprem":
+            check.require(
+                self.training_image is not None,
+                "training_image",
+                None,
+                "an onprem stack with an example job needs the training image reference",
+            )
         if job is not None and pools:
             check.require(
                 job.pool in pools,

@@ -13,6 +13,7 @@ from modules.validation import InvalidArgsError
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .example_job import build_example_job
 
 
 def _platform_args(
@@ -93,6 +94,11 @@ def build_kubernetes_layer(
 ) -> KubernetesPlatform:
     """Declare the Kubernetes platform layer through the cluster's explicit provider."""
     provider = kubernetes_provider(config, foundation, kubeconfig)
-    platform = KubernetesPlatform("platform", _platform_args(config, provider, foundation))
+    args = _platform_args(config, provider, foundation)
+    platform = KubernetesPlatform("platform", args)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    if config.example_job is not None:
+        image = foundation.training_image if foundation is not None else config.training_image
+        assert image is not None  # StackConfig requires it for onprem stacks with a job
+        build_example_job(config.example_job, args.pools, platform, provider, image)
     return platform

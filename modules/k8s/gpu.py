@@ -9,9 +9,9 @@ config says the hosts have them.
 GPU sharing is set per pool: the device plugin reads a named configuration from a
 ConfigMap, and a node picks its configuration with the label
 ``nvidia.com/device-plugin.config=<pool>`` (MIG nodes also carry
-``nvidia.com/mig.config=<profile>``); `gpu_sharing_node_labels` gives those labels for
-the node pool definitions. Where every GPU pool shares the same way (a stack with one
-time-sliced pool), that configuration is the default and no label is needed.
+``nvidia.com/mig.config=<profile>``); `NodePoolProfile.labels` carries those labels, so
+the node pool definitions set them. Where every GPU pool shares the same way (a stack
+with one time-sliced pool), that configuration is also the default.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ DEVICE_PLUGIN_CONFIGMAP = "gpuplatform-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
 DCGM_METRICS_CONFIGMAP = "gpuplatform-dcgm-metrics"
 DCGM_METRICS_FILE = "dcgm-metrics.csv"
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 #: DCGM fields the exporter publishes: (field, Prometheus type, help). The exporter's
 #: default list lacks SM activity, uncorrected ECC, NVLink traffic and the throttling
@@ -88,20 +86,6 @@ def dcgm_metrics_csv() -> str:
     lines = ["# DCGM field, Prometheus metric type, help message"]
     lines += [f"{field}, {kind}, {help_text}" for field, kind, help_text in DCGM_FIELDS]
     return "\n".join(lines) + "\n"
-
-
-def gpu_sharing_node_labels(pool: NodePoolProfile) -> dict[str, str]:
-    """Node labels a GPU pool needs for its sharing mode (empty when it shares nothing).
-
-    The node pool definitions (AWS managed node groups, or the on-prem nodes) must carry
-    them next to ``NodePoolProfile.labels``.
-    """
-    if not pool.has_gpus or pool.gpu_sharing == "none":
-        return {}
-    labels = {DEVICE_PLUGIN_CONFIG_LABEL: pool.name}
-    if pool.gpu_sharing == "mig" and pool.mig_strategy_profile:
-        labels[MIG_CONFIG_LABEL] = pool.mig_strategy_profile
-    return labels
 
 
 def device_plugin_configs(pools: Sequence[NodePoolProfile]) -> dict[str, str]:

@@ -12,7 +12,6 @@ from modules.k8s.gpu import (
     device_plugin_configs,
     gpu_configmaps,
     gpu_operator_values,
-    gpu_sharing_node_labels,
 )
 from modules.pools import GPU_TAINT_KEY
 from tests.k8s.fixtures import G6, IB, MIG, P5EN, SYSTEM
@@ -103,12 +102,12 @@ def test_gpu_sharing_is_configured_per_pool() -> None:
     slicing = configs["gpu-g6"]["sharing"]["timeSlicing"]["resources"]
     assert slicing == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert configs["gpu-mig"]["flags"]["migStrategy"] == "single"
-    assert gpu_sharing_node_labels(G6) == {"nvidia.com/device-plugin.config": "gpu-g6"}
-    assert gpu_sharing_node_labels(MIG) == {
+    assert G6.gpu_sharing_labels == {"nvidia.com/device-plugin.config": "gpu-g6"}
+    assert MIG.gpu_sharing_labels == {
         "nvidia.com/device-plugin.config": "gpu-mig",
         "nvidia.com/mig.config": "all-1g.10gb",
     }
-    assert gpu_sharing_node_labels(P5EN) == {}
+    assert P5EN.gpu_sharing_labels == {}
 
 
 def test_mig_manager_only_where_a_pool_uses_mig() -> None:

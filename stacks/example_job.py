@@ -1,0 +1,66 @@
+"""The bundled example training job every shipped stack deploys, suspended."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.k8s.platform import KubernetesPlatform
+from modules.pools import NodePoolProfile
+from modules.validation import InvalidArgsError
+from workloads.deploy.component import TrainingJob
+from workloads.deploy.spec import TrainingJobSpec
+
+from .config import PROJECT, ExampleJobSpec
+from .config_parsing import ConfigError
+
+
+def build_example_job(
+    job: ExampleJobSpec,
+    pools: tuple[NodePoolProfile, ...],
+    platform: KubernetesPlatform,
+    provider: k8s.Provider,
+    image: str,
+) -> TrainingJob:
+    """Queue the example job in its team's namespace, on its pool, suspended.
+
+    Args:
+        job: which team, pool, preset and size.
+        pools: the stack's node pools.
+        platform: the Kubernetes layer (team placements and readiness).
+        provider: the cluster's Kubernetes provider.
+        image: the training image reference (tagged, in the UAE).
+    """
+    pool = next(p for p in pools if p.name == job.pool)
+    placement = platform.placements[job.team]
+    # An example should not outrank real work: research where the team may use it.
+    priority = (
+        "research" if "research" in placement.priority_classes else placement.priority_classes[0]
+    )
+    try:
+        spec = TrainingJobSpec(
+            name=f"example-{job.preset}",
+            namespace=placement.namespace,
+            pool=pool,
+            local_queue=placement.local_queue,
+            priority_class=priority,
+            service_account=placement.service_account,
+            image=image,
+            checkpoint_claim=placement.checkpoint_claim,
+            preset=job.preset,
+            nodes=job.nodes,
+            suspend=job.suspended,
+            cpu_training=not pool.has_gpus,
+        )
+    except InvalidArgsError as err:
+        raise ConfigError(
+            [p.describe(f"{PROJECT}:exampleJob ({p.field})") for p in err.problems]
+        ) from None
+    return TrainingJob(
+        "example-job",
+        spec,
+        provider,
+        pulumi.ResourceOptions(
+            depends_on=[*platform.platform_ready, *platform.team_ready[job.team]]
+        ),
+    )
