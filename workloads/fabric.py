@@ -128,3 +128,23 @@ def describe_env(environ: Mapping[str, str], *, multi_node: bool, cuda: bool) ->
     if environ.get("NCCL_NET") == "Socket" and multi_node and cuda:
         lines.append("fabric NOTE: NCCL_NET=Socket: inter-node traffic goes over TCP on purpose")
     return lines
+
+
+# Minimum all-reduce bus bandwidth in GB/s (10^9 bytes/s, as nccl-tests reports it)
+# for a multi-node run using every GPU of each node, with 1 GiB+ messages.
+#
+# Why these numbers: across nodes a ring all-reduce is limited by each node's
+# network, so busbw approaches the instance's aggregate EFA line rate in GB/s
+# (p5/p5e/p5en/p6: 3200 Gbit/s = 400 GB/s; p4d/p4de: 400 Gbit/s = 50 GB/s). The
+# threshold is half the line rate: a healthy EFA fabric measures well above it, while
+# the failures this job exists to catch (NCCL on TCP sockets over the ENA interface,
+# EFA devices missing from the pod, GPUDirect RDMA off) land far below it (sockets
+# give a few GB/s). It is a pass/fail gate, not a performance target.
+MIN_BUSBW_GBPS: dict[str, float] = {
+    "p4d.24xlarge": 25.0,
+    "p4de.24xlarge": 25.0,
+    "p5.48xlarge": 200.0,
+    "p5e.48xlarge": 200.0,
+    "p5en.48xlarge": 200.0,
+    "p6-b200.48xlarge": 200.0,
+}

@@ -346,3 +346,36 @@ def test_component_outputs(mocks: RecordingMocks) -> pulumi.Output[Any]:
 def test_component_refuses_to_run_without_a_provider(mocks: RecordingMocks) -> None:
     with pytest.raises(ValueError, match="explicit provider"):
         TrainingJob("example", make_spec(), provider=None)  # type: ignore[arg-type]
+
+
+def test_fabric_check_job_runs_the_check_across_the_pool() -> None:
+    spec = make_spec(
+        name="fabric-check", workload="fabric-check", checkpoint_claim=None, max_restarts=0
+    )
+    manifests = training_job_manifests(spec)
+    assert schema_errors(manifests, "1.33") == []
+    container = trainer(manifests)
+    assert container["args"][-3:] == [
+        "-m",
+        "workloads.fabric_check",
+        "--instance-type=p5en.48xlarge",
+    ]
+    assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
+    assert "checkpoints" not in {v["name"] for v in pod_spec(manifests)["volumes"]}
+    assert METRICS_LABEL not in pod_labels(manifests)
+    rules = manifests[1]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0]["onExitCodes"]["values"] == [1, 2]  # below threshold: do not retry
+
+
+def test_fabric_check_needs_two_nodes_and_a_threshold() -> None:
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(IB_POOL, workload="fabric-check", nodes=1)
+    assert {p.field for p in err.value.problems} == {"nodes", "min_busbw_gbps"}
+    onprem = make_spec(IB_POOL, workload="fabric-check", min_busbw_gbps=150.0)
+    assert "--min-busbw-gbps=150.0" in trainer(training_job_manifests(onprem))["args"]
+
+
+def test_training_needs_a_checkpoint_claim() -> None:
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(checkpoint_claim=None)
+    assert {p.field for p in err.value.problems} == {"checkpoint_claim"}

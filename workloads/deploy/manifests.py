@@ -31,6 +31,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 RUN_AS_USER = 1000  # the image's non-root "trainer" user
 EXIT_CONFIG_ERROR = 2  # workloads.train's status for a bad config: retrying cannot help
+EXIT_FABRIC_BELOW_THRESHOLD = 1  # workloads.fabric_check's status below its threshold
 DATA_DIR = "/scratch/data"
 
 
@@ -112,6 +113,26 @@ def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in sorted(env.items())]
 
 
+def workload_args(spec: TrainingJobSpec) -> list[str]:
+    """The Python module torchrun starts, with its arguments."""
+    if spec.workload == "fabric-check":
+        threshold = (
+            f"--min-busbw-gbps={spec.min_busbw_gbps}"
+            if spec.min_busbw_gbps is not None
+            else f"--instance-type={spec.pool.instance_type}"
+        )
+        return ["-m", "workloads.fabric_check", threshold, *spec.extra_args]
+    return [
+        "-m",
+        "workloads.train",
+        f"--preset={spec.preset}",
+        f"--ckpt-dir={checkpoint_dir(spec)}",
+        f"--data-dir={DATA_DIR}",
+        f"--metrics-port={spec.metrics_port}",
+        *spec.extra_args,
+    ]
+
+
 def torchrun_args(spec: TrainingJobSpec) -> list[str]:
     return [
         f"--nnodes={spec.nodes}",
@@ -120,13 +141,7 @@ def torchrun_args(spec: TrainingJobSpec) -> list[str]:
         f"--rdzv_endpoint={rendezvous_endpoint(spec)}",
         f"--rdzv_id={spec.namespace}-{spec.name}",
         f"--max_restarts={spec.max_restarts}",
-        "-m",
-        "workloads.train",
-        f"--preset={spec.preset}",
-        f"--ckpt-dir={checkpoint_dir(spec)}",
-        f"--data-dir={DATA_DIR}",
-        f"--metrics-port={spec.metrics_port}",
-        *spec.extra_args,
+        *workload_args(spec),
     ]
 
 
@@ -193,15 +208,59 @@ def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
     }
 
 
-def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
-    pool = spec.pool
-    resources = container_resources(spec)
-    volume_mounts = [
-        {"name": "checkpoints", "mountPath": spec.checkpoint_mount_path},
+def _volumes(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the trainer's mounts: the checkpoint claim (when given),
+    an in-memory /dev/shm for NCCL, and writable /tmp and /scratch under a read-only
+    root filesystem."""
+    scratch = f"{spec.scratch_size_gib}Gi"
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": scratch}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": scratch}},
+    ]
+    mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "scratch", "mountPath": "/scratch"},
     ]
+    if spec.checkpoint_claim:
+        volumes.insert(
+            0,
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_claim}},
+        )
+        mounts.insert(0, {"name": "checkpoints", "mountPath": spec.checkpoint_mount_path})
+    return volumes, mounts
+
+
+def _failure_policy(spec: TrainingJobSpec) -> dict[str, Any]:
+    """Fail the Job at once where a retry cannot help (a bad configuration; a fabric
+    below its threshold); do not count preemptions and node disruptions."""
+    fatal = [EXIT_CONFIG_ERROR]
+    if spec.workload == "fabric-check":
+        fatal = [EXIT_FABRIC_BELOW_THRESHOLD, EXIT_CONFIG_ERROR]
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "trainer", "operator": "In", "values": fatal},
+            },
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ]
+    }
+
+
+def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    pool = spec.pool
+    resources = container_resources(spec)
+    volumes, mounts = _volumes(spec)
+    ports = [{"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"}]
+    if spec.workload == "train":
+        ports.insert(
+            0, {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"}
+        )
     trainer = {
         "name": "trainer",
         "image": spec.image,
@@ -209,34 +268,20 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "command": ["torchrun"],
         "args": torchrun_args(spec),
         "env": environment(spec),
-        "ports": [
-            {"name": METRICS_PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"},
-            {"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"},
-        ],
+        "ports": ports,
         "resources": resources,
         "securityContext": _container_security(),
-        "volumeMounts": volume_mounts,
+        "volumeMounts": mounts,
     }
-    init_containers = []
-    if pool.has_gpus and spec.health_check:
-        health_args = ["-m", "workloads.health", f"--expect-gpus={pool.gpus_per_node}"]
-        if spec.nvlink_expected:
-            health_args.append("--expect-nvlink")
-        init_containers.append(
-            {
-                "name": "gpu-preflight",
-                "image": spec.image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["python"],
-                "args": health_args,
-                # Same GPUs as the trainer (init containers' requests are not added up).
-                "resources": resources,
-                "securityContext": _container_security(),
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-            }
-        )
-    scratch = f"{spec.scratch_size_gib}Gi"
-    pod_labels = {**_labels(spec), METRICS_LABEL: METRICS_LABEL_VALUE}
+    pod_labels = {**_labels(spec)}
+    annotations: dict[str, str] = {}
+    if spec.workload == "train":
+        pod_labels[METRICS_LABEL] = METRICS_LABEL_VALUE
+        annotations = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(spec.metrics_port),
+            "prometheus.io/path": "/metrics",
+        }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "subdomain": service_name(spec),
@@ -258,18 +303,28 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
             for t in pool.taints
         ],
         "containers": [trainer],
-        "volumes": [
-            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_claim}},
-            {
-                "name": "dshm",
-                "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"},
-            },
-            {"name": "tmp", "emptyDir": {"sizeLimit": scratch}},
-            {"name": "scratch", "emptyDir": {"sizeLimit": scratch}},
-        ],
+        "volumes": volumes,
     }
-    if init_containers:
-        pod_spec["initContainers"] = init_containers
+    if pool.has_gpus and spec.health_check:
+        health_args = ["-m", "workloads.health", f"--expect-gpus={pool.gpus_per_node}"]
+        if spec.nvlink_expected:
+            health_args.append("--expect-nvlink")
+        pod_spec["initContainers"] = [
+            {
+                "name": "gpu-preflight",
+                "image": spec.image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python"],
+                "args": health_args,
+                # Same GPUs as the trainer (init containers' requests are not added up).
+                "resources": resources,
+                "securityContext": _container_security(),
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ]
+    template_metadata: dict[str, Any] = {"labels": pod_labels}
+    if annotations:
+        template_metadata["annotations"] = annotations
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -284,33 +339,8 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
             "completions": spec.nodes,
             "parallelism": spec.nodes,
             "backoffLimit": spec.backoff_limit,
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": "trainer",
-                            "operator": "In",
-                            "values": [EXIT_CONFIG_ERROR],
-                        },
-                    },
-                    {
-                        "action": "Ignore",
-                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                    },
-                ]
-            },
-            "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": {
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(spec.metrics_port),
-                        "prometheus.io/path": "/metrics",
-                    },
-                },
-                "spec": pod_spec,
-            },
+            "podFailurePolicy": _failure_policy(spec),
+            "template": {"metadata": template_metadata, "spec": pod_spec},
         },
     }
 

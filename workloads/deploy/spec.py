@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 from workloads.config import PRESETS
-from workloads.fabric import BOOTSTRAP_EXCLUDE
+from workloads.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
 from workloads.metrics import METRICS_PORT
 
 #: torchrun's c10d rendezvous port on the job's first pod.
@@ -33,6 +34,8 @@ _IMAGE = re.compile(
 # Accelerators whose 8-GPU boards are wired with NVLink/NVSwitch.
 _NVLINK_ACCELERATORS = ("a100", "h100", "h200", "b200", "gb200")
 
+Workload = Literal["train", "fabric-check"]
+
 
 @dataclass(frozen=True)
 class TrainingJobSpec:
@@ -49,7 +52,13 @@ class TrainingJobSpec:
         image: training image in the stack's in-region ECR repository, with a tag
             (never ``latest``) or a digest.
         checkpoint_claim: PersistentVolumeClaim of the checkpoint volume (the FSx
-            static PVC or a gp3 PVC), mounted at ``checkpoint_mount_path``.
+            static PVC or a gp3 PVC), mounted at ``checkpoint_mount_path``; required
+            for training, unused by the fabric check.
+        workload: ``train`` (``workloads.train``) or ``fabric-check``
+            (``workloads.fabric_check``: all-reduce across the pool's nodes, failing
+            below the instance type's bus-bandwidth threshold).
+        min_busbw_gbps: fabric check threshold in GB/s where the instance type has
+            none in ``workloads.fabric.MIN_BUSBW_GBPS`` (on-premises pools).
         preset: training preset (``workloads.config.PRESETS``).
         nodes: pods (one per node); ``completions = parallelism = nodes``.
         suspend: create the Job suspended (Kueue admits it by unsuspending; a user
@@ -85,7 +94,9 @@ class TrainingJobSpec:
     priority_class: str
     service_account: str
     image: str
-    checkpoint_claim: str
+    checkpoint_claim: str | None = None
+    workload: Workload = "train"
+    min_busbw_gbps: float | None = None
     preset: str = "tiny"
     nodes: int = 1
     suspend: bool = True
@@ -120,8 +131,11 @@ class TrainingJobSpec:
             self.namespace,
             "a DNS label of at most 63 characters",
         )
-        for name in ("local_queue", "priority_class", "service_account", "checkpoint_claim"):
-            value = getattr(self, name)
+        names = ["local_queue", "priority_class", "service_account"]
+        if self.workload == "train" or self.checkpoint_claim is not None:
+            names.append("checkpoint_claim")
+        for name in names:
+            value = getattr(self, name) or ""
             check.require(
                 bool(_DNS_SUBDOMAIN.match(value)) and len(value) <= 253,
                 name,
@@ -176,6 +190,33 @@ class TrainingJobSpec:
                 self.cpu_training,
                 f"True to train on pool {self.pool.name}, which has no GPUs",
             )
+        check.require(
+            self.workload in ("train", "fabric-check"),
+            "workload",
+            self.workload,
+            "train or fabric-check",
+        )
+        if self.workload == "fabric-check":
+            check.require(
+                self.nodes >= 2,
+                "nodes",
+                self.nodes,
+                ">= 2 for a fabric check (one node does not use the network between nodes)",
+            )
+            check.require(
+                self.min_busbw_gbps is not None
+                or (self.pool.instance_type or "") in MIN_BUSBW_GBPS,
+                "min_busbw_gbps",
+                self.min_busbw_gbps,
+                f"a threshold in GB/s: pool {self.pool.name}'s instance type "
+                f"{self.pool.instance_type!r} has none in workloads.fabric.MIN_BUSBW_GBPS",
+            )
+        check.require(
+            self.min_busbw_gbps is None or self.min_busbw_gbps >= 0,
+            "min_busbw_gbps",
+            self.min_busbw_gbps,
+            ">= 0",
+        )
         check.require(self.max_restarts >= 0, "max_restarts", self.max_restarts, ">= 0")
         check.require(self.backoff_limit >= 0, "backoff_limit", self.backoff_limit, ">= 0")
         check.require(
