@@ -379,3 +379,11 @@ def test_training_needs_a_checkpoint_claim() -> None:
     with pytest.raises(InvalidArgsError) as err:
         make_spec(checkpoint_claim=None)
     assert {p.field for p in err.value.problems} == {"checkpoint_claim"}
+
+
+def test_held_job_is_suspended_and_not_queued_until_released() -> None:
+    held = training_job_manifests(make_spec(hold=True, suspend=False))[1]
+    assert held["spec"]["suspend"] is True
+    assert QUEUE_LABEL not in held["metadata"]["labels"]
+    released = training_job_manifests(make_spec(hold=False))[1]
+    assert released["metadata"]["labels"][QUEUE_LABEL] == "team-a-queue"

@@ -155,3 +155,28 @@ def test_fsdp2_sharded_checkpoint_resumes_to_the_same_losses(tmp_path: Path) -> 
     resumed = losses_by_step(tmp_path / "log.jsonl")
     assert sorted(resumed) == [4, 5, 6]
     assert all(resumed[s] == reference[s] for s in resumed), (resumed, reference)
+
+
+def test_gradient_sync_skipping_and_fsdp2_train_the_same_model(tmp_path: Path) -> None:
+    """Skipping the all-reduce on non-final micro-steps (DDP no_sync, FSDP2's
+    set_requires_gradient_sync) must not change what is learned."""
+    losses = {}
+    for name, extra in {
+        "ddp-no-sync": ["--parallelism", "ddp", "--no-sync-accum", "on"],
+        "ddp-sync-every-micro-step": ["--parallelism", "ddp", "--no-sync-accum", "off"],
+        "fsdp2-no-sync": ["--parallelism", "fsdp2", "--no-sync-accum", "on"],
+    }.items():
+        run_dir = tmp_path / name
+        done = run_torchrun(
+            "workloads.train",
+            common_args(
+                run_dir, "--steps", "8", "--grad-accum-steps", "2", "--log-every", "1", *extra
+            ),
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        losses[name] = losses_by_step(run_dir / "log.jsonl")
+    reference = losses["ddp-no-sync"]
+    assert sorted(reference) == list(range(1, 9))
+    for name, other in losses.items():
+        for step, loss in reference.items():
+            assert other[step] == pytest.approx(loss, rel=1e-5), (name, step)

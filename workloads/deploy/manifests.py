@@ -331,10 +331,12 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "metadata": {
             "name": spec.name,
             "namespace": spec.namespace,
-            "labels": {**_labels(spec), QUEUE_LABEL: spec.local_queue},
+            "labels": _labels(spec)
+            if spec.hold
+            else {**_labels(spec), QUEUE_LABEL: spec.local_queue},
         },
         "spec": {
-            "suspend": spec.suspend,
+            "suspend": spec.suspend or spec.hold,
             "completionMode": "Indexed",
             "completions": spec.nodes,
             "parallelism": spec.nodes,

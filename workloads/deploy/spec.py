@@ -61,8 +61,12 @@ class TrainingJobSpec:
             none in ``workloads.fabric.MIN_BUSBW_GBPS`` (on-premises pools).
         preset: training preset (``workloads.config.PRESETS``).
         nodes: pods (one per node); ``completions = parallelism = nodes``.
-        suspend: create the Job suspended (Kueue admits it by unsuspending; a user
-            enables an example job by setting this to False).
+        suspend: create the Job suspended. Kueue manages a labelled Job's suspension
+            itself (it unsuspends the Job when the queue admits it), so this is the
+            Kueue-friendly default.
+        hold: keep the Job out of the queue: created suspended and without the Kueue
+            queue label, so nothing starts it. A user enables it (the shipped example
+            job) by setting ``hold=False``, which adds the label and lets Kueue admit it.
         max_restarts: torchrun restarts of the worker group inside the pods.
         backoff_limit: pod failures the Job tolerates before failing (preemptions
             and node disruptions are not counted; see the pod failure policy).
@@ -100,6 +104,7 @@ class TrainingJobSpec:
     preset: str = "tiny"
     nodes: int = 1
     suspend: bool = True
+    hold: bool = False
     max_restarts: int = 3
     backoff_limit: int = 3
     cpu_training: bool = False
