@@ -120,7 +120,7 @@ def test_efa_pod_requests_every_gpu_and_efa_device_and_tolerates_the_taints() ->
         assert resources[section]["vpc.amazonaws.com/efa"] == "16"
     assert resources["requests"]["cpu"] == f"{cpu_request_millicores(EFA_POOL)}m"
     assert resources["limits"]["memory"] == f"{memory_request_mib(EFA_POOL)}Mi"
-    assert "cpu" not in resources["limits"]
+    assert resources["requests"] == resources["limits"]  # Guaranteed QoS
     assert cpu_request_millicores(EFA_POOL) < 192_000
     assert memory_request_mib(EFA_POOL) < 2048 * 1024
     tolerations = pod_spec(manifests)["tolerations"]
@@ -152,7 +152,7 @@ def test_infiniband_pod_requests_the_rdma_resource_and_no_efa() -> None:
 def test_cpu_pod_requests_no_accelerators_and_runs_one_process() -> None:
     manifests = training_job_manifests(make_spec(CPU_POOL, preset="tiny"))
     container = trainer(manifests)
-    assert set(container["resources"]["limits"]) == {"memory"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
     assert "--nproc_per_node=1" in container["args"]
     assert "initContainers" not in pod_spec(manifests)
     assert pod_spec(manifests)["tolerations"] == []

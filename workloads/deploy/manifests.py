@@ -69,22 +69,23 @@ def shm_size_gib(spec: TrainingJobSpec) -> int:
 
 
 def container_resources(spec: TrainingJobSpec) -> dict[str, dict[str, str]]:
-    """Requests and limits: every GPU, EFA device or RDMA device the node offers, and
-    the node's CPU and memory less headroom. Memory is limited (a leak is killed, not
-    the node); CPU is not (a CPU limit throttles the input pipeline for nothing)."""
+    """Requests equal to limits: every GPU, EFA device or RDMA device the node offers,
+    and the node's CPU and memory less headroom. Equal requests and limits make the
+    pod Guaranteed QoS: it is evicted last, and the kubelet's static CPU manager can
+    give it exclusive cores. The CPU limit is the node's whole allocatable share, so
+    it caps a runaway process without throttling normal work."""
     pool = spec.pool
-    extended: dict[str, str] = {}
-    if pool.has_gpus:
-        extended[GPU_RESOURCE] = str(pool.gpus_per_node)
-    if pool.fabric == "efa" and pool.efa_interfaces > 0:
-        extended[EFA_RESOURCE] = str(pool.efa_interfaces)
-    if pool.fabric == "infiniband" and pool.rdma_resource and pool.rdma_per_node > 0:
-        extended[pool.rdma_resource] = str(pool.rdma_per_node)
-    memory = f"{memory_request_mib(pool)}Mi"
-    return {
-        "requests": {"cpu": f"{cpu_request_millicores(pool)}m", "memory": memory, **extended},
-        "limits": {"memory": memory, **extended},
+    amounts: dict[str, str] = {
+        "cpu": f"{cpu_request_millicores(pool)}m",
+        "memory": f"{memory_request_mib(pool)}Mi",
     }
+    if pool.has_gpus:
+        amounts[GPU_RESOURCE] = str(pool.gpus_per_node)
+    if pool.fabric == "efa" and pool.efa_interfaces > 0:
+        amounts[EFA_RESOURCE] = str(pool.efa_interfaces)
+    if pool.fabric == "infiniband" and pool.rdma_resource and pool.rdma_per_node > 0:
+        amounts[pool.rdma_resource] = str(pool.rdma_per_node)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
