@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
+from tests.conftest import RunUnderMocks
 from tests.support.k8s_schema import schema_errors
 from workloads.deploy import TYPE_TOKEN, TrainingJob, TrainingJobSpec, training_job_manifests
 from workloads.deploy.manifests import (
@@ -279,73 +279,43 @@ def test_image_digest_is_accepted() -> None:
     make_spec(image=IMAGE.replace(":2025.06.1", "@" + digest))
 
 
-# --- the component under Pulumi mocks ------------------------------------------------
+# --- the component under Pulumi mocks (the project's run_under_mocks fixture) --------
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
-        self.resources: list[pulumi.runtime.MockResourceArgs] = []
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
-        return {}, []
+def example_program(spec: TrainingJobSpec, with_provider: bool = True) -> None:
+    provider = k8s.Provider("cluster") if with_provider else None
+    TrainingJob("example", spec, provider=provider)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def mocks() -> RecordingMocks:
-    recorder = RecordingMocks()
-    pulumi.runtime.set_mocks(recorder, project="gpuplatform", stack="test", preview=False)
-    return recorder
-
-
-@pulumi.runtime.test
 def test_component_registers_every_object_with_the_explicit_provider(
-    mocks: RecordingMocks,
-) -> pulumi.Output[Any]:
-    provider = k8s.Provider("cluster", opts=pulumi.ResourceOptions())
+    run_under_mocks: RunUnderMocks,
+) -> None:
     spec = make_spec()
-    job = TrainingJob("example", spec, provider=provider)
+    registrations = run_under_mocks(lambda: example_program(spec))
+    (component,) = [r for r in registrations.values() if r.type == TYPE_TOKEN]
+    (provider,) = [r for r in registrations.values() if r.type == "pulumi:providers:kubernetes"]
+    objects = [r for r in registrations.values() if r.parent == component.urn]
     expected = training_job_manifests(spec)
-
-    def check(args: list[Any]) -> None:
-        provider_urn, urns = args[0], args[1:]
-        objects = [
-            r
-            for r in mocks.resources
-            if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"
-        ]
-        assert sorted(r.typ for r in objects) == [
-            "kubernetes:batch/v1:Job",
-            "kubernetes:core/v1:Service",
-        ]
-        for record in objects:
-            assert record.provider is not None and record.provider.startswith(provider_urn)
-            manifest = next(m for m in expected if m["kind"] == record.typ.rsplit(":", 1)[1])
-            assert record.inputs["metadata"]["name"] == manifest["metadata"]["name"]
-            assert record.inputs["spec"]["template" if manifest["kind"] == "Job" else "clusterIP"]
-        for urn in urns:  # children's URNs carry the component as parent
-            assert f"{TYPE_TOKEN}$kubernetes:" in urn
-
-    return pulumi.Output.all(provider.urn, *[o.urn for o in job.objects]).apply(check)
+    assert sorted(r.type for r in objects) == [
+        "kubernetes:batch/v1:Job",
+        "kubernetes:core/v1:Service",
+    ]
+    for record in objects:
+        assert record.custom
+        assert record.provider.startswith(provider.urn), record.provider
+        manifest = next(m for m in expected if m["kind"] == record.type.rsplit(":", 1)[1])
+        assert record.inputs["metadata"] == manifest["metadata"]
+        assert record.inputs["spec"] == manifest["spec"]
+    assert component.component_outputs == {
+        "job_name": "gpt2-124m",
+        "service_name": "gpt2-124m-rdzv",
+        "namespace": "team-a",
+    }
 
 
-@pulumi.runtime.test
-def test_component_outputs(mocks: RecordingMocks) -> pulumi.Output[Any]:
-    provider = k8s.Provider("cluster", opts=pulumi.ResourceOptions())
-    job = TrainingJob("example", make_spec(), provider=provider)
-
-    def check(values: list[str]) -> None:
-        assert values == ["gpt2-124m", "gpt2-124m-rdzv", "team-a"]
-
-    return pulumi.Output.all(job.job_name, job.service_name, job.namespace).apply(check)
-
-
-def test_component_refuses_to_run_without_a_provider(mocks: RecordingMocks) -> None:
+def test_component_refuses_to_run_without_a_provider(run_under_mocks: RunUnderMocks) -> None:
     with pytest.raises(ValueError, match="explicit provider"):
-        TrainingJob("example", make_spec(), provider=None)  # type: ignore[arg-type]
+        run_under_mocks(lambda: example_program(make_spec(), with_provider=False))
 
 
 def test_fabric_check_job_runs_the_check_across_the_pool() -> None:
