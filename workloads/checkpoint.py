@@ -112,7 +112,13 @@ class Checkpointer:
             # DCP warns on every single-process save and load (also from the async
             # save's thread) even when asked for one.
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CheckpointError(
+                f"cannot create the checkpoint directory {root} ({err.strerror}); "
+                "point --ckpt-dir at a writable path"
+            ) from err
 
     def _state(
         self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, loader: LoaderState

@@ -109,3 +109,26 @@ def test_mismatched_checkpoint_is_a_message_not_a_traceback(
         )
     err = capsys.readouterr().err
     assert status == 2 and "does not fit this run" in err and "new directory" in err
+
+
+def test_unwritable_checkpoint_directory_is_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with sigterm_restored():
+        status = train.main(
+            [
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--ckpt-dir",
+                str(blocker / "ckpt"),
+                "--steps",
+                "1",
+                "--metrics-port",
+                "0",
+            ]
+        )
+    err = capsys.readouterr().err
+    assert status == 2 and "cannot create the checkpoint directory" in err
+    assert "Traceback" not in err
