@@ -226,7 +226,8 @@ class ExampleJobSpec:
         pool: the node pool it runs on.
         preset: the training preset (see `workloads.config`), default ``gpt2-124m``.
         nodes: how many nodes (one pod each), default 1.
-        suspended: keep the job suspended until a user resumes it (default true).
+        suspended: keep the job suspended and out of the queue until a user releases it
+            by setting this to false (default true).
     """
 
     team: str

@@ -49,7 +49,9 @@ def build_example_job(
             checkpoint_claim=placement.checkpoint_claim,
             preset=job.preset,
             nodes=job.nodes,
-            suspend=job.suspended,
+            # Held: suspended and not yet in the team's queue (Kueue would admit and
+            # start it). A user releases it by setting exampleJob.suspended: false.
+            hold=job.suspended,
             cpu_training=not pool.has_gpus,
         )
     except InvalidArgsError as err:
