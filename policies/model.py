@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pulumi_policy import (
     EnforcementLevel,
+    PolicyProviderResource,
     PolicyResource,
     ResourceValidationArgs,
     Severity,
@@ -79,39 +80,23 @@ class ResourceView:
 
     @classmethod
     def from_args(cls, args: ResourceValidationArgs) -> ResourceView:
-        provider = None
-        if args.provider is not None:
-            provider = ProviderView(
-                args.provider.resource_type,
-                args.provider.urn,
-                args.provider.name,
-                plain(args.provider.props),
-            )
         return cls(
             args.resource_type,
             args.urn,
             args.name,
             plain(args.props),
-            provider,
+            _provider_view(args.provider),
             args.opts.parent if args.opts is not None else None,
         )
 
     @classmethod
     def from_policy_resource(cls, resource: PolicyResource) -> ResourceView:
-        provider = None
-        if resource.provider is not None:
-            provider = ProviderView(
-                resource.provider.resource_type,
-                resource.provider.urn,
-                resource.provider.name,
-                plain(resource.provider.props),
-            )
         return cls(
             resource.resource_type,
             resource.urn,
             resource.name,
             plain(resource.props),
-            provider,
+            _provider_view(resource.provider),
             resource.parent.urn if resource.parent is not None else resource.opts.parent,
             tuple(dep.urn for dep in resource.dependencies),
             {
@@ -252,3 +237,10 @@ def stack_rule(
         )
 
     return wrap
+
+
+def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:
+    """The provider as the rules see it (``None`` for resources without one)."""
+    if provider is None:
+        return None
+    return ProviderView(provider.resource_type, provider.urn, provider.name, plain(provider.props))
