@@ -10,6 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from . import iam
+from .logs import encrypted_log_group
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 
@@ -119,13 +120,13 @@ class EksCluster(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpuplatform:aws:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        log_group = aws.cloudwatch.LogGroup(
+        # EKS writes to exactly this name; creating it first lets us set key and retention.
+        log_group = encrypted_log_group(
             f"{name}-control-plane",
-            # EKS writes to exactly this name; creating it first lets us set key and retention.
-            name=f"/aws/eks/{args.cluster_name}/cluster",
-            kms_key_id=args.logs_key_arn,
-            retention_in_days=args.log_retention_days,
-            opts=child,
+            f"/aws/eks/{args.cluster_name}/cluster",
+            args.logs_key_arn,
+            args.log_retention_days,
+            self,
         )
         cluster_role = iam.role(
             f"{name}-cluster",

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from . import iam
+from .logs import encrypted_log_group
 
 # Interface endpoints nodes need to pull images, get credentials (Pod Identity uses
 # eks-auth), write logs and talk to EC2/EKS without leaving the region's network.
@@ -228,12 +229,12 @@ class Network(pulumi.ComponentResource):
 
     def _flow_logs(self, name: str, args: NetworkArgs) -> None:
         child = pulumi.ResourceOptions(parent=self)
-        log_group = aws.cloudwatch.LogGroup(
+        log_group = encrypted_log_group(
             f"{name}-flow-logs",
-            name=f"/gpuplatform/{args.name_prefix}/vpc-flow-logs",
-            kms_key_id=args.logs_key_arn,
-            retention_in_days=args.flow_log_retention_days,
-            opts=child,
+            f"/gpuplatform/{args.name_prefix}/vpc-flow-logs",
+            args.logs_key_arn,
+            args.flow_log_retention_days,
+            self,
         )
         delivery = iam.role(
             f"{name}-flow-logs",
