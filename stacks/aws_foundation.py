@@ -127,6 +127,7 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
             public_access_cidrs=config.cluster.public_access_cidrs,
             endpoint_private_access=config.cluster.endpoint_private_access,
             admin_role_arns=config.cluster.admin_role_arns,
+            creator_admin_access=config.cluster.creator_admin_access,
         ),
         opts,
     )
@@ -136,7 +137,8 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
     pools: list[NodePool] = []
     for spec in config.node_pools:
         info = catalog[spec.instance_type]
-        assert info is not None  # catalog_problems rejected unknown types above
+        if info is None:  # catalog_problems reported it; kept for the type checker
+            raise ConfigError([f"nodePools: unknown instance type {spec.instance_type}"])
         pools.append(
             NodePool(
                 f"pool-{spec.name}",

@@ -37,7 +37,11 @@ def catalog_problems(
 
         info = catalog.get(pool.instance_type)
         if info is None:
-            fail("instanceType", pool.instance_type, f"not an instance type {config.region} knows")
+            fail(
+                "instanceType",
+                pool.instance_type,
+                f"{config.region} does not offer this instance type (check the spelling)",
+            )
             continue
         if not pool_zones(pool, info, vpc_zones):
             offered = ", ".join(info.offered_zones) or "none"

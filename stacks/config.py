@@ -27,6 +27,7 @@ from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
+from workloads.config import PRESETS
 
 from .config_parsing import ConfigError, parse_section
 
@@ -104,12 +105,18 @@ class ClusterConfig:
         admin_role_arns: IAM roles given cluster-admin through EKS access entries.
         log_retention_days: retention of the control-plane log group (default 365).
         endpoint_private_access: keep the private endpoint on (default true).
+        creator_admin_access: give the identity that creates the cluster (the one
+            running ``pulumi up``) an admin access entry, so the same run can install
+            the Kubernetes layer (default true). Once that identity's role is listed in
+            ``adminRoleArns``, set false: the entry is removed and only listed roles
+            administer the cluster.
     """
 
     public_access_cidrs: tuple[str, ...] = ()
     admin_role_arns: tuple[str, ...] = ()
     log_retention_days: int = 365
     endpoint_private_access: bool = True
+    creator_admin_access: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -239,6 +246,7 @@ class ExampleJobSpec:
     def __post_init__(self) -> None:
         check = Checker()
         check.require(self.nodes >= 1, "nodes", self.nodes, "at least 1")
+        check.require(self.preset in PRESETS, "preset", self.preset, f"one of {', '.join(PRESETS)}")
         check.done()
 
 
@@ -338,7 +346,7 @@ class StackConfig:
             )
             systems = [p.name for p in self.node_pools if p.role == "system"]
             check.require(
-                len(systems) == 1,
+                not self.node_pools or len(systems) == 1,
                 "node_pools",
                 systems,
                 "declare exactly one pool with role system",
@@ -411,25 +419,36 @@ class StackConfig:
         return {**self.tags, "residency": "uae"}
 
 
-def raw_sections(flat_config: Mapping[str, str]) -> dict[str, Any]:
+def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     """The project's keys of a Pulumi config map, structured values decoded.
 
-    Pulumi passes every value as a string; objects and lists are JSON. Keys of other
-    namespaces (``aws:``, ``kubernetes:``) and the secret keys are left out.
+    Pulumi passes every value as a string; objects, lists and ``null`` are JSON. Keys of
+    other namespaces (``aws:``, ``kubernetes:``) and the secret keys are left out.
+
+    Returns:
+        The sections by key, and a problem for each value that is not valid JSON.
     """
     prefix = f"{PROJECT}:"
     sections: dict[str, Any] = {}
+    problems: list[str] = []
     for key, value in flat_config.items():
         if not key.startswith(prefix) or key[len(prefix) :] in SECRET_KEYS:
             continue
         text = str(value)
-        sections[key[len(prefix) :]] = json.loads(text) if text[:1] in "[{" else text
-    return sections
+        if text[:1] in ("[", "{") or text == "null":
+            try:
+                sections[key[len(prefix) :]] = json.loads(text)
+            except json.JSONDecodeError as err:
+                problems.append(f"{key}: got {text[:40]!r}; not valid JSON ({err.msg})")
+        else:
+            sections[key[len(prefix) :]] = text
+    return sections, problems
 
 
 def parse_stack_config(flat_config: Mapping[str, str]) -> StackConfig:
     """Parse and validate a stack's config map; raise `ConfigError` listing every problem."""
-    config, problems = parse_section(StackConfig, raw_sections(flat_config), f"{PROJECT}:")
-    if config is None:
-        raise ConfigError(problems)
+    sections, json_problems = raw_sections(flat_config)
+    config, problems = parse_section(StackConfig, sections, f"{PROJECT}:")
+    if config is None or json_problems:
+        raise ConfigError(json_problems + problems)
     return config

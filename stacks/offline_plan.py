@@ -54,8 +54,8 @@ def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
             f"Shipped stacks: {', '.join(available_stacks())}."
         )
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise PlanError(f"{path.name} is not valid YAML: {err}") from None
     raw = document.get("config") if isinstance(document, dict) else None
     if not isinstance(raw, dict):
@@ -65,7 +65,7 @@ def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
     for key, value in raw.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             flat[key], secret_keys = OFFLINE_SECRET, [*secret_keys, key]
-        elif isinstance(value, dict | list):
+        elif value is None or isinstance(value, dict | list):
             flat[key] = json.dumps(value, sort_keys=True)
         elif isinstance(value, bool):
             flat[key] = "true" if value else "false"
@@ -180,9 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     document = plan_document(registrations, config, secret_keys)
-    options.out.mkdir(parents=True, exist_ok=True)
     path = options.out / f"{options.stack}.json"
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    try:
+        options.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    except OSError as err:
+        print(f"error: cannot write the plan to {path}: {err.strerror or err}", file=sys.stderr)
+        return 2
     if options.quiet:
         print(f"plan: {path} ({len(document['steps'])} resources)")
     else:

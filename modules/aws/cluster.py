@@ -91,6 +91,7 @@ class EksClusterArgs:
         public_access_cidrs: CIDRs for a public endpoint; empty keeps it private.
         endpoint_private_access: keep the private endpoint on.
         admin_role_arns: IAM roles given cluster-admin through access entries.
+        creator_admin_access: give the creating identity an admin access entry.
     """
 
     cluster_name: str
@@ -104,6 +105,7 @@ class EksClusterArgs:
     public_access_cidrs: tuple[str, ...]
     endpoint_private_access: bool
     admin_role_arns: tuple[str, ...]
+    creator_admin_access: bool = True
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -153,10 +155,10 @@ class EksCluster(pulumi.ComponentResource):
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 # Access entries only: no aws-auth ConfigMap. The identity running
-                # `pulumi up` gets an (auditable, revocable) admin entry so it can
-                # install the platform layer.
+                # `pulumi up` may get an (auditable, revocable) admin entry so it can
+                # install the platform layer in the same run.
                 authentication_mode="API",
-                bootstrap_cluster_creator_admin_permissions=True,
+                bootstrap_cluster_creator_admin_permissions=args.creator_admin_access,
             ),
             # Managed add-ons below replace the self-managed defaults.
             bootstrap_self_managed_addons=False,

@@ -49,10 +49,13 @@ class InstanceTypeInfo:
         return f"nvidia-{self.gpu_name.lower()}" if self.gpu_name else None
 
 
-def offered_zones(instance_type: str, opts: pulumi.InvokeOptions) -> tuple[str, ...]:
-    """The region's zones that offer ``instance_type`` (empty when none do)."""
+def offered_zones(
+    instance_type: str, opts: pulumi.InvokeOptions, location_type: str = "availability-zone"
+) -> tuple[str, ...]:
+    """The region's zones (or, with ``location_type="region"``, the region itself) that
+    offer ``instance_type``; empty when none do, including for a type that does not exist."""
     result = aws.ec2.get_instance_type_offerings(
-        location_type="availability-zone",
+        location_type=location_type,
         filters=[{"name": "instance-type", "values": [instance_type]}],
         opts=opts,
     )
@@ -60,17 +63,17 @@ def offered_zones(instance_type: str, opts: pulumi.InvokeOptions) -> tuple[str, 
 
 
 def lookup(instance_type: str, opts: pulumi.InvokeOptions) -> InstanceTypeInfo | None:
-    """Catalog data of ``instance_type`` in the provider's region, ``None`` if unknown.
+    """Catalog data of ``instance_type`` in the provider's region; ``None`` when the
+    region does not offer it (a misspelt name included: AWS lists no offering for it).
 
     Args:
         instance_type: EC2 instance type name.
         opts: invoke options carrying the region-pinned provider.
     """
-    zones = offered_zones(instance_type, opts)
-    try:
-        info = aws.ec2.get_instance_type(instance_type=instance_type, opts=opts)
-    except Exception:
+    if not offered_zones(instance_type, opts, location_type="region"):
         return None
+    zones = offered_zones(instance_type, opts)
+    info = aws.ec2.get_instance_type(instance_type=instance_type, opts=opts)
     nvidia = [g for g in (info.gpuses or []) if g.manufacturer == "NVIDIA"]
     return InstanceTypeInfo(
         name=instance_type,

@@ -28,5 +28,6 @@ def encrypted_log_group(
         name=log_group_name,
         kms_key_id=key_arn,
         retention_in_days=retention_days,
-        opts=pulumi.ResourceOptions(parent=parent),
+        # Audit evidence (flow logs, control-plane logs): never deleted with the stack.
+        opts=pulumi.ResourceOptions(parent=parent, protect=True),
     )

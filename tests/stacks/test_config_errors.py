@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from modules.aws.instance_types import InstanceTypeInfo
 from stacks import offline_plan
+from stacks.catalog import catalog_problems
 from stacks.config import parse_stack_config
 from stacks.config_parsing import ConfigError
 from stacks.offline_plan import PlanError, load_stack_file, plan_registrations
@@ -119,8 +121,7 @@ def test_catalog_refuses_a_type_not_offered_and_efa_on_a_type_without_it() -> No
         plan_registrations("uae-prod", prod_config(nodePools=pools))
     message = str(caught.value)
     assert (
-        f"{NS}nodePools[1].instanceType: got 'p5.48xlarge'; not offered in the VPC's zones"
-        in message
+        f"{NS}nodePools[1].instanceType: got 'p5.48xlarge'; me-central-1 does not offer" in message
     )
     assert f"{NS}nodePools[2].efa: got True; c7i.4xlarge does not support EFA" in message
     assert "Traceback" not in message
@@ -159,3 +160,79 @@ def test_cli_reports_malformed_yaml(
     monkeypatch.setattr(offline_plan, "STACKS_DIR", tmp_path)
     assert offline_plan.main(["bad"]) == 2
     assert "is not valid YAML" in capsys.readouterr().err
+
+
+def test_a_misspelt_instance_type_is_a_config_problem_not_a_crash() -> None:
+    pools = json.loads(prod_config()[NS + "nodePools"])
+    pools[1]["instanceType"] = "p5en.48xlargee"
+    with pytest.raises(PlanError) as caught:
+        plan_registrations("uae-prod", prod_config(nodePools=pools))
+    assert (
+        f"{NS}nodePools[1].instanceType: got 'p5en.48xlargee'; "
+        "me-central-1 does not offer this instance type (check the spelling)"
+    ) in str(caught.value)
+
+
+def test_values_that_are_not_json_are_named() -> None:
+    config = prod_config()
+    config[NS + "network"] = "{vpcCidr: 10.0.0.0/16"
+    config[NS + "region"] = ""
+    problems = problems_of(config)
+    assert any(
+        p.startswith(f"{NS}network: got '{{vpcCidr: 10.0.0.0/16'; not valid JSON") for p in problems
+    )
+    assert f"{NS}region: got ''; must be one of allowedRegions: me-central-1" in problems
+
+
+def test_a_null_example_job_means_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (offline_plan.STACKS_DIR / "Pulumi.smb-cpu.yaml").read_text()
+    (tmp_path / "Pulumi.nojob.yaml").write_text(text + "  uae-gpu-platform:exampleJob: null\n")
+    monkeypatch.setattr(offline_plan, "STACKS_DIR", tmp_path)
+    config = parse_stack_config(load_stack_file("nojob")[0])
+    assert config.example_job is None
+
+
+def test_empty_node_pools_are_reported_once() -> None:
+    problems = problems_of(prod_config(nodePools=[]))
+    assert [p for p in problems if p.startswith(f"{NS}nodePools:")] == [
+        f"{NS}nodePools: got []; declare the node pools (one system pool)"
+    ]
+
+
+def test_example_job_preset_is_checked_with_the_config() -> None:
+    problems = problems_of(
+        prod_config(exampleJob={"team": "llm-research", "pool": "h200", "preset": "huge"})
+    )
+    assert len(problems) == 1 and problems[0].startswith(
+        f"{NS}exampleJob.preset: got 'huge'; one of "
+    )
+
+
+def test_cli_reports_an_unwritable_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert offline_plan.main(["--out", str(blocker), "smb-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write the plan to") and "Traceback" not in err
+
+
+def test_a_type_offered_only_outside_the_vpc_zones_is_refused() -> None:
+    config = parse_stack_config(prod_config())
+    p5en = InstanceTypeInfo(
+        name="p5en.48xlarge", vcpus=192, memory_mib=2097152, gpu_count=8, gpu_name="H200",
+        gpu_memory_mib=144384, efa_supported=True, efa_max_interfaces=16, network_cards=16,
+        architectures=("x86_64",), offered_zones=("me-central-1c",),
+    )  # fmt: skip
+    plain = InstanceTypeInfo(
+        name="x", vcpus=8, memory_mib=32768, gpu_count=0, gpu_name=None, gpu_memory_mib=0,
+        efa_supported=False, efa_max_interfaces=0, network_cards=1, architectures=("x86_64",),
+        offered_zones=("me-central-1a", "me-central-1b"),
+    )  # fmt: skip
+    catalog = {"p5en.48xlarge": p5en, "m7i.2xlarge": plain, "c7i.8xlarge": plain}
+    problems = catalog_problems(config, ("me-central-1a", "me-central-1b"), catalog)
+    assert problems == [
+        f"{NS}nodePools[1].instanceType: got 'p5en.48xlarge'; not offered in the VPC's zones "
+        "(me-central-1a, me-central-1b); zones offering it: me-central-1c"
+    ]
