@@ -61,8 +61,7 @@ def test_every_child_uses_the_cluster_provider_explicitly(stack: str) -> None:
     (provider,) = [r for r in records if r.type == "pulumi:providers:kubernetes"]
     children = [r for r in records if r.custom and r is not provider]
     assert children
-    expected = f"{provider.urn}::{provider.name}-id"
-    assert {r.provider for r in children} == {expected}
+    assert {r.provider for r in children} == {f"{provider.urn}::{provider.id}"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
