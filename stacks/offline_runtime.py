@@ -134,9 +134,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         answer = self._calls.get(args.token)
         if answer is None:
-            raise LookupError(
-                f"the offline plan cannot answer the data source {args.token}"
-            )
+            raise LookupError(f"the offline plan cannot answer the data source {args.token}")
         region = args.args.get("region") or self._region_of(args.provider)
         if not region:
             raise ValueError(
