@@ -10,9 +10,10 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
+from policies.documents import statements, wildcard_principal
 from policies.model import ResourceView, resource_rule, types_in
 from policies.settings import Settings
-from policies.values import as_list, dig, is_unknown, known, parse_json_document
+from policies.values import as_list, dig, is_unknown, known
 
 
 @dataclass(frozen=True)
@@ -259,24 +260,6 @@ def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[
         yield "`deletionWindowInDays` is not set"
     elif not isinstance(days, int | float) or days < settings.min_key_deletion_window_days:
         yield f"`deletionWindowInDays` is {days}, below {settings.min_key_deletion_window_days}"
-
-
-def statements(document: Any) -> list[dict[str, Any]]:
-    """The statements of an IAM/KMS/S3 policy document (a JSON string or a mapping)."""
-    parsed = parse_json_document(document)
-    if not isinstance(parsed, dict):
-        return []
-    found = parsed.get("Statement")
-    return [s for s in as_list(found) if isinstance(s, dict)]
-
-
-def wildcard_principal(principal: Any) -> bool:
-    """True for ``"*"`` or ``{"AWS": "*"}`` (any principal of any account)."""
-    if principal == "*":
-        return True
-    if isinstance(principal, dict):
-        return any("*" in as_list(value) for value in principal.values())
-    return False
 
 
 @resource_rule(

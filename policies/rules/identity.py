@@ -8,8 +8,8 @@ from typing import Any
 from pulumi_policy import Severity
 
 from policies import controls
+from policies.documents import names_everything, statements, wildcard_principal
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
-from policies.rules.encryption import statements, wildcard_principal
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
 
@@ -40,10 +40,6 @@ def policy_documents(resource: ResourceView) -> Iterator[tuple[str, Any]]:
         yield "policy", props.get("policy")
 
 
-def _star(value: Any) -> bool:
-    return any(item in ("*", "*:*") for item in as_list(value))
-
-
 @resource_rule(
     id="aws-iam-no-admin-wildcard",
     description=(
@@ -72,8 +68,8 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
         for index, statement in enumerate(statements(known(document, path))):
             if (
                 statement.get("Effect") == "Allow"
-                and _star(statement.get("Action"))
-                and _star(statement.get("Resource"))
+                and names_everything(statement.get("Action"))
+                and names_everything(statement.get("Resource"))
             ):
                 yield f"`{path}` statement {statement.get('Sid') or index} allows `*` on `*`"
 

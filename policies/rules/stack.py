@@ -9,8 +9,9 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.aws import parse_arn, region_of
+from policies.documents import statements
 from policies.model import ResourceView, StackView, stack_rule, types_in
-from policies.rules.encryption import key_refs, statements
+from policies.rules.encryption import key_refs
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
 

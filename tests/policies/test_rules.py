@@ -6,6 +6,7 @@ checks that exactly the expected rule fails, with a message naming the problem.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from policies import documents
 from policies.rules import ALL_RULES
 from policies.settings import CONFIG_SCHEMAS
 from tests.policies.builder import (
@@ -719,3 +721,26 @@ def test_the_compliance_page_lists_every_rule_and_config_key() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "compliance.md").read_text()
     assert [r.id for r in ALL_RULES if f"`{r.id}`" not in page] == []
     assert [k for k in CONFIG_SCHEMAS if f"`{k}`" not in page] == []
+
+
+def test_rule_modules_share_document_helpers_through_one_module() -> None:
+    """The policy-document helpers are defined once (policies/documents.py) and rule
+    modules import them from there, not from each other."""
+    helpers = ("statements", "wildcard_principal", "_star", "names_everything")
+    rules_dir = Path(__file__).resolve().parents[2] / "policies" / "rules"
+    cross_imports, definitions = [], []
+    for module in sorted(rules_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("policies.rules")
+                and any(alias.name in helpers for alias in node.names)
+            ):
+                cross_imports.append(f"{module.name}: from {node.module}")
+            if isinstance(node, ast.FunctionDef) and node.name in helpers:
+                definitions.append(f"{module.name}: {node.name}")
+    assert cross_imports == []
+    assert definitions == []
+    assert callable(documents.statements) and callable(documents.wildcard_principal)
+    assert documents.names_everything(["s3:GetObject", "*"])
+    assert not documents.names_everything("s3:*")
