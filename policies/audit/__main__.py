@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ProfileNotFound,
+)
 
 from policies.audit.scan import Audit, run_audit
 from policies.settings import DEFAULT_ALLOWED_REGIONS
@@ -60,7 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-size", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     allowed = split_list(args.allowed_regions) or list(DEFAULT_ALLOWED_REGIONS)
-    session = boto3.session.Session()
+    try:
+        # Reading the profile and config files happens here: a bad AWS_PROFILE or a
+        # malformed ~/.aws/config fails before any call is made.
+        session = boto3.session.Session()
+    except ProfileNotFound as err:
+        print(
+            f"error: {err}: set AWS_PROFILE to a profile defined in the AWS config file "
+            "(aws configure list-profiles), or unset it to use the default credential chain",
+            file=sys.stderr,
+        )
+        return 2
+    except BotoCoreError as err:
+        print(
+            f"error: the AWS configuration cannot be used: {err}; fix the AWS config and "
+            "credentials files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE) or the AWS_* "
+            "environment variables",
+            file=sys.stderr,
+        )
+        return 2
     try:
         regions = split_list(args.regions) or [
             r["RegionName"]
@@ -84,23 +108,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the account could not be read: {err}", file=sys.stderr)
         return 2
     assert audit.findings is not None and audit.errors is not None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "account": audit.account_id,
-                "scannedRegions": list(regions),
-                "allowedRegions": allowed,
-                "findings": [f.as_dict() for f in audit.findings],
-                "errors": [
-                    {"region": e.region, "check": e.check, "error": e.error} for e in audit.errors
-                ],
-            },
-            indent=2,
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {
+                    "account": audit.account_id,
+                    "scannedRegions": list(regions),
+                    "allowedRegions": allowed,
+                    "findings": [f.as_dict() for f in audit.findings],
+                    "errors": [
+                        {"region": e.region, "check": e.check, "error": e.error}
+                        for e in audit.errors
+                    ],
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
         )
-        + "\n",
-        encoding="utf-8",
-    )
+    except OSError as err:
+        print(f"error: cannot write findings to {args.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
     allowed_text = ", ".join(allowed)
     print(f"audit of account {audit.account_id}: {len(regions)} region(s), allowed {allowed_text}")
     if audit.findings:

@@ -243,3 +243,25 @@ def test_an_allowed_only_account_is_clean() -> None:
         audit = run_audit(session, [ALLOWED, FOREIGN], [ALLOWED])
         assert audit.findings == []
         assert audit.errors == []
+
+
+def test_an_unknown_profile_gives_a_clear_message(tmp_path: Path) -> None:
+    env = credentials_env(None)
+    env["AWS_PROFILE"] = "nope"
+    result = run(["--regions", ALLOWED, "--out", str(tmp_path / "f.json")], env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "nope" in result.stderr and "AWS_PROFILE" in result.stderr
+
+
+def test_an_unwritable_findings_file_gives_a_clear_message(
+    moto_endpoint: tuple[str, set[tuple[str, str, str, str]]], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = blocker / "findings.json"
+    result = run(["--regions", ALLOWED, "--out", str(out)], credentials_env(moto_endpoint[0]))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"cannot write findings to {out}" in result.stderr
+    assert "Traceback" not in result.stderr
