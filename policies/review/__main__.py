@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     review = review_plan(plan, config)
     out_dir = args.out or Path("build") / "review" / plan.name
-    write_reports(review, out_dir, _source_uri(plan.name, Path.cwd()))
+    try:
+        write_reports(review, out_dir, _source_uri(plan.name, Path.cwd()))
+    except OSError as err:
+        print(f"error: cannot write reports to {out_dir}: {err.strerror or err}", file=sys.stderr)
+        return 2
     print(
         f"{plan.name}: {verdict(review)}: {len(review.mandatory_violations)} mandatory and "
         f"{len(review.violations) - len(review.mandatory_violations)} advisory violation(s), "

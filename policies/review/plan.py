@@ -96,10 +96,17 @@ class Plan:
 
 def load_plan(path: Path) -> Plan:
     """Read and check a plan file; `PlanError` names the problem and how to fix it."""
+    if path.is_dir():
+        raise PlanError(
+            f"{path}: is a directory, not a plan file (give the JSON file `make plan` or "
+            "`pulumi preview --json` wrote)"
+        )
     if not path.is_file():
         raise PlanError(f"{path}: no such file (run `make plan STACK=<stack>` to write one)")
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read it ({err.strerror or err})") from err
     except UnicodeDecodeError as err:
         raise PlanError(f"{path}: not UTF-8 text ({err.reason})") from err
     except json.JSONDecodeError as err:
@@ -107,6 +114,42 @@ def load_plan(path: Path) -> Plan:
             f"{path}: not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from err
     return parse_plan(document, path)
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (for messages about a plan document)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+# Fields that name resources, read as strings everywhere downstream: (where, key).
+_STRING_FIELDS = (
+    ("", "urn"),
+    ("", "provider"),
+    ("newState.", "urn"),
+    ("newState.", "type"),
+    ("newState.", "provider"),
+    ("newState.", "parent"),
+)
+
+
+def _type_problems(index: int, step: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+    """The identity fields of a step that are set but not strings."""
+    problems = []
+    for where, key in _STRING_FIELDS:
+        value = (state if where else step).get(key)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"steps[{index}].{where}{key} is {_json_kind(value)}, not a string")
+    return problems
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -123,6 +166,10 @@ def parse_plan(document: Any, path: Path) -> Plan:
     steps = document.get("steps")
     if not isinstance(steps, list):
         raise PlanError(f"{path}: no `steps` list; {hint}")
+    if not steps:
+        raise PlanError(
+            f"{path}: the plan has no resources: is this the output of pulumi preview --json?"
+        )
     config = document.get("config") or {}
     if not isinstance(config, Mapping):
         raise PlanError(f"{path}: `config` is not an object; {hint}")
@@ -138,6 +185,10 @@ def parse_plan(document: Any, path: Path) -> Plan:
         state = step.get("newState")
         if not isinstance(state, Mapping):
             problems.append(f"steps[{index}] ({op}) has no `newState` object")
+            continue
+        wrong_types = _type_problems(index, step, state)
+        if wrong_types:
+            problems.extend(wrong_types)
             continue
         urn = state.get("urn") or step.get("urn")
         kind = state.get("type")
@@ -164,7 +215,7 @@ def parse_plan(document: Any, path: Path) -> Plan:
                 inputs=decoded_inputs,
                 state=decode_plan_value({**inputs, **outputs}) if outputs else decoded_inputs,
                 provider=provider_urn(state.get("provider") or step.get("provider")),
-                parent=state.get("parent") if isinstance(state.get("parent"), str) else None,
+                parent=state.get("parent") or None,
                 dependencies=_strings(state.get("dependencies")),
                 property_dependencies={str(k): _strings(v) for k, v in prop_deps.items()}
                 if isinstance(prop_deps, Mapping)

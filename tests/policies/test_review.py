@@ -120,6 +120,15 @@ def test_reports_go_to_build_review_plan_stem(
     assert sarif_errors(json.loads((out / "report.sarif").read_text())) == []
 
 
+def _plan_with(step: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> str:
+    """A one-step plan document with ``step`` / ``state`` keys overridden."""
+    urn = "urn:pulumi:dev::p::aws:s3/bucket:Bucket::data"
+    new_state = {"urn": urn, "type": "aws:s3/bucket:Bucket", "inputs": {}, **(state or {})}
+    return json.dumps(
+        {"steps": [{"op": "create", "urn": urn, "newState": new_state, **(step or {})}]}
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
@@ -128,6 +137,14 @@ def test_reports_go_to_build_review_plan_stem(
         ('{"steps": {}}', "no `steps` list"),
         ('{"steps": [{"op": "create"}]}', "has no `newState`"),
         ('{"steps": [{"op": "create", "newState": {"urn": "x", "type": "t"}}]}', "not a URN"),
+        ('{"steps": []}', "the plan has no resources: is this the output of pulumi preview"),
+        ("{}", "no `steps` list"),
+        (_plan_with(step={"provider": 5}), "steps[0].provider is a number, not a string"),
+        (_plan_with(state={"provider": ["x"]}), "steps[0].newState.provider is an array"),
+        (_plan_with(state={"urn": 7}), "steps[0].newState.urn is a number, not a string"),
+        (_plan_with(step={"urn": 7}), "steps[0].urn is a number, not a string"),
+        (_plan_with(state={"type": {"a": 1}}), "steps[0].newState.type is an object"),
+        (_plan_with(state={"parent": 3}), "steps[0].newState.parent is a number"),
     ],
 )
 def test_a_malformed_plan_gets_a_one_line_error(
@@ -137,6 +154,37 @@ def test_a_malformed_plan_gets_a_one_line_error(
     err = capsys.readouterr().err
     assert expected in err
     assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_directory_is_not_a_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--plan", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: is a directory, not a plan file" in err
+    assert "no such file" not in err
+
+
+def _unwritable(tmp_path: Path) -> list[Path]:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    paths = [blocker, blocker / "below"]
+    if Path("/proc/self").is_dir():
+        paths.append(Path("/proc/x"))
+    return paths
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["existing-file", "below-a-file", "proc"])
+def test_an_unwritable_report_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], which: int
+) -> None:
+    candidates = _unwritable(tmp_path)
+    if which >= len(candidates):
+        pytest.skip("no /proc here")
+    out = candidates[which]
+    plan = write(tmp_path, "plan.json", compliant_plan())
+    assert main(["--plan", str(plan), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write reports to {out}: ")
     assert len(err.strip().splitlines()) == 1
 
 
