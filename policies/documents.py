@@ -2,22 +2,67 @@
 
 Shared by the encryption, identity and stack rules: the statements of a document given
 as a JSON string or a mapping, and the wildcard tests that several rules apply to them.
+A document that is known but cannot be read (not JSON, not an object) raises
+`InvalidDocumentError`, which the rules report as a violation: AWS would reject it, and a
+rule must never pass what it could not read. A document that is not known yet (the
+preview's unknown sentinel) raises `UnknownValueError`, as every other unknown does.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
-from policies.values import as_list, parse_json_document
+from pulumi_policy.proxy import UnknownValueError
+
+from policies.values import SECRET_PLACEHOLDER, UNKNOWN_STRING, as_list, known
 
 
-def statements(document: Any) -> list[dict[str, Any]]:
-    """The statements of an IAM/KMS/S3 policy document (a JSON string or a mapping)."""
-    parsed = parse_json_document(document)
-    if not isinstance(parsed, dict):
+class InvalidDocumentError(ValueError):
+    """A known policy document that is not a JSON object; the message says so."""
+
+
+class HiddenSecretError(UnknownValueError):
+    """A document the plan file hides as a secret: it cannot be checked from the plan.
+
+    The engine hands policies the secret's value, so this arises only in the offline
+    review of a plan whose secrets were not shown.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(UNKNOWN_STRING, path.split("."))
+        self.message = f"secret value at .{path} is hidden in this plan"
+
+
+def statements(document: Any, path: str) -> list[dict[str, Any]]:
+    """The statements of an IAM/KMS/S3 policy document (a JSON string or a mapping).
+
+    Args:
+        document: the property's value; None (not set) has no statements.
+        path: the property path, named in the errors.
+
+    Raises:
+        UnknownValueError: the document is not known during preview.
+        InvalidDocumentError: the document is known but is not a JSON object.
+    """
+    document = known(document, path)
+    if document is None:
         return []
-    found = parsed.get("Statement")
-    return [s for s in as_list(found) if isinstance(s, dict)]
+    if document == SECRET_PLACEHOLDER:
+        raise HiddenSecretError(path)
+    parsed: Any = document
+    if isinstance(document, str):
+        try:
+            parsed = json.loads(document)
+        except ValueError as err:
+            reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+            raise InvalidDocumentError(
+                f"`{path}`: policy document is not valid JSON ({reason})"
+            ) from err
+    if not isinstance(parsed, Mapping):
+        raise InvalidDocumentError(f"`{path}`: policy document is not a JSON object")
+    return [s for s in as_list(parsed.get("Statement")) if isinstance(s, dict)]
 
 
 def wildcard_principal(principal: Any) -> bool:

@@ -8,7 +8,12 @@ from typing import Any
 from pulumi_policy import Severity
 
 from policies import controls
-from policies.documents import names_everything, statements, wildcard_principal
+from policies.documents import (
+    InvalidDocumentError,
+    names_everything,
+    statements,
+    wildcard_principal,
+)
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
@@ -65,7 +70,12 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
             if arn in ADMIN_POLICY_ARNS:
                 yield f"attaches {arn}"
     for path, document in policy_documents(resource):
-        for index, statement in enumerate(statements(known(document, path))):
+        try:
+            found = statements(document, path)
+        except InvalidDocumentError as invalid:
+            yield str(invalid)
+            continue
+        for index, statement in enumerate(found):
             if (
                 statement.get("Effect") == "Allow"
                 and names_everything(statement.get("Action"))
@@ -86,8 +96,12 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
     applies_to=types_in("aws:iam/role:Role"),
 )
 def trust_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    document = known(resource.props.get("assumeRolePolicy"), "assumeRolePolicy")
-    for index, statement in enumerate(statements(document)):
+    try:
+        found = statements(resource.props.get("assumeRolePolicy"), "assumeRolePolicy")
+    except InvalidDocumentError as invalid:
+        yield str(invalid)
+        return
+    for index, statement in enumerate(found):
         if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
             sid = statement.get("Sid") or index
             yield f"trust statement {sid} lets any principal assume the role"
@@ -183,7 +197,13 @@ def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple
                 if path.startswith("managed policy"):
                     yield role.urn, f"training role {role.name} has the AWS {path} attached"
                     continue
-                for statement in statements(known(document, f"{urn.rsplit('::', 1)[-1]}.{path}")):
+                where = f"{urn.rsplit('::', 1)[-1]}.{path}"
+                try:
+                    found = statements(document, where)
+                except InvalidDocumentError as invalid:
+                    yield role.urn, f"training role {role.name}: {invalid}"
+                    continue
+                for statement in found:
                     if statement.get("Effect") != "Allow":
                         continue
                     if _object_actions(statement.get("Action")):

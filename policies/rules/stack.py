@@ -9,7 +9,7 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.aws import parse_arn, region_of
-from policies.documents import statements
+from policies.documents import InvalidDocumentError, statements
 from policies.model import ResourceView, StackView, stack_rule, types_in
 from policies.rules.encryption import key_refs
 from policies.settings import Settings
@@ -45,6 +45,18 @@ def refers_to(resource: ResourceView, prop: str, target: ResourceView, ids: set[
     return isinstance(value, str) and value in ids
 
 
+def _good(
+    good: Callable[[ResourceView], bool], companion: ResourceView, unreadable: list[str]
+) -> bool:
+    """``good(companion)``; a companion whose document cannot be read is not good, and
+    why is added to ``unreadable``."""
+    try:
+        return good(companion)
+    except InvalidDocumentError as invalid:
+        unreadable.append(str(invalid))
+        return False
+
+
 def _companions(
     stack: StackView, companion_type: str, good: Callable[[ResourceView], bool], what: str
 ) -> Iterator[tuple[str | None, str]]:
@@ -61,10 +73,15 @@ def _companions(
             and not c.property_dependencies.get("bucket")
         ]
         with deferred.each():
-            if not any(good(c) for c in mine):
+            unreadable: list[str] = []
+            if not any(_good(good, c, unreadable) for c in mine):
                 if unresolved:
                     known(unresolved[0].props.get("bucket"), f"{unresolved[0].name}.bucket")
-                yield bucket.urn, f"bucket {bucket.name} has no {what}"
+                yield (
+                    bucket.urn,
+                    f"bucket {bucket.name} has no {what}"
+                    + "".join(f": {problem}" for problem in unreadable),
+                )
     deferred.finish()
 
 
@@ -99,9 +116,11 @@ def bucket_public_access_block(
 
 
 def denies_insecure_transport(policy: ResourceView) -> bool:
-    """A Deny statement on aws:SecureTransport = false (TLS-only bucket policy)."""
-    document = known(policy.props.get("policy"), f"{policy.name}.policy")
-    for statement in statements(document):
+    """A Deny statement on aws:SecureTransport = false (TLS-only bucket policy).
+
+    Raises `InvalidDocumentError` when the policy is not a JSON object.
+    """
+    for statement in statements(policy.props.get("policy"), f"{policy.name}.policy"):
         if statement.get("Effect") != "Deny":
             continue
         condition = dig(statement, "Condition", "Bool", "aws:SecureTransport")

@@ -154,3 +154,21 @@ def test_unknown_values_give_the_same_advisories(analyzer: Any) -> None:
     engine_rules = {policy for policy, _, message, _ in engine if "during preview" in message}
     review_rules = {f.rule_id for f in review(document).findings if f.unknown}
     assert engine_rules == review_rules == {"aws-s3-bucket-tls-only"}
+
+
+def test_an_unreadable_policy_document_is_the_same_violation_in_the_engine(analyzer: Any) -> None:
+    document = compliant_plan()
+    find_step(document, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["inputs"][
+        "policy"
+    ] = "{not json"
+    plan = parse_plan(document, Path("plan.json"))
+    expected = {
+        (f.rule_id, f.urn or "", f.message, proto.MANDATORY)
+        for f in review(document).findings
+        if not f.unknown
+    }
+    assert {rule for rule, _, _, _ in expected} == {
+        "aws-iam-no-admin-wildcard",
+        "aws-iam-training-role-scoped",
+    }
+    assert engine_findings(analyzer, plan) == expected

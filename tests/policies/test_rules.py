@@ -744,3 +744,76 @@ def test_rule_modules_share_document_helpers_through_one_module() -> None:
     assert callable(documents.statements) and callable(documents.wildcard_principal)
     assert documents.names_everything(["s3:GetObject", "*"])
     assert not documents.names_everything("s3:*")
+
+
+NOT_JSON = "{not json"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's unknown-string sentinel
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ROLE = "aws:iam/role:Role"
+
+
+DOCUMENTS = [
+    (
+        ROLE_POLICY,
+        "training-team-a-data",
+        "policy",
+        {"aws-iam-no-admin-wildcard", "aws-iam-training-role-scoped"},
+    ),
+    (ROLE, "training-team-a", "assumeRolePolicy", {"aws-iam-trust-no-wildcard-principal"}),
+    (KEY, "storage-key", "policy", {"aws-kms-policy-no-wildcard-principal"}),
+    (POLICY, "data", "policy", {"aws-s3-bucket-tls-only"}),
+]
+
+
+@pytest.mark.parametrize("target", DOCUMENTS, ids=[f"{d[1]}.{d[2]}" for d in DOCUMENTS])
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        (NOT_JSON, "policy document is not valid JSON"),
+        ("", "policy document is not valid JSON"),
+        ('["Statement"]', "policy document is not a JSON object"),
+    ],
+    ids=["broken", "empty", "array"],
+)
+def test_a_policy_document_that_is_not_json_is_a_violation(
+    target: tuple[str, str, str, set[str]], document: str, problem: str
+) -> None:
+    kind, name, key, expected_rules = target
+    plan = compliant_plan()
+    inputs(plan, kind, name)[key] = document
+    assert failing_rules(plan) == expected_rules
+    for rule_id in expected_rules:
+        assert any(problem in m for m in messages(plan, rule_id)), messages(plan, rule_id)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "key"),
+    [
+        (ROLE_POLICY, "training-team-a-data", "policy"),
+        (ROLE, "training-team-a", "assumeRolePolicy"),
+        (KEY, "storage-key", "policy"),
+    ],
+)
+def test_an_unknown_policy_document_cannot_be_checked_during_preview(
+    kind: str, name: str, key: str
+) -> None:
+    plan = compliant_plan()
+    inputs(plan, kind, name)[key] = UNKNOWN
+    result = review(plan)
+    assert result.violations == []
+    unknown = [f.message for f in result.findings if f.unknown]
+    assert unknown and all("cannot be checked during preview" in m for m in unknown)
+
+
+def test_a_hidden_secret_policy_document_cannot_be_checked_offline() -> None:
+    plan = compliant_plan()
+    inputs(plan, ROLE_POLICY, "training-team-a-data")["policy"] = {
+        "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"
+    }
+    result = review(plan)
+    assert result.violations == []
+    assert {f.rule_id for f in result.findings if f.unknown} == {
+        "aws-iam-no-admin-wildcard",
+        "aws-iam-training-role-scoped",
+    }
+    assert all("hidden" in f.message for f in result.findings if f.unknown)
