@@ -18,11 +18,15 @@ REPO_ROOT = PACK_DIR.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != PACK_DIR]
 sys.path.insert(0, str(REPO_ROOT))
 
+import pulumi_policy.policy  # noqa: E402
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
-from policies.pack import PACK_NAME, all_policies  # noqa: E402
+from policies.pack import PACK_NAME, ConfigCheckingAnalyzer, all_policies  # noqa: E402
 
 if __name__ == "__main__":
+    # PolicyPack builds its gRPC service from this name: serve the one that refuses pack
+    # config weakening residency (see ConfigCheckingAnalyzer).
+    pulumi_policy.policy._PolicyAnalyzerServicer = ConfigCheckingAnalyzer  # type: ignore[misc]
     PolicyPack(
         name=PACK_NAME,
         policies=all_policies(),

@@ -6,17 +6,27 @@ rule's pack config, apply exemptions (pack-config ones and, for ``k8s-*`` rules,
 object's exception annotation) and report what remains. Exemptions that applied are
 recorded in `applied_exemptions` for whoever is listening (the offline review lists
 them; inside ``pulumi preview`` nobody is).
+
+Residency cannot be configured away: `level_problem` refuses a level below a ``uae-*``
+rule's default, `Settings` refuses regions and countries outside the UAE, and
+`ConfigCheckingAnalyzer` applies both to the configuration the engine sends the pack
+before it analyzes anything, so a bad config file stops ``pulumi preview`` at load.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
+import grpc  # type: ignore[import-untyped]  # no stubs; covered by test_pack_entry
+from google.protobuf import json_format
+from pulumi.runtime import proto
 from pulumi_policy import (
+    EnforcementLevel,
     PolicyComplianceFramework,
     PolicyConfigSchema,
     ReportViolation,
@@ -27,14 +37,95 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-from pulumi_policy.policy import Policy
+from pulumi_policy.policy import Policy, _PolicyAnalyzerServicer
 
 from policies.k8s import EXCEPTION_ANNOTATION_PREFIX, exception_reason
 from policies.model import ResourceView, Rule, StackView, urn_name
-from policies.rules import ALL_RULES
-from policies.settings import CONFIG_SCHEMAS, Settings
+from policies.rules import ALL_RULES, RULES_BY_ID
+from policies.settings import CONFIG_SCHEMAS, PackConfigError, Settings
 
 PACK_NAME = "uae-sovereign-gpu-platform"
+RESIDENCY_PREFIX = "uae-"
+
+# How much an enforcement level enforces; remediate is reported as mandatory.
+_STRENGTH = {
+    EnforcementLevel.DISABLED: 0,
+    EnforcementLevel.ADVISORY: 1,
+    EnforcementLevel.MANDATORY: 2,
+    EnforcementLevel.REMEDIATE: 2,
+}
+
+
+def is_residency(rule: Rule) -> bool:
+    """The ``uae-*`` rules: where data, keys, images and sites may be."""
+    return rule.id.startswith(RESIDENCY_PREFIX)
+
+
+def weakens(rule: Rule, level: EnforcementLevel) -> bool:
+    """True when ``level`` enforces less than the rule's default (disabled, or advisory
+    for a mandatory rule)."""
+    return _STRENGTH[level] < _STRENGTH[rule.enforcement]
+
+
+def level_problem(rule: Rule, level: EnforcementLevel) -> str | None:
+    """Why ``level`` may not be configured for ``rule`` (None when it may).
+
+    Residency rules keep at least their default level: a config file must not be able
+    to switch off or soften the rules that keep data in the UAE.
+    """
+    if not (is_residency(rule) and weakens(rule, level)):
+        return None
+    how = "disabled" if level == EnforcementLevel.DISABLED else "made advisory"
+    return f"{rule.id}: residency rules cannot be {how}; it stays {rule.enforcement.value}"
+
+
+def engine_config_problems(
+    configs: Mapping[str, tuple[EnforcementLevel, Mapping[str, Any]]],
+) -> list[str]:
+    """Problems of the configuration the engine sends (policy -> (level, properties))."""
+    problems: list[str] = []
+    for name, (level, properties) in configs.items():
+        rule = RULES_BY_ID.get(name)
+        if rule is None:
+            continue
+        problem = level_problem(rule, level)
+        if problem:
+            problems.append(problem)
+        try:
+            Settings.from_config(properties)
+        except PackConfigError as err:
+            problems.append(f"{name}: {err}")
+    return problems
+
+
+class ConfigCheckingAnalyzer(_PolicyAnalyzerServicer):
+    """The SDK's analyzer service, refusing pack config that weakens residency.
+
+    The engine hands the pack its configuration (each policy's enforcement level, with
+    ``all`` already resolved, and its properties) in ``Configure`` before any analysis;
+    an error there stops ``pulumi preview`` / ``pulumi up`` with the message below.
+    `pulumi_policy.PolicyPack` offers no hook for this, so the pack's entry installs this
+    subclass in its place (``policies/__main__.py``); tests/policies/test_pack_entry.py
+    drives it over gRPC, so an SDK change that bypasses it fails there.
+    """
+
+    def Configure(  # noqa: N802 (the gRPC method's name)
+        self, request: proto.ConfigureAnalyzerRequest, context: grpc.ServicerContext
+    ) -> Any:
+        configs = {
+            name: (
+                self._convert_enforcement_level(entry.enforcementLevel),
+                json_format.MessageToDict(entry.properties),
+            )
+            for name, entry in request.policyConfig.items()
+        }
+        problems = engine_config_problems(configs)
+        if problems:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"policy pack {PACK_NAME}: the pack config cannot be used: " + "; ".join(problems),
+            )
+        return super().Configure(request, context)  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)

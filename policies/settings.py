@@ -4,6 +4,10 @@ Pulumi gives every policy its own configuration (``pulumi preview --policy-pack
 policies --policy-pack-config config.json``, with ``{"<rule-id>": {...}}``); the offline
 review reads the same file. Each rule declares which keys below it reads; every rule
 also reads ``exemptions``. Defaults are the UAE baseline, so no config is needed for it.
+
+Residency can only be narrowed here: ``allowedRegions`` takes UAE regions only and
+``allowedCountries`` the UAE only (`UAE_REGIONS`, `UAE_COUNTRIES`), so a config file
+cannot move data out of the country.
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ from typing import Any
 
 from modules.validation import Checker
 
-DEFAULT_ALLOWED_REGIONS = ("me-central-1",)
-DEFAULT_ALLOWED_COUNTRIES = ("AE",)
+# AWS regions inside the UAE: the only regions pack config may allow (me-south-1 is
+# Bahrain, il-central-1 Israel). stacks/config.py's UAE_AWS_REGIONS must stay equal
+# (a test compares them).
+UAE_REGIONS = ("me-central-1",)
+# ISO 3166 code of the only country a Kubernetes site may declare.
+UAE_COUNTRIES = ("AE",)
+DEFAULT_ALLOWED_REGIONS = UAE_REGIONS
+DEFAULT_ALLOWED_COUNTRIES = UAE_COUNTRIES
 DEFAULT_REQUIRED_TAGS = ("owner", "data-classification", "residency")
 
 _STRING_LIST = {"type": "array", "items": {"type": "string"}}
@@ -25,14 +35,21 @@ _STRING_LIST = {"type": "array", "items": {"type": "string"}}
 # JSON schema of each configuration key (Pulumi validates pack config against these).
 CONFIG_SCHEMAS: dict[str, dict[str, Any]] = {
     "allowedRegions": {
-        **_STRING_LIST,
+        "type": "array",
+        "items": {"type": "string", "enum": list(UAE_REGIONS)},
+        "minItems": 1,
         "default": list(DEFAULT_ALLOWED_REGIONS),
-        "description": "AWS regions where resources, copies and keys may live.",
+        "description": (
+            "AWS regions where resources, copies and keys may live: UAE regions only "
+            "(the allowlist can be narrowed, never widened)."
+        ),
     },
     "allowedCountries": {
-        **_STRING_LIST,
+        "type": "array",
+        "items": {"type": "string", "enum": list(UAE_COUNTRIES)},
+        "minItems": 1,
         "default": list(DEFAULT_ALLOWED_COUNTRIES),
-        "description": "ISO 3166 country codes a Kubernetes site may declare.",
+        "description": "ISO 3166 country codes a Kubernetes site may declare: AE only.",
     },
     "requiredTags": {
         **_STRING_LIST,
@@ -160,6 +177,23 @@ class Settings:
             checker.require(ok, key, value, "a list of non-empty strings")
             return tuple(value) if ok else default
 
+        def within(key: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+            """A non-empty subset of ``allowed``: pack config narrows residency only."""
+            value = config.get(key, list(allowed))
+            ok = (
+                isinstance(value, list)
+                and bool(value)
+                and all(isinstance(v, str) and v in allowed for v in value)
+            )
+            checker.require(
+                ok,
+                key,
+                value,
+                f"a non-empty list of {what} ({', '.join(allowed)}): pack config can narrow "
+                "residency, never widen it",
+            )
+            return tuple(value) if ok else allowed
+
         def integer(key: str, default: int, low: int, high: int) -> int:
             value = config.get(key, default)
             # Pulumi hands numbers over as floats; 2.0 is a fine hop limit.
@@ -177,8 +211,8 @@ class Settings:
             isinstance(pattern, str) and bool(pattern), "trainingRolePattern", pattern, "a string"
         )
         settings = cls(
-            allowed_regions=strings("allowedRegions", DEFAULT_ALLOWED_REGIONS),
-            allowed_countries=strings("allowedCountries", DEFAULT_ALLOWED_COUNTRIES),
+            allowed_regions=within("allowedRegions", UAE_REGIONS, "UAE regions"),
+            allowed_countries=within("allowedCountries", UAE_COUNTRIES, "UAE country codes"),
             required_tags=strings("requiredTags", DEFAULT_REQUIRED_TAGS),
             allowed_registries=strings("allowedRegistries", ()),
             ecr_account_ids=strings("ecrAccountIds", ()),

@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(1 for f in review.findings if f.unknown)} not checkable during preview, "
         f"{len(review.exemptions)} exemption(s); reports in {out_dir}/"
     )
+    if review.disabled_rules:
+        print(f"  disabled by the pack config: {', '.join(review.disabled_rules)}")
+    if review.downgraded_rules:
+        print(f"  downgraded to advisory by the pack config: {', '.join(review.downgraded_rules)}")
     for finding in review.mandatory_violations:
         where = finding.urn.rsplit("::", 1)[-1] if finding.urn else "stack"
         print(f"  [{finding.rule_id}] {where}: {finding.message}")

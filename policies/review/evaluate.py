@@ -13,7 +13,14 @@ from pulumi_policy.proxy import UnknownValueError
 
 from policies import stackconfig
 from policies.model import ResourceView, Rule, StackView
-from policies.pack import AppliedExemption, recording_exemptions, validate_resource, validate_stack
+from policies.pack import (
+    AppliedExemption,
+    level_problem,
+    recording_exemptions,
+    validate_resource,
+    validate_stack,
+    weakens,
+)
 from policies.review.evidence import EvidenceRow, evidence_rows
 from policies.review.plan import Plan, resource_args, stack_resources
 from policies.rules import ALL_RULES, RULES_BY_ID
@@ -68,14 +75,43 @@ class RuleResult:
 
 
 @dataclass(frozen=True)
+class LevelChange:
+    """A rule the pack config disabled, or downgraded below its default level.
+
+    Args:
+        rule: the rule.
+        configured: the level in force (disabled or advisory).
+        set_by: the config entry that set it: the rule's own id, or ``all``.
+    """
+
+    rule: Rule
+    configured: EnforcementLevel
+    set_by: str
+
+
+@dataclass(frozen=True)
 class Review:
-    """The outcome of reviewing one plan."""
+    """The outcome of reviewing one plan.
+
+    Args:
+        level_changes: every rule the pack config disabled or downgraded, so that a
+            report never passes a plan over a rule nobody sees was turned off.
+    """
 
     plan: Plan
     results: tuple[RuleResult, ...]
     findings: tuple[Finding, ...]
     exemptions: tuple[AppliedExemption, ...]
     evidence: tuple[EvidenceRow, ...]
+    level_changes: tuple[LevelChange, ...] = ()
+
+    @property
+    def disabled_rules(self) -> list[str]:
+        return [c.rule.id for c in self.level_changes if c.configured == EnforcementLevel.DISABLED]
+
+    @property
+    def downgraded_rules(self) -> list[str]:
+        return [c.rule.id for c in self.level_changes if c.configured != EnforcementLevel.DISABLED]
 
     @property
     def violations(self) -> list[Finding]:
@@ -102,6 +138,15 @@ def load_policy_config(path: Path | None) -> dict[str, Any]:
         raise PackConfigError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from err
     if not isinstance(config, Mapping):
         raise PackConfigError(f"{path}: expected an object of rule id -> settings")
+    problems = policy_config_problems(config)
+    if problems:
+        raise PackConfigError(f"{path}: " + "; ".join(problems))
+    return dict(config)
+
+
+def policy_config_problems(config: Mapping[str, Any]) -> list[str]:
+    """Every problem of a pack config: unknown rules and keys, bad values, and levels or
+    settings that would weaken residency (see `policies.pack.level_problem`)."""
     problems = []
     for key, value in config.items():
         if key != "all" and key not in RULES_BY_ID:
@@ -128,22 +173,52 @@ def load_policy_config(path: Path | None) -> dict[str, Any]:
                 problems.append(f"{key}: the rule does not read {', '.join(unused)}")
         else:
             problems.append(f"{key}: expected an enforcement level or an object")
-    if problems:
-        raise PackConfigError(f"{path}: " + "; ".join(problems))
-    return dict(config)
+    weakened_by_all = []
+    for rule in ALL_RULES:
+        level, set_by = _resolved_level(rule, config)
+        if level is None or set_by == "default" or not level_problem(rule, level):
+            continue
+        if set_by == "all":
+            weakened_by_all.append(rule.id)
+        else:
+            problems.append(str(level_problem(rule, level)))
+    if weakened_by_all:
+        problems.append(
+            f'all: "{config["all"]}" would also apply to the residency rules '
+            f"{', '.join(weakened_by_all)}, which cannot be disabled or made advisory; give "
+            "each of them its own entry with its default level to keep `all` for the others"
+        )
+    return problems
+
+
+def _resolved_level(rule: Rule, config: Mapping[str, Any]) -> tuple[EnforcementLevel | None, str]:
+    """The level in force and the entry that set it (the rule's id, ``all`` or
+    ``default``), resolved the way the Pulumi CLI does: the rule's own entry, else
+    ``all``, else the rule's default. None for a level that is not one."""
+    own = config.get(rule.id)
+    if isinstance(own, str):
+        return LEVELS.get(own), rule.id
+    if isinstance(own, Mapping) and own.get("enforcementLevel"):
+        return LEVELS.get(str(own["enforcementLevel"])), rule.id
+    if isinstance(config.get("all"), str):
+        return LEVELS.get(config["all"]), "all"
+    return rule.enforcement, "default"
 
 
 def _level(rule: Rule, config: Mapping[str, Any]) -> EnforcementLevel:
-    """The level in force, resolved the way the Pulumi CLI does: the rule's own entry,
-    else ``all``, else the rule's default."""
-    own = config.get(rule.id)
-    if isinstance(own, str):
-        return LEVELS[own]
-    if isinstance(own, Mapping) and own.get("enforcementLevel"):
-        return LEVELS[str(own["enforcementLevel"])]
-    if isinstance(config.get("all"), str):
-        return LEVELS[config["all"]]
-    return rule.enforcement
+    level, _ = _resolved_level(rule, config)
+    assert level is not None, "policy_config_problems rejects unknown levels first"
+    return level
+
+
+def level_changes(config: Mapping[str, Any]) -> list[LevelChange]:
+    """The rules ``config`` disables or sets below their default level."""
+    changes = []
+    for rule in ALL_RULES:
+        level, set_by = _resolved_level(rule, config)
+        if level is not None and set_by != "default" and weakens(rule, level):
+            changes.append(LevelChange(rule, level, set_by))
+    return changes
 
 
 def _rule_config(rule: Rule, config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -154,8 +229,12 @@ def _rule_config(rule: Rule, config: Mapping[str, Any]) -> dict[str, Any] | None
 
 
 def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
-    """Every enabled rule over ``plan``, with the findings, exemptions and evidence."""
+    """Every enabled rule over ``plan``, with the findings, exemptions, evidence and the
+    rules the config disabled or downgraded; `PackConfigError` for an unusable config."""
     config = config or {}
+    problems = policy_config_problems(config)
+    if problems:
+        raise PackConfigError("; ".join(problems))
     findings: list[Finding] = []
     results: list[RuleResult] = []
     views = [ResourceView.from_args(resource_args(plan, r, None)) for r in plan.analyzable()]
@@ -184,7 +263,14 @@ def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
     by_id = {result.rule.id: result for result in results}
     for exemption in exemptions:
         by_id[exemption.rule_id].exempted.add(exemption.urn)
-    return Review(plan, tuple(results), tuple(findings), tuple(exemptions), tuple(rows))
+    return Review(
+        plan,
+        tuple(results),
+        tuple(findings),
+        tuple(exemptions),
+        tuple(rows),
+        tuple(level_changes(config)),
+    )
 
 
 def _run_resource_rule(

@@ -37,7 +37,19 @@ def to_json(review: Review) -> dict[str, Any]:
             "advisoryViolations": len(review.violations) - len(review.mandatory_violations),
             "cannotCheckDuringPreview": sum(1 for f in review.findings if f.unknown),
             "exemptions": len(review.exemptions),
+            "rulesDisabledByConfig": len(review.disabled_rules),
+            "rulesDowngradedByConfig": len(review.downgraded_rules),
         },
+        "disabledOrDowngraded": [
+            {
+                "ruleId": change.rule.id,
+                "severity": change.rule.severity.value,
+                "default": change.rule.enforcement.value,
+                "configured": change.configured.value,
+                "setBy": change.set_by,
+            }
+            for change in review.level_changes
+        ],
         "rules": [
             {
                 "id": r.rule.id,
@@ -120,6 +132,8 @@ def to_markdown(review: Review) -> str:
         f"- Advisory violations: {summary['advisoryViolations']}",
         f"- Cannot be checked during preview: {summary['cannotCheckDuringPreview']}",
         f"- Exceptions and exemptions applied: {summary['exemptions']}",
+        f"- Rules disabled by the pack config: {summary['rulesDisabledByConfig']}",
+        f"- Rules downgraded to advisory by the pack config: {summary['rulesDowngradedByConfig']}",
         "",
         "## Rules",
         "",
@@ -131,6 +145,22 @@ def to_markdown(review: Review) -> str:
             f"| `{rule['id']}` | {rule['severity']} | {rule['enforcement']} | {rule['evaluated']} "
             f"| {rule['passed']} | {rule['failed']} | {rule['cannotCheck']} | {rule['exempted']} |"
         )
+    lines += ["", "## Rules disabled or downgraded by the pack config", ""]
+    if not data["disabledOrDowngraded"]:
+        lines.append("None: every rule runs at its default level or stricter.")
+    else:
+        lines += [
+            "These rules did not judge the plan at their default level: a disabled rule "
+            "was not run at all, a downgraded one cannot fail the review.",
+            "",
+            "| Rule | Severity | Default | Configured | Set by |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for change in data["disabledOrDowngraded"]:
+            lines.append(
+                f"| `{change['ruleId']}` | {change['severity']} | {change['default']} "
+                f"| {change['configured']} | `{change['setBy']}` |"
+            )
     lines += ["", "## Violations", ""]
     violations = [f for f in data["findings"] if f["kind"] == "violation"]
     if not violations:
@@ -258,10 +288,49 @@ def to_sarif(review: Review, source_uri: str) -> dict[str, Any]:
                     }
                 },
                 "automationDetails": {"id": f"policy-review/{review.plan.name}/"},
+                "invocations": [_invocation(review, index)],
+                "properties": {
+                    "disabledRules": review.disabled_rules,
+                    "downgradedRules": review.downgraded_rules,
+                },
                 "results": results,
             }
         ],
     }
+
+
+def _invocation(review: Review, index: dict[str, int]) -> dict[str, Any]:
+    """The run's invocation: the rules the pack config disabled or downgraded, as rule
+    configuration overrides and as notifications a reader sees."""
+    overrides, notifications = [], []
+    for change in review.level_changes:
+        descriptor: dict[str, Any] = {"id": change.rule.id}
+        if change.rule.id in index:
+            descriptor["index"] = index[change.rule.id]
+        disabled = change.configured == EnforcementLevel.DISABLED
+        overrides.append(
+            {
+                "descriptor": descriptor,
+                "configuration": {"enabled": False} if disabled else {"level": "warning"},
+            }
+        )
+        what = "disabled" if disabled else "downgraded to advisory"
+        notifications.append(
+            {
+                "associatedRule": descriptor,
+                "level": "warning",
+                "message": {
+                    "text": f"{change.rule.id} ({change.rule.severity.value}) was {what} by "
+                    f"the pack config entry `{change.set_by}`; its default is "
+                    f"{change.rule.enforcement.value}"
+                },
+            }
+        )
+    invocation: dict[str, Any] = {"executionSuccessful": True}
+    if overrides:
+        invocation["ruleConfigurationOverrides"] = overrides
+        invocation["toolConfigurationNotifications"] = notifications
+    return invocation
 
 
 def _help(rule: Rule) -> str:

@@ -172,3 +172,54 @@ def test_an_unreadable_policy_document_is_the_same_violation_in_the_engine(analy
         "aws-iam-training-role-scoped",
     }
     assert engine_findings(analyzer, plan) == expected
+
+
+def configure(analyzer: Any, entries: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    """Send the engine's Configure call: per policy, its enforcement level and properties."""
+    request = proto.ConfigureAnalyzerRequest()
+    for name, (level, properties) in entries.items():
+        request.policyConfig[name].enforcementLevel = level
+        request.policyConfig[name].properties.CopyFrom(struct(properties))
+    analyzer.Configure(request)
+
+
+def default_levels() -> dict[str, tuple[int, dict[str, Any]]]:
+    levels = {"mandatory": proto.MANDATORY, "advisory": proto.ADVISORY}
+    return {rule.id: (levels[rule.enforcement.value], {}) for rule in ALL_RULES}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"uae-aws-region-allowlist": (proto.DISABLED, {})}, "uae-aws-region-allowlist"),
+        ({"uae-kms-no-multi-region": (proto.ADVISORY, {})}, "uae-kms-no-multi-region"),
+        (
+            {"uae-aws-region-allowlist": (proto.MANDATORY, {"allowedRegions": ["eu-west-1"]})},
+            "allowedRegions",
+        ),
+        (
+            {"uae-k8s-site-declaration": (proto.MANDATORY, {"allowedCountries": ["BH"]})},
+            "allowedCountries",
+        ),
+    ],
+)
+def test_the_engine_refuses_pack_config_that_weakens_residency(
+    analyzer: Any, change: dict[str, tuple[int, dict[str, Any]]], expected: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        configure(analyzer, {**default_levels(), **change})
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert expected in refused.value.details()
+    assert "pack config" in refused.value.details()
+
+
+def test_the_engine_accepts_pack_config_that_keeps_residency(analyzer: Any) -> None:
+    configure(
+        analyzer,
+        {
+            **default_levels(),
+            "k8s-read-only-root-filesystem": (proto.DISABLED, {}),
+            "uae-aws-region-allowlist": (proto.MANDATORY, {"allowedRegions": ["me-central-1"]}),
+        },
+    )
+    configure(analyzer, default_levels())  # back to the defaults for the other tests

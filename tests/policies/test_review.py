@@ -12,6 +12,8 @@ import jsonschema
 import pytest
 
 from policies.review.__main__ import main
+from policies.review.evaluate import policy_config_problems
+from policies.rules import ALL_RULES
 from tests.policies.builder import compliant_plan, find_step
 
 HERE = Path(__file__).parent
@@ -213,6 +215,9 @@ def run_with_config(tmp_path: Path, plan: Any, config: Any) -> tuple[int, dict[s
 
 
 def test_an_active_exemption_sets_a_violation_aside_and_is_listed(tmp_path: Path) -> None:
+    plan = compliant_plan()
+    find_step(plan, "aws:ebs/volume:Volume", "scratch")["inputs"]["encrypted"] = False
+    find_step(plan, "aws:kms/key:Key", "storage-key")["inputs"]["enableKeyRotation"] = False
     config = {
         "aws-encryption-customer-managed-key": {
             "exemptions": [
@@ -223,12 +228,12 @@ def test_an_active_exemption_sets_a_violation_aside_and_is_listed(tmp_path: Path
                 }
             ]
         },
-        "uae-kms-no-multi-region": "advisory",
+        "aws-kms-key-rotation": "advisory",
     }
-    code, report = run_with_config(tmp_path, broken_plan(), config)
+    code, report = run_with_config(tmp_path, plan, config)
     assert code == 0
     assert [f["ruleId"] for f in report["findings"] if f["enforcement"] == "mandatory"] == []
-    assert [f["ruleId"] for f in report["findings"]] == ["uae-kms-no-multi-region"]
+    assert [f["ruleId"] for f in report["findings"]] == ["aws-kms-key-rotation"]
     exemption = next(e for e in report["exemptions"] if e["source"] == "pack config")
     assert exemption == {
         "ruleId": "aws-encryption-customer-managed-key",
@@ -256,7 +261,9 @@ def test_an_expired_exemption_no_longer_applies(tmp_path: Path) -> None:
     assert messages == ["`encrypted` is not true (exemption expired on 2020-01-01)"]
 
 
-def test_config_changes_the_allowlist_and_disables_rules(tmp_path: Path) -> None:
+def test_config_cannot_configure_residency_away(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     plan = compliant_plan()
     find_step(plan, "aws:ec2/securityGroup:SecurityGroup", "nodes")["inputs"]["region"] = (
         "me-south-1"
@@ -268,10 +275,127 @@ def test_config_changes_the_allowlist_and_disables_rules(tmp_path: Path) -> None
         plan,
         {"uae-aws-region-allowlist": {"allowedRegions": ["me-central-1", "me-south-1"]}},
     )
+    assert code == 2
+    code, _ = run_with_config(
+        tmp_path, plan, {"uae-aws-region-allowlist": {"allowedRegions": ["me-central-1"]}}
+    )
+    assert code == 1
+    code, _ = run_with_config(tmp_path, plan, {"all": "disabled"})
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "uae-aws-region-allowlist" in err and "residency" in err
+    # "all" still applies to every other rule when each residency rule keeps its level.
+    residency = {r.id: r.enforcement.value for r in ALL_RULES if r.id.startswith("uae-")}
+    code, report = run_with_config(tmp_path, plan, {"all": "disabled", **residency})
+    assert code == 1
+    assert {r["id"] for r in report["rules"]} == set(residency)
+    disabled = {r["ruleId"] for r in report["disabledOrDowngraded"]}
+    assert disabled == {r.id for r in ALL_RULES} - set(residency)
+    assert report["summary"]["rulesDisabledByConfig"] == len(disabled)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"uae-aws-region-allowlist": {"allowedRegions": ["eu-west-1"]}}, "allowedRegions"),
+        (
+            {"aws-encryption-customer-managed-key": {"allowedRegions": ["me-south-1"]}},
+            "allowedRegions",
+        ),
+        ({"uae-aws-region-allowlist": {"allowedRegions": []}}, "allowedRegions"),
+        ({"uae-k8s-site-declaration": {"allowedCountries": ["AE", "BH"]}}, "allowedCountries"),
+        ({"uae-aws-region-allowlist": "disabled"}, "uae-aws-region-allowlist"),
+        ({"uae-kms-no-multi-region": "advisory"}, "uae-kms-no-multi-region"),
+        (
+            {"uae-no-cross-region-copies": {"enforcementLevel": "advisory"}},
+            "uae-no-cross-region-copies",
+        ),
+        ({"uae-helm-chart-images": "disabled"}, "uae-helm-chart-images"),
+        ({"all": "advisory"}, "uae-k8s-site-declaration"),
+    ],
+)
+def test_residency_can_only_be_narrowed_or_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Any, expected: str
+) -> None:
+    code, _ = run_with_config(tmp_path, compliant_plan(), config)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"uae-aws-region-allowlist": {"allowedRegions": ["me-central-1"]}},
+        {"uae-k8s-site-declaration": {"allowedCountries": ["AE"]}},
+        {"uae-helm-chart-images": "advisory"},  # its own default level
+        {"uae-helm-chart-images": "mandatory"},
+        {"uae-aws-region-allowlist": "remediate"},
+    ],
+)
+def test_residency_settings_that_keep_or_tighten_are_accepted(tmp_path: Path, config: Any) -> None:
+    code, report = run_with_config(tmp_path, compliant_plan(), config)
     assert code == 0
-    code, report = run_with_config(tmp_path, plan, {"all": "disabled"})
+    assert report["disabledOrDowngraded"] == []
+
+
+def test_the_report_lists_rules_the_config_disabled_or_downgraded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {
+        "k8s-no-privileged": "disabled",
+        "aws-kms-key-rotation": {"enforcementLevel": "advisory"},
+        "k8s-read-only-root-filesystem": "mandatory",  # tightened: not listed
+    }
+    code, report = run_with_config(tmp_path, compliant_plan(), config)
     assert code == 0
-    assert report["rules"] == []
+    assert report["disabledOrDowngraded"] == [
+        {
+            "ruleId": "aws-kms-key-rotation",
+            "severity": "medium",
+            "default": "mandatory",
+            "configured": "advisory",
+            "setBy": "aws-kms-key-rotation",
+        },
+        {
+            "ruleId": "k8s-no-privileged",
+            "severity": "critical",
+            "default": "mandatory",
+            "configured": "disabled",
+            "setBy": "k8s-no-privileged",
+        },
+    ]
+    assert report["summary"]["rulesDisabledByConfig"] == 1
+    assert report["summary"]["rulesDowngradedByConfig"] == 1
+    out = capsys.readouterr().out
+    assert "disabled by the pack config: k8s-no-privileged" in out
+    assert "downgraded to advisory by the pack config: aws-kms-key-rotation" in out
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "## Rules disabled or downgraded by the pack config" in markdown
+    assert "| `k8s-no-privileged` | critical | mandatory | disabled |" in markdown
+    assert "- Rules disabled by the pack config: 1" in markdown
+    sarif = json.loads((tmp_path / "out" / "report.sarif").read_text())
+    assert sarif_errors(sarif) == []
+    run = sarif["runs"][0]
+    overrides = {
+        o["descriptor"]["id"]: o["configuration"]
+        for o in run["invocations"][0]["ruleConfigurationOverrides"]
+    }
+    assert overrides == {
+        "k8s-no-privileged": {"enabled": False},
+        "aws-kms-key-rotation": {"level": "warning"},
+    }
+    assert run["properties"]["disabledRules"] == ["k8s-no-privileged"]
+    assert run["properties"]["downgradedRules"] == ["aws-kms-key-rotation"]
+
+
+def test_a_review_without_config_lists_nothing_disabled(tmp_path: Path) -> None:
+    code, report = run_with_config(tmp_path, compliant_plan(), {})
+    assert code == 0
+    assert report["disabledOrDowngraded"] == []
+    assert report["summary"]["rulesDisabledByConfig"] == 0
 
 
 @pytest.mark.parametrize(
@@ -299,3 +423,11 @@ def test_bad_pack_config_is_reported_clearly(
     err = capsys.readouterr().err
     assert expected in err
     assert "Traceback" not in err
+
+
+def test_the_compliance_page_example_config_is_accepted() -> None:
+    page = (HERE.parents[1] / "docs" / "compliance.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in page.split("```json\n")[1:]]
+    assert blocks
+    for block in blocks:
+        assert policy_config_problems(json.loads(block)) == []
