@@ -117,9 +117,37 @@ def test_every_shipped_stack_is_reviewed_and_previewed_with_the_pack() -> None:
     )
     assert preview["with"]["policyPacks"] == "policies"
     assert preview["with"]["comment-on-pr"] is True
-    assert preview["if"] == "env.HAS_BACKEND == 'true'"
+    assert preview["if"] == "env.CAN_PREVIEW == 'true'"
     assert jobs["preview"]["permissions"] == {
         "contents": "read",
         "id-token": "write",
         "pull-requests": "write",
     }
+
+
+def test_the_preview_decrypts_with_the_kms_secrets_provider_not_a_passphrase() -> None:
+    """Stacks are created with `--secrets-provider awskms://...?region=me-central-1` (README):
+    CI decrypts through the OIDC role's KMS access, with no passphrase anywhere."""
+    for workflow in WORKFLOWS:
+        assert "PULUMI_CONFIG_PASSPHRASE" not in workflow.read_text(), workflow.name
+    page = (ROOT / "docs" / "compliance.md").read_text()
+    assert "PULUMI_CONFIG_PASSPHRASE" not in page
+    assert "awskms://alias/" in page and "kms:Decrypt" in page
+    workflow = (ROOT / ".github" / "workflows" / "pull-request.yml").read_text()
+    assert "awskms://alias/" in workflow and "kms:Decrypt" in workflow
+    job = load(ROOT / ".github" / "workflows" / "pull-request.yml")["jobs"]["preview"]
+    steps = job["steps"]
+    credentials = next(
+        i
+        for i, s in enumerate(steps)
+        if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")
+    )
+    preview = next(
+        i for i, s in enumerate(steps) if s.get("uses", "").startswith("pulumi/actions@")
+    )
+    # The role's credentials reach the KMS key and the state bucket before every preview.
+    assert credentials < preview
+    assert steps[credentials]["if"] == steps[preview]["if"]
+    assert steps[credentials]["with"]["aws-region"] == "me-central-1"
+    assert "secrets.AWS_PREVIEW_ROLE_ARN" in job["env"]["CAN_PREVIEW"]
+    assert "secrets.PULUMI_BACKEND_URL" in job["env"]["CAN_PREVIEW"]
