@@ -18,14 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from modules.residency import UAE_AWS_REGIONS, UAE_COUNTRIES
 from modules.validation import Checker
 
-# AWS regions inside the UAE: the only regions pack config may allow (me-south-1 is
-# Bahrain, il-central-1 Israel). stacks/config.py's UAE_AWS_REGIONS must stay equal
-# (a test compares them).
-UAE_REGIONS = ("me-central-1",)
-# ISO 3166 code of the only country a Kubernetes site may declare.
-UAE_COUNTRIES = ("AE",)
+# The only regions and countries pack config may allow: the same definition the stack
+# config uses (modules/residency.py).
+UAE_REGIONS = UAE_AWS_REGIONS
 DEFAULT_ALLOWED_REGIONS = UAE_REGIONS
 DEFAULT_ALLOWED_COUNTRIES = UAE_COUNTRIES
 DEFAULT_REQUIRED_TAGS = ("owner", "data-classification", "residency")

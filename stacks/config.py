@@ -26,6 +26,7 @@ from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
+from modules.residency import UAE_AWS_REGIONS
 from modules.validation import Checker
 from workloads.config import PRESETS
 
@@ -33,9 +34,6 @@ from .config_parsing import ConfigError, parse_section
 
 PROJECT = "uae-gpu-platform"
 
-# AWS regions inside the UAE. me-south-1 is Bahrain and il-central-1 is Israel: a stack
-# may narrow this list, never widen it, so residency cannot be configured away.
-UAE_AWS_REGIONS = ("me-central-1",)
 
 # Keys read outside the typed sections (secrets are never parsed into dataclasses).
 SECRET_KEYS = ("kubeconfig",)

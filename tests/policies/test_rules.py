@@ -16,8 +16,7 @@ import pytest
 
 from policies import documents
 from policies.rules import ALL_RULES
-from policies.settings import CONFIG_SCHEMAS, UAE_REGIONS
-from stacks.config import UAE_AWS_REGIONS
+from policies.settings import CONFIG_SCHEMAS
 from tests.policies.builder import (
     ECR,
     PlanBuilder,
@@ -818,8 +817,3 @@ def test_a_hidden_secret_policy_document_cannot_be_checked_offline() -> None:
         "aws-iam-training-role-scoped",
     }
     assert all("hidden" in f.message for f in result.findings if f.unknown)
-
-
-def test_the_pack_and_the_stack_config_share_the_uae_region_set() -> None:
-    """The stack config refuses the same regions the pack does (one set, two readers)."""
-    assert tuple(UAE_AWS_REGIONS) == tuple(UAE_REGIONS)
