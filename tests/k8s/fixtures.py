@@ -16,6 +16,7 @@ from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformAr
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.pools import NodePoolProfile
+from tests.support.pools import P5EN
 
 #: Pure functions never touch the provider; components get a real one under mocks.
 NO_PROVIDER = cast(k8s.Provider, object())
@@ -23,19 +24,6 @@ NO_PROVIDER = cast(k8s.Provider, object())
 KMS_ARN = "arn:aws:kms:me-central-1:123456789012:key/0b6c2b3e-1111-2222-3333-444455556666"
 
 SYSTEM = NodePoolProfile("system", "system", "m7i.2xlarge", vcpus=8, memory_gib=32, max_size=3)
-P5EN = NodePoolProfile(
-    "gpu-p5en",
-    "gpu",
-    "p5en.48xlarge",
-    vcpus=192,
-    memory_gib=2048,
-    gpus_per_node=8,
-    accelerator="nvidia-h200",
-    gpu_memory_gib=141,
-    fabric="efa",
-    efa_interfaces=16,
-    max_size=4,
-)
 G6 = NodePoolProfile(
     "gpu-g6",
     "gpu",

@@ -13,6 +13,7 @@ from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
 from tests.conftest import RunUnderMocks
 from tests.support.k8s_schema import schema_errors
+from tests.support.pools import P5EN
 from workloads.deploy import TYPE_TOKEN, TrainingJob, TrainingJobSpec, training_job_manifests
 from workloads.deploy.manifests import (
     METRICS_LABEL,
@@ -22,19 +23,7 @@ from workloads.deploy.manifests import (
     rendezvous_endpoint,
 )
 
-EFA_POOL = NodePoolProfile(
-    name="gpu-p5en",
-    role="gpu",
-    instance_type="p5en.48xlarge",
-    vcpus=192,
-    memory_gib=2048,
-    gpus_per_node=8,
-    accelerator="nvidia-h200",
-    gpu_memory_gib=141,
-    fabric="efa",
-    efa_interfaces=16,
-    max_size=4,
-)
+EFA_POOL = P5EN
 IB_POOL = NodePoolProfile(
     name="onprem-h100",
     role="gpu",
