@@ -115,7 +115,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
     """
 
     def __init__(self) -> None:
-        self.provider_regions: dict[str, str] = {}
+        self.provider_regions: dict[str, str] = {}  # AWS provider name -> its region
         self._calls: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
             "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
             "aws:index/getPartition:getPartition": lambda _a, _r: {
@@ -221,7 +221,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
         if args.typ.startswith("pulumi:providers:"):
             resource_id = _digest(f"provider/{args.name}", 8)
             if args.typ == "pulumi:providers:aws":
-                self.provider_regions[f"provider::{args.name}"] = str(inputs.get("region", ""))
+                self.provider_regions[args.name] = str(inputs.get("region", ""))
             return resource_id, inputs
         region = self._region_of(args.provider)
         outputs = computed_outputs(args.typ, args.name, inputs, region)
@@ -231,7 +231,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
         if not provider_ref:
             return ""
         name = provider_ref.split("::")[-2] if "::" in provider_ref else ""
-        return self.provider_regions.get(f"provider::{name}", "")
+        return self.provider_regions.get(name, "")
 
 
 def computed_outputs(
