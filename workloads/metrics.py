@@ -14,11 +14,6 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-#: Default port of the metrics endpoint (container port named ``metrics``).
-#: 9400 is the DCGM exporter's on GPU nodes, so training uses 9500.
-METRICS_PORT = 9500
-METRICS_PORT_NAME = "metrics"
-
 #: Exported metric names (the monitoring layer's alerts use ``training_step``).
 METRIC_STEP = "training_step"
 METRIC_LOSS = "training_loss"

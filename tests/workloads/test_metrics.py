@@ -6,12 +6,12 @@ import pytest
 
 from workloads.metrics import (
     METRIC_NAMES,
-    METRICS_PORT,
     MetricsExporter,
     ThroughputWindow,
     format_mfu,
     peak_bf16_tflops,
 )
+from workloads.metrics_endpoint import METRICS_PORT
 
 
 @pytest.mark.parametrize(

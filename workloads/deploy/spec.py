@@ -11,7 +11,7 @@ from modules.pools import NodePoolProfile
 from modules.validation import Checker
 from workloads.config import PRESETS
 from workloads.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
-from workloads.metrics import METRICS_PORT
+from workloads.metrics_endpoint import METRICS_PORT
 
 #: torchrun's c10d rendezvous port on the job's first pod.
 RDZV_PORT = 29500
