@@ -1,0 +1,89 @@
+"""Every shell command the README shows is either run here, offline, exactly as written
+(and must succeed, or fail with the exit code the README promises), or listed below with
+the reason it cannot run offline. A command added to the README without a line here
+fails `test_every_readme_command_is_classified`."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+#: Commands that need what this machine and CI do not have, by the command's start.
+NOT_OFFLINE: dict[str, str] = {
+    "make test": "is the suite this test runs in",
+    "pulumi ": "needs the Pulumi CLI and a UAE state backend",
+    "aws ": "needs an AWS account",
+    "make bootstrap": "changes an AWS account (its dry run is run below)",
+    "make audit": "reads a live AWS account (tested against moto in tests/policies)",
+    ".venv/bin/python -m policies.audit": "reads a live AWS account (tested against moto)",
+    "make review PLAN=file.json": "file.json stands for the user's own plan",
+    "make train": "a 2-process training run, tested in tests/workloads",
+    "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
+    "make track": "a long-running server, tested in tests/workloads",
+    "make serve": "a long-running server, tested in tests/serving",
+    "curl ": "talks to a running `make serve`, tested in tests/serving",
+    "make register": "needs a tracked run, tested in tests/workloads",
+    "make export": "needs a checkpoint, tested in tests/workloads",
+    "make lock": "needs PyPI and rewrites locks/",
+    "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
+}
+
+#: Commands run as written, with the exit code the README promises (default 0).
+EXPECTED_EXIT: dict[str, int] = {}
+
+
+def readme_commands() -> list[str]:
+    """Commands of the README's ```sh blocks (continuation lines joined, comments and
+    blank lines dropped) and its inline `make ...` / `.venv/bin/python ...` commands
+    that name no placeholder (`<stack>`), each once, in order."""
+    text = README.read_text()
+    commands: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            command = line.split(" #", 1)[0].strip() if not line.startswith("#") else ""
+            if command:
+                commands.append(command)
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    for span in re.findall(r"`((?:make|\.venv/bin/python) [^`]*)`", prose):
+        if "<" not in span and "..." not in span:
+            commands.append(span.strip())
+    return list(dict.fromkeys(commands))
+
+
+def offline(command: str) -> bool:
+    return not any(command.startswith(prefix) for prefix in NOT_OFFLINE)
+
+
+def test_every_readme_command_is_classified() -> None:
+    for command in readme_commands():
+        words = shlex.split(command)
+        assert words, command
+        if offline(command):
+            assert words[0] in {"make", ".venv/bin/python"}, (
+                f"README command {command!r}: run it here (make or .venv/bin/python) or "
+                "add it to NOT_OFFLINE with the reason"
+            )
+
+
+OFFLINE_COMMANDS = [c for c in readme_commands() if offline(c)]
+
+
+@pytest.mark.parametrize("command", OFFLINE_COMMANDS)
+def test_readme_command_runs_as_documented(command: str) -> None:
+    result = subprocess.run(
+        command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+    )
+    expected = EXPECTED_EXIT.get(command, 0)
+    assert result.returncode == expected, (
+        f"{command!r} exited {result.returncode}, the README says {expected}:\n"
+        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
