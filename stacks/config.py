@@ -22,6 +22,7 @@ from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
+from modules.k8s.quotas import quota_problems
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
@@ -350,6 +351,10 @@ class StackConfig:
                 "declare exactly one pool with role system",
             )
         _check_unique_names(check, "teams", [t.name for t in self.teams])
+        if self.target == "onprem":
+            # The site's pools are declared here; an AWS stack's node shapes come from
+            # the catalog, so `stacks.catalog` checks its quotas.
+            check.problems += quota_problems(self.teams, self.onprem_node_pools)
         check.done()
 
     def _check_target(self, check: Checker) -> None:
