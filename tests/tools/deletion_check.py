@@ -36,12 +36,12 @@ import tests.conftest
 from stacks.offline_plan import SHIPPED_STACKS, load_stack_file
 from stacks.offline_runtime import RecordingMonitor, Registration
 
-#: The plan tests: the shipped stacks' plans, their wiring, their Kubernetes objects
-#: against the schemas, and the policy pack over them.
+#: The plan tests: the AWS plans and components, the Kubernetes objects of the shipped
+#: plans (schemas, tenancy), and the policy pack over every shipped plan.
 DEFAULT_TESTS = (
-    "tests/aws/test_plans.py",
-    "tests/aws/test_plan_wiring.py",
+    "tests/aws",
     "tests/k8s/test_shipped_stacks.py",
+    "tests/k8s/test_plan_objects.py",
     "tests/policies/test_shipped_stacks.py",
 )
 
