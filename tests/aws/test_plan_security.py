@@ -103,3 +103,52 @@ def test_each_team_and_the_autoscaler_get_their_own_pod_identity() -> None:
     assert len(set(associations.values())) == 3  # no role is shared
     assert "/training-llm-research-" in associations[("team-llm-research", "trainer")]
     assert "/training-speech-" in associations[("team-speech", "trainer")]
+
+
+def test_both_buckets_are_versioned_and_refuse_plain_http() -> None:
+    buckets = {b.inputs["bucket"] for b in of_type("aws:s3/bucket:Bucket")}
+    versioning = {
+        v.inputs["bucket"]: v.inputs["versioningConfiguration"]["status"]
+        for v in of_type("aws:s3/bucketVersioning:BucketVersioning")
+    }
+    assert versioning == dict.fromkeys(buckets, "Enabled")
+    policies = {
+        p.inputs["bucket"]: json.loads(p.inputs["policy"])["Statement"]
+        for p in of_type("aws:s3/bucketPolicy:BucketPolicy")
+    }
+    assert set(policies) == buckets
+    for bucket, statements in policies.items():
+        (deny,) = [s for s in statements if s.get("Sid") == "DenyInsecureTransport"]
+        assert deny["Effect"] == "Deny" and deny["Condition"] == {
+            "Bool": {"aws:SecureTransport": "false"}
+        }, bucket
+
+
+def test_endpoints_and_lustre_sit_in_their_own_security_groups() -> None:
+    (vpc,) = of_type("aws:ec2/vpc:Vpc")
+    cidr = vpc.inputs["cidrBlock"]
+    groups = {g.name: g for g in of_type("aws:ec2/securityGroup:SecurityGroup")}
+    assert set(groups) == {"network-endpoints", "shared-fs"}
+    assert all(g.inputs["vpcId"] == vpc.id for g in groups.values())
+    endpoint_groups = {
+        group
+        for e in of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+        for group in e.inputs.get("securityGroupIds", [])
+    }
+    assert endpoint_groups == {groups["network-endpoints"].id}
+    (fs,) = of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    lustre = groups["shared-fs"].id
+    assert fs.inputs["securityGroupIds"] == [lustre]
+
+    def ports(type_token: str) -> set[tuple[int, int, str]]:
+        return {
+            (r.inputs["fromPort"], r.inputs["toPort"], r.inputs["cidrIpv4"])
+            for r in of_type(type_token)
+            if r.inputs["securityGroupId"] == lustre
+        }
+
+    # Lustre: 988 and 1018-1023 in from the VPC, replies out to the VPC; nothing else.
+    ingress = ports("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    assert ingress == {(988, 988, cidr), (1018, 1023, cidr)}
+    egress = ports("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+    assert egress == {(1018, 1023, cidr)}

@@ -62,6 +62,15 @@ def test_every_team_namespace_is_fenced_in(stack: str) -> None:
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"team:{team}"}
             ]
         assert (ns, "checkpoints") in claims
+        # The queue-viewer binding grants read-only access to the team's queue status.
+        assert by_place(stack, "Role")[(ns, "queue-viewer")]["rules"] == [
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["localqueues", "workloads"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ]
+        assert bindings[(ns, "team-queue-viewer")]["roleRef"]["name"] == "queue-viewer"
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
