@@ -80,7 +80,7 @@ audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=...
 	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED))
 
 train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
-	@$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m workloads.train --preset $(PRESET) $(ARGS)
+	@$(PY) -m workloads.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
 
 bench: $(WORKLOADS_DEPS) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
 	@$(PY) -m workloads.bench $(ARGS)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from modules.aws.instance_types import InstanceTypeInfo
-from modules.aws.node_pool import pool_zones
+from modules.aws.node_pool import node_pool_profile, pool_zones
+from modules.k8s.quotas import quota_problems
 from modules.validation import Problem
 
 from .config import PROJECT, StackConfig
+from .config_parsing import stack_key
 
 Lookup = Callable[[str], InstanceTypeInfo | None]
 
@@ -73,4 +75,20 @@ def catalog_problems(
             fail(
                 "role", pool.role, f"{pool.instance_type} has GPUs: declare the pool with role gpu"
             )
+    if not problems:
+        problems += _quota_problems(config, vpc_zones, catalog)
     return problems
+
+
+def _quota_problems(
+    config: StackConfig, vpc_zones: tuple[str, ...], catalog: Mapping[str, InstanceTypeInfo | None]
+) -> list[str]:
+    """Team guarantees the pools cannot honour at their maximum size (node shapes from
+    the catalog; see `modules.k8s.quotas.quota_problems`)."""
+    profiles = []
+    for spec in config.node_pools:
+        info = catalog[spec.instance_type]
+        assert info is not None  # unknown types were reported above
+        profiles.append(node_pool_profile(spec, info, pool_zones(spec, info, vpc_zones)))
+    problems = quota_problems(config.teams, profiles)
+    return [p.describe(f"{PROJECT}:{stack_key(p.field)}") for p in problems]

@@ -22,6 +22,7 @@ from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
+from modules.k8s.quotas import quota_problems
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
@@ -30,7 +31,7 @@ from modules.residency import UAE_AWS_REGIONS
 from modules.validation import Checker
 from workloads.config import PRESETS
 
-from .config_parsing import ConfigError, parse_section
+from .config_parsing import ConfigError, camel, parse_section
 
 PROJECT = "uae-gpu-platform"
 
@@ -331,13 +332,13 @@ class StackConfig:
             self.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS,
             "kubernetes_version",
             self.kubernetes_version,
-            f"supported versions: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}",
+            f"supported versions: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}"
+            + _unquoted_version_hint(self.kubernetes_version),
         )
         for required in ("owner", "data-classification"):
             check.require(required in self.tags, f"tags.{required}", None, "this tag is required")
-        names = [p.name for p in self.node_pools]
-        for name in sorted({n for n in names if names.count(n) > 1}):
-            check.require(False, "node_pools", name, "pool names must be unique")
+        _check_unique_names(check, "node_pools", [p.name for p in self.node_pools])
+        _check_unique_names(check, "onprem_node_pools", [p.name for p in self.onprem_node_pools])
         if self.target == "aws":
             check.require(
                 bool(self.node_pools), "node_pools", [], "declare the node pools (one system pool)"
@@ -349,9 +350,11 @@ class StackConfig:
                 systems,
                 "declare exactly one pool with role system",
             )
-        team_names = [t.name for t in self.teams]
-        for name in sorted({n for n in team_names if team_names.count(n) > 1}):
-            check.require(False, "teams", name, "team names must be unique")
+        _check_unique_names(check, "teams", [t.name for t in self.teams])
+        if self.target == "onprem":
+            # The site's pools are declared here; an AWS stack's node shapes come from
+            # the catalog, so `stacks.catalog` checks its quotas.
+            check.problems += quota_problems(self.teams, self.onprem_node_pools)
         check.done()
 
     def _check_target(self, check: Checker) -> None:
@@ -415,6 +418,30 @@ class StackConfig:
     def all_tags(self) -> dict[str, str]:
         """The stack's tags plus the residency tag every resource carries."""
         return {**self.tags, "residency": "uae"}
+
+
+def _unquoted_version_hint(version: str) -> str:
+    """YAML reads an unquoted ``1.30`` as the number 1.3 (and Pulumi passes it on as
+    ``"1.3"``): where a version lost a trailing zero that way, say how to keep it."""
+    if re.fullmatch(r"\d+\.\d", version):
+        return (
+            f" (an unquoted {version}0 is read by YAML as the number {version}: "
+            f'quote it, kubernetesVersion: "{version}0")'
+        )
+    return ""
+
+
+def _check_unique_names(check: Checker, field: str, names: list[str]) -> None:
+    """One problem per repeated name, naming every entry that uses it by position."""
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        positions = [i for i, n in enumerate(names) if n == name]
+        others = " and ".join(f"{camel(field)}[{i}]" for i in positions[:-1])
+        check.require(
+            False,
+            f"{field}[{positions[-1]}].name",
+            name,
+            f"{others} already use{'s' * (len(positions) == 2)} this name; names must be unique",
+        )
 
 
 def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:

@@ -52,6 +52,19 @@ def camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def stack_key(field: str) -> str:
+    """A Python field path as the stack file spells it: every dotted segment in camelCase,
+    list indexes and names kept (``teams[sandbox].pod_security`` ->
+    ``teams[sandbox].podSecurity``). Tag keys such as ``data-classification`` have no
+    underscore and pass unchanged."""
+    return ".".join(_camel_segment(segment) for segment in field.split("."))
+
+
+def _camel_segment(segment: str) -> str:
+    name, bracket, index = segment.partition("[")
+    return camel(name) + bracket + index
+
+
 def _type_name(tp: Any) -> str:
     origin = get_origin(tp)
     if origin is Literal:
@@ -152,11 +165,9 @@ class _Parser:
             value = cls(**kwargs)
         except InvalidArgsError as err:
             for problem in err.problems:
-                head, _, tail = problem.field.partition(".")
-                if head.split("[")[0] in broken:
+                if problem.field.split(".")[0].split("[")[0] in broken:
                     continue
-                key = join(path, camel(head)) + (f".{tail}" if tail else "")
-                self.problems.append(problem.describe(key))
+                self.problems.append(problem.describe(join(path, stack_key(problem.field))))
             return _MISSING
         return _MISSING if broken else value
 

@@ -12,7 +12,7 @@ from workloads.deploy.component import TrainingJob
 from workloads.deploy.spec import TrainingJobSpec
 
 from .config import PROJECT, ExampleJobSpec
-from .config_parsing import ConfigError
+from .config_parsing import ConfigError, stack_key
 
 
 def build_example_job(
@@ -56,7 +56,7 @@ def build_example_job(
         )
     except InvalidArgsError as err:
         raise ConfigError(
-            [p.describe(f"{PROJECT}:exampleJob ({p.field})") for p in err.problems]
+            [p.describe(f"{PROJECT}:exampleJob ({stack_key(p.field)})") for p in err.problems]
         ) from None
     return TrainingJob(
         "example-job",

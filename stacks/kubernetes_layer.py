@@ -12,7 +12,7 @@ from modules.validation import InvalidArgsError
 
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
-from .config_parsing import ConfigError
+from .config_parsing import ConfigError, stack_key
 from .example_job import build_example_job
 
 
@@ -64,7 +64,21 @@ def _platform_args(
             queueing=config.queueing,
         )
     except InvalidArgsError as err:
-        raise ConfigError([p.describe(f"{PROJECT}:{p.field}") for p in err.problems]) from None
+        raise ConfigError(
+            [p.describe(_config_key(config, p.field)) for p in err.problems]
+        ) from None
+
+
+def _config_key(config: StackConfig, field: str) -> str:
+    """The stack-file key behind a `KubernetesPlatformArgs` field: its ``pools`` are the
+    stack's ``nodePools`` (or ``onpremNodePools``), its ``cluster_kind`` the ``target``."""
+    head, dot, rest = field.partition(".")
+    name, bracket, index = head.partition("[")
+    renamed = {
+        "pools": "onprem_node_pools" if config.target == "onprem" else "node_pools",
+        "cluster_kind": "target",
+    }.get(name, name)
+    return f"{PROJECT}:" + stack_key(renamed + bracket + index + dot + rest)
 
 
 def kubernetes_provider(

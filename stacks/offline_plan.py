@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,11 @@ class PlanError(Exception):
     """A problem the user must fix before a plan can be made (one-screen message)."""
 
 
+#: The stacks the repository ships (the Makefile's STACKS); other stack files in
+#: ``stacks/`` are the user's own.
+SHIPPED_STACKS = ("onprem-ib", "smb-cpu", "uae-dev", "uae-prod")
+
+
 def available_stacks() -> list[str]:
     """Stack names that have a ``stacks/Pulumi.<stack>.yaml`` file."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
@@ -49,9 +56,12 @@ def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
     """
     path = STACKS_DIR / f"Pulumi.{stack}.yaml"
     if not path.is_file():
+        own = [s for s in available_stacks() if s not in SHIPPED_STACKS]
         raise PlanError(
             f"Unknown stack '{stack}': there is no {path.relative_to(STACKS_DIR.parent)}.\n"
-            f"Shipped stacks: {', '.join(available_stacks())}."
+            f"Shipped stacks: {', '.join(SHIPPED_STACKS)}.\n"
+            f"Your stacks: {', '.join(own) if own else 'none yet'} (a stack is a "
+            f"stacks/Pulumi.<stack>.yaml file; copy a shipped one to start)."
         )
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -167,25 +177,53 @@ def build_plan(stack: str, config: Mapping[str, str] | None = None) -> dict[str,
     return plan_document(plan_registrations(stack, config, secret_keys), config, secret_keys)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so a
+    reader sees the old file or the whole new one, never a half-written plan."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _remove_stale(path: Path) -> str:
+    """Remove the previous run's plan of a stack whose plan just failed (it no longer
+    describes the stack file); a note for the error message when there was one."""
+    try:
+        if not path.is_file():
+            return ""
+        path.unlink()
+    except OSError:
+        return f"\n(the previous {path} could not be removed: it does not match the stack file)"
+    return f"\n(removed the previous {path}: it no longer matches the stack file)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help=f"stack name ({', '.join(available_stacks())})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (build/plan)")
     parser.add_argument("--quiet", action="store_true", help="write the JSON, print one line")
     options = parser.parse_args(argv)
+    path = options.out / f"{options.stack}.json"
     try:
         config, secret_keys = load_stack_file(options.stack)
         registrations = plan_registrations(options.stack, config, secret_keys)
     except PlanError as err:
-        print(f"error: {err}", file=sys.stderr)
+        stale = _remove_stale(path)
+        print(f"error: {err}{stale}", file=sys.stderr)
         return 2
     document = plan_document(registrations, config, secret_keys)
-    path = options.out / f"{options.stack}.json"
     try:
-        options.out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        write_atomically(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     except OSError as err:
-        print(f"error: cannot write the plan to {path}: {err.strerror or err}", file=sys.stderr)
+        stale = _remove_stale(path)
+        message = f"error: cannot write the plan to {path}: {err.strerror or err}{stale}"
+        print(message, file=sys.stderr)
         return 2
     if options.quiet:
         print(f"plan: {path} ({len(document['steps'])} resources)")

@@ -59,7 +59,7 @@ def test_team_cluster_queue_quotas_cohort_fair_sharing_and_preemption() -> None:
     assert [f["name"] for f in group["flavors"]] == ["cpu-pre", "gpu-g6", "gpu-p5en"]
     gpu = flavors["gpu-p5en"]["nvidia.com/gpu"]
     assert (gpu["nominalQuota"], gpu["borrowingLimit"]) == ("16", "8")
-    assert flavors["gpu-p5en"]["memory"]["nominalQuota"] == "4096Gi"
+    assert flavors["gpu-p5en"]["memory"]["nominalQuota"] == "3890Gi"  # 2 x (2048 - 103)
     assert flavors["cpu-pre"]["nvidia.com/gpu"]["nominalQuota"] == "0"
     assert crd_errors([cq]) == []
 

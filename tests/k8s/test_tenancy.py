@@ -61,14 +61,15 @@ def test_quota_follows_the_pools_and_borrowing() -> None:
     quotas = team_flavor_quotas(VISION, pools)
     # CPU pools first, the system pool is not a queue target.
     assert [q.pool for q in quotas] == ["cpu-pre", "gpu-g6", "gpu-p5en"]
-    # 16 GPUs of a p5en (8 GPUs, 192 vCPUs, 2048 GiB) are two nodes' worth.
-    assert quotas[2] == FlavorQuota("gpu-p5en", cpu=384, memory_gib=4096, gpus=16)
-    # A time-sliced g6 advertises 4 x 4 = 16 GPU slices per node.
-    assert quotas[1] == FlavorQuota("gpu-g6", cpu=48, memory_gib=192, gpus=16)
+    # 16 GPUs of a p5en (8 GPUs, 192 vCPUs, 2048 GiB) are two nodes' allocatable share:
+    # the platform keeps 5% of each node (10 vCPUs, 103 GiB).
+    assert quotas[2] == FlavorQuota("gpu-p5en", cpu=2 * 182, memory_gib=2 * 1945, gpus=16)
+    # A time-sliced g6 advertises 4 x 4 = 16 GPU slices per node (48 - 3 vCPUs, 192 - 10 GiB).
+    assert quotas[1] == FlavorQuota("gpu-g6", cpu=45, memory_gib=182, gpus=16)
     assert quotas[0] == FlavorQuota("cpu-pre", cpu=64, memory_gib=256, gpus=0)
     ceiling = namespace_ceiling(VISION, pools)  # 50% borrowing on top
     assert ceiling.gpus == (16 + 16) * 3 // 2
-    assert ceiling.cpu == (384 + 48 + 64) * 3 // 2
+    assert ceiling.cpu == (364 + 45 + 64) * 3 // 2
 
 
 def test_a_team_cannot_use_priorities_above_its_maximum() -> None:

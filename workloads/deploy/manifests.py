@@ -12,9 +12,9 @@ error (exit status 2).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from modules.k8s.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
 from workloads.fabric import fabric_env, supports_gpudirect_rdma
@@ -49,17 +49,16 @@ def checkpoint_dir(spec: TrainingJobSpec) -> str:
 
 
 def cpu_request_millicores(pool: NodePoolProfile) -> int:
-    """The node's vCPUs less headroom for the kubelet, system daemons and the
-    platform's DaemonSets (device plugins, exporters, CNI): 5%, at least one vCPU."""
-    headroom = max(1.0, math.ceil(0.05 * pool.vcpus))
-    return max(500, int((pool.vcpus - headroom) * 1000))
+    """The node's vCPUs less the platform's reserve for the kubelet, system daemons and
+    DaemonSets (`modules.k8s.quotas.reserved_vcpus`): the same share the team's Kueue
+    quota counts per node, so a whole-node job fits both."""
+    return allocatable_vcpus(pool) * 1000
 
 
 def memory_request_mib(pool: NodePoolProfile) -> int:
-    """The node's memory less headroom for kube-reserved memory, the eviction
-    threshold and DaemonSets: 5%, at least 3 GiB."""
-    headroom_gib = max(3.0, 0.05 * pool.memory_gib)
-    return max(1024, int((pool.memory_gib - headroom_gib) * 1024))
+    """The node's memory less the platform's reserve for kube-reserved memory, the
+    eviction threshold and DaemonSets (`modules.k8s.quotas.reserved_memory_gib`)."""
+    return allocatable_memory_gib(pool) * 1024
 
 
 def shm_size_gib(spec: TrainingJobSpec) -> int:

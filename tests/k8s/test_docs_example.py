@@ -1,0 +1,101 @@
+"""The TrainingJob example in docs/workloads.md names what a shipped stack creates."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import workloads.deploy
+from stacks.offline_runtime import Registration
+from tests.conftest import shipped_plan
+from tests.support.pools import P5EN
+from workloads.deploy import TrainingJobSpec
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
+STACK = "uae-prod"
+
+
+def example_code() -> str:
+    """The ```python block of the doc that declares a TrainingJob."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    (code,) = [b for b in blocks if "TrainingJobSpec(" in b]
+    return code
+
+
+def run_example(monkeypatch: pytest.MonkeyPatch) -> tuple[TrainingJobSpec, str]:
+    """Execute the example as written, with the stack program's variables it expects
+    (``args``, ``provider``, ``image``) and TrainingJob recorded instead of registered."""
+    declared: list[tuple[str, TrainingJobSpec]] = []
+
+    def record(name: str, spec: TrainingJobSpec, provider: object) -> None:
+        declared.append((name, spec))
+
+    monkeypatch.setattr(workloads.deploy, "TrainingJob", record)
+    pools = (dataclasses.replace(P5EN, name="h200"),)  # uae-prod's h200 pool is a p5en pool
+    image = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-uae-prod/training:0.1.0"
+    scope: dict[str, Any] = {"args": SimpleNamespace(pools=pools), "provider": object(),
+                             "image": image}  # fmt: skip
+    exec(compile(example_code(), str(DOC), "exec"), scope)
+    ((_, spec),) = declared
+    pool_name = re.search(r'p\.name == "([^"]+)"', example_code())
+    assert pool_name is not None
+    return spec, pool_name.group(1)
+
+
+def named(registrations: dict[str, Registration], kind: str, name: str, ns: str | None) -> bool:
+    return any(
+        r.type.startswith("kubernetes:")
+        and r.type.endswith(f":{kind}")
+        and r.inputs.get("metadata", {}).get("name") == name
+        and r.inputs.get("metadata", {}).get("namespace") == ns
+        for r in registrations.values()
+    )
+
+
+def test_the_example_runs_against_what_the_shipped_stack_creates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec, pool = run_example(monkeypatch)
+    registrations, _ = shipped_plan(STACK)
+    ns = spec.namespace
+    assert named(registrations, "Namespace", ns, None), ns
+    assert named(registrations, "LocalQueue", spec.local_queue, ns), spec.local_queue
+    assert named(registrations, "ServiceAccount", spec.service_account, ns)
+    assert named(registrations, "PersistentVolumeClaim", spec.checkpoint_claim, ns)
+    assert named(registrations, "PriorityClass", spec.priority_class, None)
+    assert named(registrations, "ResourceFlavor", pool, None), pool
+    # The team may use the priority: no quota in its namespace forbids it.
+    forbidden = [
+        expr["values"]
+        for r in registrations.values()
+        if r.type == "kubernetes:core/v1:ResourceQuota"
+        and r.inputs["metadata"].get("namespace") == ns
+        for expr in r.inputs["spec"].get("scopeSelector", {}).get("matchExpressions", [])
+    ]
+    assert all(spec.priority_class not in values for values in forbidden)
+
+
+def test_uae_dev_gpu_sharing_is_what_docs_kubernetes_says() -> None:
+    """docs/kubernetes.md: uae-dev's default is whole GPUs; only l4-shared is time-sliced."""
+    doc = (DOC.parent / "kubernetes.md").read_text(encoding="utf-8")
+    assert "`uae-dev` is such a stack: its `l4` pool gives whole" in doc
+    registrations, _ = shipped_plan("uae-dev")
+    (operator,) = [
+        r
+        for r in registrations.values()
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("chart") == "gpu-operator"
+    ]
+    device_plugin = operator.inputs["values"]["devicePlugin"]["config"]
+    assert device_plugin["default"] == "default"
+    groups = {
+        r.inputs["labels"]["gpuplatform.ae/pool"]: r.inputs["labels"]
+        for r in registrations.values()
+        if r.type == "aws:eks/nodeGroup:NodeGroup"
+    }
+    assert "nvidia.com/device-plugin.config" not in groups["l4"]
+    assert groups["l4-shared"]["nvidia.com/device-plugin.config"] == "l4-shared"
