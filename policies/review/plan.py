@@ -89,9 +89,23 @@ class Plan:
     def index(self) -> dict[str, PlanResource]:
         return {r.urn: r for r in self.resources}
 
-    def analyzable(self) -> list[PlanResource]:
+    @cached_property
+    def _analyzable(self) -> tuple[PlanResource, ...]:
+        return tuple(r for r in self.resources if r.op not in READ_OPS)
+
+    def analyzable(self) -> tuple[PlanResource, ...]:
         """What the engine runs resource policies on: registered, not read, resources."""
-        return [r for r in self.resources if r.op not in READ_OPS]
+        return self._analyzable
+
+    @cached_property
+    def _providers(self) -> dict[str, PolicyProviderResource]:
+        # One provider object per provider URN, shared by every resource's arguments, so
+        # its inputs are wrapped and read once, not once per resource and rule.
+        return {}
+
+    @cached_property
+    def _stack_resources(self) -> list[PolicyResource]:
+        return _stack_resources(self)
 
 
 def load_plan(path: Path) -> Plan:
@@ -243,12 +257,13 @@ def _options(resource: PlanResource) -> PolicyResourceOptions:
     )
 
 
-def _provider(
-    plan_index: Mapping[str, PlanResource], urn: str | None
-) -> PolicyProviderResource | None:
+def _provider(plan: Plan, urn: str | None) -> PolicyProviderResource | None:
     if urn is None:
         return None
-    provider = plan_index.get(urn)
+    known = plan._providers.get(urn)
+    if known is not None:
+        return known
+    provider = plan.index.get(urn)
     props = provider.inputs if provider is not None else {}
     kind = (
         provider.type
@@ -257,7 +272,9 @@ def _provider(
         if urn.count("::") >= 3
         else ""
     )
-    return PolicyProviderResource(kind, unknown_checking_proxy(props), urn, urn_name(urn))
+    made = PolicyProviderResource(kind, unknown_checking_proxy(props), urn, urn_name(urn))
+    plan._providers[urn] = made
+    return made
 
 
 def resource_args(
@@ -270,14 +287,31 @@ def resource_args(
         resource.urn,
         resource.name,
         _options(resource),
-        _provider(plan.index, resource.provider),
+        _provider(plan, resource.provider),
         dict(config) if config else None,
     )
 
 
+def with_config(args: ResourceValidationArgs, config: Mapping[str, Any]) -> ResourceValidationArgs:
+    """``args`` with a rule's pack config (the same inputs and provider objects)."""
+    return ResourceValidationArgs(
+        args.resource_type,
+        args.props,
+        args.urn,
+        args.name,
+        args.opts,
+        args.provider,
+        dict(config),
+    )
+
+
 def stack_resources(plan: Plan) -> list[PolicyResource]:
-    """The `PolicyResource` list the engine would send to stack policies."""
-    index = plan.index
+    """The `PolicyResource` list the engine would send to stack policies (built once per
+    plan and shared by every stack rule and the evidence; nothing changes it)."""
+    return plan._stack_resources
+
+
+def _stack_resources(plan: Plan) -> list[PolicyResource]:
     objects: dict[str, PolicyResource] = {}
     for resource in plan.resources:
         objects[resource.urn] = PolicyResource(
@@ -286,7 +320,7 @@ def stack_resources(plan: Plan) -> list[PolicyResource]:
             resource.urn,
             resource.name,
             _options(resource),
-            _provider(index, resource.provider),
+            _provider(plan, resource.provider),
             None,
             [],
             {},
