@@ -33,9 +33,13 @@ plan: $(STAMP) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.j
 plan-all: $(STAMP) ## offline plan of every shipped stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
 
-review: $(STAMP) ## policy review of STACK's plan (or PLAN=file.json) -> build/review/NAME/
-	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)"; \
-	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json; fi
+# PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
+# RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
+REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDERED),--rendered "$(RENDERED)")
+
+review: $(STAMP) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
+	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS); \
+	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS); fi
 
 review-all: $(STAMP) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
@@ -58,6 +62,12 @@ typecheck: $(STAMP) ## mypy strict over the code, reading the Pulumi SDKs' types
 
 test: lint typecheck ## static checks, then every test
 	$(VENV)/bin/pytest $(ARGS)
+
+# --- review benchmark (policies/review/bench.py) -------------------------------------
+.PHONY: bench-review
+bench-review: $(STAMP) ## review time and peak memory on generated 1k/10k/100k-resource plans
+	@$(PY) -m policies.review.bench $(ARGS)
+# --- end review benchmark ---------------------------------------------------------------
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -200,7 +200,9 @@ class Referrers:
     position: Mapping[str, int]
 
     @classmethod
-    def build(cls, views: Iterable[ResourceView], prop: str, position: Mapping[str, int]) -> Referrers:
+    def build(
+        cls, views: Iterable[ResourceView], prop: str, position: Mapping[str, int]
+    ) -> Referrers:
         by_dependency: dict[str, list[ResourceView]] = {}
         by_value: dict[str, list[ResourceView]] = {}
         for view in views:

@@ -23,6 +23,7 @@ from policies.pack import (
 )
 from policies.review.evidence import EvidenceRow, evidence_rows
 from policies.review.plan import Plan, resource_args, stack_resources, with_config
+from policies.review.rendered import Unseen, unseen
 from policies.rules import ALL_RULES, RULES_BY_ID
 from policies.settings import PackConfigError, Settings
 
@@ -58,7 +59,12 @@ class Finding:
 
 @dataclass
 class RuleResult:
-    """What one rule found over the plan."""
+    """What one rule found over the plan.
+
+    Args:
+        not_evaluated: for a rule that judges Kubernetes objects, the Helm releases and
+            operator resources whose workloads it could not see (`policies.review.rendered`).
+    """
 
     rule: Rule
     enforcement: EnforcementLevel
@@ -67,6 +73,7 @@ class RuleResult:
     unknown: set[str] = field(default_factory=set)
     exempted: set[str] = field(default_factory=set)
     stack_failed: bool = False
+    not_evaluated: tuple[Unseen, ...] = ()
 
     @property
     def passed(self) -> int:
@@ -123,7 +130,22 @@ class Review:
 
     @property
     def passed(self) -> bool:
+        """No mandatory rule failed on what was evaluated."""
         return not self.mandatory_violations
+
+    @property
+    def unseen(self) -> list[Unseen]:
+        """What some rule could not evaluate, each once."""
+        found: dict[str, Unseen] = {}
+        for result in self.results:
+            for item in result.not_evaluated:
+                found.setdefault(item.urn, item)
+        return list(found.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every rule saw everything in its scope."""
+        return not any(result.not_evaluated for result in self.results)
 
 
 def load_policy_config(path: Path | None) -> dict[str, Any]:
@@ -228,6 +250,37 @@ def _rule_config(rule: Rule, config: Mapping[str, Any]) -> dict[str, Any] | None
     return None
 
 
+# Objects a chart renders that the Kubernetes rules judge: a workload with a pod spec
+# and a load-balanced Service. A rule that judges any of them would judge a release's
+# rendered objects too, so a release it did not see is in its scope.
+_RENDERED_PROBES = (
+    ResourceView(
+        "kubernetes:apps/v1:Deployment",
+        "urn:pulumi:probe::probe::kubernetes:apps/v1:Deployment::probe",
+        "probe",
+        {
+            "metadata": {"name": "probe", "namespace": "probe"},
+            "spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "p:1"}]}}},
+        },
+    ),
+    ResourceView(
+        "kubernetes:core/v1:Service",
+        "urn:pulumi:probe::probe::kubernetes:core/v1:Service::prometheus",
+        "prometheus",
+        {
+            "metadata": {"name": "prometheus", "namespace": "monitoring"},
+            "spec": {"type": "LoadBalancer"},
+        },
+    ),
+)
+
+
+def judges_kubernetes_objects(rule: Rule) -> bool:
+    """Whether ``rule`` judges the kind of objects Helm charts render (its scope then
+    includes every Helm release's objects, seen or not)."""
+    return rule.kind == "resource" and any(rule.applies_to(probe) for probe in _RENDERED_PROBES)
+
+
 def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
     """Every enabled rule over ``plan``, with the findings, exemptions, evidence and the
     rules the config disabled or downgraded; `PackConfigError` for an unusable config."""
@@ -254,6 +307,10 @@ def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
                     plan, result.rule, _rule_config(result.rule, config), result, findings_of
                 )
         rows = evidence_rows(plan)
+    invisible = tuple(unseen(plan))
+    for result in results:
+        if judges_kubernetes_objects(result.rule):
+            result.not_evaluated = invisible
     by_id = {result.rule.id: result for result in results}
     for exemption in exemptions:
         by_id[exemption.rule_id].exempted.add(exemption.urn)

@@ -53,6 +53,8 @@ class PlanResource:
         provider: the provider URN (without the ``::<id>`` suffix), if any.
         parent, dependencies, property_dependencies: the graph, as URNs.
         protect: the protect option.
+        rendered_from: for an object from a Helm release's rendered manifests (not the
+            program's plan), the release's URN.
     """
 
     urn: str
@@ -67,6 +69,7 @@ class PlanResource:
     dependencies: tuple[str, ...] = ()
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     protect: bool = False
+    rendered_from: str | None = None
 
     @property
     def is_provider(self) -> bool:
@@ -75,11 +78,20 @@ class PlanResource:
 
 @dataclass(frozen=True)
 class Plan:
-    """A decoded plan document."""
+    """A decoded plan document.
+
+    Args:
+        path: the plan file.
+        config: the stack config the plan carries.
+        resources: its resources, with the rendered objects of Helm releases where the
+            review was given them (`policies.review.rendered`).
+        seen_releases: the URNs of the Helm releases whose rendered objects are included.
+    """
 
     path: Path
     config: dict[str, Any]
     resources: tuple[PlanResource, ...]
+    seen_releases: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
