@@ -57,9 +57,7 @@ def kubernetes_version(plan: Plan) -> str | None:
     return None
 
 
-def helm_command(
-    release: HelmRelease, values_file: str, kube_version: str | None
-) -> list[str]:
+def helm_command(release: HelmRelease, values_file: str, kube_version: str | None) -> list[str]:
     """The ``helm template`` arguments that render ``release`` as the program installs it."""
     command = [
         "helm",
