@@ -81,16 +81,25 @@ class ResourceView:
         return self.type.split(":", 1)[0]
 
     @classmethod
-    def from_args(cls, args: ResourceValidationArgs) -> ResourceView:
+    def from_args(
+        cls, args: ResourceValidationArgs, plain_props: dict[str, Any] | None = None
+    ) -> ResourceView:
         """The view of one resource policy call's arguments (built once per arguments
-        object: the offline review hands the same arguments to every rule)."""
+        object: the offline review hands the same arguments to every rule).
+
+        Args:
+            args: what the engine hands a resource policy.
+            plain_props: ``plain(args.props)`` when the caller already holds it (the
+                offline review holds the plan's decoded inputs, which `plain` returns
+                unchanged), so the inputs are not unwrapped and copied again.
+        """
         view = _ARGS_VIEWS.get(args)
         if view is None:
             view = cls(
                 args.resource_type,
                 args.urn,
                 args.name,
-                plain(args.props),
+                plain(args.props) if plain_props is None else plain_props,
                 _provider_view(args.provider),
                 args.opts.parent if args.opts is not None else None,
             )
@@ -98,22 +107,27 @@ class ResourceView:
         return view
 
     @classmethod
-    def from_policy_resource(cls, resource: PolicyResource) -> ResourceView:
+    def from_policy_resource(
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None = None
+    ) -> ResourceView:
         """The view of a stack policy's resource (built once per resource object: the
-        offline review hands the same objects to every stack rule)."""
+        offline review hands the same objects to every stack rule); ``plain_props`` as
+        for `from_args`."""
         view = _RESOURCE_VIEWS.get(resource)
         if view is None:
-            view = cls._of_policy_resource(resource)
+            view = cls._of_policy_resource(resource, plain_props)
             _RESOURCE_VIEWS[resource] = view
         return view
 
     @classmethod
-    def _of_policy_resource(cls, resource: PolicyResource) -> ResourceView:
+    def _of_policy_resource(
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None
+    ) -> ResourceView:
         return cls(
             resource.resource_type,
             resource.urn,
             resource.name,
-            plain(resource.props),
+            plain(resource.props) if plain_props is None else plain_props,
             _provider_view(resource.provider),
             resource.parent.urn if resource.parent is not None else resource.opts.parent,
             tuple(dep.urn for dep in resource.dependencies),

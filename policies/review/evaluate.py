@@ -22,7 +22,7 @@ from policies.pack import (
     weakens,
 )
 from policies.review.evidence import EvidenceRow, evidence_rows
-from policies.review.plan import Plan, resource_args, stack_resources, with_config
+from policies.review.plan import Plan, resource_args, stack_resources
 from policies.review.rendered import Unseen, unseen
 from policies.rules import ALL_RULES, RULES_BY_ID
 from policies.settings import PackConfigError, Settings
@@ -351,7 +351,7 @@ def _run_resource_rules(
                 continue
             result.evaluated += 1
             rule_config = configured[rule.id]
-            rule_args = args if rule_config is None else with_config(args, rule_config)
+            rule_args = args if rule_config is None else resource_args(plan, resource, rule_config)
             found = findings_of[rule.id]
 
             def report(

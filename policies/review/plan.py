@@ -26,7 +26,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from policies.model import provider_urn, urn_name
+from policies.model import ResourceView, provider_urn, urn_name
 from policies.values import decode_plan_value
 
 # Steps whose resource no longer exists after the update.
@@ -139,7 +139,9 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(
             f"{path}: not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from err
-    return parse_plan(document, path)
+    # The document is ours alone: let the parser drop each step once it is decoded, so
+    # a large plan is not held twice (raw and decoded) at the peak.
+    return parse_plan(document, path, consume=True)
 
 
 def _json_kind(value: Any) -> str:
@@ -182,8 +184,15 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
-def parse_plan(document: Any, path: Path) -> Plan:
-    """The `Plan` of an already parsed plan document."""
+def parse_plan(document: Any, path: Path, *, consume: bool = False) -> Plan:
+    """The `Plan` of an already parsed plan document.
+
+    Args:
+        document: the parsed JSON.
+        path: where it came from (for messages and the plan's name).
+        consume: empty ``document["steps"]`` while decoding (the caller no longer needs
+            it), which keeps the peak memory of a large plan near one copy.
+    """
     hint = "expected the output of `pulumi preview --json` or `make plan`"
     if not isinstance(document, Mapping):
         raise PlanError(
@@ -202,6 +211,8 @@ def parse_plan(document: Any, path: Path) -> Plan:
     resources: list[PlanResource] = []
     problems: list[str] = []
     for index, step in enumerate(steps):
+        if consume:
+            steps[index] = None
         if not isinstance(step, Mapping):
             problems.append(f"steps[{index}] is not an object")
             continue
@@ -257,6 +268,42 @@ def parse_plan(document: Any, path: Path) -> Plan:
     return Plan(path, dict(config), tuple(resources))
 
 
+class _LazyArgs(ResourceValidationArgs):
+    """`ResourceValidationArgs` whose inputs are wrapped in the unknown-checking proxy
+    when first read. The review hands rules views of the plain inputs
+    (`ResourceView.from_args`), so most arguments are never wrapped at all."""
+
+    _raw: Any
+    _proxy: Any
+
+    @property  # type: ignore[override]
+    def props(self) -> Any:
+        if self._proxy is None:
+            self._proxy = unknown_checking_proxy(self._raw)
+        return self._proxy
+
+    @props.setter
+    def props(self, value: Any) -> None:
+        self._raw, self._proxy = value, None
+
+
+class _LazyPolicyResource(PolicyResource):
+    """`PolicyResource` whose state is wrapped when first read (see `_LazyArgs`)."""
+
+    _raw: Any
+    _proxy: Any
+
+    @property  # type: ignore[override]
+    def props(self) -> Any:
+        if self._proxy is None:
+            self._proxy = unknown_checking_proxy(self._raw)
+        return self._proxy
+
+    @props.setter
+    def props(self, value: Any) -> None:
+        self._raw, self._proxy = value, None
+
+
 def _options(resource: PlanResource) -> PolicyResourceOptions:
     return PolicyResourceOptions(
         protect=resource.protect,
@@ -292,29 +339,19 @@ def _provider(plan: Plan, urn: str | None) -> PolicyProviderResource | None:
 def resource_args(
     plan: Plan, resource: PlanResource, config: Mapping[str, Any] | None
 ) -> ResourceValidationArgs:
-    """The `ResourceValidationArgs` the engine would send for ``resource``."""
-    return ResourceValidationArgs(
+    """The `ResourceValidationArgs` the engine would send for ``resource`` (its view,
+    `ResourceView.from_args`, is made from the decoded inputs without copying them)."""
+    args = _LazyArgs(
         resource.type,
-        unknown_checking_proxy(resource.inputs),
+        resource.inputs,
         resource.urn,
         resource.name,
         _options(resource),
         _provider(plan, resource.provider),
         dict(config) if config else None,
     )
-
-
-def with_config(args: ResourceValidationArgs, config: Mapping[str, Any]) -> ResourceValidationArgs:
-    """``args`` with a rule's pack config (the same inputs and provider objects)."""
-    return ResourceValidationArgs(
-        args.resource_type,
-        args.props,
-        args.urn,
-        args.name,
-        args.opts,
-        args.provider,
-        dict(config),
-    )
+    ResourceView.from_args(args, resource.inputs)
+    return args
 
 
 def stack_resources(plan: Plan) -> list[PolicyResource]:
@@ -326,9 +363,9 @@ def stack_resources(plan: Plan) -> list[PolicyResource]:
 def _stack_resources(plan: Plan) -> list[PolicyResource]:
     objects: dict[str, PolicyResource] = {}
     for resource in plan.resources:
-        objects[resource.urn] = PolicyResource(
+        objects[resource.urn] = _LazyPolicyResource(
             resource.type,
-            unknown_checking_proxy(resource.state),
+            resource.state,
             resource.urn,
             resource.name,
             _options(resource),
@@ -346,4 +383,7 @@ def _stack_resources(plan: Plan) -> list[PolicyResource]:
             key: [objects[u] for u in urns if u in objects]
             for key, urns in resource.property_dependencies.items()
         }
+    for resource in plan.resources:
+        # The view rules read: the decoded state itself, not a copy of its proxy.
+        ResourceView.from_policy_resource(objects[resource.urn], resource.state)
     return list(objects.values())

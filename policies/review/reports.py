@@ -133,9 +133,10 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(review: Review) -> str:
-    """The report a compliance reviewer reads."""
-    data = to_json(review)
+def to_markdown(review: Review, data: dict[str, Any] | None = None) -> str:
+    """The report a compliance reviewer reads (from ``data``, the JSON report, when the
+    caller already has it)."""
+    data = data if data is not None else to_json(review)
     summary = data["summary"]
     unseen_rules = sum(1 for r in review.results if r.not_evaluated)
     if not review.passed:
@@ -437,7 +438,8 @@ def write_reports(review: Review, out_dir: Path, source_uri: str) -> list[Path]:
     """Write report.md, report.json and report.sarif into ``out_dir``; their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "report.md", out_dir / "report.json", out_dir / "report.sarif"]
-    paths[0].write_text(to_markdown(review), encoding="utf-8")
-    paths[1].write_text(json.dumps(to_json(review), indent=2) + "\n", encoding="utf-8")
+    data = to_json(review)
+    paths[0].write_text(to_markdown(review, data), encoding="utf-8")
+    paths[1].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     paths[2].write_text(json.dumps(to_sarif(review, source_uri), indent=2) + "\n", encoding="utf-8")
     return paths

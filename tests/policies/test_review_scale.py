@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pulumi_policy.proxy import unknown_checking_proxy
 
+from policies.model import ResourceView
 from policies.review.__main__ import main
 from policies.review.bench import copies, generate
+from policies.review.plan import parse_plan, resource_args
+from policies.values import plain
 from tests.policies.builder import compliant_plan, find_step
+
+HERE = Path(__file__).parent
 
 
 def many_violations(copies_wanted: int) -> dict[str, Any]:
@@ -76,3 +82,24 @@ def test_the_terminal_summary_is_bounded_and_the_reports_list_everything(
     assert markdown.count("\n### ") == len(violations)
     sarif = json.loads((out / "report.sarif").read_text())
     assert len([r for r in sarif["runs"][0]["results"] if r["level"] == "error"]) == 160
+
+
+@pytest.mark.parametrize("source", ["compliant", "real-preview"])
+def test_the_decoded_plan_is_what_rules_would_unwrap_from_the_engines_proxies(
+    source: str,
+) -> None:
+    """The review hands rules the decoded plan values instead of unwrapping a proxy of
+    them (`plain`), which is only right while the two are equal."""
+    document = (
+        compliant_plan()
+        if source == "compliant"
+        else json.loads((HERE / "fixtures" / "real-preview.json").read_text())
+    )
+    plan = parse_plan(document, Path("p.json"))
+    for resource in plan.resources:
+        assert plain(unknown_checking_proxy(resource.inputs)) == resource.inputs
+        assert plain(unknown_checking_proxy(resource.state)) == resource.state
+    # And the arguments the rules get are those of the engine path.
+    for resource in plan.analyzable():
+        args = resource_args(plan, resource, None)
+        assert ResourceView.from_args(args).props == plain(args.props)
