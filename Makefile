@@ -69,9 +69,13 @@ plan: $(PLAN_DEPS) ## offline plan of STACK (default uae-prod) -> build/plan/STA
 plan-all: $(PLAN_DEPS) ## offline plan of every shipped stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
 
-review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json) -> build/review/NAME/
-	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)"; \
-	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json; fi
+# PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
+# RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
+REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDERED),--rendered "$(RENDERED)")
+
+review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
+	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS); \
+	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS); fi
 
 review-all: $(PLAN_DEPS) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
@@ -105,6 +109,12 @@ tools-check:
 lock: $(DEV_DEPS) ## re-resolve locks/*.txt from pyproject.toml (needs PyPI; see tools/lock.py)
 	$(PIP) 'uv==0.13.8'
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/lock.py
+
+# --- review benchmark (policies/review/bench.py) -------------------------------------
+.PHONY: bench-review
+bench-review: $(PLAN_DEPS) ## review time and peak memory on generated 1k/10k/100k-resource plans
+	@$(PY) -m policies.review.bench $(ARGS)
+# --- end review benchmark ---------------------------------------------------------------
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
+from weakref import WeakKeyDictionary
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -79,23 +81,53 @@ class ResourceView:
         return self.type.split(":", 1)[0]
 
     @classmethod
-    def from_args(cls, args: ResourceValidationArgs) -> ResourceView:
-        return cls(
-            args.resource_type,
-            args.urn,
-            args.name,
-            plain(args.props),
-            _provider_view(args.provider),
-            args.opts.parent if args.opts is not None else None,
-        )
+    def from_args(
+        cls, args: ResourceValidationArgs, plain_props: dict[str, Any] | None = None
+    ) -> ResourceView:
+        """The view of one resource policy call's arguments (built once per arguments
+        object: the offline review hands the same arguments to every rule).
+
+        Args:
+            args: what the engine hands a resource policy.
+            plain_props: ``plain(args.props)`` when the caller already holds it (the
+                offline review holds the plan's decoded inputs, which `plain` returns
+                unchanged), so the inputs are not unwrapped and copied again.
+        """
+        view = _ARGS_VIEWS.get(args)
+        if view is None:
+            view = cls(
+                args.resource_type,
+                args.urn,
+                args.name,
+                plain(args.props) if plain_props is None else plain_props,
+                _provider_view(args.provider),
+                args.opts.parent if args.opts is not None else None,
+            )
+            _ARGS_VIEWS[args] = view
+        return view
 
     @classmethod
-    def from_policy_resource(cls, resource: PolicyResource) -> ResourceView:
+    def from_policy_resource(
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None = None
+    ) -> ResourceView:
+        """The view of a stack policy's resource (built once per resource object: the
+        offline review hands the same objects to every stack rule); ``plain_props`` as
+        for `from_args`."""
+        view = _RESOURCE_VIEWS.get(resource)
+        if view is None:
+            view = cls._of_policy_resource(resource, plain_props)
+            _RESOURCE_VIEWS[resource] = view
+        return view
+
+    @classmethod
+    def _of_policy_resource(
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None
+    ) -> ResourceView:
         return cls(
             resource.resource_type,
             resource.urn,
             resource.name,
-            plain(resource.props),
+            plain(resource.props) if plain_props is None else plain_props,
             _provider_view(resource.provider),
             resource.parent.urn if resource.parent is not None else resource.opts.parent,
             tuple(dep.urn for dep in resource.dependencies),
@@ -112,16 +144,102 @@ class StackView:
 
     resources: tuple[ResourceView, ...]
 
-    def by_urn(self) -> dict[str, ResourceView]:
+    # The indexes are built once per stack: rules and the review's evidence call these
+    # look-ups once per resource, and a scan each time made a review quadratic.
+    @cached_property
+    def _by_urn(self) -> dict[str, ResourceView]:
         return {resource.urn: resource for resource in self.resources}
 
+    @cached_property
+    def _by_type(self) -> dict[str, list[ResourceView]]:
+        index: dict[str, list[ResourceView]] = {}
+        for resource in self.resources:
+            index.setdefault(resource.type, []).append(resource)
+        return index
+
+    def by_urn(self) -> dict[str, ResourceView]:
+        """Every resource by URN (the same dict on every call: do not change it)."""
+        return self._by_urn
+
     def of_type(self, *types: str) -> Iterator[ResourceView]:
-        return (resource for resource in self.resources if resource.type in types)
+        """The resources of the given types, in stack order."""
+        if len(types) == 1:
+            return iter(self._by_type.get(types[0], ()))
+        chosen = [view for kind in dict.fromkeys(types) for view in self._by_type.get(kind, ())]
+        chosen.sort(key=lambda view: self._position[view.urn])
+        return iter(chosen)
+
+    @cached_property
+    def _referrers(self) -> dict[tuple[tuple[str, ...], str], Referrers]:
+        return {}
+
+    def referrers(self, types: Sequence[str], prop: str) -> Referrers:
+        """An index of the resources of ``types`` by what their property ``prop`` names
+        (built once per stack and property): rules that pair resources (a bucket and its
+        encryption configuration, a role and its policies) look partners up in it instead
+        of scanning the stack once per resource."""
+        key = (tuple(types), prop)
+        index = self._referrers.get(key)
+        if index is None:
+            index = Referrers.build(
+                (view for kind in key[0] for view in self.of_type(kind)), prop, self._position
+            )
+            self._referrers[key] = index
+        return index
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        return {resource.urn: number for number, resource in enumerate(self.resources)}
 
     def dependencies_of(self, resource: ResourceView, prop: str) -> list[ResourceView]:
         """The resources a top-level property of ``resource`` was computed from."""
         index = self.by_urn()
         return [index[urn] for urn in resource.property_dependencies.get(prop, ()) if urn in index]
+
+
+@dataclass(frozen=True)
+class Referrers:
+    """Resources indexed by what one of their properties names.
+
+    Args:
+        prop: the property.
+        by_dependency: URN -> the resources whose ``prop`` was computed from it.
+        by_value: string value -> the resources whose ``prop`` is that string.
+        position: each resource's place in the stack, to keep stack order.
+    """
+
+    prop: str
+    by_dependency: Mapping[str, tuple[ResourceView, ...]]
+    by_value: Mapping[str, tuple[ResourceView, ...]]
+    position: Mapping[str, int]
+
+    @classmethod
+    def build(
+        cls, views: Iterable[ResourceView], prop: str, position: Mapping[str, int]
+    ) -> Referrers:
+        by_dependency: dict[str, list[ResourceView]] = {}
+        by_value: dict[str, list[ResourceView]] = {}
+        for view in views:
+            for urn in dict.fromkeys(view.property_dependencies.get(prop, ())):
+                by_dependency.setdefault(urn, []).append(view)
+            value = view.props.get(prop)
+            if isinstance(value, str):
+                by_value.setdefault(value, []).append(view)
+        return cls(
+            prop,
+            {k: tuple(v) for k, v in by_dependency.items()},
+            {k: tuple(v) for k, v in by_value.items()},
+            position,
+        )
+
+    def naming(self, urn: str, values: Iterable[str] = ()) -> list[ResourceView]:
+        """The resources whose property depends on ``urn`` or equals one of ``values``,
+        in stack order, each once."""
+        found = {view.urn: view for view in self.by_dependency.get(urn, ())}
+        for value in values:
+            for view in self.by_value.get(value, ()):
+                found.setdefault(view.urn, view)
+        return sorted(found.values(), key=lambda view: self.position.get(view.urn, 0))
 
 
 ResourceCheck = Callable[[ResourceView, Settings], Iterable[str]]
@@ -240,7 +358,22 @@ def stack_rule(
 
 
 def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:
-    """The provider as the rules see it (``None`` for resources without one)."""
+    """The provider as the rules see it (``None`` for resources without one); built
+    once per provider object, which the offline review shares between its resources."""
     if provider is None:
         return None
-    return ProviderView(provider.resource_type, provider.urn, provider.name, plain(provider.props))
+    view = _PROVIDER_VIEWS.get(provider)
+    if view is None:
+        view = ProviderView(
+            provider.resource_type, provider.urn, provider.name, plain(provider.props)
+        )
+        _PROVIDER_VIEWS[provider] = view
+    return view
+
+
+# Views of the engine's argument objects, kept as long as the objects live. The engine
+# sends new objects for every call, so these only save work where one caller hands the
+# same objects to many rules (the offline review); the views are never changed.
+_ARGS_VIEWS: WeakKeyDictionary[ResourceValidationArgs, ResourceView] = WeakKeyDictionary()
+_RESOURCE_VIEWS: WeakKeyDictionary[PolicyResource, ResourceView] = WeakKeyDictionary()
+_PROVIDER_VIEWS: WeakKeyDictionary[PolicyProviderResource, ProviderView] = WeakKeyDictionary()

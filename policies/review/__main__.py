@@ -1,8 +1,12 @@
 """``python -m policies.review --plan build/plan/uae-prod.json`` (``make review``).
 
-Runs every rule of the pack over a plan document and writes report.md, report.json and
-report.sarif to ``build/review/<plan file stem>/``. Exit status: 0 when no mandatory
-rule fails, 1 when one does, 2 when the plan or pack config cannot be used.
+Runs every rule of the pack over a plan document (and, with ``--rendered DIR``, over the
+``helm template`` output of its Helm releases) and writes report.md, report.json and
+report.sarif to ``build/review/<plan file stem>/``; the terminal gets a summary. Exit
+status: 0 when no mandatory rule fails (verdict PASS, or INCOMPLETE when some Helm
+releases or operator resources hold workloads the Kubernetes rules could not see), 1
+when one fails (FAIL), 2 when the plan, the rendered manifests or the pack config
+cannot be used.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from pathlib import Path
 
 from policies.review.evaluate import load_policy_config, review_plan
 from policies.review.plan import PlanError, load_plan
-from policies.review.reports import verdict, write_reports
+from policies.review.rendered import with_rendered
+from policies.review.reports import write_reports
+from policies.review.summary import summary_lines
 from policies.settings import PackConfigError
 
 
@@ -36,11 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         help="pack config JSON, the file `pulumi preview --policy-pack-config` takes",
     )
     parser.add_argument(
+        "--rendered",
+        type=Path,
+        help="directory of `helm template` output, one <namespace>/<release>.yaml per Helm "
+        "release (see `python -m policies.review.helm_inputs`)",
+    )
+    parser.add_argument(
         "--out", type=Path, help="report directory (default build/review/<plan stem>)"
     )
     args = parser.parse_args(argv)
     try:
         plan = load_plan(args.plan)
+        if args.rendered is not None:
+            plan = with_rendered(plan, args.rendered)
         config = load_policy_config(args.policy_config)
     except (PlanError, PackConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -52,19 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: cannot write reports to {out_dir}: {err.strerror or err}", file=sys.stderr)
         return 2
-    print(
-        f"{plan.name}: {verdict(review)}: {len(review.mandatory_violations)} mandatory and "
-        f"{len(review.violations) - len(review.mandatory_violations)} advisory violation(s), "
-        f"{sum(1 for f in review.findings if f.unknown)} not checkable during preview, "
-        f"{len(review.exemptions)} exemption(s); reports in {out_dir}/"
-    )
-    if review.disabled_rules:
-        print(f"  disabled by the pack config: {', '.join(review.disabled_rules)}")
-    if review.downgraded_rules:
-        print(f"  downgraded to advisory by the pack config: {', '.join(review.downgraded_rules)}")
-    for finding in review.mandatory_violations:
-        where = finding.urn.rsplit("::", 1)[-1] if finding.urn else "stack"
-        print(f"  [{finding.rule_id}] {where}: {finding.message}")
+    print("\n".join(summary_lines(review, out_dir)))
     return 0 if review.passed else 1
 
 

@@ -23,6 +23,7 @@ from policies.pack import (
 )
 from policies.review.evidence import EvidenceRow, evidence_rows
 from policies.review.plan import Plan, resource_args, stack_resources
+from policies.review.rendered import Unseen, unseen
 from policies.rules import ALL_RULES, RULES_BY_ID
 from policies.settings import PackConfigError, Settings
 
@@ -58,7 +59,12 @@ class Finding:
 
 @dataclass
 class RuleResult:
-    """What one rule found over the plan."""
+    """What one rule found over the plan.
+
+    Args:
+        not_evaluated: for a rule that judges Kubernetes objects, the Helm releases and
+            operator resources whose workloads it could not see (`policies.review.rendered`).
+    """
 
     rule: Rule
     enforcement: EnforcementLevel
@@ -67,6 +73,7 @@ class RuleResult:
     unknown: set[str] = field(default_factory=set)
     exempted: set[str] = field(default_factory=set)
     stack_failed: bool = False
+    not_evaluated: tuple[Unseen, ...] = ()
 
     @property
     def passed(self) -> int:
@@ -123,7 +130,22 @@ class Review:
 
     @property
     def passed(self) -> bool:
+        """No mandatory rule failed on what was evaluated."""
         return not self.mandatory_violations
+
+    @property
+    def unseen(self) -> list[Unseen]:
+        """What some rule could not evaluate, each once."""
+        found: dict[str, Unseen] = {}
+        for result in self.results:
+            for item in result.not_evaluated:
+                found.setdefault(item.urn, item)
+        return list(found.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every rule saw everything in its scope."""
+        return not any(result.not_evaluated for result in self.results)
 
 
 def load_policy_config(path: Path | None) -> dict[str, Any]:
@@ -228,6 +250,37 @@ def _rule_config(rule: Rule, config: Mapping[str, Any]) -> dict[str, Any] | None
     return None
 
 
+# Objects a chart renders that the Kubernetes rules judge: a workload with a pod spec
+# and a load-balanced Service. A rule that judges any of them would judge a release's
+# rendered objects too, so a release it did not see is in its scope.
+_RENDERED_PROBES = (
+    ResourceView(
+        "kubernetes:apps/v1:Deployment",
+        "urn:pulumi:probe::probe::kubernetes:apps/v1:Deployment::probe",
+        "probe",
+        {
+            "metadata": {"name": "probe", "namespace": "probe"},
+            "spec": {"template": {"spec": {"containers": [{"name": "probe", "image": "p:1"}]}}},
+        },
+    ),
+    ResourceView(
+        "kubernetes:core/v1:Service",
+        "urn:pulumi:probe::probe::kubernetes:core/v1:Service::prometheus",
+        "prometheus",
+        {
+            "metadata": {"name": "prometheus", "namespace": "monitoring"},
+            "spec": {"type": "LoadBalancer"},
+        },
+    ),
+)
+
+
+def judges_kubernetes_objects(rule: Rule) -> bool:
+    """Whether ``rule`` judges the kind of objects Helm charts render (its scope then
+    includes every Helm release's objects, seen or not)."""
+    return rule.kind == "resource" and any(rule.applies_to(probe) for probe in _RENDERED_PROBES)
+
+
 def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
     """Every enabled rule over ``plan``, with the findings, exemptions, evidence and the
     rules the config disabled or downgraded; `PackConfigError` for an unusable config."""
@@ -235,9 +288,8 @@ def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
     problems = policy_config_problems(config)
     if problems:
         raise PackConfigError("; ".join(problems))
-    findings: list[Finding] = []
     results: list[RuleResult] = []
-    views = [ResourceView.from_args(resource_args(plan, r, None)) for r in plan.analyzable()]
+    findings_of: dict[str, list[Finding]] = {}
     with stackconfig.loaded(plan.config), recording_exemptions() as exemptions:
         for rule in ALL_RULES:
             level = _level(rule, config)
@@ -245,66 +297,86 @@ def review_plan(plan: Plan, config: Mapping[str, Any] | None = None) -> Review:
                 continue
             if level == EnforcementLevel.REMEDIATE:
                 level = EnforcementLevel.MANDATORY  # the engine reports remediations as mandatory
-            result = RuleResult(rule, level)
-            results.append(result)
-            rule_config = _rule_config(rule, config)
-            if rule.kind == "resource":
-                _run_resource_rule(
-                    plan,
-                    rule,
-                    rule_config=rule_config,
-                    result=result,
-                    findings=findings,
-                    views=views,
+            results.append(RuleResult(rule, level))
+            findings_of[rule.id] = []
+        resource_results = [r for r in results if r.rule.kind == "resource"]
+        _run_resource_rules(plan, resource_results, config, findings_of)
+        for result in results:
+            if result.rule.kind == "stack":
+                _run_stack_rule(
+                    plan, result.rule, _rule_config(result.rule, config), result, findings_of
                 )
-            else:
-                _run_stack_rule(plan, rule, rule_config, result, findings)
         rows = evidence_rows(plan)
+    invisible = tuple(unseen(plan))
+    for result in results:
+        if judges_kubernetes_objects(result.rule):
+            result.not_evaluated = invisible
     by_id = {result.rule.id: result for result in results}
     for exemption in exemptions:
         by_id[exemption.rule_id].exempted.add(exemption.urn)
+    # Rule order, then plan order within a rule: the order the reports list findings in.
+    findings = [finding for result in results for finding in findings_of[result.rule.id]]
+    position = {result.rule.id: number for number, result in enumerate(results)}
+    applied = sorted(exemptions, key=lambda exemption: position[exemption.rule_id])
     return Review(
         plan,
         tuple(results),
         tuple(findings),
-        tuple(exemptions),
+        tuple(applied),
         tuple(rows),
         tuple(level_changes(config)),
     )
 
 
-def _run_resource_rule(
+def _run_resource_rules(
     plan: Plan,
-    rule: Rule,
-    *,
-    rule_config: Mapping[str, Any] | None,
-    result: RuleResult,
-    findings: list[Finding],
-    views: list[ResourceView],
+    results: list[RuleResult],
+    config: Mapping[str, Any],
+    findings_of: dict[str, list[Finding]],
 ) -> None:
-    validate = validate_resource(rule)
-    for resource, view in zip(plan.analyzable(), views, strict=True):
-        if not rule.applies_to(view):
-            continue
-        result.evaluated += 1
+    """Every resource rule over every analyzable resource, one resource at a time.
 
-        def report(message: str, urn: str | None = None, _urn: str = resource.urn) -> None:
-            result.failed.add(_urn)
-            findings.append(Finding(rule.id, _urn, message, result.enforcement))
+    The engine's arguments for a resource are built once and handed to every rule (with
+    the rule's own config where the pack config gives one), so the resource's inputs
+    are wrapped and read once, and nothing of a resource is kept after its turn.
+    """
+    configured = {r.rule.id: _rule_config(r.rule, config) for r in results}
+    validators = {r.rule.id: validate_resource(r.rule) for r in results}
+    for resource in plan.analyzable():
+        args = resource_args(plan, resource, None)
+        view = ResourceView.from_args(args)
+        for result in results:
+            rule = result.rule
+            if not rule.applies_to(view):
+                continue
+            result.evaluated += 1
+            rule_config = configured[rule.id]
+            rule_args = args if rule_config is None else resource_args(plan, resource, rule_config)
+            found = findings_of[rule.id]
 
-        try:
-            validate(resource_args(plan, resource, rule_config), report)
-        except UnknownValueError as err:
-            result.unknown.add(resource.urn)
-            findings.append(
-                Finding(
-                    rule.id,
-                    resource.urn,
-                    f"cannot be checked during preview: {err.message}",
-                    EnforcementLevel.ADVISORY,
-                    unknown=True,
+            def report(
+                message: str,
+                urn: str | None = None,
+                _urn: str = resource.urn,
+                _result: RuleResult = result,
+                _found: list[Finding] = found,
+            ) -> None:
+                _result.failed.add(_urn)
+                _found.append(Finding(_result.rule.id, _urn, message, _result.enforcement))
+
+            try:
+                validators[rule.id](rule_args, report)
+            except UnknownValueError as err:
+                result.unknown.add(resource.urn)
+                found.append(
+                    Finding(
+                        rule.id,
+                        resource.urn,
+                        f"cannot be checked during preview: {err.message}",
+                        EnforcementLevel.ADVISORY,
+                        unknown=True,
+                    )
                 )
-            )
 
 
 def _run_stack_rule(
@@ -312,8 +384,9 @@ def _run_stack_rule(
     rule: Rule,
     rule_config: Mapping[str, Any] | None,
     result: RuleResult,
-    findings: list[Finding],
+    findings_of: dict[str, list[Finding]],
 ) -> None:
+    findings = findings_of[rule.id]
     resources = stack_resources(plan)
     stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in resources))
     result.evaluated = sum(1 for view in stack.resources if rule.applies_to(view))

@@ -26,7 +26,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from policies.model import provider_urn, urn_name
+from policies.model import ResourceView, provider_urn, urn_name
 from policies.values import decode_plan_value
 
 # Steps whose resource no longer exists after the update.
@@ -53,6 +53,8 @@ class PlanResource:
         provider: the provider URN (without the ``::<id>`` suffix), if any.
         parent, dependencies, property_dependencies: the graph, as URNs.
         protect: the protect option.
+        rendered_from: for an object from a Helm release's rendered manifests (not the
+            program's plan), the release's URN.
     """
 
     urn: str
@@ -67,6 +69,7 @@ class PlanResource:
     dependencies: tuple[str, ...] = ()
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     protect: bool = False
+    rendered_from: str | None = None
 
     @property
     def is_provider(self) -> bool:
@@ -75,11 +78,20 @@ class PlanResource:
 
 @dataclass(frozen=True)
 class Plan:
-    """A decoded plan document."""
+    """A decoded plan document.
+
+    Args:
+        path: the plan file.
+        config: the stack config the plan carries.
+        resources: its resources, with the rendered objects of Helm releases where the
+            review was given them (`policies.review.rendered`).
+        seen_releases: the URNs of the Helm releases whose rendered objects are included.
+    """
 
     path: Path
     config: dict[str, Any]
     resources: tuple[PlanResource, ...]
+    seen_releases: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -89,9 +101,23 @@ class Plan:
     def index(self) -> dict[str, PlanResource]:
         return {r.urn: r for r in self.resources}
 
-    def analyzable(self) -> list[PlanResource]:
+    @cached_property
+    def _analyzable(self) -> tuple[PlanResource, ...]:
+        return tuple(r for r in self.resources if r.op not in READ_OPS)
+
+    def analyzable(self) -> tuple[PlanResource, ...]:
         """What the engine runs resource policies on: registered, not read, resources."""
-        return [r for r in self.resources if r.op not in READ_OPS]
+        return self._analyzable
+
+    @cached_property
+    def _providers(self) -> dict[str, PolicyProviderResource]:
+        # One provider object per provider URN, shared by every resource's arguments, so
+        # its inputs are wrapped and read once, not once per resource and rule.
+        return {}
+
+    @cached_property
+    def _stack_resources(self) -> list[PolicyResource]:
+        return _stack_resources(self)
 
 
 def load_plan(path: Path) -> Plan:
@@ -113,7 +139,9 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(
             f"{path}: not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from err
-    return parse_plan(document, path)
+    # The document is ours alone: let the parser drop each step once it is decoded, so
+    # a large plan is not held twice (raw and decoded) at the peak.
+    return parse_plan(document, path, consume=True)
 
 
 def _json_kind(value: Any) -> str:
@@ -156,8 +184,15 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
-def parse_plan(document: Any, path: Path) -> Plan:
-    """The `Plan` of an already parsed plan document."""
+def parse_plan(document: Any, path: Path, *, consume: bool = False) -> Plan:
+    """The `Plan` of an already parsed plan document.
+
+    Args:
+        document: the parsed JSON.
+        path: where it came from (for messages and the plan's name).
+        consume: empty ``document["steps"]`` while decoding (the caller no longer needs
+            it), which keeps the peak memory of a large plan near one copy.
+    """
     hint = "expected the output of `pulumi preview --json` or `make plan`"
     if not isinstance(document, Mapping):
         raise PlanError(
@@ -176,6 +211,8 @@ def parse_plan(document: Any, path: Path) -> Plan:
     resources: list[PlanResource] = []
     problems: list[str] = []
     for index, step in enumerate(steps):
+        if consume:
+            steps[index] = None
         if not isinstance(step, Mapping):
             problems.append(f"steps[{index}] is not an object")
             continue
@@ -231,6 +268,42 @@ def parse_plan(document: Any, path: Path) -> Plan:
     return Plan(path, dict(config), tuple(resources))
 
 
+class _LazyArgs(ResourceValidationArgs):
+    """`ResourceValidationArgs` whose inputs are wrapped in the unknown-checking proxy
+    when first read. The review hands rules views of the plain inputs
+    (`ResourceView.from_args`), so most arguments are never wrapped at all."""
+
+    _raw: Any
+    _proxy: Any
+
+    @property  # type: ignore[override]
+    def props(self) -> Any:
+        if self._proxy is None:
+            self._proxy = unknown_checking_proxy(self._raw)
+        return self._proxy
+
+    @props.setter
+    def props(self, value: Any) -> None:
+        self._raw, self._proxy = value, None
+
+
+class _LazyPolicyResource(PolicyResource):
+    """`PolicyResource` whose state is wrapped when first read (see `_LazyArgs`)."""
+
+    _raw: Any
+    _proxy: Any
+
+    @property  # type: ignore[override]
+    def props(self) -> Any:
+        if self._proxy is None:
+            self._proxy = unknown_checking_proxy(self._raw)
+        return self._proxy
+
+    @props.setter
+    def props(self, value: Any) -> None:
+        self._raw, self._proxy = value, None
+
+
 def _options(resource: PlanResource) -> PolicyResourceOptions:
     return PolicyResourceOptions(
         protect=resource.protect,
@@ -243,12 +316,13 @@ def _options(resource: PlanResource) -> PolicyResourceOptions:
     )
 
 
-def _provider(
-    plan_index: Mapping[str, PlanResource], urn: str | None
-) -> PolicyProviderResource | None:
+def _provider(plan: Plan, urn: str | None) -> PolicyProviderResource | None:
     if urn is None:
         return None
-    provider = plan_index.get(urn)
+    known = plan._providers.get(urn)
+    if known is not None:
+        return known
+    provider = plan.index.get(urn)
     props = provider.inputs if provider is not None else {}
     kind = (
         provider.type
@@ -257,36 +331,45 @@ def _provider(
         if urn.count("::") >= 3
         else ""
     )
-    return PolicyProviderResource(kind, unknown_checking_proxy(props), urn, urn_name(urn))
+    made = PolicyProviderResource(kind, unknown_checking_proxy(props), urn, urn_name(urn))
+    plan._providers[urn] = made
+    return made
 
 
 def resource_args(
     plan: Plan, resource: PlanResource, config: Mapping[str, Any] | None
 ) -> ResourceValidationArgs:
-    """The `ResourceValidationArgs` the engine would send for ``resource``."""
-    return ResourceValidationArgs(
+    """The `ResourceValidationArgs` the engine would send for ``resource`` (its view,
+    `ResourceView.from_args`, is made from the decoded inputs without copying them)."""
+    args = _LazyArgs(
         resource.type,
-        unknown_checking_proxy(resource.inputs),
+        resource.inputs,
         resource.urn,
         resource.name,
         _options(resource),
-        _provider(plan.index, resource.provider),
+        _provider(plan, resource.provider),
         dict(config) if config else None,
     )
+    ResourceView.from_args(args, resource.inputs)
+    return args
 
 
 def stack_resources(plan: Plan) -> list[PolicyResource]:
-    """The `PolicyResource` list the engine would send to stack policies."""
-    index = plan.index
+    """The `PolicyResource` list the engine would send to stack policies (built once per
+    plan and shared by every stack rule and the evidence; nothing changes it)."""
+    return plan._stack_resources
+
+
+def _stack_resources(plan: Plan) -> list[PolicyResource]:
     objects: dict[str, PolicyResource] = {}
     for resource in plan.resources:
-        objects[resource.urn] = PolicyResource(
+        objects[resource.urn] = _LazyPolicyResource(
             resource.type,
-            unknown_checking_proxy(resource.state),
+            resource.state,
             resource.urn,
             resource.name,
             _options(resource),
-            _provider(index, resource.provider),
+            _provider(plan, resource.provider),
             None,
             [],
             {},
@@ -300,4 +383,7 @@ def stack_resources(plan: Plan) -> list[PolicyResource]:
             key: [objects[u] for u in urns if u in objects]
             for key, urns in resource.property_dependencies.items()
         }
+    for resource in plan.resources:
+        # The view rules read: the decoded state itself, not a copy of its proxy.
+        ResourceView.from_policy_resource(objects[resource.urn], resource.state)
     return list(objects.values())

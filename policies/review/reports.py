@@ -21,17 +21,37 @@ SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "
 
 
 def verdict(review: Review) -> str:
-    return "PASS" if review.passed else "FAIL"
+    """FAIL (a mandatory rule failed), INCOMPLETE (none failed on what was evaluated, but
+    some Kubernetes workloads were not seen: see `Review.unseen`) or PASS."""
+    if not review.passed:
+        return "FAIL"
+    return "PASS" if review.complete else "INCOMPLETE"
+
+
+def _unseen_json(review: Review) -> list[dict[str, Any]]:
+    rules_of: dict[str, list[str]] = {}
+    for result in review.results:
+        for item in result.not_evaluated:
+            rules_of.setdefault(item.urn, []).append(result.rule.id)
+    return [
+        {"urn": item.urn, "what": item.what, "why": item.why, "rules": rules_of[item.urn]}
+        for item in review.unseen
+    ]
 
 
 def to_json(review: Review) -> dict[str, Any]:
     """The machine-readable report (stable keys; see docs/compliance.md)."""
+    rules_by_id = {r.rule.id: r.rule for r in review.results}
+    rendered = sum(1 for r in review.plan.resources if r.rendered_from)
     return {
         "plan": str(review.plan.path),
         "generatedAt": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "verdict": verdict(review).lower(),
         "summary": {
-            "resources": len(review.plan.resources),
+            "resources": len(review.plan.resources) - rendered,
+            "renderedReleases": len(review.plan.seen_releases),
+            "renderedObjects": rendered,
+            "notEvaluated": len(review.unseen),
             "rules": len(review.results),
             "mandatoryViolations": len(review.mandatory_violations),
             "advisoryViolations": len(review.violations) - len(review.mandatory_violations),
@@ -62,12 +82,14 @@ def to_json(review: Review) -> dict[str, Any]:
                 "failed": len(r.failed) + (1 if r.stack_failed else 0),
                 "cannotCheck": len(r.unknown),
                 "exempted": len(r.exempted),
+                "notEvaluated": [item.urn for item in r.not_evaluated],
                 "remediation": r.rule.remediation,
                 "controls": list(r.rule.controls),
             }
             for r in review.results
         ],
-        "findings": [_finding_json(review, f) for f in review.findings],
+        "notEvaluated": _unseen_json(review),
+        "findings": [_finding_json(rules_by_id[f.rule_id], f) for f in review.findings],
         "exemptions": [
             {
                 "ruleId": e.rule_id,
@@ -93,8 +115,7 @@ def to_json(review: Review) -> dict[str, Any]:
     }
 
 
-def _finding_json(review: Review, finding: Finding) -> dict[str, Any]:
-    rule = next(r.rule for r in review.results if r.rule.id == finding.rule_id)
+def _finding_json(rule: Rule, finding: Finding) -> dict[str, Any]:
     return {
         "ruleId": finding.rule_id,
         "kind": "cannot-check" if finding.unknown else "violation",
@@ -112,21 +133,35 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(review: Review) -> str:
-    """The report a compliance reviewer reads."""
-    data = to_json(review)
+def to_markdown(review: Review, data: dict[str, Any] | None = None) -> str:
+    """The report a compliance reviewer reads (from ``data``, the JSON report, when the
+    caller already has it)."""
+    data = data if data is not None else to_json(review)
     summary = data["summary"]
+    unseen_rules = sum(1 for r in review.results if r.not_evaluated)
+    if not review.passed:
+        why = f"({summary['mandatoryViolations']} mandatory violation(s))"
+    elif not review.complete:
+        why = (
+            "(no mandatory rule fails on what was evaluated, but "
+            f"{summary['notEvaluated']} Helm release(s) or operator resource(s) hold "
+            f"workloads that {unseen_rules} Kubernetes rule(s) could not see: see "
+            "[What the review could not see](#what-the-review-could-not-see))"
+        )
+    else:
+        why = "(no mandatory rule fails)"
+    rendered = (
+        f"; plus {summary['renderedObjects']} objects rendered from "
+        f"{summary['renderedReleases']} Helm release(s)"
+        if summary["renderedReleases"]
+        else ""
+    )
     lines = [
         f"# Policy review: {review.plan.name}",
         "",
-        f"**Verdict: {verdict(review)}** "
-        + (
-            "(no mandatory rule fails)"
-            if review.passed
-            else f"({summary['mandatoryViolations']} mandatory violation(s))"
-        ),
+        f"**Verdict: {verdict(review)}** {why}",
         "",
-        f"- Plan: `{review.plan.path}` ({summary['resources']} resources)",
+        f"- Plan: `{review.plan.path}` ({summary['resources']} resources{rendered})",
         f"- Rules run: {summary['rules']}",
         f"- Mandatory violations: {summary['mandatoryViolations']}",
         f"- Advisory violations: {summary['advisoryViolations']}",
@@ -134,17 +169,49 @@ def to_markdown(review: Review) -> str:
         f"- Exceptions and exemptions applied: {summary['exemptions']}",
         f"- Rules disabled by the pack config: {summary['rulesDisabledByConfig']}",
         f"- Rules downgraded to advisory by the pack config: {summary['rulesDowngradedByConfig']}",
+        f"- Helm releases and operator resources whose workloads were not evaluated: "
+        f"{summary['notEvaluated']}",
         "",
         "## Rules",
         "",
-        "| Rule | Severity | Enforcement | Evaluated | Passed | Failed | Cannot check | Exempted |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "A rule's counts cover only what it evaluated; *Not seen* counts the Helm releases "
+        "and operator resources whose workloads it could not evaluate.",
+        "",
+        "| Rule | Severity | Enforcement | Evaluated | Passed | Failed | Cannot check | Exempted "
+        "| Not seen |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rule in data["rules"]:
+        passed = f"{rule['passed']}" + (
+            f" of {rule['evaluated']} objects; {len(rule['notEvaluated'])} not seen"
+            if rule["notEvaluated"]
+            else ""
+        )
         lines.append(
             f"| `{rule['id']}` | {rule['severity']} | {rule['enforcement']} | {rule['evaluated']} "
-            f"| {rule['passed']} | {rule['failed']} | {rule['cannotCheck']} | {rule['exempted']} |"
+            f"| {passed} | {rule['failed']} | {rule['cannotCheck']} | {rule['exempted']} "
+            f"| {len(rule['notEvaluated'])} |"
         )
+    lines += ["", "## What the review could not see", ""]
+    if not data["notEvaluated"]:
+        lines.append(
+            "Nothing: every Helm release's rendered objects were evaluated, and no operator "
+            "resource creates workloads at run time."
+        )
+    else:
+        lines += [
+            "The Kubernetes rules below judged only the objects the plan (and any rendered "
+            "manifests) contain. These hold workloads they did not evaluate; a pass says "
+            "nothing about them. Render the releases (`make review RENDERED=<dir>`, see "
+            "docs/compliance.md) to check what Helm installs; workloads an operator "
+            "creates at run time need a review of the operator's configuration.",
+            "",
+            "| What | Why not evaluated | Rules |",
+            "| --- | --- | --- |",
+        ]
+        for item in data["notEvaluated"]:
+            rules = ", ".join(f"`{r}`" for r in item["rules"])
+            lines.append(f"| {_cell(item['what'])} | {_cell(item['why'])} | {rules} |")
     lines += ["", "## Rules disabled or downgraded by the pack config", ""]
     if not data["disabledOrDowngraded"]:
         lines.append("None: every rule runs at its default level or stricter.")
@@ -290,8 +357,10 @@ def to_sarif(review: Review, source_uri: str) -> dict[str, Any]:
                 "automationDetails": {"id": f"policy-review/{review.plan.name}/"},
                 "invocations": [_invocation(review, index)],
                 "properties": {
+                    "verdict": verdict(review).lower(),
                     "disabledRules": review.disabled_rules,
                     "downgradedRules": review.downgraded_rules,
+                    "notEvaluated": [item.urn for item in review.unseen],
                 },
                 "results": results,
             }
@@ -330,6 +399,30 @@ def _invocation(review: Review, index: dict[str, int]) -> dict[str, Any]:
     if overrides:
         invocation["ruleConfigurationOverrides"] = overrides
         invocation["toolConfigurationNotifications"] = notifications
+    unseen = _unseen_json(review)
+    if unseen:
+        # What the rules could not see is part of the run's outcome, not a finding.
+        invocation["toolExecutionNotifications"] = [
+            {
+                "level": "warning",
+                "message": {
+                    "text": f"not evaluated by {', '.join(item['rules'])}: {item['what']}: "
+                    f"{item['why']}"
+                },
+                "locations": [
+                    {
+                        "logicalLocations": [
+                            {
+                                "fullyQualifiedName": item["urn"],
+                                "name": urn_name(item["urn"]),
+                                "kind": "resource",
+                            }
+                        ]
+                    }
+                ],
+            }
+            for item in unseen
+        ]
     return invocation
 
 
@@ -345,7 +438,8 @@ def write_reports(review: Review, out_dir: Path, source_uri: str) -> list[Path]:
     """Write report.md, report.json and report.sarif into ``out_dir``; their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "report.md", out_dir / "report.json", out_dir / "report.sarif"]
-    paths[0].write_text(to_markdown(review), encoding="utf-8")
-    paths[1].write_text(json.dumps(to_json(review), indent=2) + "\n", encoding="utf-8")
+    data = to_json(review)
+    paths[0].write_text(to_markdown(review, data), encoding="utf-8")
+    paths[1].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     paths[2].write_text(json.dumps(to_sarif(review, source_uri), indent=2) + "\n", encoding="utf-8")
     return paths

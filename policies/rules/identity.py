@@ -145,18 +145,12 @@ def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[
         yield role.urn, path, document
     role_name = role.props.get("name")
     index = stack.by_urn()
-    for resource in stack.resources:
-        if resource.type not in (
-            "aws:iam/rolePolicy:RolePolicy",
-            "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
-        ):
-            continue
-        target = resource.props.get("role")
-        linked = role.urn in resource.property_dependencies.get("role", ()) or (
-            target is not None and not is_unknown(target) and target in (role_name, role.name)
-        )
-        if not linked:
-            continue
+    # Looked up by what their `role` names, not by scanning the stack for every role.
+    names = [n for n in (role_name, role.name) if isinstance(n, str) and not is_unknown(n)]
+    for resource in stack.referrers(
+        ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment"),
+        "role",
+    ).naming(role.urn, names):
         if resource.type == "aws:iam/rolePolicy:RolePolicy":
             yield resource.urn, "policy", resource.props.get("policy")
             continue

@@ -60,18 +60,19 @@ def _good(
 def _companions(
     stack: StackView, companion_type: str, good: Callable[[ResourceView], bool], what: str
 ) -> Iterator[tuple[str | None, str]]:
-    companions = list(stack.of_type(companion_type))
+    # Companions are looked up by what their `bucket` names (as `refers_to` matches
+    # them), not by scanning every companion for every bucket.
+    referrers = stack.referrers((companion_type,), "bucket")
+    # A companion whose bucket is unknown and has no dependency names no bucket.
+    unresolved = [
+        c
+        for c in stack.of_type(companion_type)
+        if is_unknown(c.props.get("bucket")) and not c.property_dependencies.get("bucket")
+    ]
     deferred = Deferred()
     for bucket in stack.of_type(BUCKET):
         ids = bucket_ids(bucket)
-        mine = [c for c in companions if refers_to(c, "bucket", bucket, ids)]
-        unresolved = [
-            c
-            for c in companions
-            if c not in mine
-            and is_unknown(c.props.get("bucket"))
-            and not c.property_dependencies.get("bucket")
-        ]
+        mine = referrers.naming(bucket.urn, ids)
         with deferred.each():
             unreadable: list[str] = []
             if not any(_good(good, c, unreadable) for c in mine):

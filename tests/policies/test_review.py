@@ -88,8 +88,8 @@ def test_a_broken_plan_fails_naming_the_rules(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "FAIL" in result.stdout
-    assert "[aws-encryption-customer-managed-key] scratch" in result.stdout
-    assert "[uae-kms-no-multi-region] storage-key" in result.stdout
+    assert "    aws-encryption-customer-managed-key: 1\n      scratch: " in result.stdout
+    assert "    uae-kms-no-multi-region: 1\n      storage-key: " in result.stdout
     sarif = json.loads((tmp_path / "out" / "report.sarif").read_text())
     assert sarif_errors(sarif) == []
     errors = {(r["ruleId"], r["level"]) for r in sarif["runs"][0]["results"]}
@@ -109,7 +109,8 @@ def test_reports_go_to_build_review_plan_stem(
     out = tmp_path / "build" / "review" / "my-stack"
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.sarif"]
     report = json.loads((out / "report.json").read_text())
-    assert report["verdict"] == "pass"
+    # No mandatory rule fails, but the plan's Helm release was not rendered.
+    assert report["verdict"] == "incomplete"
     rules = {r["id"]: r for r in report["rules"]}
     assert rules["k8s-no-privileged"]["evaluated"] == 2
     assert rules["k8s-no-privileged"]["passed"] == 2

@@ -177,3 +177,20 @@ def test_the_preview_decrypts_with_the_kms_secrets_provider_not_a_passphrase() -
     assert steps[credentials]["with"]["aws-region"] == "me-central-1"
     assert "secrets.AWS_PREVIEW_ROLE_ARN" in job["env"]["CAN_PREVIEW"]
     assert "secrets.PULUMI_BACKEND_URL" in job["env"]["CAN_PREVIEW"]
+
+
+def test_the_review_renders_every_helm_release_with_a_pinned_checked_helm() -> None:
+    """CI renders the releases with helm_inputs' commands and a helm binary pinned by
+    version and sha256, and the review reads what they render."""
+    steps = load(ROOT / ".github" / "workflows" / "pull-request.yml")["jobs"]["review"]["steps"]
+    runs = [str(step.get("run", "")) for step in steps]
+    helm = next(i for i, text in enumerate(runs) if "get.helm.sh" in text)
+    env = steps[helm]["env"]
+    assert re.fullmatch(r"v3\.\d+\.\d+", env["HELM_VERSION"])
+    assert re.fullmatch(r"[0-9a-f]{64}", env["HELM_SHA256"])
+    assert "sha256sum --check" in runs[helm]
+    render = next(i for i, text in enumerate(runs) if "policies.review.helm_inputs" in text)
+    assert "render.sh" in runs[render]
+    review = next(i for i, step in enumerate(steps) if step.get("id") == "review")
+    assert "RENDERED=" in runs[review] and "build/rendered/" in runs[review]
+    assert helm < render < review
