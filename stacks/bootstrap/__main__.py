@@ -37,6 +37,7 @@ _DENIED = {
     "AuthorizationError",
     "InvalidClientTokenId",
     "UnrecognizedClientException",
+    "403",  # an error without a code of its own, as some endpoints answer a denial
 }
 
 
@@ -48,21 +49,51 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--region", default=DEFAULT_REGION, help=f"UAE region ({', '.join(UAE_AWS_REGIONS)})"
     )
-    p.add_argument("--admin-role-arn", action="append", default=[], metavar="ARN",
-                   help="role that administers the keys (repeatable)")  # fmt: skip
-    p.add_argument("--ci-role-arn", action="append", default=[], metavar="ARN",
-                   help="role that uses the state and secrets keys, e.g. CI (repeatable)")  # fmt: skip
-    p.add_argument("--trail-retention-days", type=int, default=365,
-                   help="object-lock compliance retention of trail logs (default 365)")  # fmt: skip
-    p.add_argument("--log-retention-days", type=int, default=365,
-                   help="retention of the trail's log group (default 365)")  # fmt: skip
-    p.add_argument("--noncurrent-days", type=int, default=90,
-                   help="days the state bucket keeps noncurrent versions (default 90)")  # fmt: skip
-    p.add_argument("--data-bucket", action="append", default=[], metavar="NAME",
-                   help="a data bucket whose object events the trail records (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--admin-role-arn",
+        action="append",
+        default=[],
+        metavar="ARN",
+        help="role that administers the keys (repeatable)",
+    )
+    p.add_argument(
+        "--ci-role-arn",
+        action="append",
+        default=[],
+        metavar="ARN",
+        help="role that uses the state and secrets keys, e.g. CI (repeatable)",
+    )
+    p.add_argument(
+        "--trail-retention-days",
+        type=int,
+        default=365,
+        help="object-lock compliance retention of trail logs (default 365)",
+    )
+    p.add_argument(
+        "--log-retention-days",
+        type=int,
+        default=365,
+        help="retention of the trail's log group (default 365)",
+    )
+    p.add_argument(
+        "--noncurrent-days",
+        type=int,
+        default=90,
+        help="days the state bucket keeps noncurrent versions (default 90)",
+    )
+    p.add_argument(
+        "--data-bucket",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a data bucket whose object events the trail records (repeatable)",
+    )
     p.add_argument("--name-suffix", default="", help="suffix for the bucket names if taken")
-    p.add_argument("--org-guardrail", action="store_true",
-                   help="create the region-deny SCP (from the organisation's management account)")  # fmt: skip
+    p.add_argument(
+        "--org-guardrail",
+        action="store_true",
+        help="create the region-deny SCP (from the organisation's management account)",
+    )
     p.add_argument("--target", help="OU, root or account id the guardrail is attached to")
     return p
 
@@ -141,7 +172,7 @@ def _client_error(err: ClientError) -> str:
     operation = getattr(err, "operation_name", "?")
     if code in _DENIED:
         return (
-            f"missing permission: {operation} was denied ({code}: {error.get('Message', '')}). "
+            f"missing permission: {operation} was denied ({code}). "
             "Run the bootstrap with an identity that may create KMS keys, S3 buckets, "
             "CloudTrail trails, CloudWatch log groups and IAM roles (and Organizations "
             "policies with --org-guardrail), e.g. an administrator of the account."

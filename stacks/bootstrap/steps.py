@@ -136,19 +136,26 @@ class Bootstrap:
     def bucket_exists(self, bucket: str) -> bool:
         """True if this account owns ``bucket`` in the region; errors say what to fix."""
         s3 = self.client("s3")
-        try:
-            s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=self.names.account)
-        except ClientError as err:
-            code = str(err.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                return False
-            if code in ("403", "AccessDenied", "Forbidden"):
-                raise BootstrapError(
-                    f"the bucket name {bucket} is taken by another account (or this identity "
-                    "may not read it); pass --name-suffix to derive other names, or grant "
-                    "s3:ListBucket on it"
-                ) from None
-            raise
+        # ListBuckets answers only the caller's own buckets: a name outside it that
+        # still answers HeadBucket (200 or 403) belongs to another account.
+        owned = {
+            b["Name"]
+            for page in s3.get_paginator("list_buckets").paginate()
+            for b in page.get("Buckets", [])
+        }
+        if bucket not in owned:
+            try:
+                s3.head_bucket(Bucket=bucket)
+            except ClientError as err:
+                code = str(err.response.get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchBucket", "NotFound"):
+                    return False
+                if code not in ("403", "AccessDenied", "Forbidden"):
+                    raise
+            raise BootstrapError(
+                f"the bucket name {bucket} is taken by another account; pass --name-suffix "
+                "(e.g. --name-suffix=-a1) to derive other bucket names and run again"
+            )
         location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
         if location != self.names.region:
             raise BootstrapError(
@@ -177,6 +184,7 @@ class Bootstrap:
     def _setting(
         self,
         fixes: list[str],
+        *,
         label: str,
         read: Callable[[], Any],
         wanted: Any,
@@ -205,39 +213,45 @@ class Bootstrap:
         }
         self._setting(
             fixes,
-            "public access block",
-            lambda: s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"],
-            block,
-            lambda: s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=block),
-            ("NoSuchPublicAccessBlockConfiguration",),
+            label="public access block",
+            read=lambda: s3.get_public_access_block(Bucket=bucket)[
+                "PublicAccessBlockConfiguration"
+            ],
+            wanted=block,
+            write=lambda: s3.put_public_access_block(
+                Bucket=bucket, PublicAccessBlockConfiguration=block
+            ),
+            missing_codes=("NoSuchPublicAccessBlockConfiguration",),
         )
         ownership = [{"ObjectOwnership": "BucketOwnerEnforced"}]
         self._setting(
             fixes,
-            "object ownership",
-            lambda: s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"],
-            ownership,
-            lambda: s3.put_bucket_ownership_controls(
+            label="object ownership",
+            read=lambda: s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"][
+                "Rules"
+            ],
+            wanted=ownership,
+            write=lambda: s3.put_bucket_ownership_controls(
                 Bucket=bucket, OwnershipControls={"Rules": ownership}
             ),
-            ("OwnershipControlsNotFoundError",),
+            missing_codes=("OwnershipControlsNotFoundError",),
         )
         self._setting(
             fixes,
-            "versioning",
-            lambda: s3.get_bucket_versioning(Bucket=bucket).get("Status"),
-            "Enabled",
-            lambda: s3.put_bucket_versioning(
+            label="versioning",
+            read=lambda: s3.get_bucket_versioning(Bucket=bucket).get("Status"),
+            wanted="Enabled",
+            write=lambda: s3.put_bucket_versioning(
                 Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}
             ),
         )
         self._setting(
             fixes,
-            "bucket policy",
-            lambda: json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"]),
-            policy,
-            lambda: s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy)),
-            ("NoSuchBucketPolicy",),
+            label="bucket policy",
+            read=lambda: json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"]),
+            wanted=policy,
+            write=lambda: s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy)),
+            missing_codes=("NoSuchBucketPolicy",),
         )
 
     def ensure_trail_bucket(self) -> None:
@@ -257,13 +271,13 @@ class Bootstrap:
         sse = [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
         self._setting(
             fixes,
-            "default encryption",
-            lambda: _sse_rules(s3, bucket),
-            sse,
-            lambda: s3.put_bucket_encryption(
+            label="default encryption",
+            read=lambda: _sse_rules(s3, bucket),
+            wanted=sse,
+            write=lambda: s3.put_bucket_encryption(
                 Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
             ),
-            ("ServerSideEncryptionConfigurationNotFoundError",),
+            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
         )
         lock = {
             "ObjectLockEnabled": "Enabled",
@@ -276,11 +290,13 @@ class Bootstrap:
         }
         self._setting(
             fixes,
-            f"object lock (compliance, {self.options.trail_retention_days} days)",
-            lambda: _lock(s3, bucket),
-            lock,
-            lambda: s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration=lock),
-            ("ObjectLockConfigurationNotFoundError",),
+            label=f"object lock (compliance, {self.options.trail_retention_days} days)",
+            read=lambda: _lock(s3, bucket),
+            wanted=lock,
+            write=lambda: s3.put_object_lock_configuration(
+                Bucket=bucket, ObjectLockConfiguration=lock
+            ),
+            missing_codes=("ObjectLockConfigurationNotFoundError",),
         )
         self.record("s3 bucket", bucket, [] if not exists else fixes, created=not exists)
 
@@ -307,21 +323,21 @@ class Bootstrap:
         ]
         self._setting(
             fixes,
-            "SSE-KMS (state key)",
-            lambda: _sse_rules(s3, bucket),
-            sse,
-            lambda: s3.put_bucket_encryption(
+            label="SSE-KMS (state key)",
+            read=lambda: _sse_rules(s3, bucket),
+            wanted=sse,
+            write=lambda: s3.put_bucket_encryption(
                 Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
             ),
-            ("ServerSideEncryptionConfigurationNotFoundError",),
+            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
         )
         logging = {"TargetBucket": self.names.trail_bucket, "TargetPrefix": "state-access/"}
         self._setting(
             fixes,
-            "access logging",
-            lambda: s3.get_bucket_logging(Bucket=bucket).get("LoggingEnabled"),
-            logging,
-            lambda: s3.put_bucket_logging(
+            label="access logging",
+            read=lambda: s3.get_bucket_logging(Bucket=bucket).get("LoggingEnabled"),
+            wanted=logging,
+            write=lambda: s3.put_bucket_logging(
                 Bucket=bucket, BucketLoggingStatus={"LoggingEnabled": logging}
             ),
         )
@@ -336,13 +352,13 @@ class Bootstrap:
         ]
         self._setting(
             fixes,
-            f"lifecycle (noncurrent versions {self.options.noncurrent_days} days)",
-            lambda: s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"],
-            rules,
-            lambda: s3.put_bucket_lifecycle_configuration(
+            label=f"lifecycle (noncurrent versions {self.options.noncurrent_days} days)",
+            read=lambda: s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"],
+            wanted=rules,
+            write=lambda: s3.put_bucket_lifecycle_configuration(
                 Bucket=bucket, LifecycleConfiguration={"Rules": rules}
             ),
-            ("NoSuchLifecycleConfiguration",),
+            missing_codes=("NoSuchLifecycleConfiguration",),
         )
         self.record("s3 bucket", bucket, [] if not exists else fixes, created=not exists)
 
@@ -377,7 +393,10 @@ class Bootstrap:
         return arn
 
     def ensure_trail_logs_role(self) -> str:
-        iam, role = self.session.client("iam"), self.names.trail_logs_role
+        iam, role = (
+            self.session.client("iam", region_name=self.names.region),
+            self.names.trail_logs_role,
+        )
         trust, permissions = (
             documents.trail_logs_trust(),
             documents.trail_logs_permissions(self.names),
