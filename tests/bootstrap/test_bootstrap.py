@@ -354,7 +354,7 @@ def test_against_a_moto_server_through_aws_endpoint_url() -> None:
                 text=True,
                 timeout=180,
                 check=False,
-            )  # fmt: skip
+            )
             for _ in range(2)
         ]
         assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr

@@ -19,10 +19,10 @@ from typing import Any
 _OPERATORS = {
     "StringEquals": (lambda v, p: v == p, False),
     "StringNotEquals": (lambda v, p: v == p, True),
-    "StringLike": (lambda v, p: fnmatch.fnmatchcase(v, p), False),
-    "StringNotLike": (lambda v, p: fnmatch.fnmatchcase(v, p), True),
-    "ArnLike": (lambda v, p: fnmatch.fnmatchcase(v, p), False),
-    "ArnNotLike": (lambda v, p: fnmatch.fnmatchcase(v, p), True),
+    "StringLike": (fnmatch.fnmatchcase, False),
+    "StringNotLike": (fnmatch.fnmatchcase, True),
+    "ArnLike": (fnmatch.fnmatchcase, False),
+    "ArnNotLike": (fnmatch.fnmatchcase, True),
     "Bool": (lambda v, p: v.lower() == p.lower(), False),
 }
 
