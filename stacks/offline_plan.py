@@ -161,7 +161,7 @@ def plan_registrations(
         state: the state backend and secrets provider to check (default: the stack
             file's secrets provider and `stacks.state_residency.default_offline_backend`).
     """
-    checked = state or for_offline_plan(stack)
+    checked = state or for_offline_plan(stack, path=STACKS_DIR / f"Pulumi.{stack}.yaml")
 
     def program() -> None:
         from .program import main  # noqa: PLC0415 - the program must load under the mocks
@@ -209,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         config, secret_keys = load_stack_file(options.stack)
-        state = for_offline_plan(options.stack, options.backend)
+        state = for_offline_plan(
+            options.stack, options.backend, path=STACKS_DIR / f"Pulumi.{options.stack}.yaml"
+        )
         registrations = plan_registrations(options.stack, config, secret_keys, state)
     except PlanError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -31,11 +31,15 @@ def main(state: StateResidency | None = None) -> None:
     """
     stack = pulumi.get_stack()
     state = state or for_program(stack)
-    # Before anything else: a stack whose state or secrets would leave the UAE gets no
-    # resource at all (RunError: one message, no traceback).
-    problems = state.problems()
-    if problems:
-        raise pulumi.RunError(state.render(problems))
+    # Before any resource: a stack whose state or secrets would leave the UAE gets none
+    # (RunError: one message, no traceback), reported together with config problems.
+    refused = state.problems()
+    if refused:
+        try:
+            parse_stack_config(stack_config_map())
+        except ConfigError as err:
+            raise pulumi.RunError(f"{err.render(stack)}\n{state.render(refused)}") from None
+        raise pulumi.RunError(state.render(refused))
     pulumi.export("residency", state.as_output())
     try:
         config = parse_stack_config(stack_config_map())

@@ -214,13 +214,17 @@ def for_program(stack: str, environ: Mapping[str, str] | None = None) -> StateRe
 
 
 def for_offline_plan(
-    stack: str, backend_url: str | None = None, environ: Mapping[str, str] | None = None
+    stack: str,
+    backend_url: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    path: Path | None = None,
 ) -> StateResidency:
-    """What an offline plan of ``stack`` checks: its stack file's secrets provider and
-    the backend given with ``--backend`` (else `default_offline_backend`)."""
+    """What an offline plan of ``stack`` checks: its stack file's (``path``, default
+    ``stacks/Pulumi.<stack>.yaml``) secrets provider and the backend given with
+    ``--backend`` (else `default_offline_backend`)."""
     backend = (
         Located(backend_url, "--backend", backend_region(backend_url))
         if backend_url
         else default_offline_backend(environ)
     )
-    return StateResidency(stack, backend, read_secrets_provider(stack_file(stack)))
+    return StateResidency(stack, backend, read_secrets_provider(path or stack_file(stack)))
