@@ -149,6 +149,15 @@ def plan_document(
     return {"config": shown_config, "steps": steps, "changeSummary": {"create": len(steps)}}
 
 
+def _plain(value: object) -> bool:
+    """A JSON value without Outputs (those resolve only under the engine's run)."""
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
 def plan_registrations(
     stack: str,
     config: Mapping[str, str],
@@ -181,8 +190,9 @@ def plan_registrations(
     exported = getattr(root, "outputs", None)
     stack_reg = next((r for r in registrations.values() if r.type == STACK_TYPE), None)
     if stack_reg is not None and isinstance(exported, dict):
-        plain = {k: v for k, v in exported.items() if isinstance(v, str | int | float | dict)}
-        stack_reg.component_outputs = json.loads(json.dumps(plain, sort_keys=True))
+        stack_reg.component_outputs = {
+            key: value for key, value in sorted(exported.items()) if _plain(value)
+        }
     return registrations
 
 
