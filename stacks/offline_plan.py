@@ -190,9 +190,10 @@ def plan_registrations(
     exported = getattr(root, "outputs", None)
     stack_reg = next((r for r in registrations.values() if r.type == STACK_TYPE), None)
     if stack_reg is not None and isinstance(exported, dict):
-        stack_reg.component_outputs = {
-            key: value for key, value in sorted(exported.items()) if _plain(value)
-        }
+        # Through JSON, so the in-memory plan equals the written one (tuples -> lists).
+        stack_reg.component_outputs = json.loads(
+            json.dumps({key: value for key, value in sorted(exported.items()) if _plain(value)})
+        )
     return registrations
 
 
