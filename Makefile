@@ -40,8 +40,8 @@ review: $(STAMP) ## policy review of STACK's plan (or PLAN=file.json) -> build/r
 review-all: $(STAMP) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
 
-audit: $(STAMP) ## read-only residency audit of the AWS account (REGIONS=..., ALLOWED=...)
-	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED))
+audit: $(STAMP) ## read-only residency audit of the AWS account (REGIONS=, ALLOWED=, GUARDRAIL=)
+	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL))
 
 train: $(STAMP) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
 	@$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m workloads.train --preset $(PRESET) $(ARGS)
@@ -61,3 +61,9 @@ test: lint typecheck ## static checks, then every test
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
+
+# --- residency: in-region state, secrets and audit trail (issue 10) -------------------
+.PHONY: bootstrap
+
+bootstrap: $(STAMP) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
+	@$(PY) -m stacks.bootstrap $(ARGS)

@@ -228,3 +228,46 @@ def for_offline_plan(
         else default_offline_backend(environ)
     )
     return StateResidency(stack, backend, read_secrets_provider(path or stack_file(stack)))
+
+
+def backend_from_whoami(text: str) -> str | None:
+    """The ``Backend URL:`` line of ``pulumi whoami --verbose`` output, if any."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "backend url" and value.strip():
+            return value.strip()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pulumi whoami --verbose | python -m stacks.state_residency STACK``: the CI
+    check that the backend the CLI really uses, and the stack file's secrets provider,
+    are in the UAE (exit 0), or one message and exit 2."""
+    import argparse  # noqa: PLC0415 - only the command line needs it
+    import sys  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m stacks.state_residency")
+    parser.add_argument("stack", help="the stack whose stacks/Pulumi.<stack>.yaml is checked")
+    parser.add_argument(
+        "--whoami", default="-", help="`pulumi whoami --verbose` output file (- for stdin)"
+    )
+    args = parser.parse_args(argv)
+    text = sys.stdin.read() if args.whoami == "-" else Path(args.whoami).read_text("utf-8")
+    url = backend_from_whoami(text)
+    backend = Located(url, "`pulumi whoami --verbose`", backend_region(url or ""))
+    if url is None:
+        backend = Located(None, "`pulumi whoami --verbose` shows no Backend URL", None)
+    state = StateResidency(args.stack, backend, read_secrets_provider(stack_file(args.stack)))
+    problems = state.problems()
+    if problems:
+        print(f"error: {state.render(problems)}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.stack}: state in {backend.region} ({url}), secrets with "
+        f"{state.secrets_provider.url} ({state.secrets_provider.source})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
