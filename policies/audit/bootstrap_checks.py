@@ -218,4 +218,8 @@ def run_bootstrap_checks(
     _guarded(audit, home, "state-bucket", lambda: check_state_bucket(audit, state_bucket))
     _guarded(audit, home, "account-trail", lambda: check_trail(audit, trail))
     for target in guardrail_targets:
-        _guarded(audit, "global", "guardrail", lambda t=target: check_guardrail(audit, t))
+
+        def guardrail(target: str = target) -> None:
+            check_guardrail(audit, target)
+
+        _guarded(audit, "global", "guardrail", guardrail)

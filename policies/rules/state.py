@@ -18,7 +18,7 @@ from pulumi_policy.proxy import UnknownValueError
 from policies import controls
 from policies.model import StackView, stack_rule, types_in
 from policies.settings import Settings
-from policies.values import dig, is_unknown
+from policies.values import UNKNOWN_STRING, dig, is_unknown
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PARTS = (("stateBackend", "state backend"), ("secretsProvider", "secrets provider"))
@@ -46,7 +46,8 @@ def state_and_secrets_in_region(
     for root in stack.of_type(STACK_TYPE):
         residency = root.props.get("residency")
         if residency is None or is_unknown(residency):
-            raise UnknownValueError(residency, ["residency"])
+            # The engine's unknown-string sentinel: "cannot be checked", not a pass.
+            raise UnknownValueError(UNKNOWN_STRING, ["residency"])
         for key, label in PARTS:
             url, source, region = (dig(residency, key, f) for f in ("url", "source", "region"))
             if region not in settings.allowed_regions:
