@@ -80,8 +80,8 @@ review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json; PACK_C
 review-all: $(PLAN_DEPS) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
 
-audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=..., ALLOWED=...)
-	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED))
+audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=, ALLOWED=, GUARDRAIL=)
+	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL))
 
 train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
 	@$(PY) -m workloads.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
@@ -118,3 +118,9 @@ bench-review: $(PLAN_DEPS) ## review time and peak memory on generated 1k/10k/10
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
+
+# --- residency: in-region state, secrets and audit trail (issue 10) -------------------
+.PHONY: bootstrap
+
+bootstrap: $(PLAN_DEPS) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
+	@$(PY) -m stacks.bootstrap $(ARGS)

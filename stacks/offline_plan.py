@@ -5,7 +5,11 @@ stack file's config, and writes ``build/plan/<stack>.json`` in the shape of
 ``pulumi preview --json`` (see DESIGN.md), plus a readable summary. The same stack
 file always gives the same JSON, byte for byte.
 
-Usage: ``python -m stacks.offline_plan [--quiet] [--out DIR] STACK``
+The stack's secrets provider (its stack file's ``secretsprovider:`` line) and state
+backend (``--backend``, else ``PULUMI_BACKEND_URL``, else the bootstrap's state bucket
+for the placeholder account 123456789012) must be in the UAE, as in a real run.
+
+Usage: ``python -m stacks.offline_plan [--quiet] [--out DIR] [--backend URL] STACK``
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ import yaml
 from .config import PROJECT, SECRET_KEYS
 from .offline_runtime import Registration, run_program
 from .plan_summary import render_summary
+from .state_residency import StateResidency, for_offline_plan
 
 STACKS_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = Path("build/plan")
 # Offline stand-in for a secret the stack file holds encrypted (`secure:`): the real
 # value can only be decrypted by the stack's secrets provider, which is not here.
 OFFLINE_SECRET = "offline-plan-placeholder"
+STACK_TYPE = "pulumi:pulumi:Stack"
 
 
 class PlanError(Exception):
@@ -144,27 +150,60 @@ def plan_document(
             state["propertyDependencies"] = reg.property_dependencies
         if reg.aliases:
             state["aliases"] = reg.aliases
+        if reg.type == STACK_TYPE and reg.component_outputs:
+            # The stack outputs (the residency evidence), where `pulumi preview --json`
+            # shows them too.
+            state["outputs"] = reg.component_outputs
         steps.append({"op": "create", "urn": reg.urn, "provider": reg.provider, "newState": state})
     shown_config = {k: ("[secret]" if k in secret_keys else v) for k, v in sorted(config.items())}
     return {"config": shown_config, "steps": steps, "changeSummary": {"create": len(steps)}}
 
 
-def _program() -> None:
-    from .program import main  # noqa: PLC0415 - the program must load under the mocks
-
-    main()
+def _plain(value: object) -> bool:
+    """A JSON value without Outputs (those resolve only under the engine's run)."""
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
 
 
 def plan_registrations(
-    stack: str, config: Mapping[str, str], secret_keys: Sequence[str] = ()
+    stack: str,
+    config: Mapping[str, str],
+    secret_keys: Sequence[str] = (),
+    state: StateResidency | None = None,
 ) -> dict[str, Registration]:
-    """Run the program for ``stack`` with ``config``; raise `PlanError` on a bad config."""
+    """Run the program for ``stack`` with ``config``; raise `PlanError` on a bad config.
+
+    Args:
+        state: the state backend and secrets provider to check (default: the stack
+            file's secrets provider and `stacks.state_residency.default_offline_backend`).
+    """
+    checked = state or for_offline_plan(stack, path=STACKS_DIR / f"Pulumi.{stack}.yaml")
+
+    def program() -> None:
+        from .program import main  # noqa: PLC0415 - the program must load under the mocks
+
+        main(checked)
+
     try:
         registrations, _ = run_program(
-            _program, project=PROJECT, stack=stack, config=config, secret_keys=list(secret_keys)
+            program, project=PROJECT, stack=stack, config=config, secret_keys=list(secret_keys)
         )
     except pulumi.RunError as err:
         raise PlanError(str(err)) from None
+    # Under the mock runtime the root stack never registers its outputs (the engine's
+    # `run_in_stack` does that); take the program's exports from the root resource so
+    # the plan carries them where `pulumi preview --json` does (the Stack's outputs).
+    root = pulumi.runtime.settings.get_root_resource()
+    exported = getattr(root, "outputs", None)
+    stack_reg = next((r for r in registrations.values() if r.type == STACK_TYPE), None)
+    if stack_reg is not None and isinstance(exported, dict):
+        # Through JSON, so the in-memory plan equals the written one (tuples -> lists).
+        stack_reg.component_outputs = json.loads(
+            json.dumps({key: value for key, value in sorted(exported.items()) if _plain(value)})
+        )
     return registrations
 
 
@@ -208,11 +247,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("stack", help=f"stack name ({', '.join(available_stacks())})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (build/plan)")
     parser.add_argument("--quiet", action="store_true", help="write the JSON, print one line")
+    parser.add_argument(
+        "--backend",
+        metavar="URL",
+        help="the stack's state backend (default: PULUMI_BACKEND_URL, else the bootstrap's "
+        "state bucket for account 123456789012)",
+    )
     options = parser.parse_args(argv)
     path = options.out / f"{options.stack}.json"
     try:
         config, secret_keys = load_stack_file(options.stack)
-        registrations = plan_registrations(options.stack, config, secret_keys)
+        state = for_offline_plan(
+            options.stack, options.backend, path=STACKS_DIR / f"Pulumi.{options.stack}.yaml"
+        )
+        registrations = plan_registrations(options.stack, config, secret_keys, state)
     except PlanError as err:
         stale = _remove_stale(path)
         print(f"error: {err}{stale}", file=sys.stderr)

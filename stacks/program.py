@@ -14,6 +14,7 @@ from .aws_foundation import build_aws_foundation, region_provider
 from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
 from .kubernetes_layer import build_kubernetes_layer
+from .state_residency import StateResidency, for_program
 
 
 def stack_config_map() -> dict[str, str]:
@@ -21,9 +22,25 @@ def stack_config_map() -> dict[str, str]:
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
 
 
-def main() -> None:
-    """Build the platform for the selected stack."""
+def main(state: StateResidency | None = None) -> None:
+    """Build the platform for the selected stack.
+
+    Args:
+        state: the stack's state backend and secrets provider; the offline plan passes
+            its own, a real run reads them (`stacks.state_residency.for_program`).
+    """
     stack = pulumi.get_stack()
+    state = state or for_program(stack)
+    # Before any resource: a stack whose state or secrets would leave the UAE gets none
+    # (RunError: one message, no traceback), reported together with config problems.
+    refused = state.problems()
+    if refused:
+        try:
+            parse_stack_config(stack_config_map())
+        except ConfigError as err:
+            raise pulumi.RunError(f"{err.render(stack)}\n{state.render(refused)}") from None
+        raise pulumi.RunError(state.render(refused))
+    pulumi.export("residency", state.as_output())
     try:
         config = parse_stack_config(stack_config_map())
         foundation = None

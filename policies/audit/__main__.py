@@ -1,7 +1,9 @@
 """``python -m policies.audit [--regions ...] [--allowed-regions ...]`` (``make audit``).
 
 Scans the AWS account of boto3's default credential chain, read-only, for data, keys
-and copies outside the allowed regions; prints a table and writes
+and copies outside the allowed regions, and verifies what ``make bootstrap`` set up
+(the state bucket, the account trail and, with ``--expect-guardrail``, the region
+guardrail; ``--no-bootstrap-checks`` leaves them out); prints a table and writes
 ``build/audit/findings.json``. ``AWS_ENDPOINT_URL`` points it at another endpoint (a
 local moto server). Exit status: 0 clean, 1 findings, 2 unusable arguments or
 credentials, 3 no findings but some checks could not run.
@@ -24,8 +26,11 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 
+from modules.residency import UAE_AWS_REGIONS
+from policies.audit.bootstrap_checks import run_bootstrap_checks
 from policies.audit.scan import Audit, run_audit
 from policies.settings import DEFAULT_ALLOWED_REGIONS
+from stacks.bootstrap.names import Names
 
 DEFAULT_OUT = Path("build") / "audit" / "findings.json"
 
@@ -64,8 +69,33 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=DEFAULT_OUT, help=f"findings file (default {DEFAULT_OUT})"
     )
     parser.add_argument("--page-size", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--state-bucket", help="the state bucket to verify (default: the bootstrap's name)"
+    )
+    parser.add_argument("--trail", help="the account trail to verify (default: the bootstrap's)")
+    parser.add_argument(
+        "--expect-guardrail",
+        nargs="+",
+        metavar="TARGET",
+        help="OU, root or account ids the UAE region guardrail must be attached to",
+    )
+    parser.add_argument(
+        "--no-bootstrap-checks",
+        action="store_true",
+        help="skip the checks of the state bucket, trail and guardrail",
+    )
     args = parser.parse_args(argv)
     allowed = split_list(args.allowed_regions) or list(DEFAULT_ALLOWED_REGIONS)
+    outside = [r for r in allowed if r not in UAE_AWS_REGIONS]
+    if outside:
+        # The same rule as the pack config's allowedRegions: narrow, never widen.
+        print(
+            f"error: --allowed-regions {' '.join(outside)}: not a UAE region; allowed "
+            f"regions can only be narrowed to UAE regions ({', '.join(UAE_AWS_REGIONS)}), "
+            "never widened",
+            file=sys.stderr,
+        )
+        return 2
     try:
         # Reading the profile and config files happens here: a bad AWS_PROFILE or a
         # malformed ~/.aws/config fails before any call is made.
@@ -85,12 +115,33 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    known = {
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("ec2", partition_name=partition)
+    }
+    unknown = [r for r in split_list(args.regions) if r not in known]
+    if unknown:
+        print(
+            f"error: --regions {' '.join(unknown)}: not an AWS region this botocore knows "
+            "(see `aws ec2 describe-regions`); e.g. me-central-1",
+            file=sys.stderr,
+        )
+        return 2
     try:
         regions = split_list(args.regions) or [
             r["RegionName"]
             for r in session.client("ec2", region_name=allowed[0]).describe_regions()["Regions"]
         ]
         audit = run_audit(session, regions, allowed, args.page_size)
+        if not args.no_bootstrap_checks:
+            names = Names(audit.account_id, allowed[0])
+            run_bootstrap_checks(
+                audit,
+                args.state_bucket or names.state_bucket,
+                args.trail or names.trail,
+                split_list(args.expect_guardrail),
+            )
     except NoCredentialsError:
         print(
             "error: no AWS credentials found. Configure the default credential chain "

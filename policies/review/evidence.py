@@ -1,4 +1,5 @@
-"""The residency evidence table: where each resource lives and which key encrypts it."""
+"""The residency evidence table: where each resource lives and which key encrypts it,
+and where the stack's state, secrets and audit trail are (`state_rows`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from policies.rules.stack import BUCKET, SSE_CONFIG, bucket_ids, refers_to, stac
 from policies.values import dig, is_unknown
 
 UNKNOWN_TEXT = "(known after apply)"
+STACK_TYPE = "pulumi:pulumi:Stack"
+# What the program cannot see: the trail is an account resource the bootstrap creates
+# and `make audit` verifies; no plan shows it.
+TRAIL_NAME = "uae-gpu-platform-account-trail"
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,58 @@ def _key(stack: StackView, resource: ResourceView) -> str:
     return ", ".join(dict.fromkeys(n for n in names if n != "-")) or "-"
 
 
+def state_rows(plan: Plan) -> list[EvidenceRow]:
+    """The stack's state backend and secrets provider (from the root stack's
+    ``residency`` output, where the program records what it checked) and the account
+    trail, each with its region or with the layer that checks what the plan cannot show."""
+    root = next((r for r in plan.resources if r.type == STACK_TYPE), None)
+    residency = root.state.get("residency") if root is not None else None
+    urn = root.urn if root is not None else "-"
+    rows = []
+    for key, kind, name in (
+        ("stateBackend", "pulumi:state-backend", "state backend"),
+        ("secretsProvider", "pulumi:secrets-provider", "secrets provider"),
+    ):
+        part = dig(residency, key) if isinstance(residency, Mapping) else None
+        if isinstance(part, Mapping):
+            region = part.get("region")
+            location = _text(region) if region else "no UAE region"
+            url, source = _text(part.get("url")), _text(part.get("source"))
+            key_text = (
+                url if kind == "pulumi:secrets-provider" else "state bucket CMK (`make audit`)"
+            )
+            rows.append(EvidenceRow(urn, kind, f"{name} {url} ({source})", location, "-", key_text))
+        else:
+            rows.append(
+                EvidenceRow(
+                    urn,
+                    kind,
+                    name,
+                    "not shown in this plan: checked by the program before any resource "
+                    "and by the pull-request workflow",
+                    "-",
+                    "-",
+                )
+            )
+    rows.append(
+        EvidenceRow(
+            urn,
+            "aws:cloudtrail (account trail)",
+            TRAIL_NAME,
+            "not in a plan: created by `make bootstrap`, verified by `make audit`",
+            "-",
+            "alias/uae-gpu-platform-trail",
+        )
+    )
+    return rows
+
+
 def evidence_rows(plan: Plan) -> list[EvidenceRow]:
-    """A row for every custom resource of the plan (providers excluded)."""
+    """The stack's state, secrets and trail (`state_rows`), then a row for every custom
+    resource of the plan (providers excluded)."""
     stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in stack_resources(plan)))
     sites = _sites(stack)
-    rows = []
+    rows = state_rows(plan)
     for resource in stack.resources:
         plan_resource = plan.index[resource.urn]
         if not plan_resource.custom or resource.type.startswith("pulumi:providers:"):

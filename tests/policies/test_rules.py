@@ -25,6 +25,7 @@ from tests.policies.builder import (
     key_arn,
 )
 from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.test_state_rule import residency, with_root_stack
 
 Plan = dict[str, Any]
 
@@ -253,6 +254,12 @@ def _default_tags(tags: dict[str, str]) -> Callable[[Plan], None]:
 # (case id, mutation, the one rule that must fail, a fragment of its message)
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     # residency
+    (
+        "secrets-provider-abroad",
+        lambda p: with_root_stack(p, {"residency": residency("eu-west-1")}),
+        "uae-state-and-secrets-in-region",
+        "is in eu-west-1",
+    ),
     (
         "region-foreign",
         set_in("aws:ec2/securityGroup:SecurityGroup", "nodes", region="eu-west-1"),

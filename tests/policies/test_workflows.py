@@ -139,7 +139,10 @@ def test_every_shipped_stack_is_reviewed_and_previewed_with_the_pack() -> None:
     assert any(u.startswith("github/codeql-action/upload-sarif@") for u in review_uses)
     assert any(u.startswith("actions/upload-artifact@") for u in review_uses)
     preview = next(
-        s for s in jobs["preview"]["steps"] if s.get("uses", "").startswith("pulumi/actions@")
+        s
+        for s in jobs["preview"]["steps"]
+        if s.get("uses", "").startswith("pulumi/actions@")
+        and s.get("with", {}).get("command") == "preview"
     )
     assert preview["with"]["policyPacks"] == "policies"
     assert preview["with"]["comment-on-pr"] is True

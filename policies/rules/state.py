@@ -1,0 +1,58 @@
+"""Where the stack's state and secrets live: what the program found before registering
+anything (the ``residency`` output of the root stack, see stacks/state_residency.py).
+
+The program refuses a stack whose backend or secrets provider is outside the UAE; this
+rule puts the same facts in front of the pack and the review, so the report shows them
+and the verdict counts them. A plan whose root stack shows no ``residency`` output (a
+program without it, or an engine that does not show stack outputs in a preview) cannot
+be checked here: the rule says so instead of passing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pulumi_policy import Severity
+from pulumi_policy.proxy import UnknownValueError
+
+from policies import controls
+from policies.model import StackView, stack_rule, types_in
+from policies.settings import Settings
+from policies.values import UNKNOWN_STRING, dig, is_unknown
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+PARTS = (("stateBackend", "state backend"), ("secretsProvider", "secrets provider"))
+
+
+@stack_rule(
+    id="uae-state-and-secrets-in-region",
+    description=(
+        "The stack's state backend (s3://...?region=) and secrets provider (awskms://) "
+        "are in an allowed region, as the program found them before creating anything."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Run `make bootstrap`, then `pulumi login 's3://<state bucket>?region=me-central-1'` "
+        "and `pulumi stack change-secrets-provider 'awskms://alias/uae-gpu-platform-secrets"
+        "?region=me-central-1'` (the lines the bootstrap prints)."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_24),
+    applies_to=types_in(STACK_TYPE),
+    config_keys=("allowedRegions",),
+)
+def state_and_secrets_in_region(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    for root in stack.of_type(STACK_TYPE):
+        residency = root.props.get("residency")
+        if residency is None or is_unknown(residency):
+            # The engine's unknown-string sentinel: "cannot be checked", not a pass.
+            raise UnknownValueError(UNKNOWN_STRING, ["residency"])
+        for key, label in PARTS:
+            url, source, region = (dig(residency, key, f) for f in ("url", "source", "region"))
+            if region not in settings.allowed_regions:
+                yield (
+                    root.urn,
+                    f"{label} {url or '(none)'} (from {source or '?'}) is "
+                    f"{'in ' + str(region) if region else 'in no UAE region'}",
+                )
