@@ -164,7 +164,7 @@ class Checkpointer:
             # With a custom stager DCP returns both futures; the upload one means "on disk".
             response_type = async_save_response_type()
             if response_type is not None and isinstance(response, response_type):
-                self._pending = response.upload_completion
+                self._pending = cast(Any, response).upload_completion
             else:
                 self._pending = cast("Future[Any]", response)
         else:

@@ -136,7 +136,7 @@ def cudagraph_mark_step_begin() -> None:
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The autocast dtype in force for ``device_type``, ``None`` when autocast is off."""
     try:
-        enabled = bool(torch.is_autocast_enabled(device_type))  # type: ignore[call-arg]
+        enabled = bool(torch.is_autocast_enabled(device_type))
         getter: Callable[[str], torch.dtype] | None = getattr(torch, "get_autocast_dtype", None)
         if enabled and getter is not None:
             return getter(device_type)
@@ -158,3 +158,34 @@ def no_autocast(device_type: str) -> Iterator[None]:
     """Autocast off for ``device_type`` (explicit dtypes inside)."""
     with torch.autocast(device_type=device_type, enabled=False):
         yield
+
+
+def describe() -> list[str]:
+    """Which of the version-dependent paths this torch takes (for logs)."""
+    lines = []
+    try:
+        lines.append(f"FSDP2 from {fsdp_api().module}")
+    except ImportError as err:
+        lines.append(str(err))
+    attention = _optional_module("torch.nn.attention")
+    modern = attention is not None and hasattr(attention, "sdpa_kernel")
+    lines.append(
+        "sdpa_kernel from "
+        + ("torch.nn.attention" if modern else "torch.backends.cuda.sdp_kernel (legacy)")
+    )
+    saver = importlib.import_module("torch.distributed.checkpoint.state_dict_saver")
+    lines.append(
+        f"DCP: no_dist {'passed' if accepts(saver.save, 'no_dist') else 'not accepted'}, "
+        f"AsyncSaveResponse {'present' if async_save_response_type() else 'absent'}"
+    )
+    lines.append(
+        "torch.compiler.reset "
+        + ("present" if callable(getattr(torch.compiler, "reset", None)) else "absent (dynamo)")
+        + ", cudagraph_mark_step_begin "
+        + (
+            "present"
+            if callable(getattr(torch.compiler, "cudagraph_mark_step_begin", None))
+            else "absent"
+        )
+    )
+    return lines

@@ -31,7 +31,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     one-hot target is all the backward needs), so the backward only scales them."""
 
     @staticmethod
-    def forward(  # type: ignore[override]  # noqa: PLR0917 - apply() passes positionally
+    def forward(  # noqa: PLR0917 - apply() passes the arguments positionally
         ctx: torch.autograd.function.FunctionCtx,
         hidden: Tensor,
         weight: Tensor,
@@ -64,7 +64,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return loss / rows
 
     @staticmethod
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: torch.autograd.function.FunctionCtx, grad_loss: Tensor
     ) -> tuple[Tensor, Tensor, None, None, None]:
         grad_hidden, grad_weight = ctx.saved_tensors  # type: ignore[attr-defined]
@@ -86,7 +86,9 @@ def chunked_linear_cross_entropy(
     the plain path computes them.
     """
     compute = autocast_dtype(hidden.device.type)
-    loss: Tensor = _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk, compute)
+    loss: Tensor = _ChunkedLinearCrossEntropy.apply(  # type: ignore[no-untyped-call]
+        hidden, weight, targets, chunk, compute
+    )
     return loss
 
 
