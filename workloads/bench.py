@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import os
 import platform
 import shlex
@@ -308,11 +309,16 @@ def measure_preset(
             # Each variant compiles afresh: graphs of an earlier one are not reused and
             # do not count against the recompilation limit.
             compat.compiler_reset()
+            result: Result | None = None
             try:
                 result = run_variant(config, variant, device, warmup, steps)
             except RuntimeError as err:
                 if device.type != "cuda" or not _out_of_memory(err):
                     raise
+            if result is None:
+                # Out of memory. Outside the except block the traceback, and the
+                # failed run's tensors its frames hold, are gone: free them now.
+                gc.collect()
                 torch.cuda.empty_cache()
                 smaller = current.halved()
                 report(

@@ -414,7 +414,9 @@ def nccl(phase: Phase, timeout_s: float) -> None:
             ok = bool((buffer == 2.0).all())
         finally:
             dist.destroy_process_group()
-        version = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
+        raw: object = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+        # A tuple (2, 21, 5) on current torch; older releases returned one integer.
+        version = ".".join(map(str, raw)) if isinstance(raw, tuple) else str(raw)
         result = "correct" if ok else "WRONG"
         phase.say(f"single-rank NCCL {version} process group: 256 MiB all-reduce {result}")
         phase.say("one GPU: no fabric to measure (bus bandwidth needs 2+ ranks)")
@@ -535,6 +537,9 @@ def run_all(args: argparse.Namespace, added: Sequence[str], command: str) -> int
         ("nccl", lambda p: nccl(p, deadline - time.monotonic())),
     ]
     skip = set(args.skip.split(",")) if args.skip else set()
+    print(f"gpu_check: plan for {torch.cuda.device_count()} GPU(s), {args.timeout_s:.0f} s limit")
+    for planned in plan(torch.cuda.device_count()):
+        print(f"  {planned.phase:<13} {planned.name:<24} {planned.detail}")
     try:
         for name, check in checks:
             if name in skip:

@@ -5,6 +5,7 @@ every N steps, compile modes), and the benchmark runs at the preset's shape."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,8 @@ def test_chunked_loss_never_holds_more_than_a_chunk_of_logits() -> None:
 
     torch.Tensor.__matmul__ = recording  # type: ignore[method-assign,assignment]
     try:
-        chunked_linear_cross_entropy(hidden, weight, targets, chunk=25).backward()
+        loss = chunked_linear_cross_entropy(hidden, weight, targets, chunk=25)
+        loss.backward()  # type: ignore[no-untyped-call]
     finally:
         torch.Tensor.__matmul__ = real_matmul  # type: ignore[method-assign]
     assert (25, 1000) in shapes and (100, 1000) not in shapes
@@ -129,7 +131,7 @@ def test_stop_flag_is_all_reduced_only_every_n_steps(monkeypatch: pytest.MonkeyP
         calls.append(int(tensor.item()))
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    previous = train.signal.getsignal(train.signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGTERM)
     try:
         stop = train.StopRequest(check_every=5)
         group: Any = object()  # any group: the collective is faked
@@ -141,7 +143,7 @@ def test_stop_flag_is_all_reduced_only_every_n_steps(monkeypatch: pytest.MonkeyP
         # A world of one has no collective to save: it stops after the same step.
         assert stop.agreed(None, 11)
     finally:
-        train.signal.signal(train.signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.workloads.helpers import REPO_ROOT
 from workloads import gpu_check
@@ -40,9 +41,14 @@ def test_dry_run_for_several_gpus_plans_the_fabric_check() -> None:
 def test_without_a_gpu_it_says_so_and_runs_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: False)
-    ran: list[str] = []
-    monkeypatch.setattr(gpu_check, "run_all", lambda *a: ran.append("run") or 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran: list[object] = []
+
+    def run_all(*args: object) -> int:
+        ran.append(args)
+        return 0
+
+    monkeypatch.setattr(gpu_check, "run_all", run_all)
     assert gpu_check.main(["--out-dir", str(tmp_path)]) == gpu_check.EXIT_NO_GPU
     assert "no CUDA GPU here" in capsys.readouterr().err
     assert ran == [] and not any(tmp_path.iterdir())
