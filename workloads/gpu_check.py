@@ -69,10 +69,12 @@ DEFAULT_TIMEOUT_S = 600
 #: Held back from the time limit for the report and the clean-up.
 MARGIN_S = 20
 #: fwd/bwd tolerances: bf16 keeps 8 bits of mantissa (relative rounding ~4e-3 per
-#: operation); through 12 layers the loss agrees to ~1e-3 and each gradient tensor
-#: to a few percent of its norm.
+#: operation); through 12 layers the loss agrees to ~1e-3 and the gradients to a few
+#: percent of their norm (all together; one small tensor, such as a bias, may be
+#: further off). A wrong kernel or a dropped term is off by far more.
 LOSS_RTOL = 2e-2
-GRAD_RTOL = 0.1
+GRAD_RTOL = 0.05
+GRAD_TENSOR_RTOL = 0.2
 #: train/resume: the shape of the short run.
 TRAIN_STEPS = 16
 TRAIN_MICRO_BATCH = 8
@@ -157,7 +159,7 @@ def plan(gpus: int) -> list[PlannedStep]:
             "fwd-bwd",
             "fast vs fp32 eager",
             f"{shape}, micro-batch {FWD_BWD_MICRO_BATCH}; loss rtol {LOSS_RTOL}, "
-            f"grad rtol {GRAD_RTOL}",
+            f"grad rtol {GRAD_RTOL} (each tensor {GRAD_TENSOR_RTOL})",
         ),
         PlannedStep(
             "train-resume",
@@ -307,21 +309,28 @@ def fwd_bwd(phase: Phase, data_dir: Path) -> None:
         torch.cuda.empty_cache()
     ref_loss, ref_grads = outcome["fp32 eager"]
     fast_loss, fast_grads = outcome["fast"]
-    loss_error = abs(fast_loss - ref_loss) / abs(ref_loss)
-    worst_name, worst = max(
-        ((n, _relative_error(fast_grads[n], g)) for n, g in ref_grads.items()), key=lambda x: x[1]
-    )
-    phase.say(
-        f"loss relative difference {loss_error:.2e} (limit {LOSS_RTOL}); worst gradient "
-        f"{worst_name}: relative difference {worst:.2e} (limit {GRAD_RTOL})"
-    )
     if set(ref_grads) != set(fast_grads):
         phase.fail(
             f"different parameters got gradients: {sorted(set(ref_grads) ^ set(fast_grads))}"
         )
+        return
+    loss_error = abs(fast_loss - ref_loss) / abs(ref_loss)
+    names = sorted(ref_grads)
+    overall = _relative_error(
+        torch.cat([fast_grads[n].flatten() for n in names]),
+        torch.cat([ref_grads[n].flatten() for n in names]),
+    )
+    worst_name, worst = max(
+        ((n, _relative_error(fast_grads[n], ref_grads[n])) for n in names), key=lambda x: x[1]
+    )
+    phase.say(
+        f"loss relative difference {loss_error:.2e} (limit {LOSS_RTOL}); all gradients: "
+        f"{overall:.2e} (limit {GRAD_RTOL}); worst tensor {worst_name}: {worst:.2e} "
+        f"(limit {GRAD_TENSOR_RTOL})"
+    )
     if loss_error > LOSS_RTOL:
         phase.fail("the fast path's loss differs from fp32 eager beyond bf16 tolerance")
-    if worst > GRAD_RTOL:
+    if overall > GRAD_RTOL or worst > GRAD_TENSOR_RTOL:
         phase.fail("the fast path's gradients differ from fp32 eager beyond bf16 tolerance")
     apply_backend_flags(resolve(fast_config, device))
 
