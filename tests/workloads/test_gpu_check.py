@@ -3,6 +3,7 @@ wheels, and that the workloads import and read data with torch alone (no numpy).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import zipfile
@@ -103,3 +104,41 @@ sys.exit(gpu_check.main(["--dry-run"]))
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu_check dry run" in done.stdout
+
+
+def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's plumbing with every GPU step replaced: report, record, exit status."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(gpu_check, "environment", lambda phase, added: phase.say("torch x"))
+    monkeypatch.setattr(gpu_check, "health", lambda phase: phase.say("gpu0 healthy"))
+
+    def broken(phase: gpu_check.Phase, data_dir: Path) -> None:
+        raise RuntimeError("first line\nthe kernel failed")
+
+    monkeypatch.setattr(gpu_check, "fwd_bwd", broken)
+    monkeypatch.setattr(gpu_check, "train_resume", lambda phase, data, work: phase.say("fell"))
+    monkeypatch.setattr(gpu_check, "nccl", lambda phase, timeout: phase.say("nccl ok"))
+    monkeypatch.setattr(
+        gpu_check, "run_bench", lambda phase, data, deadline: ["| gpt2-124m | fast |"]
+    )
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    benchmarks.write_text("# Benchmarks\n\nBy hand.\n", encoding="utf-8")
+    args = argparse.Namespace(
+        timeout_s=600.0,
+        data_dir=str(tmp_path / "data"),
+        skip="",
+        out_dir=str(tmp_path / "out"),
+        record=str(benchmarks),
+    )
+    assert gpu_check.run_all(args, [], "python -m workloads.gpu_check") == gpu_check.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "FAILED: fwd-bwd" in captured.err and "the kernel failed" in captured.err
+    section = (tmp_path / "out" / "gpu-nvidia-h100-80gb-hbm3.md").read_text()
+    assert "- fwd-bwd: FAILED" in section and "- health: passed" in section
+    assert "RuntimeError: the kernel failed" in section and "| gpt2-124m | fast |" in section
+    recorded = benchmarks.read_text()
+    assert "By hand." in recorded
+    assert "<!-- bench:gpu-check-nvidia-h100-80gb-hbm3 begin -->" in recorded
