@@ -283,14 +283,16 @@ def measure_preset(
     extra: dict[str, str] | None = None,
     deadline: float | None = None,
     report: Callable[[str], None] = print,
+    into: Measured | None = None,
 ) -> Measured:
     """Measure each planned variant of ``base`` at ``shape``.
 
     A variant out of GPU memory is measured again at `Shape.halved`. With a
     ``deadline`` (a ``time.monotonic()`` value), a variant is not started when the
     slowest one so far would not finish before it; it is listed in ``skipped``.
+    Results are added to ``into`` as they come (an interrupted series keeps them).
     """
-    measured = Measured()
+    measured = into if into is not None else Measured()
     slowest = 0.0
     for variant, switches in planned:
         if deadline is not None and time.monotonic() + slowest > deadline:

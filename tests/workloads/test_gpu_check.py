@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -142,3 +143,43 @@ def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
     recorded = benchmarks.read_text()
     assert "By hand." in recorded
     assert "<!-- bench:gpu-check-nvidia-h100-80gb-hbm3 begin -->" in recorded
+
+
+def test_bench_interrupted_by_the_time_limit_keeps_what_it_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workloads import bench  # noqa: PLC0415
+
+    real_fast = bench.fast_overrides
+    monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))
+
+    def measure_preset(*args: object, into: bench.Measured, **kwargs: object) -> bench.Measured:
+        into.results.append(
+            bench.Result(
+                "gpt2-124m",
+                "baseline",
+                "x",
+                124.0,
+                524288,
+                20.0,
+                26000.0,
+                22.0,
+                0.02,
+                0.0,
+                10.9,
+                shape="16x32",
+            )
+        )
+        raise gpu_check.TimeLimitError
+
+    monkeypatch.setattr(bench, "measure_preset", measure_preset)
+    phase = gpu_check.Phase("bench")
+    lines = gpu_check.run_bench(phase, Path("unused"), time.monotonic() + 1000)
+    assert not phase.ok and "ran out while measuring fast" in phase.lines[0]
+    assert any("| gpt2-124m | baseline |" in line and "16x32" in line for line in lines)
+    assert "- gpt2-124m fast: interrupted by the time limit" in lines
+    assert "- gpt2-124m fast+max-autotune: not run (time limit)" in lines
+    # Too little time left: not started, and the reason says what to do.
+    late = gpu_check.Phase("bench")
+    assert gpu_check.run_bench(late, Path("unused"), time.monotonic() + 10) == []
+    assert not late.ok and "make bench ARGS=--ablate" in late.lines[0]
