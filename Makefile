@@ -124,3 +124,21 @@ clean: ## remove build outputs (keeps .venv)
 
 bootstrap: $(PLAN_DEPS) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
 	@$(PY) -m stacks.bootstrap $(ARGS)
+
+# --- GPU check (issue 15) -------------------------------------------------------------
+# `make gpu-check` runs on a GPU machine that has only a preinstalled CUDA PyTorch: no
+# install step, so it does not depend on the dependency sets. It uses .venv's Python where there is
+# one, else python3 (or GPU_PYTHON=...). The pure-Python wheels it may need are fetched
+# beforehand with `make gpu-wheels` on a machine that reaches the package index and travel
+# with the working tree in the ignored build/gpu-wheels/.
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_WHEELS := build/gpu-wheels
+
+.PHONY: gpu-check gpu-wheels
+
+gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=--dry-run: plan only)
+	@$(GPU_PYTHON) -m workloads.gpu_check --record $(ARGS)
+
+gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \
+		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0'

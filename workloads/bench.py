@@ -8,32 +8,41 @@ the switches alone:
 - ``baseline``: fp32, no TF32, eager (no compile), explicit masked-softmax attention,
   unpadded vocabulary, the default (unfused) AdamW, pageable host memory;
 - ``fast``: bf16 autocast where the device supports it, TF32, ``torch.compile``,
-  SDPA (the flash kernel on CUDA), vocabulary padded to 64, fused AdamW, pinned
-  memory with non-blocking copies.
+  SDPA (the flash kernel on CUDA), vocabulary padded to 64, fused AdamW, and on
+  CUDA pinned memory with non-blocking copies, the chunked LM-head loss and the
+  prefetching loader.
 
-With ``--ablate`` it also measures ``fast`` with each switch turned off in turn.
-On a CUDA machine the default is GPT-2 124M at sequence length 1024; on a CPU the
-``tiny`` and ``small`` presets. ``--record`` writes the results, the machine, the
-versions and the exact command into ``BENCHMARKS.md`` (replacing this machine's
-previous section).
+With ``--ablate`` it also measures ``fast`` with each switch turned off in turn and,
+on CUDA, ``fast`` with the ``reduce-overhead`` (CUDA graphs) and ``max-autotune``
+compile modes. Every variant runs at the preset's micro-batch and gradient
+accumulation (GPT-2 124M: 32 sequences x 16 micro-steps = 0.5M tokens per optimizer
+step), so the optimizer step and gradient clipping weigh as they do in training;
+a variant that runs out of GPU memory at that shape is measured at half the
+micro-batch and twice the accumulation (the same tokens per step), and the table
+says so. On a CUDA machine the default is GPT-2 124M at sequence length 1024; on a
+CPU the ``tiny`` and ``small`` presets. ``--record`` writes the results, the
+machine, the versions and the exact command into ``BENCHMARKS.md`` (replacing this
+machine's previous section).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import os
 import platform
 import shlex
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from modules.validation import InvalidArgsError
+from workloads import compat
 from workloads.config import TrainConfig, describe_problems, override, preset
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
@@ -50,6 +59,7 @@ from workloads.engine import (
 )
 from workloads.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
 from workloads.model import flops_per_token
+from workloads.telemetry import NvmlUnavailableError, nvml_session
 
 BASELINE: dict[str, str] = {
     "dtype": "fp32",
@@ -60,6 +70,9 @@ BASELINE: dict[str, str] = {
     "pad_vocab": "off",
     "pin_memory": "off",
     "no_sync_accum": "off",
+    "chunked_loss": "off",
+    "prefetch": "off",
+    "compile_mode": "default",
 }
 #: Switches ``--ablate`` turns off one at a time, with their "off" value.
 ABLATIONS: dict[str, str] = {
@@ -70,20 +83,25 @@ ABLATIONS: dict[str, str] = {
     "sdpa": "off",
     "pad_vocab": "off",
     "pin_memory": "off",
+    "chunked_loss": "off",
+    "prefetch": "off",
 }
+#: Compile modes ``--ablate`` adds to ``fast`` on CUDA (CUDA graphs, autotuning),
+#: slowest to compile last.
+CUDA_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 CPU_PRESETS = ("tiny", "small")
 GPU_PRESETS = ("gpt2-124m",)
-#: GPT-2 124M's micro-batch for benchmarking on one GPU: the fp32-eager baseline
-#: materialises full attention matrices and fp32 logits, so 16 sequences of 1024.
-GPU_BENCH_MICRO_BATCH = 16
 BENCHMARKS_FILE = Path("BENCHMARKS.md")
 #: Timed windows per variant; the median is reported.
 REPEATS = 3
 
 
-def fast_overrides(device: torch.device) -> dict[str, str]:
-    """Every speed switch on (bf16 only where the device has it)."""
-    bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_supports_bf16()
+def fast_overrides(device: torch.device, bf16: bool | None = None) -> dict[str, str]:
+    """Every speed switch on (bf16 only where the device has it; the CUDA-only
+    switches only on CUDA)."""
+    cuda = device.type == "cuda"
+    if bf16 is None:
+        bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_supports_bf16()
     return {
         "dtype": "bf16" if bf16 else "fp32",
         "tf32": "on",
@@ -91,9 +109,47 @@ def fast_overrides(device: torch.device) -> dict[str, str]:
         "fused_adamw": "on",
         "sdpa": "on",
         "pad_vocab": "on",
-        "pin_memory": "on" if device.type == "cuda" else "off",
+        "pin_memory": "on" if cuda else "off",
         "no_sync_accum": "on",
+        "chunked_loss": "on" if cuda else "off",
+        "prefetch": "on" if cuda else "off",
+        "compile_mode": "default",
     }
+
+
+def variants(fast: dict[str, str], ablate: bool, cuda: bool) -> list[tuple[str, dict[str, str]]]:
+    """``(name, switches)`` of every variant to measure, in order: the baseline, the
+    fast path, then (``ablate``) fast minus each switch it turns on and, on CUDA,
+    fast with each extra compile mode."""
+    planned: list[tuple[str, dict[str, str]]] = [("baseline", BASELINE), ("fast", fast)]
+    if ablate:
+        planned += [
+            (f"fast-{switch}", fast | {switch: off})
+            for switch, off in ABLATIONS.items()
+            if fast.get(switch) != off
+        ]
+        if cuda:
+            planned += [
+                (f"fast+{mode}", fast | {"compile_mode": mode}) for mode in CUDA_COMPILE_MODES
+            ]
+    return planned
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sequences per micro-step and micro-steps per optimizer step."""
+
+    micro_batch: int
+    accum: int
+
+    def __str__(self) -> str:
+        return f"{self.micro_batch}x{self.accum}"
+
+    def halved(self) -> Shape | None:
+        """Half the micro-batch, twice the accumulation: the same tokens per step."""
+        if self.micro_batch < 2 or self.micro_batch % 2:
+            return None
+        return Shape(self.micro_batch // 2, self.accum * 2)
 
 
 @dataclass(frozen=True)
@@ -111,6 +167,8 @@ class Result:
     mfu: float | None
     data_wait_ratio: float
     final_loss: float
+    shape: str = ""
+    peak_memory_gib: float | None = None
 
 
 def run_variant(
@@ -135,6 +193,8 @@ def run_variant(
     batches = DeviceBatches(loader, resolved)
     tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     window = ThroughputWindow(
         tokens_per_step,
         flops_per_token(config.model, params, config.seq_len),
@@ -179,7 +239,9 @@ def run_variant(
         final_loss = float(loss.item())  # synchronises the device
         sync()
         windows.append(window.stats())
+    batches.close()
     stats = sorted(windows, key=lambda w: w.tokens_per_s)[len(windows) // 2]
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return Result(
         preset=config.preset,
         variant=variant,
@@ -192,24 +254,115 @@ def run_variant(
         mfu=stats.mfu,
         data_wait_ratio=stats.data_wait_ratio,
         final_loss=final_loss,
+        shape=str(Shape(config.micro_batch_size, config.grad_accum_steps)),
+        peak_memory_gib=peak,
     )
+
+
+@dataclass
+class Measured:
+    """The results of a series of variants, and those left out (with why)."""
+
+    results: list[Result] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(err, oom)) or "out of memory" in str(err)
+
+
+def measure_preset(
+    base: TrainConfig,
+    planned: Sequence[tuple[str, dict[str, str]]],
+    *,
+    device: torch.device,
+    shape: Shape,
+    warmup: int,
+    steps: int,
+    extra: dict[str, str] | None = None,
+    deadline: float | None = None,
+    report: Callable[[str], None] = print,
+    into: Measured | None = None,
+) -> Measured:
+    """Measure each planned variant of ``base`` at ``shape``.
+
+    A variant out of GPU memory is measured again at `Shape.halved`. With a
+    ``deadline`` (a ``time.monotonic()`` value), a variant is not started when the
+    slowest one so far would not finish before it; it is listed in ``skipped``.
+    Results are added to ``into`` as they come (an interrupted series keeps them).
+    """
+    measured = into if into is not None else Measured()
+    slowest = 0.0
+    for variant, switches in planned:
+        if deadline is not None and time.monotonic() + slowest > deadline:
+            measured.skipped.append(f"{base.preset} {variant}: not run (time budget)")
+            continue
+        started = time.monotonic()
+        current: Shape | None = shape
+        while current is not None:
+            common = {
+                "metrics_port": "0",
+                "micro_batch_size": str(current.micro_batch),
+                "grad_accum_steps": str(current.accum),
+                "steps": str(warmup + steps),
+            }
+            config = override(base, common | (extra or {}) | switches)
+            # Each variant compiles afresh: graphs of an earlier one are not reused and
+            # do not count against the recompilation limit.
+            compat.compiler_reset()
+            result: Result | None = None
+            try:
+                result = run_variant(config, variant, device, warmup, steps)
+            except RuntimeError as err:
+                if device.type != "cuda" or not _out_of_memory(err):
+                    raise
+            if result is None:
+                # Out of memory. Outside the except block the traceback, and the
+                # failed run's tensors its frames hold, are gone: free them now.
+                gc.collect()
+                torch.cuda.empty_cache()
+                smaller = current.halved()
+                report(
+                    f"bench: {base.preset} {variant}: out of GPU memory at {current}"
+                    + (f"; again at {smaller}" if smaller else "; not measured")
+                )
+                if smaller is None:
+                    measured.skipped.append(
+                        f"{base.preset} {variant}: out of GPU memory at {current}"
+                    )
+                current = smaller
+                continue
+            report(
+                f"bench: {base.preset} {variant} ({current}): {result.tokens_per_s:,.0f} tok/s, "
+                f"{result.step_time_s * 1000:.1f} ms/step, MFU {format_mfu(result.mfu)} "
+                f"({time.monotonic() - started:.0f} s incl. warm-up)"
+            )
+            measured.results.append(result)
+            break
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        slowest = max(slowest, time.monotonic() - started)
+    return measured
 
 
 def table(results: Sequence[Result]) -> list[str]:
     """Markdown table of the results with each variant's speedup over the baseline."""
     baselines = {r.preset: r for r in results if r.variant == "baseline"}
     lines = [
-        "| preset | variant | params | tokens/step | step time | tokens/s | TFLOP/s | MFU "
-        "| data wait | speedup vs baseline |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| preset | variant | params | micro-batch x accum | tokens/step | step time | tokens/s "
+        "| TFLOP/s | MFU | peak memory | data wait | speedup vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         base = baselines.get(r.preset)
         speedup = f"{r.tokens_per_s / base.tokens_per_s:.2f}x" if base else "-"
+        memory = f"{r.peak_memory_gib:.1f} GiB" if r.peak_memory_gib is not None else "-"
         lines.append(
-            f"| {r.preset} | {r.variant} | {r.params_m:.2f}M | {r.tokens_per_step} | "
-            f"{r.step_time_s * 1000:.1f} ms | {r.tokens_per_s:,.0f} | {r.tflops:.3f} | "
-            f"{format_mfu(r.mfu)} | {100 * r.data_wait_ratio:.1f}% | {speedup} |"
+            f"| {r.preset} | {r.variant} | {r.params_m:.2f}M | {r.shape or '-'} | "
+            f"{r.tokens_per_step} | {r.step_time_s * 1000:.1f} ms | {r.tokens_per_s:,.0f} | "
+            f"{r.tflops:.3f} | {format_mfu(r.mfu)} | {memory} | {100 * r.data_wait_ratio:.1f}% | "
+            f"{speedup} |"
         )
     lines.append("")
     lines.append("Switches per variant:")
@@ -237,13 +390,26 @@ def machine_key(device: torch.device) -> str:
     return "cpu"
 
 
+def driver_version() -> str:
+    """The NVIDIA driver's version from NVML, or why it is unknown."""
+    try:
+        with nvml_session() as nvml:
+            raw = nvml.nvmlSystemGetDriverVersion()
+    except NvmlUnavailableError as err:
+        return f"unknown ({err})"
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 def machine_lines(device: torch.device) -> list[str]:
     lines = [
         f"- machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU(s), "
         f"{_cpu_model()}",
     ]
     if device.type == "cuda":
-        lines.append(f"- GPU: {torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})")
+        lines.append(
+            f"- GPU: {torch.cuda.device_count()} x {torch.cuda.get_device_name(device)}, "
+            f"driver {driver_version()}, CUDA {torch.version.cuda}"
+        )
     else:
         lines.append("- GPU: none (CPU run; MFU is not applicable)")
     lines.append(f"- torch {torch.__version__}, Python {platform.python_version()}")
@@ -265,6 +431,10 @@ def record(path: Path, key: str, body: list[str]) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def _int_arg(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -276,15 +446,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--presets", help="comma-separated (default: gpt2-124m on CUDA, tiny,small on CPU)"
     )
     parser.add_argument(
-        "--steps", type=int, help="timed steps per variant (default 30 on CUDA, 40 on CPU)"
+        "--steps",
+        type=int,
+        help="timed optimizer steps per variant (default 6 on CUDA, 90 on CPU)",
     )
     parser.add_argument(
         "--warmup",
         type=int,
-        help="untimed steps first, compilation included (default 10 on CUDA, 3 on CPU)",
+        help="untimed steps first, compilation included (default 2 on CUDA, 3 on CPU)",
     )
     parser.add_argument("--micro-batch-size", type=int, help="override the preset's")
-    parser.add_argument("--ablate", action="store_true", help="also fast minus each switch")
+    parser.add_argument("--grad-accum-steps", type=int, help="override the preset's")
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also fast minus each switch (and, on CUDA, fast with each extra compile mode)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="start no variant that would not finish within this many seconds",
+    )
     parser.add_argument(
         "--record",
         nargs="?",
@@ -297,44 +479,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     cuda = device.type == "cuda"
     names = args.presets.split(",") if args.presets else list(GPU_PRESETS if cuda else CPU_PRESETS)
-    steps = args.steps or (30 if cuda else 90)
-    warmup = args.warmup if args.warmup is not None else (10 if cuda else 3)
+    # On CUDA one optimizer step of GPT-2 124M is 0.5M tokens: a few are enough.
+    steps = _int_arg(args.steps, 6 if cuda else 90)
+    warmup = _int_arg(args.warmup, 2 if cuda else 3)
     command = shlex.join(["python", "-m", "workloads.bench", *argv])
-    if steps < 1 or warmup < 0:
-        print("bench: --steps must be >= 1 and --warmup >= 0", file=sys.stderr)
+    if steps < 1 or warmup < 0 or (args.budget_s is not None and args.budget_s <= 0):
+        print("bench: --steps must be >= 1, --warmup >= 0 and --budget-s > 0", file=sys.stderr)
         return 2
+    deadline = time.monotonic() + args.budget_s if args.budget_s else None
 
-    results: list[Result] = []
+    measured = Measured()
     fast = fast_overrides(device)
     try:
         for name in names:
             base = preset(name.strip())
-            batch = args.micro_batch_size or (
-                GPU_BENCH_MICRO_BATCH if cuda and base.seq_len >= 1024 else None
+            shape = Shape(
+                args.micro_batch_size or base.micro_batch_size,
+                args.grad_accum_steps or base.grad_accum_steps,
             )
-            common = {"metrics_port": "0", "grad_accum_steps": "1", "steps": str(warmup + steps)}
-            if batch:
-                common["micro_batch_size"] = str(batch)
-            variants: list[tuple[str, dict[str, str]]] = [("baseline", BASELINE), ("fast", fast)]
-            if args.ablate:
-                variants += [
-                    (f"fast-{switch}", fast | {switch: off})
-                    for switch, off in ABLATIONS.items()
-                    if fast.get(switch) != off
-                ]
-            for variant, switches in variants:
-                config = override(base, common | switches)
-                started = time.perf_counter()
-                result = run_variant(config, variant, device, warmup, steps)
-                print(
-                    f"bench: {name} {variant}: {result.tokens_per_s:,.0f} tok/s, "
-                    f"{result.step_time_s * 1000:.1f} ms/step, MFU {format_mfu(result.mfu)} "
-                    f"({time.perf_counter() - started:.0f} s incl. warm-up)",
-                    flush=True,
-                )
-                results.append(result)
-                if cuda:
-                    torch.cuda.empty_cache()
+            done = measure_preset(
+                base,
+                variants(fast, args.ablate, cuda),
+                device=device,
+                shape=shape,
+                warmup=warmup,
+                steps=steps,
+                deadline=deadline,
+                report=lambda line: print(line, flush=True),
+            )
+            measured.results += done.results
+            measured.skipped += done.skipped
     except InvalidArgsError as err:
         print(describe_problems(err, "benchmark setting"), file=sys.stderr)
         return 2
@@ -342,16 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench: {err}", file=sys.stderr)
         return 2
 
-    body = [
-        f"### {'GPU: ' + torch.cuda.get_device_name(device) if cuda else 'CPU'}",
-        "",
-        *machine_lines(device),
-        f'- command: `{command}` (`make bench ARGS="{shlex.join(argv)}"`)',
-        f"- {warmup} warm-up + {steps} timed steps per variant (median of {REPEATS} windows), "
-        "one process",
-        "",
-        *table(results),
-    ]
+    body = section(
+        device, measured=measured, warmup=warmup, steps=steps, command=command, argv=argv
+    )
     print()
     print("\n".join(body))
     if args.record:
@@ -360,6 +527,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print("\nbench: add --record to write these figures into BENCHMARKS.md")
     return 0
+
+
+def section(
+    device: torch.device,
+    *,
+    measured: Measured,
+    warmup: int,
+    steps: int,
+    command: str,
+    argv: Sequence[str],
+) -> list[str]:
+    """The BENCHMARKS.md section of one benchmark run."""
+    cuda = device.type == "cuda"
+    return [
+        f"### {'GPU: ' + torch.cuda.get_device_name(device) if cuda else 'CPU'}",
+        "",
+        *machine_lines(device),
+        f'- command: `{command}` (`make bench ARGS="{shlex.join(argv)}"`)',
+        f"- {warmup} warm-up + {steps} timed steps per variant (median of {REPEATS} windows), "
+        "one process",
+        "",
+        *table(measured.results),
+        *(
+            [""] + ["Not measured:"] + [f"- {s}" for s in measured.skipped]
+            if measured.skipped
+            else []
+        ),
+    ]
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -25,9 +25,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
+from torch.distributed.checkpoint.state_dict_saver import async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from workloads.compat import async_save_response_type, dcp_kwargs
 from workloads.data.shards import LoaderState
 
 STEP_PREFIX = "step_"
@@ -155,16 +156,23 @@ class Checkpointer:
     def _write(self, state: dict[str, Any], path: Path, blocking: bool) -> None:
         if self.use_async and not blocking:
             response = async_save(
-                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(async_save, self._no_dist),
             )
             # With a custom stager DCP returns both futures; the upload one means "on disk".
-            if isinstance(response, AsyncSaveResponse):
-                self._pending = response.upload_completion
+            response_type = async_save_response_type()
+            if response_type is not None and isinstance(response, response_type):
+                self._pending = cast(Any, response).upload_completion
             else:
-                self._pending = response
+                self._pending = cast("Future[Any]", response)
         else:
             dcp_save(
-                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(dcp_save, self._no_dist),
             )
             self._prune()
 
@@ -214,7 +222,10 @@ class Checkpointer:
             state["rng"] = {rng_key: _rng_state(self.device)}
         try:
             dcp_load(
-                state, checkpoint_id=str(path), process_group=self.group, no_dist=self._no_dist
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(dcp_load, self._no_dist),
             )
             set_state_dict(
                 model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]

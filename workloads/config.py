@@ -26,10 +26,14 @@ from modules.validation import Checker, InvalidArgsError, Problem
 Toggle = Literal["auto", "on", "off"]
 DType = Literal["auto", "fp32", "bf16"]
 Parallelism = Literal["ddp", "fsdp2"]
+#: ``torch.compile`` modes: ``reduce-overhead`` adds CUDA graphs, ``max-autotune``
+#: benchmarks kernel choices at compile time (minutes) and adds CUDA graphs.
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 TOGGLES: tuple[str, ...] = get_args(Toggle)
 DTYPES: tuple[str, ...] = get_args(DType)
 PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 #: Vocabulary rows are padded to a multiple of this so the embedding and LM-head
 #: matmuls hit tensor-core friendly shapes (GPT-2's 50257 -> 50304).
@@ -134,6 +138,24 @@ class TrainConfig:
         no_sync_accum: skip the gradient all-reduce on non-final micro-steps.
         parallelism: ``ddp`` (replicated) or ``fsdp2`` (sharded, for models that do
             not fit one device).
+        compile_mode: ``torch.compile`` mode: ``default``, ``reduce-overhead`` (CUDA
+            graphs), ``max-autotune`` (autotuned kernels and CUDA graphs; compiles for
+            minutes) or ``max-autotune-no-cudagraphs``.
+        compile_after_wrap: under DDP, compile the DDP-wrapped model (DDP first) so
+            the compiled graph is split at gradient-bucket boundaries and each
+            bucket's all-reduce overlaps the rest of the backward; off: compile the
+            bare model, then wrap it (one graph, the all-reduces wait for its end).
+        chunked_loss: compute the LM head and cross-entropy in chunks of
+            ``loss_chunk_tokens`` rows, with their gradients, so the full
+            (tokens x vocabulary) logits are never materialised nor up-cast to fp32
+            (``auto``: on for CUDA).
+        loss_chunk_tokens: rows of the logits computed at once by ``chunked_loss``.
+        prefetch: read, convert and pin the next batch on a background thread while
+            the current micro-step runs (``auto``: on for CUDA).
+        stop_check_every: when distributed, all-reduce the SIGTERM stop flag every N
+            steps (a host synchronisation each time); a SIGTERM then stops the run
+            at most N - 1 steps later, so keep N x step time well under the
+            grace period. A world of one checks every step.
         fault_kill_rank: test hook: this rank SIGKILLs itself (first attempt only).
         fault_kill_at_step: test hook: the step after which ``fault_kill_rank`` dies
             (0: never).
@@ -171,12 +193,26 @@ class TrainConfig:
     pin_memory: Toggle = "auto"
     no_sync_accum: bool = True
     parallelism: Parallelism = "ddp"
+    compile_mode: CompileMode = "default"
+    compile_after_wrap: bool = True
+    chunked_loss: Toggle = "auto"
+    loss_chunk_tokens: int = 4096
+    prefetch: Toggle = "auto"
+    stop_check_every: int = 10
     fault_kill_rank: int = -1
     fault_kill_at_step: int = 0
 
     def __post_init__(self) -> None:
         check = Checker()
-        positive = ("seq_len", "micro_batch_size", "grad_accum_steps", "steps", "log_every")
+        positive = (
+            "seq_len",
+            "micro_batch_size",
+            "grad_accum_steps",
+            "steps",
+            "log_every",
+            "loss_chunk_tokens",
+            "stop_check_every",
+        )
         for name in positive:
             value = getattr(self, name)
             check.require(value >= 1, name, value, "must be a positive integer")
@@ -214,7 +250,10 @@ class TrainConfig:
             ("compile", TOGGLES),
             ("fused_adamw", TOGGLES),
             ("pin_memory", TOGGLES),
+            ("chunked_loss", TOGGLES),
+            ("prefetch", TOGGLES),
             ("parallelism", PARALLELISMS),
+            ("compile_mode", COMPILE_MODES),
         ):
             value = getattr(self, name)
             check.require(value in allowed, name, value, f"one of {', '.join(allowed)}")
@@ -332,7 +371,6 @@ def _coerce(raw: str, annotation: Any) -> object:
         if raw not in allowed:
             raise ValueError(f"expected one of {', '.join(map(str, allowed))}")
         return raw
-    raise ValueError(f"unsupported field type {annotation}")
     raise ValueError(f"unsupported field type {annotation}")
 
 

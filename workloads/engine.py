@@ -7,17 +7,20 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from modules.validation import InvalidArgsError, Problem
+from workloads import compat
 from workloads.config import TrainConfig
-from workloads.data.shards import ShardLoader
+from workloads.data.shards import LoaderState, ShardLoader
 from workloads.distributed import Topology
 from workloads.model import GPT
 
@@ -42,6 +45,14 @@ class Resolved:
     pin_memory: bool
     no_sync_accum: bool
     parallelism: str
+    compile_mode: str = "default"
+    compile_after_wrap: bool = True
+    loss_chunk: int = 0
+    prefetch: bool = False
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        return self.compile and self.compile_mode in ("reduce-overhead", "max-autotune")
 
     def describe(self) -> str:
         precision = "bf16 autocast" if self.amp_dtype is torch.bfloat16 else "fp32"
@@ -53,9 +64,16 @@ class Resolved:
             "pad_vocab": self.pad_vocab,
             "pin_memory": self.pin_memory,
             "no_sync_accum": self.no_sync_accum,
+            "chunked_loss": bool(self.loss_chunk),
+            "prefetch": self.prefetch,
         }
         on = ",".join(name for name, value in flags.items() if value) or "none"
-        return f"{self.device.type} {precision}, on: {on}"
+        mode = (
+            f", compile mode {self.compile_mode}"
+            if self.compile and self.compile_mode != "default"
+            else ""
+        )
+        return f"{self.device.type} {precision}, on: {on}{mode}"
 
 
 def resolve(config: TrainConfig, device: torch.device) -> Resolved:
@@ -83,6 +101,10 @@ def resolve(config: TrainConfig, device: torch.device) -> Resolved:
         pin_memory=cuda and toggle(config.pin_memory, True),
         no_sync_accum=config.no_sync_accum,
         parallelism=config.parallelism,
+        compile_mode=config.compile_mode,
+        compile_after_wrap=config.compile_after_wrap,
+        loss_chunk=config.loss_chunk_tokens if toggle(config.chunked_loss, cuda) else 0,
+        prefetch=toggle(config.prefetch, cuda),
     )
 
 
@@ -96,26 +118,54 @@ def apply_backend_flags(resolved: Resolved) -> None:
 def build_model(config: TrainConfig, resolved: Resolved) -> GPT:
     """The model, seeded from ``config.seed`` so every rank starts identical."""
     torch.manual_seed(config.seed)
-    model = GPT(config.model, use_sdpa=resolved.sdpa, pad_vocab=resolved.pad_vocab)
+    model = GPT(
+        config.model,
+        use_sdpa=resolved.sdpa,
+        pad_vocab=resolved.pad_vocab,
+        loss_chunk=resolved.loss_chunk,
+    )
     return model.to(resolved.device)
 
 
+def _compile(module: nn.Module, resolved: Resolved) -> None:
+    """``torch.compile`` in place (state-dict keys stay those of the plain model)."""
+    if resolved.compile_mode == "default":
+        module.compile()
+    else:
+        module.compile(mode=resolved.compile_mode)
+
+
 def parallelize(model: GPT, resolved: Resolved, topology: Topology) -> nn.Module:
-    """Compile and wrap for data parallelism: DDP, or FSDP2 with each block sharded."""
+    """Compile and wrap for data parallelism: DDP, or FSDP2 with each block sharded.
+
+    Under DDP with ``compile_after_wrap`` the DDP module is compiled: TorchDynamo's
+    DDP optimizer then splits the graph at the gradient buckets' boundaries so each
+    bucket's all-reduce starts while the backward of the earlier layers still runs.
+    Compiling the bare model first (the old order) gives one backward graph whose
+    gradients all become ready at its end, so no all-reduce overlaps computation.
+    """
     if resolved.parallelism == "fsdp2" and topology.distributed:
-        policy = MixedPrecisionPolicy(param_dtype=resolved.amp_dtype, reduce_dtype=torch.float32)
+        api = compat.fsdp_api()
+        policy = api.mixed_precision_policy(
+            param_dtype=resolved.amp_dtype, reduce_dtype=torch.float32
+        )
         for block in model.blocks:
             if resolved.compile:
-                block.compile()
-            fully_shard(block, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+                _compile(block, resolved)
+            api.fully_shard(block, mp_policy=policy)
+        api.fully_shard(model, mp_policy=policy)
         return model
-    if resolved.compile:
-        model.compile()  # in place: state-dict keys stay those of the plain model
-    if topology.distributed:
-        device_ids = [resolved.device.index] if resolved.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids)
-    return model
+    if not topology.distributed:
+        if resolved.compile:
+            _compile(model, resolved)
+        return model
+    device_ids = [resolved.device.index] if resolved.device.type == "cuda" else None
+    if resolved.compile and not resolved.compile_after_wrap:
+        _compile(model, resolved)
+    wrapped = DistributedDataParallel(model, device_ids=device_ids)
+    if resolved.compile and resolved.compile_after_wrap:
+        _compile(wrapped, resolved)
+    return wrapped
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig, resolved: Resolved) -> torch.optim.AdamW:
@@ -148,25 +198,89 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
 
 
+_HostBatch = tuple[Tensor, Tensor, LoaderState]
+
+
 class DeviceBatches:
     """Batches from a `ShardLoader`, moved to the device (pinned and non-blocking on
-    CUDA so the copy overlaps the previous step's kernels)."""
+    CUDA so the copy overlaps the previous step's kernels).
+
+    With ``prefetch`` a background thread reads, converts and pins the next batch
+    while the current micro-step runs; the batches and their order are exactly those
+    without it. `state` is the loader position after the last batch handed out (not
+    after the one prefetched), which is what a checkpoint must record.
+    """
 
     def __init__(self, loader: ShardLoader, resolved: Resolved) -> None:
         self.loader = loader
         self.device = resolved.device
         self.pin = resolved.pin_memory
+        self.prefetch = resolved.prefetch
+        self._state = loader.state
+        self._pending: Future[_HostBatch] | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
-    def next(self) -> tuple[Tensor, Tensor]:
+    @property
+    def state(self) -> LoaderState:
+        """Where a run resumed from a checkpoint taken now must continue."""
+        return self._state
+
+    def load_state(self, state: LoaderState) -> None:
+        """Continue from ``state`` (drops a batch already prefetched)."""
+        self._drain()
+        self.loader.load_state(state)
+        self._state = self.loader.state
+
+    def _read(self) -> _HostBatch:
         inputs, targets = self.loader.next_batch()
-        if self.device.type == "cpu":
-            return inputs, targets
         if self.pin:
             inputs, targets = inputs.pin_memory(), targets.pin_memory()
+        return inputs, targets, self.loader.state
+
+    def _read_in_thread(self) -> _HostBatch:
+        if self.device.type == "cuda":
+            # Pinning from a thread whose current device is GPU 0 would create a
+            # context there; pin on this rank's GPU, as DataLoader's pin thread does.
+            torch.cuda.set_device(self.device)
+        return self._read()
+
+    def _drain(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def next(self) -> tuple[Tensor, Tensor]:
+        if not self.prefetch:
+            inputs, targets, self._state = self._read()
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+                # The thread ends with this object even where nobody calls close().
+                weakref.finalize(self, self._pool.shutdown, wait=False)
+            if self._pending is None:
+                self._pending = self._pool.submit(self._read_in_thread)
+            inputs, targets, self._state = self._pending.result()
+            self._pending = self._pool.submit(self._read_in_thread)
+        if self.device.type == "cpu":
+            return inputs, targets
         return (
             inputs.to(self.device, non_blocking=self.pin),
             targets.to(self.device, non_blocking=self.pin),
         )
+
+    def close(self) -> None:
+        """Stop the prefetch thread (idempotent)."""
+        self._drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _is_fsdp(model: nn.Module) -> bool:
+    try:
+        return isinstance(model, compat.fsdp_api().fsdp_module)
+    except ImportError:
+        return False
 
 
 @contextlib.contextmanager
@@ -175,8 +289,8 @@ def _gradient_sync(model: nn.Module, sync: bool) -> Iterator[None]:
     if isinstance(model, DistributedDataParallel) and not sync:
         with model.no_sync():
             yield
-    elif isinstance(model, FSDPModule):
-        model.set_requires_gradient_sync(sync)
+    elif _is_fsdp(model):
+        cast(Any, model).set_requires_gradient_sync(sync)
         yield
     else:
         yield
@@ -214,6 +328,8 @@ def train_step(
         inputs, targets = batches.next()
         data_wait += time.perf_counter() - started
         last = micro == accum - 1
+        if resolved.uses_cuda_graphs:
+            compat.cudagraph_mark_step_begin()
         with _gradient_sync(model, last or not resolved.no_sync_accum):
             with autocast:
                 loss = model(inputs, targets) / accum

@@ -53,18 +53,29 @@ EXIT_PREEMPTED = 128 + signal.SIGTERM
 
 
 class StopRequest:
-    """Records SIGTERM; `agreed` makes every rank stop after the same step."""
+    """Records SIGTERM; `agreed` makes every rank stop after the same step.
 
-    def __init__(self) -> None:
+    Args:
+        check_every: when distributed, the flag is all-reduced (a host-side
+            synchronisation of every rank) only after every N-th step, so a SIGTERM
+            stops the run at most N - 1 steps after the step it arrived in.
+    """
+
+    def __init__(self, check_every: int = 1) -> None:
         self.requested = False
+        self.check_every = max(1, check_every)
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
 
-    def agreed(self, group: dist.ProcessGroup | None) -> bool:
+    def agreed(self, group: dist.ProcessGroup | None, step: int = 0) -> bool:
+        """Whether every rank stops after ``step``; every rank calls it after every
+        step (the ranks agree on which steps hold the collective)."""
         if group is None:
             return self.requested
+        if step % self.check_every:
+            return False
         flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
         return bool(flag.item())
@@ -152,7 +163,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
     distributed.init_process_group(topology, device)
     control = distributed.cpu_group()
     ckpt_group = distributed.cpu_group()
-    stop = StopRequest()
+    stop = StopRequest(config.stop_check_every)
 
     if topology.local_rank == 0:
         ensure_shards(Path(config.data_dir), Path(config.corpus))
@@ -201,7 +212,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
         resumed = checkpointer.load_latest(model, optimizer)
         if resumed is not None:
             start_step = resumed.step
-            loader.load_state(resumed.loader)
+            batches.load_state(resumed.loader)
             log.line(
                 f"resume: from {resumed.path} at step {resumed.step} (data shard "
                 f"{resumed.loader.shard}, position {resumed.loader.position}"
@@ -272,12 +283,12 @@ def run(config: TrainConfig, topology: Topology) -> int:
         elif exporter is not None:
             exporter.set_step(step)
 
-        stopping = stop.agreed(control)
+        stopping = stop.agreed(control, step)
         final = step == config.steps
         due = bool(config.ckpt_every) and step % config.ckpt_every == 0
         if checkpointer is not None and (stopping or final or due):
             path = checkpointer.save(
-                step, model, optimizer, loader.state, blocking=stopping or final
+                step, model, optimizer, batches.state, blocking=stopping or final
             )
             log.line(
                 f"checkpoint: step {step} -> {path}"

@@ -47,7 +47,7 @@ def test_tokenize_cli_missing_input_is_a_message_not_a_traceback(
 
 def test_truncated_shard_is_refused_with_the_reason(tmp_path: Path) -> None:
     path = tmp_path / "train_000000.bin"
-    write_shard(path, np.arange(100, dtype=np.uint16), 256)
+    write_shard(path, torch.arange(100), 256)
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(ShardError, match="truncated"):
         read_header(path)
@@ -58,14 +58,14 @@ def test_truncated_shard_is_refused_with_the_reason(tmp_path: Path) -> None:
 
 def test_shard_of_a_larger_vocabulary_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "train_000000.bin"
-    write_shard(path, np.arange(1000, dtype=np.uint16), 50257)
+    write_shard(path, torch.arange(1000), 50257)
     with pytest.raises(ShardError, match="vocabulary of 50257"):
         ShardLoader([path], batch=1, seq_len=8, rank=0, world_size=1, vocab_size=256)
 
 
 def test_ranks_read_disjoint_slices_and_state_resumes_exactly(tmp_path: Path) -> None:
     path = tmp_path / "train_000000.bin"
-    write_shard(path, np.arange(1000, dtype=np.uint16), 1000)
+    write_shard(path, torch.arange(1000), 1000)
     loaders = [
         ShardLoader([path], batch=2, seq_len=8, rank=r, world_size=2, vocab_size=1024)
         for r in range(2)
@@ -90,7 +90,7 @@ def torch_equal(a: object, b: object) -> bool:
 
 def test_too_small_shard_says_what_to_change(tmp_path: Path) -> None:
     path = tmp_path / "train_000000.bin"
-    write_shard(path, np.arange(50, dtype=np.uint16), 256)
+    write_shard(path, torch.arange(50), 256)
     with pytest.raises(ShardError, match="--micro-batch-size"):
         ShardLoader([path], batch=4, seq_len=16, rank=0, world_size=1, vocab_size=256)
 
@@ -107,3 +107,16 @@ def test_ensure_shards_tokenises_once(tmp_path: Path) -> None:
     first = tokenize.ensure_shards(tmp_path / "data", corpus)
     corpus.write_text("changed", encoding="utf-8")
     assert tokenize.ensure_shards(tmp_path / "data", corpus) == first
+
+
+def test_ids_above_32767_round_trip_through_the_layout_llm_c_reads(tmp_path: Path) -> None:
+    """Shards are written and read with torch alone; numpy reads the same uint16s."""
+    path = tmp_path / "train_000000.bin"
+    ids = [0, 1, 255, 32767, 32768, 40000, 50256, 65535] * 3
+    write_shard(path, torch.tensor(ids), 65536)
+    assert np.fromfile(path, dtype="<u2", offset=HEADER_BYTES).tolist() == ids
+    inputs, targets = ShardLoader(
+        [path], batch=1, seq_len=len(ids) - 1, rank=0, world_size=1, vocab_size=65536
+    ).next_batch()
+    assert inputs.dtype == torch.int64
+    assert inputs.flatten().tolist() == ids[:-1] and targets.flatten().tolist() == ids[1:]

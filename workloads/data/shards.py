@@ -9,39 +9,57 @@ The loader hands each rank a disjoint contiguous slice of the token stream, walk
 the shards in name order and wraps around. Its whole state is ``(shard, position)``,
 saved in every checkpoint, so a resumed run reads exactly the batches the
 interrupted run would have read.
+
+Only torch and the standard library are used (no numpy), so training runs on a
+machine that has nothing but a preinstalled PyTorch (`workloads.gpu_check`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import struct
+import sys
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
-TOKEN_DTYPE = np.uint16
 
 
 class ShardError(ValueError):
     """A shard file or shard directory that cannot be used, with what to do about it."""
 
 
-def write_shard(path: Path, tokens: npt.NDArray[np.integer], vocab_size: int) -> None:
-    """Write ``tokens`` as a shard, atomically (a reader never sees half a file)."""
-    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= min(vocab_size, 65536)):
+def _require_little_endian() -> None:
+    # Shards are little-endian and tensors are read from / written as raw memory.
+    if sys.byteorder != "little":
+        raise ShardError("token shards can only be read and written on a little-endian host")
+
+
+def write_shard(path: Path, tokens: torch.Tensor | Sequence[int], vocab_size: int) -> None:
+    """Write ``tokens`` (integer ids) as a shard, atomically (a reader never sees half a
+    file)."""
+    _require_little_endian()
+    values = torch.as_tensor(tokens).reshape(-1).to(torch.int64)
+    count = values.numel()
+    if count and (int(values.min()) < 0 or int(values.max()) >= min(vocab_size, 65536)):
         raise ShardError(f"{path}: token ids must lie in [0, {vocab_size})")
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2], header[3] = MAGIC, VERSION, tokens.size, vocab_size
+    header = struct.pack(f"<{HEADER_INTS}i", MAGIC, VERSION, count, vocab_size, *[0] * 252)
+    # int16 holds the same 16 bits as the uint16 ids (ids >= 32768 wrap to negative).
+    raw = values.to(torch.int32).to(torch.int16).contiguous()
+    payload = ctypes.string_at(raw.data_ptr(), 2 * count) if count else b""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{np.random.default_rng().integers(1 << 30)}.tmp")
+    tmp = path.with_name(f".{path.name}.{torch.randint(1 << 30, ()).item()}.tmp")
     with tmp.open("wb") as handle:
-        handle.write(header.tobytes())
-        handle.write(tokens.astype("<u2").tobytes())
+        handle.write(header)
+        handle.write(payload)
     tmp.replace(path)
 
 
@@ -62,13 +80,12 @@ def read_header(path: Path) -> ShardInfo:
         raise ShardError(f"{path}: cannot read ({err.strerror})") from err
     if len(raw) < HEADER_BYTES:
         raise ShardError(f"{path}: shorter than the {HEADER_BYTES}-byte shard header")
-    header = np.frombuffer(raw, dtype="<i4")
-    if int(header[0]) != MAGIC or int(header[1]) != VERSION:
+    magic, version, num_tokens, vocab_size = struct.unpack_from("<4i", raw)
+    if magic != MAGIC or version != VERSION:
         raise ShardError(
-            f"{path}: not a token shard (magic {int(header[0])}, version {int(header[1])}; "
+            f"{path}: not a token shard (magic {magic}, version {version}; "
             f"expected {MAGIC}, {VERSION}); make shards with `python -m workloads.data.tokenize`"
         )
-    num_tokens = int(header[2])
     expected = HEADER_BYTES + 2 * num_tokens
     actual = path.stat().st_size
     if actual != expected:
@@ -76,7 +93,7 @@ def read_header(path: Path) -> ShardInfo:
             f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
             f"{actual} bytes; it is truncated or corrupt, re-create it"
         )
-    return ShardInfo(path, num_tokens, int(header[3]))
+    return ShardInfo(path, num_tokens, vocab_size)
 
 
 def shard_files(data_dir: Path, split: str) -> list[Path]:
@@ -133,19 +150,22 @@ class ShardLoader:
                     f"({need} = {world_size} ranks x {batch} x {seq_len} + 1); lower "
                     f"--micro-batch-size / --seq-len or use a larger corpus"
                 )
-        self._maps: dict[int, np.memmap[tuple[int], np.dtype[np.uint16]]] = {}
+        self._maps: dict[int, torch.Tensor] = {}
         self.state = LoaderState(0, 0)
 
-    def _tokens(self, shard: int) -> np.memmap[tuple[int], np.dtype[np.uint16]]:
+    def _tokens(self, shard: int) -> torch.Tensor:
+        """The shard's tokens: a uint16 tensor over a read-only memory map."""
         if shard not in self._maps:
+            _require_little_endian()
             info = self.infos[shard]
-            self._maps[shard] = np.memmap(
-                info.path,
-                dtype=TOKEN_DTYPE,
-                mode="r",
-                offset=HEADER_BYTES,
-                shape=(info.num_tokens,),
-            )
+            with info.path.open("rb") as handle:
+                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            with warnings.catch_warnings():
+                # The map is read-only and the tensor is only ever read.
+                warnings.filterwarnings("ignore", message=".*not writable.*")
+                self._maps[shard] = torch.frombuffer(
+                    mapped, dtype=torch.uint16, count=info.num_tokens, offset=HEADER_BYTES
+                )
         return self._maps[shard]
 
     def load_state(self, state: LoaderState) -> None:
@@ -159,8 +179,7 @@ class ShardLoader:
         if position + self.world_size * span + 1 > self.infos[shard].num_tokens:
             shard, position = (shard + 1) % len(self.infos), 0
         start = position + self.rank * span
-        window = np.asarray(self._tokens(shard)[start : start + span + 1], dtype=np.int64)
-        chunk = torch.from_numpy(window)
+        chunk = self._tokens(shard)[start : start + span + 1].to(torch.int64)
         inputs = chunk[:-1].view(self.batch, self.seq_len)
         targets = chunk[1:].view(self.batch, self.seq_len)
         self.state = LoaderState(shard, position + self.world_size * span)

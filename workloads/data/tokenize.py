@@ -16,8 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
+import torch
 
 from workloads.data.shards import ShardError, shard_files, write_shard
 
@@ -26,9 +25,12 @@ DEFAULT_SHARD_TOKENS = 50_000_000
 DEFAULT_VAL_FRACTION = 0.05
 
 
-def encode_bytes(text: str) -> npt.NDArray[np.uint16]:
-    """Byte-level token ids of ``text``."""
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+def encode_bytes(text: str) -> torch.Tensor:
+    """Byte-level token ids of ``text`` (int64)."""
+    data = text.encode("utf-8")
+    if not data:
+        return torch.zeros(0, dtype=torch.int64)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
 
 
 def decode_bytes(tokens: Sequence[int]) -> str:
@@ -64,13 +66,13 @@ def tokenize_files(
         except OSError as err:
             raise ShardError(f"{path}: cannot read ({err.strerror})") from err
         pieces.append(encode_bytes(text))
-    tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint16)
-    if tokens.size < 2:
+    tokens = torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
+    if tokens.numel() < 2:
         raise ShardError("the input files hold no text to train on")
-    split = tokens.size - int(tokens.size * val_fraction)
+    split = tokens.numel() - int(tokens.numel() * val_fraction)
     written: dict[str, list[Path]] = {"train": [], "val": []}
     for name, part in (("train", tokens[:split]), ("val", tokens[split:])):
-        for index, start in enumerate(range(0, part.size, shard_tokens)):
+        for index, start in enumerate(range(0, part.numel(), shard_tokens)):
             path = output_dir / f"{name}_{index:06d}.bin"
             write_shard(path, part[start : start + shard_tokens], BYTE_VOCAB_SIZE)
             written[name].append(path)

@@ -1,0 +1,185 @@
+"""`make gpu-check` without a GPU: the dry run's plan, the clear refusal, the carried
+wheels, and that the workloads import and read data with torch alone (no numpy)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.workloads.helpers import REPO_ROOT
+from workloads import gpu_check
+
+
+def test_dry_run_plans_every_check_at_the_presets_shape(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert gpu_check.main(["--dry-run", "--gpus", "1"]) == gpu_check.EXIT_OK
+    out = capsys.readouterr().out
+    steps = gpu_check.plan(1)
+    phases = [s.phase for s in steps]
+    assert phases[:5] == ["environment", "health", "fwd-bwd", "train-resume", "nccl"]
+    bench = {s.name: s.detail for s in steps if s.phase == "bench"}
+    assert list(bench)[:2] == ["baseline", "fast"]
+    for variant in ("fast-chunked_loss", "fast-prefetch", "fast-compile", "fast+max-autotune"):
+        assert variant in bench
+    # The preset's real shape: 32 sequences x 16 micro-steps of 1024 tokens.
+    assert all("32x16 (524288 tokens/step)" in detail for detail in bench.values())
+    assert all("seq 1024" in detail for detail in bench.values())
+    assert "124.5M parameters" in out and "single-rank" in out
+
+
+def test_dry_run_for_several_gpus_plans_the_fabric_check() -> None:
+    nccl = [s for s in gpu_check.plan(8) if s.phase == "nccl"]
+    assert nccl[0].name == "fabric_check" and "8 ranks" in nccl[0].detail
+
+
+def test_without_a_gpu_it_says_so_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran: list[object] = []
+
+    def run_all(*args: object) -> int:
+        ran.append(args)
+        return 0
+
+    monkeypatch.setattr(gpu_check, "run_all", run_all)
+    assert gpu_check.main(["--out-dir", str(tmp_path)]) == gpu_check.EXIT_NO_GPU
+    assert "no CUDA GPU here" in capsys.readouterr().err
+    assert ran == [] and not any(tmp_path.iterdir())
+
+
+def test_bad_arguments_are_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_check.main(["--timeout-s", "5"]) == gpu_check.EXIT_USAGE
+    assert "--timeout-s" in capsys.readouterr().err
+
+
+def test_carried_pure_python_wheel_is_imported_when_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    wheel = tmp_path / "fake_carried_mod-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake_carried_mod/__init__.py", "VALUE = 42\n")
+    monkeypatch.setattr(gpu_check, "CARRIED", (("fake_carried_mod", "fake_carried_mod"),))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert gpu_check.missing_modules() == ["fake_carried_mod"]
+    added = gpu_check.add_carried_wheels(tmp_path)
+    assert added == [f"fake_carried_mod from {wheel}"]
+    module = __import__("fake_carried_mod")
+    assert module.VALUE == 42
+    sys.modules.pop("fake_carried_mod", None)
+
+
+def test_workloads_need_only_torch_for_the_data_path_and_the_plan(tmp_path: Path) -> None:
+    """A GPU machine may have nothing but torch: numpy and nvidia-ml-py blocked."""
+    script = f"""
+import sys
+sys.modules["numpy"] = None
+sys.modules["pynvml"] = None
+from pathlib import Path
+from workloads import gpu_check, train, bench
+from workloads.data.shards import ShardLoader
+from workloads.data.tokenize import ensure_shards
+from workloads.config import DEFAULT_CORPUS
+files = ensure_shards(Path({str(tmp_path)!r}), DEFAULT_CORPUS)
+inputs, targets = ShardLoader(files, batch=2, seq_len=8, rank=0, world_size=1,
+                              vocab_size=256).next_batch()
+assert inputs.shape == (2, 8), inputs.shape
+assert "numpy" not in {{m for m, v in sys.modules.items() if v is not None}}
+sys.exit(gpu_check.main(["--dry-run"]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu_check dry run" in done.stdout
+
+
+def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's plumbing with every GPU step replaced: report, record, exit status."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(gpu_check, "environment", lambda phase, added: phase.say("torch x"))
+    monkeypatch.setattr(gpu_check, "health", lambda phase: phase.say("gpu0 healthy"))
+
+    def broken(phase: gpu_check.Phase, data_dir: Path) -> None:
+        raise RuntimeError("first line\nthe kernel failed")
+
+    monkeypatch.setattr(gpu_check, "fwd_bwd", broken)
+    monkeypatch.setattr(gpu_check, "train_resume", lambda phase, data, work: phase.say("fell"))
+    monkeypatch.setattr(gpu_check, "nccl", lambda phase, timeout: phase.say("nccl ok"))
+    monkeypatch.setattr(
+        gpu_check, "run_bench", lambda phase, data, deadline: ["| gpt2-124m | fast |"]
+    )
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    benchmarks.write_text("# Benchmarks\n\nBy hand.\n", encoding="utf-8")
+    args = argparse.Namespace(
+        timeout_s=600.0,
+        data_dir=str(tmp_path / "data"),
+        skip="",
+        out_dir=str(tmp_path / "out"),
+        record=str(benchmarks),
+    )
+    assert gpu_check.run_all(args, [], "python -m workloads.gpu_check") == gpu_check.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "FAILED: fwd-bwd" in captured.err and "the kernel failed" in captured.err
+    section = (tmp_path / "out" / "gpu-nvidia-h100-80gb-hbm3.md").read_text()
+    assert "- fwd-bwd: FAILED" in section and "- health: passed" in section
+    assert "RuntimeError: the kernel failed" in section and "| gpt2-124m | fast |" in section
+    recorded = benchmarks.read_text()
+    assert "By hand." in recorded
+    assert "<!-- bench:gpu-check-nvidia-h100-80gb-hbm3 begin -->" in recorded
+
+
+def test_bench_interrupted_by_the_time_limit_keeps_what_it_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workloads import bench  # noqa: PLC0415
+
+    real_fast = bench.fast_overrides
+    monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))
+
+    def measure_preset(*args: object, into: bench.Measured, **kwargs: object) -> bench.Measured:
+        into.results.append(
+            bench.Result(
+                "gpt2-124m",
+                "baseline",
+                "x",
+                124.0,
+                524288,
+                20.0,
+                26000.0,
+                22.0,
+                0.02,
+                0.0,
+                10.9,
+                shape="16x32",
+            )
+        )
+        raise gpu_check.TimeLimitError
+
+    monkeypatch.setattr(bench, "measure_preset", measure_preset)
+    phase = gpu_check.Phase("bench")
+    lines = gpu_check.run_bench(phase, Path("unused"), time.monotonic() + 1000)
+    assert not phase.ok and "ran out while measuring fast" in phase.lines[0]
+    assert any("| gpt2-124m | baseline |" in line and "16x32" in line for line in lines)
+    assert "- gpt2-124m fast: interrupted by the time limit" in lines
+    assert "- gpt2-124m fast+max-autotune: not run (time limit)" in lines
+    # Too little time left: not started, and the reason says what to do.
+    late = gpu_check.Phase("bench")
+    assert gpu_check.run_bench(late, Path("unused"), time.monotonic() + 10) == []
+    assert not late.ok and "make bench ARGS=--ablate" in late.lines[0]
