@@ -104,6 +104,13 @@ class TrackingSpec:
             self.database_instance_class,
             "an RDS instance class such as db.t4g.medium",
         )
+        check.require(
+            not self.database_instance_class.endswith((".micro", ".small")),
+            "database_instance_class",
+            self.database_instance_class,
+            "use medium or larger: micro and small classes have no Performance Insights "
+            "(which the platform turns on, encrypted with the stack's key)",
+        )
         check.done()
 
 
