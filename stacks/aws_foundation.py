@@ -248,7 +248,14 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
     tracking_store = None
     if config.tracking.enabled:
         tracking_store = _tracking_store(
-            config, name, network, security_group_id, keys, data, cluster, provider
+            config,
+            name=name,
+            network=network,
+            cluster_security_group_id=security_group_id,
+            keys=keys,
+            data=data,
+            cluster=cluster,
+            provider=provider,
         )
 
     pulumi.export("clusterName", cluster.cluster.name)
@@ -286,6 +293,7 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
 
 def _tracking_store(
     config: StackConfig,
+    *,
     name: str,
     network: Network,
     cluster_security_group_id: pulumi.Input[str],

@@ -20,6 +20,7 @@ Charts and images cannot be pulled in the offline plan: ``pulumi up`` downloads 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,8 +58,14 @@ SERVICE_PORT = 80
 #: What teams set as MLFLOW_TRACKING_URI.
 TRACKING_URI = f"http://{SERVER_NAME}.{TRACKING_NAMESPACE}.svc.cluster.local"
 ADMIN_SECRET = "mlflow-admin"
+#: The admin credentials escaped for the chart's auth ini (see `ini_safe_admin`).
+ADMIN_INI_SECRET = "mlflow-admin-ini"
 #: On AWS: the RDS credentials; on premises CloudNativePG writes ``<cluster>-app``.
 DATABASE_SECRET = "mlflow-db"
+#: On AWS: the same user with its password percent-encoded, for the auth app's database
+#: URL (the chart writes the password into a URL with sed; RDS passwords may hold
+#: characters that break either). CloudNativePG's generated passwords are URL-safe.
+AUTH_DATABASE_SECRET = "mlflow-auth-db"
 DATABASE_CLUSTER = "mlflow-db"
 DATABASE_NAME = "mlflow"
 DATABASE_PORT = 5432
@@ -84,6 +91,8 @@ class StoreSettings:
     Args:
         database_host: PostgreSQL host.
         database_secret: Secret with ``username`` and ``password`` keys.
+        auth_database_secret: the same for the auth app's database URL (default: the
+            ``database_secret``).
         bucket: on AWS the artifact bucket (empty on premises).
         artifact_prefix: key prefix in the bucket, without slashes at the ends.
         kms_key_arn: on AWS the CMK artifacts are written with.
@@ -93,6 +102,7 @@ class StoreSettings:
 
     database_host: str
     database_secret: str
+    auth_database_secret: str = ""
     bucket: str = ""
     artifact_prefix: str = ""
     kms_key_arn: str = ""
@@ -122,6 +132,30 @@ def credentials_secret(
     }
 
 
+# The chart's init container writes the admin password and the auth database URL into
+# an ini file with ``sed "s/<placeholder>/${VALUE}/g"``, and MLflow reads that file with
+# configparser (which interpolates ``%``). Values are escaped for both on the way in.
+
+
+def _ini(value: str) -> str:
+    return value.replace("%", "%%")
+
+
+def _sed_replacement(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("&", "\\&").replace("/", "\\/")
+
+
+def ini_safe_admin(password: str) -> str:
+    """The admin password as it must reach sed so that MLflow reads it back unchanged."""
+    return _sed_replacement(_ini(password))
+
+
+def url_safe(password: str) -> str:
+    """A database password for the auth app's URL: percent-encoded (SQLAlchemy decodes
+    it; nothing sed treats specially is left), with ``%`` doubled for configparser."""
+    return _ini(urllib.parse.quote(password, safe=""))
+
+
 def _resources(spec: TrackingSpec) -> dict[str, Any]:
     amount = {"cpu": f"{spec.cpu_millicores}m", "memory": f"{spec.memory_mib}Mi"}
     return {"requests": dict(amount), "limits": dict(amount)}
@@ -137,6 +171,7 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         "database": DATABASE_NAME,
     }
     existing = {"name": store.database_secret, "usernameKey": "username", "passwordKey": "password"}
+    auth_existing = {**existing, "name": store.auth_database_secret or store.database_secret}
     env: dict[str, Any] = {"PGSSLMODE": store.ssl_mode}
     extra_volumes: list[dict[str, Any]] = []
     extra_mounts: list[dict[str, Any]] = []
@@ -205,13 +240,13 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
             "enabled": True,
             "appName": "basic-auth",
             "existingAdminSecret": {
-                "name": ADMIN_SECRET,
+                "name": ADMIN_INI_SECRET,
                 "usernameKey": "username",
                 "passwordKey": "password",
             },
             "defaultPermission": spec.default_permission,
             # Users and permissions live in the same database, not in a pod-local file.
-            "postgres": {**postgres, "existingSecret": existing},
+            "postgres": {**postgres, "existingSecret": auth_existing},
         },
         # Metrics for Prometheus; the ServiceMonitor is ours (see module docstring).
         "extraArgs": {"exposePrometheus": METRICS_DIR},
@@ -345,9 +380,7 @@ def server_network_policies(vpc_cidr: pulumi.Input[str] | None) -> list[Manifest
                         "from": [
                             {
                                 "namespaceSelector": {
-                                    "matchExpressions": [
-                                        {"key": TEAM_LABEL, "operator": "Exists"}
-                                    ]
+                                    "matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]
                                 }
                             },
                             _namespace_peer(MONITORING_NAMESPACE),
@@ -462,20 +495,37 @@ class Tracking(pulumi.ComponentResource):
             raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
         ns = register(tracking_namespace(args.kubernetes_version), self, provider)
         ready: list[pulumi.Resource] = [ns, *depends_on]
-        ready.append(
+        admin = pulumi.Output.from_input(inputs.admin_password)
+        ready += [
             register(
-                credentials_secret(ADMIN_SECRET, spec.admin_username, inputs.admin_password),
+                credentials_secret(name, spec.admin_username, password),
                 self,
                 provider,
                 depends_on=[ns],
             )
-        )
+            for name, password in (
+                (ADMIN_SECRET, admin),
+                (ADMIN_INI_SECRET, admin.apply(ini_safe_admin)),
+            )
+        ]
         store = inputs.store
         if store is not None:
             ready.append(
                 register(
                     credentials_secret(
                         DATABASE_SECRET, store.database_username, store.database_password
+                    ),
+                    self,
+                    provider,
+                    depends_on=[ns],
+                )
+            )
+            ready.append(
+                register(
+                    credentials_secret(
+                        AUTH_DATABASE_SECRET,
+                        store.database_username,
+                        pulumi.Output.from_input(store.database_password).apply(url_safe),
                     ),
                     self,
                     provider,
@@ -490,6 +540,7 @@ class Tracking(pulumi.ComponentResource):
                     StoreSettings(
                         database_host=str(resolved[0]),
                         database_secret=DATABASE_SECRET,
+                        auth_database_secret=AUTH_DATABASE_SECRET,
                         bucket=str(resolved[1]),
                         artifact_prefix=store.artifact_prefix.strip("/"),
                         kms_key_arn=str(resolved[2]),
@@ -523,9 +574,7 @@ class Tracking(pulumi.ComponentResource):
             )
             ready.append(
                 register(
-                    artifact_claim(
-                        spec, onprem.checkpoint_class, onprem.checkpoint_access_mode
-                    ),
+                    artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode),
                     self,
                     provider,
                     depends_on=[ns],

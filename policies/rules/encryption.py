@@ -88,9 +88,7 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         # text, the password): each falls back to an AWS-managed key unless given one.
         if props.get("performanceInsightsEnabled") is True:
             value = props.get("performanceInsightsKmsKeyId")
-            refs.append(
-                KeyRef("performanceInsightsKmsKeyId", "performanceInsightsKmsKeyId", value)
-            )
+            refs.append(KeyRef("performanceInsightsKmsKeyId", "performanceInsightsKmsKeyId", value))
         if props.get("manageMasterUserPassword") is True:
             value = props.get("masterUserSecretKmsKeyId")
             refs.append(KeyRef("masterUserSecretKmsKeyId", "masterUserSecretKmsKeyId", value))
@@ -229,9 +227,7 @@ def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator
             encryption = known(dig(config, "encryptionType"), path)
             if encryption not in ("KMS", "KMS_DSSE"):
                 yield f"`{path}` is {encryption!r}, not KMS"
-    if kind in RDS_STORAGE_TYPES and not _truthy(
-        props.get("storageEncrypted"), "storageEncrypted"
-    ):
+    if kind in RDS_STORAGE_TYPES and not _truthy(props.get("storageEncrypted"), "storageEncrypted"):
         yield "`storageEncrypted` is not true: the database and its snapshots are unencrypted"
     if kind == "aws:ec2/instance:Instance" and not _truthy(
         dig(props, "rootBlockDevice", "encrypted"), "rootBlockDevice.encrypted"

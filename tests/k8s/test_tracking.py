@@ -4,10 +4,13 @@ shipped stack's plan holds for it."""
 
 from __future__ import annotations
 
+import configparser
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import jsonschema
 import pytest
@@ -31,6 +34,7 @@ KEY = "arn:aws:kms:me-central-1:123456789012:key/0b6c2b3e-1111-2222-3333-4444555
 AWS_STORE = tracking.StoreSettings(
     database_host="db.example.me-central-1.rds.amazonaws.com",
     database_secret=tracking.DATABASE_SECRET,
+    auth_database_secret=tracking.AUTH_DATABASE_SECRET,
     bucket="gpu-test-data-123456789012",
     artifact_prefix="mlflow",
     kms_key_arn=KEY,
@@ -98,12 +102,36 @@ def test_the_server_requires_login_and_exposes_metrics() -> None:
     values = tracking.mlflow_values(SPEC, AWS_STORE)
     auth = values["auth"]
     assert auth["enabled"] is True and auth["appName"] == "basic-auth"
-    assert auth["existingAdminSecret"]["name"] == tracking.ADMIN_SECRET
+    assert auth["existingAdminSecret"]["name"] == tracking.ADMIN_INI_SECRET
     assert "adminPassword" not in auth  # the password only reaches the pod as a Secret
-    assert auth["postgres"]["existingSecret"]["name"] == tracking.DATABASE_SECRET
-    # /tmp is the chart's only writable mount under a read-only root.
-    assert values["extraArgs"]["exposePrometheus"].startswith("/tmp/")
-    assert values["telemetry"]["enabled"] is False
+    assert auth["postgres"]["existingSecret"]["name"] == tracking.AUTH_DATABASE_SECRET
+    assert values["backendStore"]["existingDatabaseSecret"]["name"] == tracking.DATABASE_SECRET
+
+
+def _through_the_charts_ini(placeholder_line: str, value: str) -> str:
+    """What MLflow reads back: the chart's ``sed s/<placeholder>/${VALUE}/g`` (run with
+    the system's sed, as the chart's busybox does) then configparser."""
+    template = f"[mlflow]\n{placeholder_line}\n"
+    rendered = subprocess.run(
+        ["sed", "-e", "s/\\$(PLACEHOLDER)/" + value + "/g"],
+        input=template,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    config = configparser.ConfigParser()
+    config.read_string(rendered)
+    return config["mlflow"]["value"]
+
+
+@pytest.mark.parametrize("password", ["plain-Password1", "a&b/c\\d#e?f%g:h$x@y", "%(x)s&&//"])
+def test_passwords_survive_the_charts_auth_ini(password: str) -> None:
+    admin = _through_the_charts_ini("value = $(PLACEHOLDER)", tracking.ini_safe_admin(password))
+    assert admin == password
+    url = _through_the_charts_ini(
+        "value = postgresql://mlflow:$(PLACEHOLDER)@db:5432/mlflow", tracking.url_safe(password)
+    )
+    assert unquote(urlsplit(url).password or "") == password
 
 
 def test_artifacts_go_to_the_bucket_prefix_under_the_stack_key_without_static_keys() -> None:
@@ -217,7 +245,7 @@ def test_the_spec_reports_every_problem_at_once() -> None:
 
 def test_eks_needs_the_rds_store_and_onprem_refuses_it() -> None:
     store = TrackingStoreInputs("db", 5432, "mlflow", "mlflow", "pw", "bucket", "mlflow/", KEY)
-    with pytest.raises(InvalidArgsError, match="tracking_inputs.store"):
+    with pytest.raises(InvalidArgsError, match=r"tracking_inputs\.store"):
         replace(eks_args(provider=NO_PROVIDER), tracking=SPEC, tracking_inputs=TrackingInputs("pw"))
     with pytest.raises(InvalidArgsError, match="CloudNativePG"):
         replace(
@@ -270,7 +298,10 @@ def test_every_shipped_stack_runs_a_fenced_monitored_tracking_server(stack: str)
     assert (release.inputs["chart"], release.inputs["version"]) == (MLFLOW.chart, MLFLOW.version)
     assert release.inputs["namespace"] == tracking.TRACKING_NAMESPACE
     assert release.inputs["values"]["auth"]["enabled"] is True
-    policies = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in _objects(stack, "NetworkPolicy")}
+    policies = {
+        (p["metadata"]["namespace"], p["metadata"]["name"])
+        for p in _objects(stack, "NetworkPolicy")
+    }
     assert ("mlflow", "mlflow-server") in policies
     teams = {p[0] for p in policies if p[0].startswith("team-")}
     assert teams and {(t, "allow-mlflow") for t in teams} <= policies
@@ -295,7 +326,9 @@ def test_aws_stacks_keep_tracking_state_in_rds_and_the_bucket(stack: str) -> Non
     ]
     assert [a["serviceAccount"] for a in associations] == [tracking.SERVICE_ACCOUNT]
     (access,) = [
-        p for p in _by_type(stack, "aws:iam/rolePolicy:RolePolicy") if p.name == "tracking-artifacts-access"
+        p
+        for p in _by_type(stack, "aws:iam/rolePolicy:RolePolicy")
+        if p.name == "tracking-artifacts-access"
     ]
     document = json.loads(access.inputs["policy"])
     objects = [s for s in document["Statement"] if s["Sid"] == "ReadWriteOwnPrefix"]
@@ -311,7 +344,9 @@ def test_aws_stacks_keep_tracking_state_in_rds_and_the_bucket(stack: str) -> Non
 
 
 def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -> None:
-    releases = {r.inputs["name"]: r.inputs for r in _by_type("onprem-ib", "kubernetes:helm.sh/v3:Release")}
+    releases = {
+        r.inputs["name"]: r.inputs for r in _by_type("onprem-ib", "kubernetes:helm.sh/v3:Release")
+    }
     assert releases["cloudnative-pg"]["version"] == CLOUDNATIVE_PG.version
     registrations, _ = shipped_plan("onprem-ib")
     (cluster,) = [r for r in registrations.values() if r.inputs.get("kind") == "Cluster"]

@@ -102,7 +102,11 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ),
     (
         "credentials-missing",
-        drop("manageMasterUserPassword", "masterUserSecretKmsKeyId", "iamDatabaseAuthenticationEnabled"),
+        drop(
+            "manageMasterUserPassword",
+            "masterUserSecretKmsKeyId",
+            "iamDatabaseAuthenticationEnabled",
+        ),
         "aws-rds-managed-credentials",
         "nothing manages",
     ),
