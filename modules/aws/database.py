@@ -22,12 +22,9 @@ def parameter_family(major_version: str) -> str:
     return f"postgres{major_version}"
 
 
-def tls_only_parameters() -> list[dict[str, str]]:
+def tls_only_parameters() -> dict[str, str]:
     """Refuse unencrypted connections; log connections for the audit trail."""
-    return [
-        {"name": "rds.force_ssl", "value": "1"},
-        {"name": "log_connections", "value": "1"},
-    ]
+    return {"rds.force_ssl": "1", "log_connections": "1"}
 
 
 def master_password(secret_string: str) -> str:
@@ -108,7 +105,10 @@ class TrackingDatabase(pulumi.ComponentResource):
             name=identifier,
             family=parameter_family(args.engine_major_version),
             description="MLflow database: TLS only",
-            parameters=tls_only_parameters(),
+            parameters=[
+                aws.rds.ParameterGroupParameterArgs(name=key, value=value)
+                for key, value in tls_only_parameters().items()
+            ],
             opts=child,
         )
         self.instance = aws.rds.Instance(

@@ -22,6 +22,9 @@ from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
+from stacks.config import StackConfig
+from stacks.config_parsing import ConfigError
+from stacks.kubernetes_layer import _tracking_inputs
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
@@ -362,3 +365,13 @@ def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -
     assert claim.protect
     assert claim.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
     assert not [r for r in registrations.values() if r.type.startswith("aws:")]
+
+
+def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:
+    config = StackConfig(tags={"owner": "a", "data-classification": "internal"})
+    with pytest.raises(ConfigError) as caught:
+        _tracking_inputs(config, None, None)
+    (problem,) = caught.value.problems
+    assert "trackingAdminPassword" in problem and "pulumi config set --secret" in problem
+    disabled = replace(config, tracking=TrackingSpec(enabled=False))
+    assert _tracking_inputs(disabled, None, None) is None
