@@ -22,9 +22,10 @@ from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
-from stacks.config import StackConfig
+from stacks.config import StackConfig, parse_stack_config
 from stacks.config_parsing import ConfigError
 from stacks.kubernetes_layer import _tracking_inputs
+from stacks.offline_plan import load_stack_file
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
@@ -368,7 +369,8 @@ def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -
 
 
 def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:
-    config = StackConfig(tags={"owner": "a", "data-classification": "internal"})
+    config = parse_stack_config(load_stack_file("uae-dev")[0])
+    assert isinstance(config, StackConfig) and config.tracking.enabled
     with pytest.raises(ConfigError) as caught:
         _tracking_inputs(config, None, None)
     (problem,) = caught.value.problems
