@@ -478,6 +478,21 @@ def service_monitor(scrape_interval_seconds: int) -> Manifest:
     }
 
 
+def database_pod_monitor() -> Manifest:
+    """Scrapes the CloudNativePG instances' exporter (port ``metrics``, 9187); the
+    operator chart's own PodMonitor option is deprecated upstream."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": metadata(DATABASE_CLUSTER, TRACKING_NAMESPACE),
+        "spec": {
+            "selector": {"matchLabels": {CNPG_CLUSTER_LABEL: DATABASE_CLUSTER}},
+            "namespaceSelector": {"matchNames": [TRACKING_NAMESPACE]},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}],
+        },
+    }
+
+
 class Tracking(pulumi.ComponentResource):
     """The MLflow tracking server, its database on premises, and its fences."""
 
@@ -581,6 +596,7 @@ class Tracking(pulumi.ComponentResource):
                     protect=True,
                 )
             )
+            register(database_pod_monitor(), self, provider, depends_on=[ns, *depends_on])
             values = mlflow_values(
                 spec,
                 StoreSettings(

@@ -366,6 +366,12 @@ def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -
     assert claim.protect
     assert claim.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
     assert not [r for r in registrations.values() if r.type.startswith("aws:")]
+    (monitor,) = [
+        r.inputs
+        for r in registrations.values()
+        if r.inputs.get("kind") == "PodMonitor" and r.inputs["metadata"]["name"] == "mlflow-db"
+    ]
+    assert monitor["spec"]["selector"]["matchLabels"] == {"cnpg.io/cluster": "mlflow-db"}
 
 
 def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:
