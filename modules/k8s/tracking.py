@@ -64,7 +64,8 @@ ADMIN_INI_SECRET = "mlflow-admin-ini"
 DATABASE_SECRET = "mlflow-db"
 #: On AWS: the same user with its password percent-encoded, for the auth app's database
 #: URL (the chart writes the password into a URL with sed; RDS passwords may hold
-#: characters that break either). CloudNativePG's generated passwords are URL-safe.
+#: characters that break either). CloudNativePG's generated password is used as is
+#: (assumed alphanumeric; not verified here).
 AUTH_DATABASE_SECRET = "mlflow-auth-db"
 DATABASE_CLUSTER = "mlflow-db"
 DATABASE_NAME = "mlflow"
