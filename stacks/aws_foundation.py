@@ -14,6 +14,13 @@ import pulumi_aws as aws
 
 from modules.aws import iam, instance_types
 from modules.aws.cluster import ClusterAddons, ClusterAddonsArgs, EksCluster, EksClusterArgs
+from modules.aws.database import (
+    DATABASE_NAME,
+    MASTER_USERNAME,
+    POSTGRES_PORT,
+    TrackingDatabase,
+    TrackingDatabaseArgs,
+)
 from modules.aws.kms import RegionalKeys, RegionalKeysArgs
 from modules.aws.network import Network, NetworkArgs
 from modules.aws.node_pool import NodePool, NodePoolArgs, pool_zones
@@ -26,6 +33,9 @@ from modules.aws.storage import (
     SharedFileSystemArgs,
 )
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
+from modules.k8s import tracking as k8s_tracking
+from modules.k8s.tracking_spec import TrackingStoreInputs
+from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
 from .catalog import catalog_problems
@@ -37,6 +47,8 @@ AUTOSCALER_NAMESPACE = "kube-system"
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 # Every team namespace has this service account for its training jobs.
 TRAINER_SERVICE_ACCOUNT = "trainer"
+#: MLflow's artifacts in the data bucket.
+TRACKING_ARTIFACT_PREFIX = "mlflow/"
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class AwsFoundation:
     bucket_name: pulumi.Output[str]
     file_system: SharedFileSystem | None
     ready: list[pulumi.Resource]
+    tracking_store: TrackingStoreInputs | None = None
 
 
 def _training_policy(prefix: str, region: str, bucket_arn: str, key_arn: str) -> iam.Document:
@@ -232,6 +245,19 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         opts,
     )
 
+    tracking_store = None
+    if config.tracking.enabled:
+        tracking_store = _tracking_store(
+            config,
+            name=name,
+            network=network,
+            cluster_security_group_id=security_group_id,
+            keys=keys,
+            data=data,
+            cluster=cluster,
+            provider=provider,
+        )
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -261,4 +287,63 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         bucket_name=data.bucket.bucket,
         file_system=file_system,
         ready=[addons, *[p.node_group for p in pools]],
+        tracking_store=tracking_store,
+    )
+
+
+def _tracking_store(
+    config: StackConfig,
+    *,
+    name: str,
+    network: Network,
+    cluster_security_group_id: pulumi.Input[str],
+    keys: RegionalKeys,
+    data: DataStore,
+    cluster: EksCluster,
+    provider: aws.Provider,
+) -> TrackingStoreInputs:
+    """MLflow's RDS database and its artifact role (the bucket's ``mlflow/`` prefix)."""
+    spec = config.tracking
+    database = TrackingDatabase(
+        "tracking-db",
+        TrackingDatabaseArgs(
+            name_prefix=name,
+            vpc_id=network.vpc.id,
+            subnet_ids=[s.id for s in network.private_subnets.values()],
+            client_security_group_id=cluster_security_group_id,
+            storage_key_arn=keys.arn("storage"),
+            secrets_key_arn=keys.arn("secrets"),
+            engine_major_version=RDS_POSTGRES_MAJOR,
+            instance_class=spec.database_instance_class,
+            storage_gib=spec.database_storage_gib,
+            max_storage_gib=spec.database_max_storage_gib,
+            backup_retention_days=spec.database_backup_retention_days,
+            multi_az=spec.database_multi_az,
+        ),
+        pulumi.ResourceOptions(provider=provider),
+    )
+    PodIdentityRole(
+        "tracking-artifacts",
+        PodIdentityRoleArgs(
+            cluster_name=cluster.cluster.name,
+            namespace=k8s_tracking.TRACKING_NAMESPACE,
+            service_account=k8s_tracking.SERVICE_ACCOUNT,
+            description="MLflow tracking server: the data bucket's mlflow/ prefix only",
+            policy=iam.json_document(
+                functools.partial(_training_policy, TRACKING_ARTIFACT_PREFIX, config.region),
+                data.bucket.arn,
+                keys.arn("storage"),
+            ),
+        ),
+        pulumi.ResourceOptions(provider=provider),
+    )
+    return TrackingStoreInputs(
+        database_host=database.instance.address,
+        database_port=POSTGRES_PORT,
+        database_name=DATABASE_NAME,
+        database_username=MASTER_USERNAME,
+        database_password=database.password(pulumi.InvokeOutputOptions(provider=provider)),
+        bucket_name=data.bucket.bucket,
+        artifact_prefix=TRACKING_ARTIFACT_PREFIX,
+        storage_key_arn=keys.arn("storage"),
     )

@@ -25,6 +25,7 @@ from modules.k8s.queueing import QueueingSpec
 from modules.k8s.quotas import quota_problems
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
+from modules.k8s.tracking_spec import TrackingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
@@ -37,7 +38,7 @@ PROJECT = "uae-gpu-platform"
 
 
 # Keys read outside the typed sections (secrets are never parsed into dataclasses).
-SECRET_KEYS = ("kubeconfig",)
+SECRET_KEYS = ("kubeconfig", "trackingAdminPassword")
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -283,6 +284,9 @@ class StackConfig:
         training_image: full reference of the training image for an onprem stack, which
             has no registry of its own (e.g. the UAE region's ECR or a UAE registry the
             policy pack allows); AWS stacks use their own ECR repository.
+        tracking: the MLflow tracking server and model registry (`TrackingSpec`),
+            deployed by default; its admin password is the secret config value
+            ``trackingAdminPassword``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -304,6 +308,7 @@ class StackConfig:
     example_job: ExampleJobSpec | None = None
     training_image_tag: str = "0.1.0"
     training_image: str | None = None
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
 
     def __post_init__(self) -> None:
         check = Checker()

@@ -8,6 +8,8 @@ import pulumi_kubernetes as k8s
 from modules.k8s.platform import KubernetesPlatform
 from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
 from modules.k8s.site import SiteSpec
+from modules.k8s.tracking import TRACKING_URI
+from modules.k8s.tracking_spec import TrackingInputs
 from modules.validation import InvalidArgsError
 
 from .aws_foundation import AwsFoundation
@@ -16,8 +18,32 @@ from .config_parsing import ConfigError, stack_key
 from .example_job import build_example_job
 
 
+def _tracking_inputs(
+    config: StackConfig,
+    foundation: AwsFoundation | None,
+    admin_password: pulumi.Input[str] | None,
+) -> TrackingInputs | None:
+    """What the tracking server needs from the stack: its admin password (a secret config
+    value) and, on AWS, the foundation's database and bucket."""
+    if not config.tracking.enabled:
+        return None
+    if admin_password is None:
+        raise ConfigError(
+            [
+                f"{PROJECT}:trackingAdminPassword: missing; the MLflow tracking server's admin "
+                "password: pulumi config set --secret trackingAdminPassword (or set "
+                "tracking.enabled: false)"
+            ]
+        )
+    store = foundation.tracking_store if foundation is not None else None
+    return TrackingInputs(admin_password=admin_password, store=store)
+
+
 def _platform_args(
-    config: StackConfig, provider: k8s.Provider, foundation: AwsFoundation | None
+    config: StackConfig,
+    provider: k8s.Provider,
+    foundation: AwsFoundation | None,
+    tracking: TrackingInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
     try:
@@ -34,6 +60,8 @@ def _platform_args(
                 teams=config.teams,
                 monitoring=config.monitoring,
                 queueing=config.queueing,
+                tracking=config.tracking,
+                tracking_inputs=tracking,
             )
         fsx = None
         if foundation.file_system is not None:
@@ -62,6 +90,8 @@ def _platform_args(
             teams=config.teams,
             monitoring=config.monitoring,
             queueing=config.queueing,
+            tracking=config.tracking,
+            tracking_inputs=tracking,
         )
     except InvalidArgsError as err:
         raise ConfigError(
@@ -104,13 +134,19 @@ def kubernetes_provider(
 
 
 def build_kubernetes_layer(
-    config: StackConfig, foundation: AwsFoundation | None, kubeconfig: pulumi.Input[str] | None
+    config: StackConfig,
+    foundation: AwsFoundation | None,
+    kubeconfig: pulumi.Input[str] | None,
+    tracking_admin_password: pulumi.Input[str] | None = None,
 ) -> KubernetesPlatform:
     """Declare the Kubernetes platform layer through the cluster's explicit provider."""
+    tracking = _tracking_inputs(config, foundation, tracking_admin_password)
     provider = kubernetes_provider(config, foundation, kubeconfig)
-    args = _platform_args(config, provider, foundation)
+    args = _platform_args(config, provider, foundation, tracking)
     platform = KubernetesPlatform("platform", args)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    if args.tracking_enabled:
+        pulumi.export("trackingUri", TRACKING_URI)
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job

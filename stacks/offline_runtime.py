@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -126,6 +127,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
             "aws:index/getAvailabilityZones:getAvailabilityZones": self._zones,
             "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": self._offerings,
             "aws:ec2/getInstanceType:getInstanceType": self._instance_type,
+            "aws:secretsmanager/getSecretVersion:getSecretVersion": self._secret_version,
         }
 
     # -- invokes -----------------------------------------------------------------
@@ -213,6 +215,27 @@ class CatalogMocks(pulumi_mocks.Mocks):
             ],
         }
 
+    @staticmethod
+    def _secret_version(args: dict[str, Any], _region: str) -> dict[str, Any]:
+        """An RDS-managed master secret as Secrets Manager returns it: JSON with the
+        master user name and a password (a stand-in: the real one exists only in AWS)."""
+        arn = str(args.get("secretId", ""))
+        if ":secret:rds!" not in arn:
+            raise LookupError(f"the offline plan only answers RDS-managed secrets, not {arn!r}")
+        content = {"username": "mlflow", "password": "offline-plan-placeholder"}
+        version = str(uuid.uuid5(uuid.NAMESPACE_URL, arn))
+        return {
+            "arn": arn,
+            "id": f"{arn}|AWSCURRENT",
+            "secretId": arn,
+            "secretString": json.dumps(content, sort_keys=True),
+            "secretBinary": "",
+            "versionId": version,
+            "versionStage": "AWSCURRENT",
+            "versionStages": ["AWSCURRENT"],
+            "createdDate": "2026-01-01T00:00:00Z",
+        }
+
     # -- resources ---------------------------------------------------------------
     def new_resource(
         self, args: pulumi_mocks.MockResourceArgs
@@ -282,6 +305,35 @@ def computed_outputs(
                 "clusterSecurityGroupId": f"sg-{hexid}",
             },
         }
+    elif type_token == "aws:rds/instance:Instance":
+        # What RDS returns for an instance with manage_master_user_password: its
+        # address, and the Secrets Manager secret (named rds!db-<uuid>) with its key.
+        identifier = str(inputs.get("identifier") or given_name)
+        resource_uuid = uuid.uuid5(uuid.NAMESPACE_URL, key)
+        address = f"{identifier}.c{hexid[:12]}.{region}.rds.amazonaws.com"
+        port = int(inputs.get("port") or 5432)
+        out |= {
+            "id": f"db-{hexid.upper()[:26]}",
+            "identifier": identifier,
+            "arn": f"arn:aws:rds:{region}:{ACCOUNT_ID}:db:{identifier}",
+            "address": address,
+            "endpoint": f"{address}:{port}",
+            "resourceId": f"db-{hexid.upper()[:26]}",
+        }
+        if inputs.get("manageMasterUserPassword"):
+            secret = f"rds!db-{resource_uuid}"
+            out["masterUserSecrets"] = [
+                {
+                    "secretArn": (
+                        f"arn:aws:secretsmanager:{region}:{ACCOUNT_ID}:secret:{secret}-{hexid[:6]}"
+                    ),
+                    "kmsKeyId": inputs.get("masterUserSecretKmsKeyId", ""),
+                    "secretStatus": "active",
+                }
+            ]
+    elif type_token in ("aws:rds/subnetGroup:SubnetGroup", "aws:rds/parameterGroup:ParameterGroup"):
+        kind = "subgrp" if "subnetGroup" in type_token else "pg"
+        out |= {"id": given_name, "name": given_name, "arn": f"{arn_base}:{kind}:{given_name}"}
     elif type_token == "aws:eks/nodeGroup:NodeGroup":
         group = str(inputs.get("nodeGroupName") or given_name)
         out |= {

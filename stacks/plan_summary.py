@@ -100,6 +100,43 @@ def kubernetes_lines(registrations: Mapping[str, Registration]) -> list[str]:
     return lines
 
 
+def tracking_lines(registrations: Mapping[str, Registration]) -> list[str]:
+    """The MLflow tracking server: where it is reached, its database and its artifacts."""
+    lines = []
+    for reg in registrations.values():
+        if reg.type == "gpuplatform:k8s:Tracking":
+            uri = (reg.component_outputs or {}).get("trackingUri", "?")
+            lines.append(f"  server     {uri} (basic auth; team namespaces and Prometheus only)")
+    for reg in registrations.values():
+        inputs = reg.inputs
+        if reg.type == "aws:rds/instance:Instance":
+            lines.append(
+                f"  database   RDS {inputs.get('engine')} {inputs.get('engineVersion')} "
+                f"{inputs.get('instanceClass')}, {inputs.get('allocatedStorage')}-"
+                f"{inputs.get('maxAllocatedStorage')} GiB, multi-AZ "
+                f"{'yes' if inputs.get('multiAz') else 'no'}, backups "
+                f"{inputs.get('backupRetentionPeriod')} days, public "
+                f"{'yes' if inputs.get('publiclyAccessible') else 'no'}"
+            )
+        elif reg.type == "kubernetes:postgresql.cnpg.io/v1:Cluster":
+            spec = inputs.get("spec", {})
+            storage = spec.get("storage", {})
+            lines.append(
+                f"  database   CloudNativePG {spec.get('instances')} instances, "
+                f"{storage.get('size')} on storage class {storage.get('storageClass')}"
+            )
+        elif reg.type == "kubernetes:helm.sh/v3:Release" and inputs.get("name") == "mlflow":
+            root = inputs.get("values", {}).get("artifactRoot", {})
+            s3 = root.get("s3", {})
+            where = (
+                f"s3://{s3.get('bucket')}/{s3.get('path')}/ (SSE-KMS, Pod Identity)"
+                if s3.get("enabled")
+                else f"volume {root.get('defaultArtifactsDestination')}"
+            )
+            lines.append(f"  artifacts  {where}")
+    return lines
+
+
 def provider_lines(registrations: Mapping[str, Registration]) -> list[str]:
     lines = []
     for reg in sorted(registrations.values(), key=lambda r: r.urn):
@@ -133,6 +170,7 @@ def render_summary(
         "Node pools:": node_pool_lines(registrations),
         "KMS keys and where they are used:": key_usage_lines(registrations),
         "Kubernetes platform layer:": kubernetes_lines(registrations),
+        "Tracking (MLflow):": tracking_lines(registrations),
         **(extra_sections or {}),
     }
     for title, lines in sections.items():

@@ -46,7 +46,10 @@ def main(state: StateResidency | None = None) -> None:
         foundation = None
         if config.target == "aws":
             foundation = build_aws_foundation(stack, config, region_provider(config))
-        kubeconfig = pulumi.Config(PROJECT).get_secret("kubeconfig")
-        build_kubernetes_layer(config, foundation, kubeconfig)
+        secrets = pulumi.Config(PROJECT)
+        kubeconfig = secrets.get_secret("kubeconfig")
+        build_kubernetes_layer(
+            config, foundation, kubeconfig, secrets.get_secret("trackingAdminPassword")
+        )
     except ConfigError as err:
         raise pulumi.RunError(err.render(stack)) from None

@@ -25,6 +25,7 @@ from modules.k8s.site import SiteDeclaration
 from modules.k8s.storage import Storage, platform_storage_class
 from modules.k8s.summary import installed_charts, pool_plugins
 from modules.k8s.tenancy import Tenancy
+from modules.k8s.tracking import Tracking
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
@@ -79,6 +80,15 @@ class KubernetesPlatform(pulumi.ComponentResource):
         self.platform_ready += [queueing.release, *queueing.priority_classes]
         if args.eks is not None:
             Autoscaler(f"{name}-autoscaler", args, child)
+        # -- tracking (MLflow) --
+        if args.tracking_enabled:
+            Tracking(
+                f"{name}-tracking",
+                args,
+                tenancy.namespaces,
+                depends_on=[monitoring.release, *storage.ready.classes],
+                opts=child,
+            )
 
         self.placements: dict[str, TeamPlacement] = {}
         self.team_ready: dict[str, list[pulumi.Resource]] = {}

@@ -21,6 +21,7 @@ from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
+from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
@@ -83,6 +84,10 @@ class KubernetesPlatformArgs:
         eks: AWS inputs, required for ``eks`` and absent on premises.
         onprem: on-premises settings (`OnPremSpec`), required for ``onprem``.
         infiniband: InfiniBand settings (`InfinibandSpec`), required with IB pools.
+        tracking: MLflow tracking server settings (`TrackingSpec`); ``None`` (the
+            default) or ``enabled: false`` deploys none.
+        tracking_inputs: its admin password and, on EKS, its database and bucket
+            (`TrackingInputs`); required when tracking is deployed.
     """
 
     provider: k8s.Provider
@@ -96,6 +101,8 @@ class KubernetesPlatformArgs:
     eks: EksInputs | None = None
     onprem: OnPremSpec | None = None
     infiniband: InfinibandSpec | None = None
+    tracking: TrackingSpec | None = None
+    tracking_inputs: TrackingInputs | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -130,7 +137,45 @@ class KubernetesPlatformArgs:
             self.monitoring.grafana_access,
             "an internal load balancer exists only on EKS; use port-forward on premises",
         )
+        self._check_tracking(check)
         check.done()
+
+    @property
+    def tracking_enabled(self) -> bool:
+        """True where the layer deploys the MLflow tracking server."""
+        return self.tracking is not None and self.tracking.enabled
+
+    def _check_tracking(self, check: Checker) -> None:
+        if self.tracking is None or not self.tracking.enabled:
+            return
+        inputs = self.tracking_inputs
+        check.require(inputs is not None, "tracking_inputs", None, "tracking needs TrackingInputs")
+        if inputs is None:
+            return
+        if self.cluster_kind == "eks":
+            check.require(
+                inputs.store is not None,
+                "tracking_inputs.store",
+                None,
+                "on EKS the tracking server needs its RDS database and bucket",
+            )
+        else:
+            check.require(
+                inputs.store is None,
+                "tracking_inputs.store",
+                "RDS",
+                "on premises the database is a CloudNativePG cluster, not RDS",
+            )
+            shared = self.onprem is not None and self.onprem.checkpoint_access_mode == (
+                "ReadWriteMany"
+            )
+            check.require(
+                shared or self.tracking.replicas == 1,
+                "tracking.replicas",
+                self.tracking.replicas,
+                "more than one replica shares the artifact volume: needs a ReadWriteMany "
+                "checkpointStorageClass (onprem.checkpointAccessMode)",
+            )
 
     def _check_pools(self, check: Checker) -> None:
         names = [p.name for p in self.pools]

@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 
 from modules.k8s.fabric import fabric_plugins
 from modules.k8s.versions import (
+    CLOUDNATIVE_PG,
     CLUSTER_AUTOSCALER,
     EFA_DEVICE_PLUGIN,
     FSX_CSI_DRIVER,
     GPU_OPERATOR,
     KUBE_PROMETHEUS_STACK,
     KUEUE,
+    MLFLOW,
     NETWORK_OPERATOR,
     Chart,
 )
@@ -48,6 +50,11 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 plugins.append("cluster-autoscaler")
                 if args.eks.fsx is not None:
                     plugins.append("fsx-csi-controller")
+            # -- tracking (MLflow) --
+            if args.tracking_enabled:
+                plugins.append("mlflow-server")
+                if args.eks is None:
+                    plugins += ["cloudnative-pg-operator", "postgresql (mlflow-db)"]
         if pool.has_gpus:
             if onprem is not None and onprem.install_gpu_driver:
                 plugins.append("nvidia-driver")
@@ -74,4 +81,9 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
             charts["aws-fsx-csi-driver"] = FSX_CSI_DRIVER
     if args.infiniband is not None and args.pools_with_fabric("infiniband"):
         charts["network-operator"] = NETWORK_OPERATOR
+    # -- tracking (MLflow) --
+    if args.tracking_enabled:
+        charts["mlflow"] = MLFLOW
+        if args.eks is None:
+            charts["cloudnative-pg"] = CLOUDNATIVE_PG
     return charts

@@ -48,6 +48,19 @@ FSX_CSI_DRIVER = Chart(
     "aws-fsx-csi-driver", "1.17.0", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
 )
 
+# -- tracking (MLflow) ------------------------------------------------------------
+# community-charts/mlflow 1.11.5 (commit 9d23d003): MLflow 3.15.1 in burakince/mlflow,
+# which adds psycopg2 and boto3 to the official image (the official image has neither).
+MLFLOW = Chart("mlflow", "1.11.5", "https://community-charts.github.io/helm-charts")
+# cloudnative-pg/charts cloudnative-pg-v0.29.0 (commit d1b5ad60): operator 1.30.0.
+CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.github.io/charts")
+#: The PostgreSQL image of the on-premises tracking database (CloudNativePG's operand
+#: image; major 17, the same major as RDS on AWS, so a dump moves between the two).
+CLOUDNATIVE_PG_POSTGRES_IMAGE = "ghcr.io/cloudnative-pg/postgresql:17.6"
+#: RDS engine version of the tracking database on AWS (a major version: RDS picks its
+#: current minor and applies minor upgrades in the maintenance window).
+RDS_POSTGRES_MAJOR = "17"
+
 #: Cluster Autoscaler must match the cluster's minor version (upstream policy).
 CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {
     "1.31": "v1.31.0",
@@ -78,4 +91,6 @@ def charts() -> dict[str, Chart]:
         "kueue": KUEUE,
         "cluster-autoscaler": CLUSTER_AUTOSCALER,
         "aws-fsx-csi-driver": FSX_CSI_DRIVER,
+        "mlflow": MLFLOW,
+        "cloudnative-pg": CLOUDNATIVE_PG,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from policies.model import Rule
 from policies.rules import (
+    database,
     encryption,
     exposure,
     identity,
@@ -21,7 +22,17 @@ def _rules_of(module: object) -> list[Rule]:
 
 ALL_RULES: tuple[Rule, ...] = tuple(
     rule
-    for module in (residency, encryption, exposure, identity, kubernetes, tags, stack, state)
+    for module in (
+        residency,
+        encryption,
+        exposure,
+        identity,
+        kubernetes,
+        tags,
+        stack,
+        state,
+        database,
+    )
     for rule in _rules_of(module)
 )
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}

@@ -82,6 +82,16 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
             refs.append(
                 KeyRef(f"ebsBlockDevices[{i}].kmsKeyId", "ebsBlockDevices", dig(device, "kmsKeyId"))
             )
+    elif kind in RDS_STORAGE_TYPES:
+        refs.append(KeyRef("kmsKeyId", "kmsKeyId", props.get("kmsKeyId")))
+        # Performance Insights and the managed master secret hold data too (query
+        # text, the password): each falls back to an AWS-managed key unless given one.
+        if props.get("performanceInsightsEnabled") is True:
+            value = props.get("performanceInsightsKmsKeyId")
+            refs.append(KeyRef("performanceInsightsKmsKeyId", "performanceInsightsKmsKeyId", value))
+        if props.get("manageMasterUserPassword") is True:
+            value = props.get("masterUserSecretKmsKeyId")
+            refs.append(KeyRef("masterUserSecretKmsKeyId", "masterUserSecretKmsKeyId", value))
     elif kind == "aws:s3/bucketReplicationConfig:BucketReplicationConfig":
         for i, rule in enumerate(as_list(props.get("rules"))):
             value = dig(rule, "destination", "encryptionConfiguration", "replicaKmsKeyId")
@@ -90,6 +100,9 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
                 refs.append(KeyRef(path, "rules", value))
     return refs
 
+
+#: RDS resources that store data: DB instances and Aurora clusters.
+RDS_STORAGE_TYPES = ("aws:rds/instance:Instance", "aws:rds/cluster:Cluster")
 
 ENCRYPTED_TYPES = (
     "aws:ebs/volume:Volume",
@@ -104,6 +117,7 @@ ENCRYPTED_TYPES = (
     "aws:ebs/snapshotCopy:SnapshotCopy",
     "aws:ec2/amiCopy:AmiCopy",
     "aws:ec2/instance:Instance",
+    *RDS_STORAGE_TYPES,
 )
 
 
@@ -133,15 +147,18 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
 @resource_rule(
     id="aws-encryption-customer-managed-key",
     description=(
-        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets and ECR are "
-        "encrypted with a customer-managed KMS key in the resource's own region."
+        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets, ECR and RDS "
+        "(storage, Performance Insights, the managed master secret) are encrypted with a "
+        "customer-managed KMS key in the resource's own region."
     ),
     severity=Severity.HIGH,
     remediation=(
         "Create an `aws.kms.Key` in the stack's region and pass it (`kmsKeyId`, "
         "`kmsMasterKeyId` with `sse_algorithm=aws:kms`, `encryptionConfig.provider.keyArn` "
         "with resources [secrets], ECR `encryptionType=KMS`); node groups need a launch "
-        "template whose block device mappings set `encrypted` and `kmsKeyId`."
+        "template whose block device mappings set `encrypted` and `kmsKeyId`; RDS needs "
+        "`storageEncrypted` with `kmsKeyId`, and `performanceInsightsKmsKeyId` / "
+        "`masterUserSecretKmsKeyId` where those features are on."
     ),
     controls=(*controls.CRYPTO, controls.CIS_EKS_5_3_1),
     applies_to=types_in(*ENCRYPTED_TYPES),
@@ -210,6 +227,8 @@ def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator
             encryption = known(dig(config, "encryptionType"), path)
             if encryption not in ("KMS", "KMS_DSSE"):
                 yield f"`{path}` is {encryption!r}, not KMS"
+    if kind in RDS_STORAGE_TYPES and not _truthy(props.get("storageEncrypted"), "storageEncrypted"):
+        yield "`storageEncrypted` is not true: the database and its snapshots are unencrypted"
     if kind == "aws:ec2/instance:Instance" and not _truthy(
         dig(props, "rootBlockDevice", "encrypted"), "rootBlockDevice.encrypted"
     ):

@@ -240,6 +240,7 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:DataStore$aws:s3/bucket:Bucket::data-logs",
         "gpuplatform:aws:SharedFileSystem$aws:fsx/lustreFileSystem:LustreFileSystem::shared-fs",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry",
+        "gpuplatform:aws:TrackingDatabase$aws:rds/instance:Instance::tracking-db",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"

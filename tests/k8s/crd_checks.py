@@ -161,7 +161,34 @@ def _ipoib_network(m: Mapping[str, Any]) -> Iterable[str]:
     json.loads(spec.get("ipam", "{}"))
 
 
+def _service_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+    spec = m.get("spec", {})
+    if "selector" not in spec:
+        yield "spec.selector: required"
+    endpoints = spec.get("endpoints", [])
+    if not endpoints:
+        yield "spec.endpoints: at least one endpoint"
+    for endpoint in endpoints:
+        if not (endpoint.get("port") or endpoint.get("targetPort")):
+            yield "endpoints[].port: required"
+        auth = endpoint.get("basicAuth")
+        if auth is not None:
+            for part in ("username", "password"):
+                ref = auth.get(part, {})
+                if not ref.get("name") or not ref.get("key"):
+                    yield f"endpoints[].basicAuth.{part}: a Secret name and key are required"
+
+
+def _vendored_crd(m: Mapping[str, Any]) -> Iterable[str]:
+    """Kinds whose CRD is vendored are validated against it (tests/k8s/vendored_crds.py)."""
+    from tests.k8s.vendored_crds import vendored_errors  # noqa: PLC0415 - keeps YAML lazy
+
+    return [e.split(": ", 1)[1] for e in vendored_errors([m])]
+
+
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
+    "ServiceMonitor": _service_monitor,
+    "Cluster": _vendored_crd,
     "ResourceFlavor": _resource_flavor,
     "ClusterQueue": _cluster_queue,
     "LocalQueue": _local_queue,
