@@ -57,6 +57,9 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "ClusterPolicy",
         "NVIDIADriver",
         "NodeFeatureRule",
+        # KServe
+        "ClusterServingRuntime",
+        "ClusterStorageContainer",
         # NVIDIA network operator (InfiniBand / RDMA)
         "NicClusterPolicy",
         "IPoIBNetwork",

@@ -19,6 +19,7 @@ from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
+from modules.k8s.serving_spec import ServingSpec
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
@@ -83,6 +84,8 @@ class KubernetesPlatformArgs:
         eks: AWS inputs, required for ``eks`` and absent on premises.
         onprem: on-premises settings (`OnPremSpec`), required for ``onprem``.
         infiniband: InfiniBand settings (`InfinibandSpec`), required with IB pools.
+        serving: model serving (`ServingSpec`, KServe); ``None`` installs none. Its
+            ``registry`` must be resolved (the stack's ECR, or the site's registry).
     """
 
     provider: k8s.Provider
@@ -96,6 +99,7 @@ class KubernetesPlatformArgs:
     eks: EksInputs | None = None
     onprem: OnPremSpec | None = None
     infiniband: InfinibandSpec | None = None
+    serving: ServingSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -124,6 +128,14 @@ class KubernetesPlatformArgs:
             )
         self._check_pools(check)
         self._check_teams(check)
+        # Model serving (KServe): its images need a registry in the country.
+        if self.serving is not None:
+            check.require(
+                self.serving.registry is not None,
+                "serving.registry",
+                None,
+                "the registry serving images come from: required on premises",
+            )
         check.require(
             self.monitoring.grafana_access != "internal-load-balancer" or kind == "eks",
             "monitoring.grafana_access",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modules.k8s.fabric import fabric_plugins
+from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD
 from modules.k8s.versions import (
     CLUSTER_AUTOSCALER,
     EFA_DEVICE_PLUGIN,
@@ -44,6 +45,8 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 plugins += ["gpu-operator", "node-feature-discovery-master"]
             if args.pools_with_fabric("infiniband") and args.infiniband is not None:
                 plugins.append("network-operator")
+            if args.serving is not None:
+                plugins += ["cert-manager", "kserve-controller"]
             if args.eks is not None:
                 plugins.append("cluster-autoscaler")
                 if args.eks.fsx is not None:
@@ -74,4 +77,6 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
             charts["aws-fsx-csi-driver"] = FSX_CSI_DRIVER
     if args.infiniband is not None and args.pools_with_fabric("infiniband"):
         charts["network-operator"] = NETWORK_OPERATOR
+    if args.serving is not None:
+        charts |= {"cert-manager": CERT_MANAGER, "kserve-crd": KSERVE_CRD, "kserve": KSERVE}
     return charts
