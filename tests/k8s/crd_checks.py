@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tests.k8s.kserve_crds import kserve_errors
+
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
 IMAGE_NAME = re.compile(r"^[a-zA-Z0-9\-]+$")
@@ -170,6 +172,10 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "NicClusterPolicy": _nic_cluster_policy,
     "IPPool": _ip_pool,
     "IPoIBNetwork": _ipoib_network,
+    # KServe: the vendored v0.20.0 CRDs' schemas, strictly (tests/k8s/kserve_crds.py).
+    "InferenceService": kserve_errors,
+    "ServingRuntime": kserve_errors,
+    "ClusterServingRuntime": kserve_errors,
 }
 
 
