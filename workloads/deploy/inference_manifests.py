@@ -142,6 +142,9 @@ def _labels(spec: InferenceServiceSpec) -> dict[str, str]:
 
 def _model(spec: InferenceServiceSpec, version: ModelVersion) -> dict[str, Any]:
     return {
+        # KServe's name for the model server container (the canary's CRD schema
+        # requires a name; KServe merges it with the runtime's container of that name).
+        "name": "kserve-container",
         "modelFormat": {"name": spec.model_format},
         "runtime": spec.runtime,
         "storageUri": spec.storage_uri(version),

@@ -26,7 +26,7 @@ MAX_NAME_LENGTH = 36
 MLFLOW_PREFIX = "mlflow/"
 #: A canary's real share of traffic is its share of the pods (see `canary_replicas`);
 #: refuse a split that would land further than this from the one asked for.
-MAX_SPLIT_ERROR_PERCENT = 10
+MAX_SPLIT_ERROR_PERCENT = 5
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PATH = re.compile(r"^[A-Za-z0-9._=+-]+(/[A-Za-z0-9._=+-]+)*/?$")
