@@ -387,7 +387,8 @@ class Serving(pulumi.ComponentResource):
             register(auth_delegation(teams), self, provider)
             register(inference_pod_monitor(teams), self, provider, depends_on=[monitoring_release])
         register(serving_prometheus_rule(spec), self, provider, depends_on=[monitoring_release])
-        register(serving_dashboard_configmap(spec), self, provider)
+        # In the monitoring namespace, which the monitoring release waits for.
+        register(serving_dashboard_configmap(spec), self, provider, depends_on=[monitoring_release])
         self.register_outputs(
             {
                 "kserve": f"{KSERVE.version} ({DEPLOYMENT_MODE})",
