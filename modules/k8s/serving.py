@@ -14,6 +14,8 @@
 * In each team namespace the ``inference`` ServiceAccount its inference pods run as
   (bound on EKS to a read-only role on the model artifacts) with the right to check
   callers' tokens (``system:auth-delegator``), for the endpoints' kube-rbac-proxy.
+* metrics-server (unless ``install_metrics_server`` is false): KServe's HPAs scale the
+  predictors on CPU through the resource metrics API.
 * The scrape of every inference pod, the serving alert rules and the serving dashboard
   (`modules.k8s.serving_observability`).
 """
@@ -33,7 +35,7 @@ from modules.k8s.common import (
     register,
     system_node_selector,
 )
-from modules.k8s.names import team_namespace
+from modules.k8s.names import KUBE_SYSTEM, team_namespace
 from modules.k8s.serving_observability import (
     ISVC_POD_LABEL,
     PREDICTOR_HTTP_PORT_NAME,
@@ -52,6 +54,7 @@ from modules.k8s.serving_spec import (
     KSERVE_CRD,
     KSERVE_NAMESPACE,
     KUBE_RBAC_PROXY_TAG,
+    METRICS_SERVER,
     ONNX_MODEL_FORMAT,
     TRITON_RUNTIME,
     ServingSpec,
@@ -92,6 +95,14 @@ def cert_manager_values(spec: ServingSpec) -> dict[str, Any]:
         }
     values["acmesolver"] = {"image": {"repository": f"{registry}/cert-manager-acmesolver"}}
     return values
+
+
+def metrics_server_values(spec: ServingSpec) -> dict[str, Any]:
+    """Values of metrics-server 3.13.1 (keys checked against its values.yaml)."""
+    return {
+        "image": {"repository": f"{_registry(spec)}/metrics-server"},
+        "nodeSelector": system_node_selector(),
+    }
 
 
 def kserve_values(spec: ServingSpec, region: str | None) -> dict[str, Any]:
@@ -363,6 +374,18 @@ class Serving(pulumi.ComponentResource):
             depends_on=[kserve_ns, crds, cert_manager],
         )
         self.ready: list[pulumi.Resource] = [kserve]
+        if spec.install_metrics_server:
+            # kube-system: where the resource metrics API's server conventionally runs.
+            self.ready.append(
+                helm_release(
+                    "metrics-server",
+                    METRICS_SERVER,
+                    KUBE_SYSTEM,
+                    values=metrics_server_values(spec),
+                    parent=self,
+                    provider=provider,
+                )
+            )
         runtimes = serving_runtimes(spec, bool(args.gpu_pools))
         for runtime in runtimes:
             self.ready.append(register(runtime, self, provider, depends_on=[kserve]))

@@ -3,6 +3,7 @@
 `ServingSpec` is the ``uae-gpu-platform:serving`` section. The charts and images are
 pinned here, one place to bump: versions were checked against the upstream releases
 (KServe v0.20.0 charts ``kserve-crd`` and ``kserve-resources``, cert-manager v1.20.3,
+metrics-server chart 3.13.1,
 kube-rbac-proxy v0.18.0; the values this layer sets are each present in those charts'
 ``values.yaml`` at the pinned tags).
 """
@@ -26,6 +27,10 @@ KSERVE = Chart("oci://ghcr.io/kserve/charts/kserve-resources", KSERVE_VERSION)
 #: own CRDs (``crds.enabled``). KServe v0.20's quick install tests with v1.17; v1.20 is a
 #: supported cert-manager release with the same API.
 CERT_MANAGER = Chart("cert-manager", "v1.20.3", "https://charts.jetstack.io")
+#: KServe's HPAs (RawDeployment autoscaling on CPU) read the resource metrics API.
+METRICS_SERVER = Chart(
+    "metrics-server", "3.13.1", "https://kubernetes-sigs.github.io/metrics-server/"
+)
 
 #: kube-rbac-proxy authenticates and authorises every request to an inference service
 #: (TokenReview + SubjectAccessReview). The tag is the one KServe v0.20.0's chart pins for
@@ -77,6 +82,9 @@ class ServingSpec:
             ``InferenceServiceErrors`` (default 5).
         latency_p99_seconds: p99 latency over 10 minutes that raises
             ``InferenceServiceSlow`` (default 2.0).
+        install_metrics_server: install metrics-server (the resource metrics API the
+            inference services' HPAs scale on; default true). Set false where the
+            cluster already runs one.
     """
 
     predictor_image_tag: str = "0.1.0"
@@ -88,6 +96,7 @@ class ServingSpec:
     drift_minutes: int = 30
     error_rate_percent: float = 5.0
     latency_p99_seconds: float = 2.0
+    install_metrics_server: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -173,4 +182,5 @@ MIRRORED_IMAGES: dict[str, str] = {
     "cert-manager-cainjector": "quay.io/jetstack/cert-manager-cainjector",
     "cert-manager-acmesolver": "quay.io/jetstack/cert-manager-acmesolver",
     "cert-manager-startupapicheck": "quay.io/jetstack/cert-manager-startupapicheck",
+    "metrics-server": "registry.k8s.io/metrics-server/metrics-server",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modules.k8s.fabric import fabric_plugins
-from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD
+from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.versions import (
     CLUSTER_AUTOSCALER,
     EFA_DEVICE_PLUGIN,
@@ -47,6 +47,8 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 plugins.append("network-operator")
             if args.serving is not None:
                 plugins += ["cert-manager", "kserve-controller"]
+                if args.serving.install_metrics_server:
+                    plugins.append("metrics-server")
             if args.eks is not None:
                 plugins.append("cluster-autoscaler")
                 if args.eks.fsx is not None:
@@ -79,4 +81,6 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
         charts["network-operator"] = NETWORK_OPERATOR
     if args.serving is not None:
         charts |= {"cert-manager": CERT_MANAGER, "kserve-crd": KSERVE_CRD, "kserve": KSERVE}
+        if args.serving.install_metrics_server:
+            charts["metrics-server"] = METRICS_SERVER
     return charts

@@ -253,6 +253,7 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-cainjector",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-acmesolver",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-startupapicheck",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"

@@ -26,6 +26,7 @@ from modules.k8s.serving import (
     cert_manager_values,
     inference_service_account,
     kserve_values,
+    metrics_server_values,
     serving_runtimes,
 )
 from modules.k8s.serving_observability import (
@@ -284,6 +285,12 @@ def test_cert_manager_values_exist_in_the_pinned_chart() -> None:
     assert values["crds"] == {"enabled": True, "keep": True}
 
 
+def test_metrics_server_values_exist_in_the_pinned_chart() -> None:
+    values = metrics_server_values(SPEC)
+    assert unknown_keys(values, chart_values("metrics-server-3.13.1-values.yaml")) == []
+    assert values["image"]["repository"] == f"{REGISTRY}/metrics-server"
+
+
 def test_the_key_check_catches_a_misspelt_value() -> None:
     values = {"kserve": {"controller": {"deploymentmode": "Standard"}}}
     upstream = chart_values("kserve-resources-v0.20.0-values.yaml")
@@ -300,7 +307,8 @@ def test_every_chart_image_comes_from_the_registry() -> None:
         return []
 
     found = images(kserve_values(SPEC, None)) + images(cert_manager_values(SPEC))
-    assert len(found) == 9
+    found += images(metrics_server_values(SPEC))
+    assert len(found) == 10
     assert all(image.startswith(f"{REGISTRY}/") for image in found), found
 
 
@@ -317,6 +325,7 @@ def test_the_layer_installs_cert_manager_then_kserve_and_the_runtimes() -> None:
     urns = {r.urn: r for r in records}
     releases = {r.inputs["name"]: r for r in records if r.type == HELM}
     assert releases["cert-manager"].inputs["version"] == "v1.20.3"
+    assert releases["metrics-server"].inputs["namespace"] == "kube-system"
     assert releases["kserve-crd"].inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-crd"
     kserve = releases["kserve"]
     assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
@@ -333,7 +342,8 @@ def test_the_layer_installs_cert_manager_then_kserve_and_the_runtimes() -> None:
 
 def test_the_layer_without_serving_installs_none_of_it() -> None:
     records = serving_layer(eks_args())
-    assert not [r for r in records if r.type == HELM and "kserve" in r.inputs["name"]]
+    names = {r.inputs["name"] for r in records if r.type == HELM}
+    assert not names & {"kserve", "kserve-crd", "cert-manager", "metrics-server"}
 
 
 def test_an_onprem_layer_needs_the_site_registry() -> None:
