@@ -18,7 +18,7 @@ ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
 RUNTIME = "kubernetes:serving.kserve.io/v1alpha1:ClusterServingRuntime"
 GOOD_URI = "s3://uae-data/mlflow/1/models/m-1/artifacts/int8"
 GOOD_IMAGE = f"{ECR}/gpu-test/predictor:0.1.0"
-_MISSING = object()
+MISSING = object()
 
 
 def k8s_provider(plan: Plan) -> str:
@@ -37,11 +37,11 @@ def add_serving(
     runtime_image: Any = GOOD_IMAGE,
     model_image: str | None = None,
 ) -> None:
-    """Append a compliant InferenceService and runtime; ``_MISSING`` drops a property."""
+    """Append a compliant InferenceService and runtime; ``MISSING`` drops a property."""
     provider = k8s_provider(plan)
     builder = PlanBuilder()
     model: dict[str, Any] = {"modelFormat": {"name": "uae-gpt"}, "runtime": "uae-cpu"}
-    if storage_uri is not _MISSING:
+    if storage_uri is not MISSING:
         model["storageUri"] = storage_uri
     if model_image is not None:
         model["image"] = model_image
@@ -66,7 +66,7 @@ def add_serving(
     )
     runtime_pod = secure_pod(GOOD_IMAGE)
     container = runtime_pod["containers"][0]
-    if runtime_image is _MISSING:
+    if runtime_image is MISSING:
         del container["image"]
     else:
         container["image"] = runtime_image
@@ -110,7 +110,7 @@ SERVING_CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ),
     (
         "isvc-storage-missing",
-        serving(storage_uri=_MISSING),
+        serving(storage_uri=MISSING),
         "uae-serving-model-storage",
         "names no storage URI",
     ),

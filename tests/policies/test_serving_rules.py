@@ -6,7 +6,7 @@ from __future__ import annotations
 from policies.rules.serving import storage_problem
 from tests.policies.builder import compliant_plan
 from tests.policies.conftest import failing_rules, messages, review
-from tests.policies.serving_cases import _MISSING, GOOD_URI, add_serving
+from tests.policies.serving_cases import GOOD_URI, MISSING, add_serving
 
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
@@ -48,7 +48,7 @@ def test_a_foreign_runtime_image_fails_beside_its_twin() -> None:
 
 def test_a_runtime_container_without_image_is_a_violation() -> None:
     plan = compliant_plan()
-    add_serving(plan, runtime_image=_MISSING)
+    add_serving(plan, runtime_image=MISSING)
     assert "uae-serving-images" in failing_rules(plan)
     assert any("names no image" in m for m in messages(plan, "uae-serving-images"))
 
