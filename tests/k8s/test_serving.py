@@ -36,6 +36,7 @@ from modules.k8s.serving_observability import (
     serving_prometheus_rule,
 )
 from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import CPU, G6, SYSTEM, eks_args, onprem_args
@@ -104,11 +105,12 @@ def test_runtimes_pass_the_clusterservingruntime_crd(has_gpus: bool) -> None:
     assert all(image.startswith(f"{REGISTRY}/") for image in images)
 
 
+@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("make", [cpu_service, gpu_service], ids=["cpu-canary", "gpu-held"])
-def test_service_objects_pass_strict_validation(make: Any) -> None:
+def test_service_objects_pass_strict_validation(make: Any, version: str) -> None:
     manifests = inference_service_manifests(make(), PROXY)
     builtin = [m for m in manifests if is_builtin(m)]
-    assert schema_errors(builtin, "1.33") == []
+    assert schema_errors(builtin, version) == []
     assert crd_errors([m for m in manifests if not is_builtin(m)]) == []
 
 
