@@ -57,9 +57,10 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "ClusterPolicy",
         "NVIDIADriver",
         "NodeFeatureRule",
-        # KServe
+        # KServe, cert-manager
         "ClusterServingRuntime",
         "ClusterStorageContainer",
+        "ClusterIssuer",
         # NVIDIA network operator (InfiniBand / RDMA)
         "NicClusterPolicy",
         "IPoIBNetwork",

@@ -1,7 +1,8 @@
 """Model serving on the cluster: cert-manager, KServe in RawDeployment mode, runtimes.
 
 * cert-manager (jetstack chart, CRDs installed by the chart) issues the certificates of
-  KServe's admission webhooks.
+  KServe's admission webhooks, and, from a cluster-internal CA, those of the inference
+  endpoints.
 * KServe from its own OCI charts: ``kserve-crd``, then ``kserve-resources`` with
   ``deploymentMode: Standard`` (KServe v0.20's name for RawDeployment: plain
   Deployments, Services and HPAs; no Knative, no Istio) and no Ingress objects
@@ -56,6 +57,7 @@ from modules.k8s.serving_spec import (
     KUBE_RBAC_PROXY_TAG,
     METRICS_SERVER,
     ONNX_MODEL_FORMAT,
+    SERVING_CA_ISSUER,
     TRITON_RUNTIME,
     ServingSpec,
 )
@@ -260,6 +262,47 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
     )
 
 
+SELF_SIGNED_ISSUER = "gpuplatform-selfsigned"
+SERVING_CA_SECRET = "gpuplatform-serving-ca"
+
+
+def _issuer_ref(name: str) -> dict[str, str]:
+    return {"name": name, "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def certificate_authority() -> list[Manifest]:
+    """The CA of the inference endpoints (cert-manager's documented CA bootstrap): a
+    self-signed ClusterIssuer signs the CA certificate (kept in the cert-manager
+    namespace), and the CA ClusterIssuer signs each endpoint's serving certificate."""
+    return [
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "ClusterIssuer",
+            "metadata": metadata(SELF_SIGNED_ISSUER),
+            "spec": {"selfSigned": {}},
+        },
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Certificate",
+            "metadata": metadata(SERVING_CA_SECRET, CERT_MANAGER_NAMESPACE),
+            "spec": {
+                "isCA": True,
+                "commonName": "gpuplatform inference endpoints CA",
+                "secretName": SERVING_CA_SECRET,
+                "duration": "87600h",  # ten years; endpoints' certificates rotate often
+                "privateKey": {"algorithm": "ECDSA", "size": 256},
+                "issuerRef": _issuer_ref(SELF_SIGNED_ISSUER),
+            },
+        },
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "ClusterIssuer",
+            "metadata": metadata(SERVING_CA_ISSUER),
+            "spec": {"ca": {"secretName": SERVING_CA_SECRET}},
+        },
+    ]
+
+
 def inference_service_account(team: str) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -374,6 +417,10 @@ class Serving(pulumi.ComponentResource):
             depends_on=[kserve_ns, crds, cert_manager],
         )
         self.ready: list[pulumi.Resource] = [kserve]
+        issued: list[pulumi.Resource] = [cert_manager]
+        for issuer in certificate_authority():
+            issued = [register(issuer, self, provider, depends_on=issued)]
+        self.ready += issued
         if spec.install_metrics_server:
             # kube-system: where the resource metrics API's server conventionally runs.
             self.ready.append(

@@ -47,6 +47,9 @@ TRITON_RUNTIME = "uae-triton"
 #: Model format names the runtimes declare; an InferenceService names one of them.
 CPU_MODEL_FORMAT = "uae-gpt"
 ONNX_MODEL_FORMAT = "onnx"
+#: cert-manager issuer of the inference endpoints' TLS certificates: a cluster-internal
+#: CA (its certificate is the ``ca.crt`` of every endpoint's TLS secret).
+SERVING_CA_ISSUER = "gpuplatform-serving-ca"
 #: ServiceAccount of inference pods in each team namespace; on EKS the AWS side binds
 #: ``<team namespace>/inference`` to a read-only role on the model artifacts.
 INFERENCE_SERVICE_ACCOUNT = "inference"

@@ -24,6 +24,7 @@ from modules.k8s.serving import (
     api_server_egress,
     auth_delegation,
     cert_manager_values,
+    certificate_authority,
     inference_service_account,
     kserve_values,
     metrics_server_values,
@@ -40,8 +41,8 @@ from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import CPU, G6, SYSTEM, eks_args, onprem_args
-from tests.k8s.kserve_crds import kserve_errors
 from tests.k8s.mock_runtime import run
+from tests.k8s.vendored_crds import vendored_crd_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
 from workloads.deploy.inference_manifests import inference_service_manifests
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
@@ -118,7 +119,7 @@ def test_the_crd_validation_catches_a_misspelt_field() -> None:
     (isvc,) = by_kind(inference_service_manifests(cpu_service(), PROXY), "InferenceService")
     isvc["spec"]["predictor"]["minReplica"] = 1
     isvc["spec"]["canary"][0]["trafficPercent"] = 150
-    errors = kserve_errors(isvc)
+    errors = vendored_crd_errors(isvc)
     assert any("minReplica" in e for e in errors), errors
     assert any("150" in e for e in errors), errors
 
@@ -352,6 +353,21 @@ def test_an_onprem_layer_needs_the_site_registry() -> None:
     with pytest.raises(InvalidArgsError) as raised:
         onprem_args(serving=ServingSpec())
     assert "serving.registry" in {p.field for p in raised.value.problems}
+
+
+def test_the_endpoint_ca_and_certificates_pass_the_cert_manager_crds() -> None:
+    authority = certificate_authority()
+    assert crd_errors(authority) == []
+    assert [m["kind"] for m in authority] == ["ClusterIssuer", "Certificate", "ClusterIssuer"]
+    manifests = inference_service_manifests(cpu_service(), PROXY)
+    (certificate,) = by_kind(manifests, "Certificate")
+    assert "uae-gpt-endpoint.team-nlp.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"]["name"] == authority[-1]["metadata"]["name"]
+    (isvc,) = by_kind(manifests, "InferenceService")
+    (proxy,) = isvc["spec"]["predictor"]["containers"]
+    assert "--tls-cert-file=/etc/tls/private/tls.crt" in proxy["args"]
+    volumes = {v["name"]: v for v in isvc["spec"]["predictor"]["volumes"]}
+    assert volumes["endpoint-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
 
 
 def test_identity_objects_are_valid() -> None:

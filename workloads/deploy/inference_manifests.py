@@ -9,7 +9,8 @@
   predictor pod carries a kube-rbac-proxy sidecar (the project KServe itself uses for
   its controller): it checks the caller's ServiceAccount token (TokenReview) and its
   RBAC permission on ``inferenceservices/proxy`` of this service (SubjectAccessReview),
-  then forwards to the model server on 127.0.0.1:8080.
+  then forwards to the model server on 127.0.0.1:8080. It serves TLS with a certificate
+  cert-manager issues from the platform's CA.
 * The endpoint: a Service ``<name>-endpoint`` on the proxy's port 8443, selecting every
   predictor pod of the service (stable and canary): requests spread over the pods, so
   the canary's share of traffic is its share of the pods.
@@ -27,6 +28,7 @@ from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.serving_observability import (
     ISVC_POD_LABEL,
 )
+from modules.k8s.serving_spec import SERVING_CA_ISSUER
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER
 
@@ -46,10 +48,47 @@ PROXY_HEALTH_PORT = 8643
 PROXY_CONFIG_PATH = "/etc/kube-rbac-proxy"
 PROXY_CONFIG_FILE = "config.yaml"
 PROXY_SUBRESOURCE = "proxy"
+TLS_PATH = "/etc/tls/private"
 
 
 def endpoint_service_name(spec: InferenceServiceSpec) -> str:
     return f"{spec.name}-endpoint"
+
+
+def tls_secret_name(spec: InferenceServiceSpec) -> str:
+    return f"{spec.name}-endpoint-tls"
+
+
+def endpoint_certificate(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """The endpoint's serving certificate from the platform's CA (cert-manager renews
+    it; clients verify it with the CA's certificate, ``ca.crt`` of the same secret)."""
+    service = endpoint_service_name(spec)
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {
+            "name": tls_secret_name(spec),
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "spec": {
+            "secretName": tls_secret_name(spec),
+            "dnsNames": [
+                service,
+                f"{service}.{spec.namespace}.svc",
+                f"{service}.{spec.namespace}.svc.cluster.local",
+            ],
+            "usages": ["server auth", "digital signature"],
+            "duration": "2160h",
+            "renewBefore": "360h",
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {
+                "name": SERVING_CA_ISSUER,
+                "kind": "ClusterIssuer",
+                "group": "cert-manager.io",
+            },
+        },
+    }
 
 
 def endpoint_url(spec: InferenceServiceSpec) -> str:
@@ -115,6 +154,10 @@ def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
             f"--upstream=http://127.0.0.1:{MODEL_SERVER_PORT}/",
             f"--config-file={PROXY_CONFIG_PATH}/{PROXY_CONFIG_FILE}",
             f"--proxy-endpoints-port={PROXY_HEALTH_PORT}",
+            # cert-manager's certificate; the proxy reloads it when it is renewed.
+            f"--tls-cert-file={TLS_PATH}/tls.crt",
+            f"--tls-private-key-file={TLS_PATH}/tls.key",
+            "--tls-min-version=VersionTLS12",
         ],
         "ports": [
             {"name": "https", "containerPort": PROXY_PORT, "protocol": "TCP"},
@@ -128,7 +171,10 @@ def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
             "limits": {"cpu": "500m", "memory": "128Mi"},
         },
         "securityContext": _restricted_security(),
-        "volumeMounts": [{"name": "auth-config", "mountPath": PROXY_CONFIG_PATH, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "auth-config", "mountPath": PROXY_CONFIG_PATH, "readOnly": True},
+            {"name": "endpoint-tls", "mountPath": TLS_PATH, "readOnly": True},
+        ],
     }
 
 
@@ -184,7 +230,10 @@ def inference_service_manifest(spec: InferenceServiceSpec, proxy_image: str) -> 
         "labels": {VERSION_LABEL: str(spec.model.version)},
         "model": _model(spec, spec.model),
         "containers": [proxy_container(spec, proxy_image)],
-        "volumes": [{"name": "auth-config", "configMap": {"name": f"{spec.name}-auth"}}],
+        "volumes": [
+            {"name": "auth-config", "configMap": {"name": f"{spec.name}-auth"}},
+            {"name": "endpoint-tls", "secret": {"secretName": tls_secret_name(spec)}},
+        ],
     }
     isvc_spec: dict[str, Any] = {"predictor": predictor}
     if spec.canary is not None:
@@ -358,6 +407,7 @@ def inference_service_manifests(
     """Every object of the served model, in apply order."""
     return [
         proxy_configmap(spec),
+        endpoint_certificate(spec),
         caller_role(spec),
         caller_binding(spec),
         network_policy(spec),

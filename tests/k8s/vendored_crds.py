@@ -1,4 +1,5 @@
-"""Strict validation of KServe objects against the vendored v0.20.0 CRDs (`vendor/kserve`).
+"""Strict validation of custom resources against vendored upstream CRDs: KServe v0.20.0
+(`vendor/kserve`) and cert-manager v1.20.3 (`vendor/cert-manager`).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -17,11 +18,13 @@ from typing import Any
 import jsonschema
 import yaml
 
-VENDOR = Path(__file__).parent / "vendor" / "kserve"
+VENDOR = Path(__file__).parent / "vendor"
 FILES = {
-    "InferenceService": "serving.kserve.io_inferenceservices.yaml",
-    "ServingRuntime": "serving.kserve.io_servingruntimes.yaml",
-    "ClusterServingRuntime": "serving.kserve.io_clusterservingruntimes.yaml",
+    "InferenceService": "kserve/serving.kserve.io_inferenceservices.yaml",
+    "ServingRuntime": "kserve/serving.kserve.io_servingruntimes.yaml",
+    "ClusterServingRuntime": "kserve/serving.kserve.io_clusterservingruntimes.yaml",
+    "Certificate": "cert-manager/cert-manager.io_certificates.yaml",
+    "ClusterIssuer": "cert-manager/cert-manager.io_clusterissuers.yaml",
 }
 
 
@@ -65,8 +68,8 @@ def _validator(kind: str, version: str) -> jsonschema.Draft7Validator:
     raise KeyError(f"{kind} has no served version {version}")
 
 
-def kserve_errors(manifest: Mapping[str, Any]) -> list[str]:
-    """Schema violations of one KServe object (empty when valid), one line each."""
+def vendored_crd_errors(manifest: Mapping[str, Any]) -> list[str]:
+    """Schema violations of one object of a vendored CRD (empty when valid), one line each."""
     kind = str(manifest["kind"])
     group, _, version = str(manifest["apiVersion"]).rpartition("/")
     expected_group = crd(kind)["spec"]["group"]
