@@ -57,6 +57,10 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "ClusterPolicy",
         "NVIDIADriver",
         "NodeFeatureRule",
+        # KServe, cert-manager
+        "ClusterServingRuntime",
+        "ClusterStorageContainer",
+        "ClusterIssuer",
         # NVIDIA network operator (InfiniBand / RDMA)
         "NicClusterPolicy",
         "IPoIBNetwork",

@@ -41,6 +41,7 @@ from modules.pools import NodePoolProfile
 from .catalog import catalog_problems
 from .config import StackConfig
 from .config_parsing import ConfigError
+from .serving_foundation import build_serving_aws
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -66,6 +67,8 @@ class AwsFoundation:
     file_system: SharedFileSystem | None
     ready: list[pulumi.Resource]
     tracking_store: TrackingStoreInputs | None = None
+    #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
+    serving_registry: str | None = None
 
 
 def _training_policy(prefix: str, region: str, bucket_arn: str, key_arn: str) -> iam.Document:
@@ -258,6 +261,19 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
             provider=provider,
         )
 
+    # Model serving: image repositories and the inference pods' read-only model access.
+    serving_registry = None
+    if config.serving is not None:
+        serving_registry = build_serving_aws(
+            name,
+            account_id,
+            config,
+            cluster_name=cluster.cluster.name,
+            bucket_arn=data.bucket.arn,
+            storage_key_arn=keys.arn("storage"),
+            opts=opts,
+        )
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -288,6 +304,7 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         file_system=file_system,
         ready=[addons, *[p.node_group for p in pools]],
         tracking_store=tracking_store,
+        serving_registry=serving_registry,
     )
 
 

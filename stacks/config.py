@@ -23,6 +23,7 @@ from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.quotas import quota_problems
+from modules.k8s.serving_spec import ServingSpec
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.tracking_spec import TrackingSpec
@@ -251,6 +252,54 @@ class ExampleJobSpec:
 
 
 @dataclass(frozen=True)
+class ExampleServiceSpec:
+    """The example model service each stack deploys, held until released.
+
+    Args:
+        team: the team whose namespace it runs in (and whose ``inference``
+            ServiceAccount reads the model).
+        pool: the node pool it runs on: a CPU pool serves the int8 model with the CPU
+            predictor, a GPU pool the ONNX model with Triton.
+        model_name: the registered model's name (default ``uae-gpt``).
+        model_version: the registered version served as stable (default 1).
+        storage_path: that version's artifact directory: below ``mlflow/`` in the data
+            bucket on AWS, a path on the team's volume on premises.
+        client_namespaces: namespaces whose applications may call the endpoint (default:
+            the team's own namespace).
+        min_replicas: fewest replicas (default 1).
+        max_replicas: most replicas (default 2).
+        canary_version: a new version to try on part of the traffic (default none).
+        canary_storage_path: the canary version's artifact directory.
+        canary_traffic_percent: the canary's share of requests (1-99; 0 without canary).
+        released: false (the default) keeps the service stopped: no pods run until a user
+            sets it to true.
+    """
+
+    team: str
+    pool: str
+    storage_path: str
+    model_name: str = "uae-gpt"
+    model_version: int = 1
+    client_namespaces: tuple[str, ...] = ()
+    min_replicas: int = 1
+    max_replicas: int = 2
+    canary_version: int | None = None
+    canary_storage_path: str | None = None
+    canary_traffic_percent: int = 0
+    released: bool = False
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(
+            (self.canary_version is None) == (self.canary_storage_path is None),
+            "canary_storage_path",
+            self.canary_storage_path,
+            "set canaryVersion and canaryStoragePath together (or neither)",
+        )
+        check.done()
+
+
+@dataclass(frozen=True)
 class StackConfig:
     """Everything a stack file sets (keys under ``uae-gpu-platform:``).
 
@@ -287,6 +336,10 @@ class StackConfig:
         tracking: the MLflow tracking server and model registry (`TrackingSpec`),
             deployed by default; its admin password is the secret config value
             ``trackingAdminPassword``.
+        serving: model serving with KServe (`ServingSpec`); ``null`` (the default)
+            installs none.
+        example_service: the bundled example model service (`ExampleServiceSpec`),
+            deployed stopped; ``null`` for none. Needs ``serving``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -309,6 +362,8 @@ class StackConfig:
     training_image_tag: str = "0.1.0"
     training_image: str | None = None
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    serving: ServingSpec | None = None
+    example_service: ExampleServiceSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -360,7 +415,49 @@ class StackConfig:
             # The site's pools are declared here; an AWS stack's node shapes come from
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
+        self._check_serving(check)
         check.done()
+
+    def _check_serving(self, check: Checker) -> None:
+        """Model serving: where its images come from, and the example service's place."""
+        if self.serving is not None and self.target == "onprem":
+            check.require(
+                self.serving.registry is not None,
+                "serving.registry",
+                None,
+                "an onprem stack names the site's registry for the serving images",
+            )
+        if self.serving is not None and self.target == "aws":
+            check.require(
+                self.serving.registry is None,
+                "serving.registry",
+                self.serving.registry,
+                "leave unset on AWS: the stack's own ECR repositories are used",
+            )
+        service = self.example_service
+        if service is None:
+            return
+        check.require(
+            self.serving is not None,
+            "serving",
+            None,
+            "an example service needs serving (KServe): add the serving section",
+        )
+        teams = [t.name for t in self.teams]
+        check.require(
+            service.team in teams,
+            "example_service.team",
+            service.team,
+            f"must be one of the teams: {', '.join(teams) or '(none declared)'}",
+        )
+        pools = [p.name for p in self.node_pools] + [p.name for p in self.onprem_node_pools]
+        if pools:
+            check.require(
+                service.pool in pools,
+                "example_service.pool",
+                service.pool,
+                f"must be one of the node pools: {', '.join(pools)}",
+            )
 
     def _check_target(self, check: Checker) -> None:
         if self.target == "onprem":

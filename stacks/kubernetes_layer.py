@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -16,6 +18,7 @@ from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError, stack_key
 from .example_job import build_example_job
+from .example_service import build_example_service
 
 
 def _tracking_inputs(
@@ -62,6 +65,7 @@ def _platform_args(
                 queueing=config.queueing,
                 tracking=config.tracking,
                 tracking_inputs=tracking,
+                serving=config.serving,
             )
         fsx = None
         if foundation.file_system is not None:
@@ -92,6 +96,12 @@ def _platform_args(
             queueing=config.queueing,
             tracking=config.tracking,
             tracking_inputs=tracking,
+            # Serving images come from the stack's own ECR repositories.
+            serving=(
+                replace(config.serving, registry=foundation.serving_registry)
+                if config.serving is not None
+                else None
+            ),
         )
     except InvalidArgsError as err:
         raise ConfigError(
@@ -151,4 +161,15 @@ def build_kubernetes_layer(
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job
         build_example_job(config.example_job, args.pools, platform, provider, image)
+    if config.example_service is not None and args.serving is not None:
+        bucket = foundation.bucket_name if foundation is not None else None
+        service = build_example_service(
+            config.example_service,
+            args.serving,
+            args.pools,
+            platform,
+            provider=provider,
+            bucket=bucket,
+        )
+        pulumi.export("exampleServiceEndpoint", service.endpoint)
     return platform

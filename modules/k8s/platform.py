@@ -5,6 +5,7 @@ own, every object through ``args.provider``):
 
     site -> storage -> tenancy (team namespaces) -> monitoring (CRDs for monitors)
          -> GPU operator -> fabric -> queueing (Kueue, queues) -> autoscaler (EKS)
+         -> serving (cert-manager, KServe, runtimes; where configured)
 
 and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
 together with the resources to ``depends_on``.
@@ -21,6 +22,7 @@ from modules.k8s.monitoring import Monitoring
 from modules.k8s.names import TeamPlacement, team_placement
 from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.queueing import Queueing
+from modules.k8s.serving import Serving
 from modules.k8s.site import SiteDeclaration
 from modules.k8s.storage import Storage, platform_storage_class
 from modules.k8s.summary import installed_charts, pool_plugins
@@ -38,6 +40,8 @@ class KubernetesPlatform(pulumi.ComponentResource):
             namespace objects, LocalQueue and checkpoint claim).
         platform_ready: resources every job should ``depends_on`` (device plugins,
             Kueue, PriorityClasses).
+        serving_ready: resources every InferenceService should ``depends_on`` (KServe,
+            its runtimes, the inference ServiceAccounts); empty without serving.
     """
 
     def __init__(
@@ -89,6 +93,17 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 depends_on=[monitoring.release, *storage.ready.classes],
                 opts=child,
             )
+        # Model serving: KServe, its runtimes and monitoring (InferenceServices wait on it).
+        self.serving_ready: list[pulumi.Resource] = []
+        if args.serving is not None:
+            serving = Serving(
+                f"{name}-serving",
+                args,
+                tenancy.namespaces,
+                monitoring.release,
+                child,
+            )
+            self.serving_ready = serving.ready
 
         self.placements: dict[str, TeamPlacement] = {}
         self.team_ready: dict[str, list[pulumi.Resource]] = {}

@@ -19,6 +19,7 @@ from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
+from modules.k8s.serving_spec import ServingSpec
 from modules.k8s.site import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec
@@ -88,6 +89,8 @@ class KubernetesPlatformArgs:
             default) or ``enabled: false`` deploys none.
         tracking_inputs: its admin password and, on EKS, its database and bucket
             (`TrackingInputs`); required when tracking is deployed.
+        serving: model serving (`ServingSpec`, KServe); ``None`` installs none. Its
+            ``registry`` must be resolved (the stack's ECR, or the site's registry).
     """
 
     provider: k8s.Provider
@@ -103,6 +106,7 @@ class KubernetesPlatformArgs:
     infiniband: InfinibandSpec | None = None
     tracking: TrackingSpec | None = None
     tracking_inputs: TrackingInputs | None = None
+    serving: ServingSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -131,6 +135,14 @@ class KubernetesPlatformArgs:
             )
         self._check_pools(check)
         self._check_teams(check)
+        # Model serving (KServe): its images need a registry in the country.
+        if self.serving is not None:
+            check.require(
+                self.serving.registry is not None,
+                "serving.registry",
+                None,
+                "the registry serving images come from: required on premises",
+            )
         check.require(
             self.monitoring.grafana_access != "internal-load-balancer" or kind == "eks",
             "monitoring.grafana_access",

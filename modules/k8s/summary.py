@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modules.k8s.fabric import fabric_plugins
+from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.versions import (
     CLOUDNATIVE_PG,
     CLUSTER_AUTOSCALER,
@@ -46,6 +47,10 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 plugins += ["gpu-operator", "node-feature-discovery-master"]
             if args.pools_with_fabric("infiniband") and args.infiniband is not None:
                 plugins.append("network-operator")
+            if args.serving is not None:
+                plugins += ["cert-manager", "kserve-controller"]
+                if args.serving.install_metrics_server:
+                    plugins.append("metrics-server")
             if args.eks is not None:
                 plugins.append("cluster-autoscaler")
                 if args.eks.fsx is not None:
@@ -86,4 +91,8 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
         charts["mlflow"] = MLFLOW
         if args.eks is None:
             charts["cloudnative-pg"] = CLOUDNATIVE_PG
+    if args.serving is not None:
+        charts |= {"cert-manager": CERT_MANAGER, "kserve-crd": KSERVE_CRD, "kserve": KSERVE}
+        if args.serving.install_metrics_server:
+            charts["metrics-server"] = METRICS_SERVER
     return charts

@@ -10,6 +10,7 @@ from policies.rules import (
     identity,
     kubernetes,
     residency,
+    serving,
     stack,
     state,
     tags,
@@ -32,6 +33,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         stack,
         state,
         database,
+        serving,
     )
     for rule in _rules_of(module)
 )

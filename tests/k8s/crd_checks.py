@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tests.k8s.vendored_crds import vendored_crd_errors
+
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE])?$")
 IMAGE_NAME = re.compile(r"^[a-zA-Z0-9\-]+$")
@@ -197,6 +199,12 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "NicClusterPolicy": _nic_cluster_policy,
     "IPPool": _ip_pool,
     "IPoIBNetwork": _ipoib_network,
+    # KServe and cert-manager: the vendored CRDs' schemas, strictly (vendored_crds.py).
+    "InferenceService": vendored_crd_errors,
+    "ServingRuntime": vendored_crd_errors,
+    "ClusterServingRuntime": vendored_crd_errors,
+    "Certificate": vendored_crd_errors,
+    "ClusterIssuer": vendored_crd_errors,
 }
 
 

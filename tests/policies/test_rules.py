@@ -25,6 +25,7 @@ from tests.policies.builder import (
     key_arn,
 )
 from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.serving_cases import SERVING_CASES
 from tests.policies.test_state_rule import residency, with_root_stack
 
 Plan = dict[str, Any]
@@ -689,6 +690,10 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
         "replica-eu-west-1",
     ),
 ]
+
+
+# Model serving (KServe) cases live beside their objects' builder.
+CASES += SERVING_CASES
 
 
 def test_the_compliant_plan_passes_every_rule() -> None:

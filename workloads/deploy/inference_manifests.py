@@ -1,0 +1,417 @@
+"""The Kubernetes objects of one served model, as plain manifests (pure functions).
+
+* An ``InferenceService`` (KServe v0.20, ``Standard`` = RawDeployment mode): the stable
+  version as the predictor named ``v<version>``, and a canary version, when there is
+  one, in ``spec.canary`` with its ``trafficPercent``. KServe runs each as its own
+  Deployment; the canary gets ``ceil(minReplicas * trafficPercent / 100)`` pods.
+* Authentication: upstream KServe offers none in RawDeployment mode (the
+  ``security.opendatahub.io/enable-auth`` annotation is OpenDataHub's fork only), so each
+  predictor pod carries a kube-rbac-proxy sidecar (the project KServe itself uses for
+  its controller): it checks the caller's ServiceAccount token (TokenReview) and its
+  RBAC permission on ``inferenceservices/proxy`` of this service (SubjectAccessReview),
+  then forwards to the model server on 127.0.0.1:8080. It serves TLS with a certificate
+  cert-manager issues from the platform's CA.
+* The endpoint: a Service ``<name>-endpoint`` on the proxy's port 8443, selecting every
+  predictor pod of the service (stable and canary): requests spread over the pods, so
+  the canary's share of traffic is its share of the pods.
+* A NetworkPolicy admitting only the named client namespaces, on the proxy's port only,
+  and the monitoring namespace on the metrics ports; a Role and RoleBinding granting the
+  client namespaces' ServiceAccounts the right to call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modules.k8s.common import toleration
+from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.serving_observability import (
+    ISVC_POD_LABEL,
+)
+from modules.k8s.serving_spec import SERVING_CA_ISSUER
+from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
+from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER
+
+KSERVE_API = "serving.kserve.io/v1beta1"
+DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+#: KServe v0.20's name for RawDeployment ("RawDeployment" is its deprecated alias); the
+#: canary webhook requires the annotation to say exactly this.
+DEPLOYMENT_MODE = "Standard"
+STOP_ANNOTATION = "serving.kserve.io/stop"
+COMPONENT_LABEL = "component"
+MODEL_LABEL = "gpuplatform.ae/model"
+VERSION_LABEL = "gpuplatform.ae/model-version"
+MODEL_SERVER_PORT = 8080
+TRITON_METRICS_PORT = 8002
+PROXY_PORT = 8443
+PROXY_HEALTH_PORT = 8643
+PROXY_CONFIG_PATH = "/etc/kube-rbac-proxy"
+PROXY_CONFIG_FILE = "config.yaml"
+PROXY_SUBRESOURCE = "proxy"
+TLS_PATH = "/etc/tls/private"
+
+
+def endpoint_service_name(spec: InferenceServiceSpec) -> str:
+    return f"{spec.name}-endpoint"
+
+
+def tls_secret_name(spec: InferenceServiceSpec) -> str:
+    return f"{spec.name}-endpoint-tls"
+
+
+def endpoint_certificate(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """The endpoint's serving certificate from the platform's CA (cert-manager renews
+    it; clients verify it with the CA's certificate, ``ca.crt`` of the same secret)."""
+    service = endpoint_service_name(spec)
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": {
+            "name": tls_secret_name(spec),
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "spec": {
+            "secretName": tls_secret_name(spec),
+            "dnsNames": [
+                service,
+                f"{service}.{spec.namespace}.svc",
+                f"{service}.{spec.namespace}.svc.cluster.local",
+            ],
+            "usages": ["server auth", "digital signature"],
+            "duration": "2160h",
+            "renewBefore": "360h",
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {
+                "name": SERVING_CA_ISSUER,
+                "kind": "ClusterIssuer",
+                "group": "cert-manager.io",
+            },
+        },
+    }
+
+
+def endpoint_url(spec: InferenceServiceSpec) -> str:
+    """Where client applications send V2 requests (with their ServiceAccount token)."""
+    return f"https://{endpoint_service_name(spec)}.{spec.namespace}.svc:{PROXY_PORT}"
+
+
+def _restricted_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def model_resources(spec: InferenceServiceSpec) -> dict[str, dict[str, str]]:
+    """Requests equal to limits (Guaranteed QoS), sized from the pool."""
+    amounts = {"cpu": f"{spec.cpu}m", "memory": f"{spec.memory}Mi"}
+    if spec.gpus:
+        amounts[GPU_RESOURCE] = str(spec.gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def proxy_config(spec: InferenceServiceSpec) -> str:
+    """kube-rbac-proxy's authorisation: the caller needs the HTTP verb's RBAC verb (POST
+    -> create, GET -> get) on ``inferenceservices/proxy`` named after this service."""
+    return (
+        "authorization:\n"
+        "  resourceAttributes:\n"
+        f"    namespace: {spec.namespace}\n"
+        "    apiGroup: serving.kserve.io\n"
+        "    apiVersion: v1beta1\n"
+        "    resource: inferenceservices\n"
+        f"    subresource: {PROXY_SUBRESOURCE}\n"
+        f"    name: {spec.name}\n"
+    )
+
+
+def proxy_configmap(spec: InferenceServiceSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{spec.name}-auth",
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "data": {PROXY_CONFIG_FILE: proxy_config(spec)},
+    }
+
+
+def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
+    """The kube-rbac-proxy sidecar in front of the model server."""
+    return {
+        "name": "kube-rbac-proxy",
+        "image": image,
+        "args": [
+            f"--secure-listen-address=0.0.0.0:{PROXY_PORT}",
+            f"--upstream=http://127.0.0.1:{MODEL_SERVER_PORT}/",
+            f"--config-file={PROXY_CONFIG_PATH}/{PROXY_CONFIG_FILE}",
+            f"--proxy-endpoints-port={PROXY_HEALTH_PORT}",
+            # cert-manager's certificate; the proxy reloads it when it is renewed.
+            f"--tls-cert-file={TLS_PATH}/tls.crt",
+            f"--tls-private-key-file={TLS_PATH}/tls.key",
+            "--tls-min-version=VersionTLS12",
+        ],
+        "ports": [
+            {"name": "https", "containerPort": PROXY_PORT, "protocol": "TCP"},
+            {"name": "proxy-health", "containerPort": PROXY_HEALTH_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": PROXY_HEALTH_PORT, "scheme": "HTTPS"}
+        },
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+        "securityContext": _restricted_security(),
+        "volumeMounts": [
+            {"name": "auth-config", "mountPath": PROXY_CONFIG_PATH, "readOnly": True},
+            {"name": "endpoint-tls", "mountPath": TLS_PATH, "readOnly": True},
+        ],
+    }
+
+
+def _labels(spec: InferenceServiceSpec) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": spec.name,
+        "app.kubernetes.io/part-of": "gpuplatform",
+        MODEL_LABEL: spec.model_name,
+    }
+
+
+def _model(spec: InferenceServiceSpec, version: ModelVersion) -> dict[str, Any]:
+    return {
+        # KServe's name for the model server container (the canary's CRD schema
+        # requires a name; KServe merges it with the runtime's container of that name).
+        "name": "kserve-container",
+        "modelFormat": {"name": spec.model_format},
+        "runtime": spec.runtime,
+        "storageUri": spec.storage_uri(version),
+        "resources": model_resources(spec),
+        "securityContext": _restricted_security(),
+    }
+
+
+def _placement(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """On the chosen pool only, tolerating exactly its taints (GPU, fabric)."""
+    placement: dict[str, Any] = {"nodeSelector": dict(sorted(spec.pool.labels.items()))}
+    if spec.pool.taints:
+        placement["tolerations"] = [toleration(t) for t in spec.pool.taints]
+    return placement
+
+
+def inference_service_manifest(spec: InferenceServiceSpec, proxy_image: str) -> dict[str, Any]:
+    """The InferenceService, stable predictor and (optional) canary."""
+    annotations = {DEPLOYMENT_MODE_ANNOTATION: DEPLOYMENT_MODE}
+    # Held: KServe keeps the object but runs no pods until the annotation goes.
+    annotations[STOP_ANNOTATION] = "false" if spec.released else "true"
+    predictor: dict[str, Any] = {
+        "name": spec.model.predictor_name,
+        "minReplicas": spec.min_replicas,
+        "maxReplicas": spec.max_replicas,
+        "serviceAccountName": spec.service_account,
+        # EKS Pod Identity and kube-rbac-proxy both authenticate with the token.
+        "automountServiceAccountToken": True,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        **_placement(spec),
+        "labels": {VERSION_LABEL: str(spec.model.version)},
+        "model": _model(spec, spec.model),
+        "containers": [proxy_container(spec, proxy_image)],
+        "volumes": [
+            {"name": "auth-config", "configMap": {"name": f"{spec.name}-auth"}},
+            {"name": "endpoint-tls", "secret": {"secretName": tls_secret_name(spec)}},
+        ],
+    }
+    isvc_spec: dict[str, Any] = {"predictor": predictor}
+    if spec.canary is not None:
+        isvc_spec["canary"] = [
+            {
+                "trafficPercent": spec.canary_traffic_percent,
+                # Merged over the stable predictor by KServe: only what differs.
+                "predictor": {
+                    "name": spec.canary.predictor_name,
+                    "labels": {VERSION_LABEL: str(spec.canary.version)},
+                    "model": _model(spec, spec.canary),
+                },
+            }
+        ]
+    return {
+        "apiVersion": KSERVE_API,
+        "kind": "InferenceService",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+            "annotations": annotations,
+        },
+        "spec": isvc_spec,
+    }
+
+
+def endpoint_service(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """The authenticated endpoint over all predictor pods (stable and canary)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": endpoint_service_name(spec),
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {ISVC_POD_LABEL: spec.name, COMPONENT_LABEL: "predictor"},
+            "ports": [
+                {"name": "https", "port": PROXY_PORT, "targetPort": "https", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _namespaces(names: list[str]) -> dict[str, Any]:
+    return {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
+            ]
+        }
+    }
+
+
+def network_policy(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """Only the client namespaces reach the proxy; only monitoring reaches the metrics
+    ports (the team namespace's default-deny policy keeps everything else out)."""
+    metrics_port = TRITON_METRICS_PORT if spec.pool.has_gpus else MODEL_SERVER_PORT
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{spec.name}-clients",
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [_namespaces(sorted(spec.client_namespaces))],
+                    "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                },
+                {
+                    "from": [_namespaces([MONITORING_NAMESPACE])],
+                    "ports": [{"protocol": "TCP", "port": metrics_port}],
+                },
+            ],
+        },
+    }
+
+
+def client_egress_policies(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
+    """In each client namespace other than the service's own: egress to the endpoint's
+    pods on the proxy port (team namespaces deny all egress by default). The client
+    namespaces must exist before the service is deployed."""
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {
+                "name": f"allow-egress-to-{spec.name}",
+                "namespace": ns,
+                "labels": _labels(spec),
+            },
+            "spec": {
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [
+                            {
+                                **_namespaces([spec.namespace]),
+                                "podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}},
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                    }
+                ],
+            },
+        }
+        for ns in sorted(spec.client_namespaces)
+        if ns != spec.namespace
+    ]
+
+
+def caller_role(spec: InferenceServiceSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {
+            "name": f"{spec.name}-caller",
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "rules": [
+            {
+                "apiGroups": ["serving.kserve.io"],
+                "resources": [f"inferenceservices/{PROXY_SUBRESOURCE}"],
+                "resourceNames": [spec.name],
+                # POST (infer) maps to create, GET (ready, metadata) to get.
+                "verbs": ["create", "get"],
+            }
+        ],
+    }
+
+
+def caller_binding(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """Every ServiceAccount of each client namespace may call the endpoint."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": f"{spec.name}-callers",
+            "namespace": spec.namespace,
+            "labels": _labels(spec),
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": f"{spec.name}-caller",
+        },
+        "subjects": [
+            {
+                "kind": "Group",
+                "apiGroup": "rbac.authorization.k8s.io",
+                "name": f"system:serviceaccounts:{ns}",
+            }
+            for ns in sorted(spec.client_namespaces)
+        ],
+    }
+
+
+def inference_service_manifests(
+    spec: InferenceServiceSpec, proxy_image: str
+) -> list[dict[str, Any]]:
+    """Every object of the served model, in apply order."""
+    return [
+        proxy_configmap(spec),
+        endpoint_certificate(spec),
+        caller_role(spec),
+        caller_binding(spec),
+        network_policy(spec),
+        *client_egress_policies(spec),
+        endpoint_service(spec),
+        inference_service_manifest(spec, proxy_image),
+    ]
