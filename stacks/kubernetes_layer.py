@@ -5,6 +5,12 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.k8s.multikueue import (
+    KUBECONFIG_OUTPUT,
+    SITE_OUTPUT,
+    FleetInputs,
+    FleetWorkerInputs,
+)
 from modules.k8s.platform import KubernetesPlatform
 from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
 from modules.k8s.site import SiteSpec
@@ -14,10 +20,27 @@ from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .example_job import build_example_job
+from .fleet import manager_inputs, site_of
+
+
+def _fleet_inputs(
+    config: StackConfig, foundation: AwsFoundation | None, kubeconfig: pulumi.Input[str] | None
+) -> FleetInputs | None:
+    """The fleet side of this stack (validated by `stacks.fleet.fleet_problems`)."""
+    if config.fleet is not None:
+        return FleetInputs(manager=manager_inputs(config))
+    if config.fleet_worker is not None:
+        own = foundation.kubeconfig if foundation is not None else kubeconfig
+        assert own is not None  # the provider needed it already
+        return FleetInputs(worker=FleetWorkerInputs(config.fleet_worker.manager, own))
+    return None
 
 
 def _platform_args(
-    config: StackConfig, provider: k8s.Provider, foundation: AwsFoundation | None
+    config: StackConfig,
+    provider: k8s.Provider,
+    foundation: AwsFoundation | None,
+    fleet: FleetInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
     try:
@@ -34,6 +57,7 @@ def _platform_args(
                 teams=config.teams,
                 monitoring=config.monitoring,
                 queueing=config.queueing,
+                fleet=fleet,
             )
         fsx = None
         if foundation.file_system is not None:
@@ -62,6 +86,7 @@ def _platform_args(
             teams=config.teams,
             monitoring=config.monitoring,
             queueing=config.queueing,
+            fleet=fleet,
         )
     except InvalidArgsError as err:
         raise ConfigError([p.describe(f"{PROJECT}:{p.field}") for p in err.problems]) from None
@@ -94,9 +119,13 @@ def build_kubernetes_layer(
 ) -> KubernetesPlatform:
     """Declare the Kubernetes platform layer through the cluster's explicit provider."""
     provider = kubernetes_provider(config, foundation, kubeconfig)
-    args = _platform_args(config, provider, foundation)
+    args = _platform_args(config, provider, foundation, _fleet_inputs(config, foundation, kubeconfig))
     platform = KubernetesPlatform("platform", args)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    if platform.fleet_kubeconfig is not None:
+        # What the manager reads through its StackReference: a secret stays a secret.
+        pulumi.export(KUBECONFIG_OUTPUT, platform.fleet_kubeconfig)
+        pulumi.export(SITE_OUTPUT, vars(site_of(config)))
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job

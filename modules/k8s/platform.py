@@ -18,6 +18,7 @@ from modules.k8s.autoscaler import Autoscaler
 from modules.k8s.fabric import Fabric
 from modules.k8s.gpu import GpuEnablement
 from modules.k8s.monitoring import Monitoring
+from modules.k8s.multikueue import FleetManager, FleetWorker
 from modules.k8s.names import TeamPlacement, team_placement
 from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.queueing import Queueing
@@ -77,6 +78,29 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # -- fleet (MultiKueue, docs/fleet.md) --
+        self.fleet_kubeconfig: pulumi.Output[str] | None = None
+        self.burst_queues: dict[str, pulumi.Resource] = {}
+        if args.fleet is not None and args.fleet.manager is not None:
+            manager = FleetManager(
+                f"{name}-fleet",
+                args.fleet.manager,
+                args.provider,
+                depends_on=[queueing.release],
+                team_namespaces=tenancy.namespaces,
+                opts=child,
+            )
+            self.burst_queues = manager.local_queues
+        if args.fleet is not None and args.fleet.worker is not None:
+            worker = FleetWorker(
+                f"{name}-fleet-worker",
+                args.fleet.worker,
+                args.provider,
+                depends_on=[queueing.release],
+                opts=child,
+            )
+            self.fleet_kubeconfig = worker.kubeconfig
+        # -- end fleet --
         if args.eks is not None:
             Autoscaler(f"{name}-autoscaler", args, child)
 

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 
 from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.multikueue import FleetInputs
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.site import SiteSpec
@@ -83,6 +84,7 @@ class KubernetesPlatformArgs:
         eks: AWS inputs, required for ``eks`` and absent on premises.
         onprem: on-premises settings (`OnPremSpec`), required for ``onprem``.
         infiniband: InfiniBand settings (`InfinibandSpec`), required with IB pools.
+        fleet: MultiKueue manager or worker inputs (`FleetInputs`), or None.
     """
 
     provider: k8s.Provider
@@ -96,6 +98,7 @@ class KubernetesPlatformArgs:
     eks: EksInputs | None = None
     onprem: OnPremSpec | None = None
     infiniband: InfinibandSpec | None = None
+    fleet: FleetInputs | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
