@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from policies.model import Rule
-from policies.rules import encryption, exposure, identity, kubernetes, residency, stack, tags
+from policies.rules import (
+    encryption,
+    exposure,
+    fleet,
+    identity,
+    kubernetes,
+    residency,
+    stack,
+    tags,
+)
 
 
 def _rules_of(module: object) -> list[Rule]:
@@ -12,7 +21,7 @@ def _rules_of(module: object) -> list[Rule]:
 
 ALL_RULES: tuple[Rule, ...] = tuple(
     rule
-    for module in (residency, encryption, exposure, identity, kubernetes, tags, stack)
+    for module in (residency, encryption, exposure, identity, kubernetes, tags, stack, fleet)
     for rule in _rules_of(module)
 )
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
