@@ -140,6 +140,8 @@ class CatalogMocks(pulumi_mocks.Mocks):
 
     def __init__(self) -> None:
         self.provider_regions: dict[str, str] = {}  # AWS provider name -> its region
+        #: the program's stack outputs (``pulumi.export``): name -> whether it is secret
+        self.stack_exports: dict[str, bool] = {}
         self._calls: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
             "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
             "aws:index/getPartition:getPartition": lambda _a, _r: {
@@ -377,4 +379,14 @@ def run_program(
         pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=True, monitor=monitor)
         pulumi.runtime.set_all_config(dict(config), secret_keys)
         _sync_await(pulumi.runtime.stack.run_pulumi_func(program))
+        root = pulumi.runtime.settings.get_root_resource()
+        outputs = dict(getattr(root, "outputs", None) or {})
+
+        async def secret_flags() -> dict[str, bool]:
+            return {
+                name: bool(await pulumi.Output.from_input(value).is_secret())
+                for name, value in outputs.items()
+            }
+
+        mocks.stack_exports = _sync_await(secret_flags())
     return monitor.registrations, mocks
