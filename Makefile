@@ -61,3 +61,12 @@ test: lint typecheck ## static checks, then every test
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
+
+# ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
+.PHONY: cost prices-refresh
+
+cost: $(STAMP) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
+	@$(PY) -m stacks.cost $(STACK)
+
+prices-refresh: $(STAMP) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
+	@$(PY) -m stacks.pricing refresh
