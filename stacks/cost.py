@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from modules.k8s.cost import CostInputs, UnitPrices
+
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost_config import OnPremPricing
@@ -87,7 +89,9 @@ def pool_costs(config: StackConfig, snapshot: PriceSnapshot) -> list[PoolCost]:
         PoolCost(
             pool.name,
             f"{pool.gpus_per_node} GPU, {pool.vcpus} vCPU, {pool.memory_gib} GiB",
-            onprem_node_hour(config.onprem_pricing, pool.gpus_per_node, pool.vcpus, pool.memory_gib),
+            onprem_node_hour(
+                config.onprem_pricing, pool.gpus_per_node, pool.vcpus, pool.memory_gib
+            ),
             pool.min_size,
             pool.max_size,
         )
@@ -95,14 +99,54 @@ def pool_costs(config: StackConfig, snapshot: PriceSnapshot) -> list[PoolCost]:
     ]
 
 
+def unit_prices(config: StackConfig, snapshot: PriceSnapshot) -> UnitPrices:
+    """The prices OpenCost applies to every node of the stack's cluster.
+
+    On premises: the site's own prices. On AWS, OpenCost's custom provider takes one
+    price per vCPU-hour, GiB-hour and GPU-hour for the whole cluster, so they are
+    derived from the snapshot: the system pool's instance price split evenly between
+    its vCPUs and its memory, and the GPU price what remains of the largest GPU
+    pool's instance price, per GPU. A GPU node is then priced exactly as AWS lists
+    it; other CPU instance types approximately. (Call after `price_problems`.)
+    """
+    if config.target == "onprem":
+        assert config.onprem_pricing is not None
+        p = config.onprem_pricing
+        return UnitPrices(p.cpu_hour_usd, p.memory_gib_hour_usd, p.gpu_hour_usd, "site prices")
+    types = snapshot.instance_types
+    system = next(types[p.instance_type] for p in config.node_pools if p.role == "system")
+    cpu = system.usd_per_hour / 2 / system.vcpus
+    memory = system.usd_per_hour / 2 / system.memory_gib
+    gpu_types = [types[p.instance_type] for p in config.node_pools if types[p.instance_type].gpus]
+    gpu = 0.0
+    if gpu_types:
+        big = max(gpu_types, key=lambda t: (t.gpus, t.usd_per_hour))
+        gpu = max(big.usd_per_hour - big.vcpus * cpu - big.memory_gib * memory, 0.0) / big.gpus
+    source = f"AWS {snapshot.region} snapshot of {snapshot.retrieved}"
+    return UnitPrices(cpu, memory, gpu, source + ("" if snapshot.verified else " (unverified)"))
+
+
+def cost_inputs(config: StackConfig, snapshot: PriceSnapshot, cluster_id: str) -> CostInputs:
+    """Cost allocation's inputs for the stack (OpenCost prices, team budgets)."""
+    return CostInputs(
+        cluster_id=cluster_id,
+        prices=unit_prices(config, snapshot),
+        budgets=tuple((b.team, b.monthly_usd) for b in config.budgets),
+    )
+
+
 def render(stack: str, costs: Sequence[PoolCost], snapshot: PriceSnapshot, onprem: bool) -> str:
     lines = [f"Monthly compute cost of stack {stack} ({HOURS_PER_MONTH} h/month, USD)", ""]
-    header = f"{'pool':<14} {'priced as':<32} {'$/node-h':>10} {'nodes':>7} {'min/month':>13} {'max/month':>13}"
+    header = (
+        f"{'pool':<14} {'priced as':<32} {'$/node-h':>10} {'nodes':>7} "
+        f"{'min/month':>13} {'max/month':>13}"
+    )
     lines += [header, "-" * len(header)]
     for c in costs:
         lines.append(
             f"{c.pool:<14} {c.priced_as:<32} {c.usd_per_node_hour:>10.4f} "
-            f"{f'{c.min_size}-{c.max_size}':>7} {c.monthly_min_usd:>13,.2f} {c.monthly_max_usd:>13,.2f}"
+            f"{f'{c.min_size}-{c.max_size}':>7} "
+            f"{c.monthly_min_usd:>13,.2f} {c.monthly_max_usd:>13,.2f}"
         )
     low = sum(c.monthly_min_usd for c in costs)
     high = sum(c.monthly_max_usd for c in costs)
@@ -110,13 +154,18 @@ def render(stack: str, costs: Sequence[PoolCost], snapshot: PriceSnapshot, onpre
     if onprem:
         lines.append("Prices: the stack's onpremPricing (per GPU-hour, vCPU-hour, GiB-hour).")
     else:
-        lines.append(f"Prices: {snapshot.region} snapshot of {snapshot.retrieved}: {snapshot.source}.")
+        lines.append(
+            f"Prices: {snapshot.region} snapshot of {snapshot.retrieved}: {snapshot.source}."
+        )
         if not snapshot.verified:
             lines.append(
                 "WARNING: this snapshot is UNVERIFIED (see its note); refresh it with "
                 "`python -m stacks.pricing refresh` before relying on these figures."
             )
-    lines.append("Not included: storage, data transfer, EKS control plane, NAT gateways.")
+    lines.append(
+        "Not included: storage, data transfer"
+        + ("." if onprem else ", EKS control plane, NAT gateways.")
+    )
     return "\n".join(lines)
 
 

@@ -134,9 +134,7 @@ def fleet_problems(
             peer = load(other)
             if not isinstance(peer, StackConfig) or peer.fleet is None:
                 continue
-            shared = {w.stack for w in peer.fleet.workers} & {
-                w.stack for w in config.fleet.workers
-            }
+            shared = {w.stack for w in peer.fleet.workers} & {w.stack for w in config.fleet.workers}
             for name in sorted(shared):
                 problems.append(
                     f"{key}fleet.workers: got {name!r}; stack {other} lists it as its worker "
@@ -150,8 +148,8 @@ def fleet_problems(
             problems.append(f"{where}: got {stack!r}; a worker cannot be its own manager")
         elif manager is None:
             problems.append(
-                f"{where}: got {manager_name!r}; unknown stack: no stacks/Pulumi.{manager_name}.yaml "
-                f"(stacks: {', '.join(stacks())})"
+                f"{where}: got {manager_name!r}; unknown stack: "
+                f"no stacks/Pulumi.{manager_name}.yaml (stacks: {', '.join(stacks())})"
             )
         elif isinstance(manager, StackConfig) and (
             manager.fleet is None or stack not in {w.stack for w in manager.fleet.workers}

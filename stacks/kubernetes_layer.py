@@ -19,8 +19,10 @@ from modules.validation import InvalidArgsError
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .cost import cost_inputs
 from .example_job import build_example_job
 from .fleet import manager_inputs, site_of
+from .pricing import load_snapshot, snapshot_path
 
 
 def _fleet_inputs(
@@ -43,6 +45,9 @@ def _platform_args(
     fleet: FleetInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
+    # Prices were checked with the config (`stacks.program`): every pool has one.
+    site_name = config.site.name if config.site is not None else f"aws-{config.region}"
+    cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
     try:
         if foundation is None:
             assert config.site is not None  # checked by StackConfig for target onprem
@@ -58,6 +63,7 @@ def _platform_args(
                 monitoring=config.monitoring,
                 queueing=config.queueing,
                 fleet=fleet,
+                cost=cost,
             )
         fsx = None
         if foundation.file_system is not None:
@@ -87,6 +93,7 @@ def _platform_args(
             monitoring=config.monitoring,
             queueing=config.queueing,
             fleet=fleet,
+            cost=cost,
         )
     except InvalidArgsError as err:
         raise ConfigError([p.describe(f"{PROJECT}:{p.field}") for p in err.problems]) from None
@@ -119,7 +126,9 @@ def build_kubernetes_layer(
 ) -> KubernetesPlatform:
     """Declare the Kubernetes platform layer through the cluster's explicit provider."""
     provider = kubernetes_provider(config, foundation, kubeconfig)
-    args = _platform_args(config, provider, foundation, _fleet_inputs(config, foundation, kubeconfig))
+    args = _platform_args(
+        config, provider, foundation, _fleet_inputs(config, foundation, kubeconfig)
+    )
     platform = KubernetesPlatform("platform", args)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
     if platform.fleet_kubeconfig is not None:

@@ -141,7 +141,9 @@ def parse_price_list(items: Iterable[str]) -> dict[str, InstancePrice]:
             if dim.get("unit") == "Hrs"
         ]
         if len(dimensions) != 1:
-            raise PricingError(f"{name}: expected one hourly on-demand price, got {len(dimensions)}")
+            raise PricingError(
+                f"{name}: expected one hourly on-demand price, got {len(dimensions)}"
+            )
         usd = dimensions[0].get("pricePerUnit", {}).get("USD")
         if usd is None:
             raise PricingError(f"{name}: the on-demand price has no USD amount")
@@ -155,7 +157,9 @@ def parse_price_list(items: Iterable[str]) -> dict[str, InstancePrice]:
     return prices
 
 
-def fetch_prices(client: Any, region: str, instance_types: Sequence[str]) -> dict[str, InstancePrice]:
+def fetch_prices(
+    client: Any, region: str, instance_types: Sequence[str]
+) -> dict[str, InstancePrice]:
     """Ask the Pricing API for each type's on-demand Linux price in ``region``."""
     prices: dict[str, InstancePrice] = {}
     for name in instance_types:
@@ -177,7 +181,9 @@ def fetch_prices(client: Any, region: str, instance_types: Sequence[str]) -> dic
             items += page["PriceList"]
         found = parse_price_list(items)
         if name not in found:
-            raise PricingError(f"the price list has no on-demand Linux price for {name} in {region}")
+            raise PricingError(
+                f"the price list has no on-demand Linux price for {name} in {region}"
+            )
         prices[name] = found[name]
     return prices
 
@@ -233,7 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = boto3.client("pricing", region_name=PRICING_ENDPOINT_REGION)
         prices = fetch_prices(client, options.region, stack_instance_types())
     except botocore.exceptions.NoCredentialsError:
-        print("error: no AWS credentials: the Pricing API needs any signed-in identity", file=sys.stderr)
+        print(
+            "error: no AWS credentials: the Pricing API needs any signed-in identity",
+            file=sys.stderr,
+        )
         return 2
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
         print(f"error: the Pricing API refused the request: {err}", file=sys.stderr)

@@ -251,9 +251,7 @@ def multikueue_cluster(stack: str, site: SiteSpec) -> Manifest:
     return {
         "apiVersion": KUEUE_API,
         "kind": "MultiKueueCluster",
-        "metadata": metadata(
-            worker_cluster_name(stack), annotations=site_annotations(site, stack)
-        ),
+        "metadata": metadata(worker_cluster_name(stack), annotations=site_annotations(site, stack)),
         "spec": {
             "clusterSource": {
                 "kubeConfig": {"locationType": "Secret", "location": worker_secret_name(stack)}
@@ -391,7 +389,11 @@ def manager_identity(manager: str) -> list[Manifest]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": metadata(name),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": KUEUE_NAMESPACE}],
         },
     ]
@@ -452,6 +454,7 @@ class FleetManager(pulumi.ComponentResource):
         name: str,
         fleet: FleetManagerInputs,
         provider: k8s.Provider,
+        *,
         depends_on: Sequence[pulumi.Resource],
         team_namespaces: Mapping[str, pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,

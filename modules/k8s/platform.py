@@ -15,6 +15,7 @@ from __future__ import annotations
 import pulumi
 
 from modules.k8s.autoscaler import Autoscaler
+from modules.k8s.cost import CostAllocation
 from modules.k8s.fabric import Fabric
 from modules.k8s.gpu import GpuEnablement
 from modules.k8s.monitoring import Monitoring
@@ -65,6 +66,16 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready: list[pulumi.Resource] = [site.configmap]
+        # -- cost allocation (OpenCost, budgets; docs/cost.md) --
+        if args.cost is not None:
+            CostAllocation(
+                f"{name}-cost",
+                args.cost,
+                args.provider,
+                args.kubernetes_version,
+                depends_on=[monitoring.release],
+                opts=child,
+            )
         if args.gpu_pools:
             gpu = GpuEnablement(f"{name}-gpu", args, depends_on=[monitoring.release], opts=child)
             self.platform_ready.append(gpu.release)

@@ -15,6 +15,7 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.k8s.cost import CostInputs
 from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.multikueue import FleetInputs
@@ -85,6 +86,8 @@ class KubernetesPlatformArgs:
         onprem: on-premises settings (`OnPremSpec`), required for ``onprem``.
         infiniband: InfiniBand settings (`InfinibandSpec`), required with IB pools.
         fleet: MultiKueue manager or worker inputs (`FleetInputs`), or None.
+        cost: OpenCost prices and team budgets (`CostInputs`), or None for no cost
+            allocation.
     """
 
     provider: k8s.Provider
@@ -99,6 +102,7 @@ class KubernetesPlatformArgs:
     onprem: OnPremSpec | None = None
     infiniband: InfinibandSpec | None = None
     fleet: FleetInputs | None = None
+    cost: CostInputs | None = None
 
     def __post_init__(self) -> None:
         check = Checker()

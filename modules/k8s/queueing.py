@@ -107,7 +107,9 @@ class QueueingSpec:
         check.done()
 
 
-def kueue_manager_config(spec: QueueingSpec, multikueue_origin: str | None = None) -> dict[str, Any]:
+def kueue_manager_config(
+    spec: QueueingSpec, multikueue_origin: str | None = None
+) -> dict[str, Any]:
     """Kueue's controller configuration (``config.kueue.x-k8s.io/v1beta2``).
 
     ``multikueue_origin``: on a fleet manager, the label value marking the objects it

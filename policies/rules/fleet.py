@@ -50,9 +50,11 @@ def _site_problem(cluster: ResourceView, settings: Settings) -> str | None:
             f"{ANNOTATION}country): nothing shows it is a UAE cluster"
         )
     if country not in settings.allowed_countries:
-        return f"worker {name} is in country {country!r}, outside {', '.join(settings.allowed_countries)}"
+        allowed = ", ".join(settings.allowed_countries)
+        return f"worker {name} is in country {country!r}, outside {allowed}"
     if kind == "aws-eks" and region not in settings.allowed_regions:
-        return f"worker {name} is an EKS cluster in {region!r}, outside {', '.join(settings.allowed_regions)}"
+        allowed = ", ".join(settings.allowed_regions)
+        return f"worker {name} is an EKS cluster in {region!r}, outside {allowed}"
     if kind not in ("aws-eks", "on-premises"):
         return f"worker {name} declares site kind {kind!r}, not aws-eks or on-premises"
     return None

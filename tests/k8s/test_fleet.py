@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 
 from modules.k8s.multikueue import (
-    ADMISSION_CHECK_NAME,
     BURST_LOCAL_QUEUE,
     KUBECONFIG_OUTPUT,
     MANAGER_RULES,
@@ -88,9 +87,7 @@ def test_the_manager_objects_point_at_each_other() -> None:
         # The secret exists, holds the key Kueue reads, and is masked in the plan.
         assert secrets[source["location"]]["stringData"] == {"kubeconfig": "[secret]"}
     burst = [
-        q
-        for q in of_kind(MANAGER, "ClusterQueue")
-        if q["spec"].get("admissionChecksStrategy")
+        q for q in of_kind(MANAGER, "ClusterQueue") if q["spec"].get("admissionChecksStrategy")
     ]
     assert burst
     for queue in burst:
@@ -102,7 +99,9 @@ def test_the_manager_objects_point_at_each_other() -> None:
 
 
 def test_the_site_keeps_its_own_queue_and_adds_a_burst_queue_for_nlp_only() -> None:
-    local = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in of_kind(MANAGER, "LocalQueue")}
+    local = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]) for o in of_kind(MANAGER, "LocalQueue")
+    }
     assert (team_namespace("nlp"), LOCAL_QUEUE_NAME) in local
     assert (team_namespace("nlp"), BURST_LOCAL_QUEUE) in local
     assert (team_namespace("vision"), BURST_LOCAL_QUEUE) not in local
@@ -110,8 +109,13 @@ def test_the_site_keeps_its_own_queue_and_adds_a_burst_queue_for_nlp_only() -> N
         q for q in of_kind(MANAGER, "ClusterQueue") if not q["spec"].get("admissionChecksStrategy")
     ]
     assert site_queues  # steady work never waits for MultiKueue
-    (burst,) = [q for q in of_kind(MANAGER, "ClusterQueue") if q["metadata"]["name"].endswith("-burst")]
-    quotas = {r["name"]: r["nominalQuota"] for r in burst["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    (burst,) = [
+        q for q in of_kind(MANAGER, "ClusterQueue") if q["metadata"]["name"].endswith("-burst")
+    ]
+    quotas = {
+        r["name"]: r["nominalQuota"]
+        for r in burst["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    }
     # uae-prod gives nlp 8 GPUs on its p5en pool (192 vCPU, 2048 GiB for 8 GPUs) and
     # 32 vCPU / 128 GiB on its preprocess pool.
     assert quotas == {"nvidia.com/gpu": "8", "cpu": str(192 + 32), "memory": f"{2048 + 128}Gi"}
@@ -143,7 +147,9 @@ def test_the_worker_identity_grants_nothing_beyond_kueues_setup_script() -> None
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    (role,) = [r for r in of_kind(WORKER, "ClusterRole") if r["metadata"]["name"] == "multikueue-onprem-ib"]
+    (role,) = [
+        r for r in of_kind(WORKER, "ClusterRole") if r["metadata"]["name"] == "multikueue-onprem-ib"
+    ]
     ours = {
         (group, resource, verb)
         for rule in role["rules"]
@@ -154,11 +160,19 @@ def test_the_worker_identity_grants_nothing_beyond_kueues_setup_script() -> None
     assert ours and ours <= upstream
     assert role["rules"] == [dict(r) for r in MANAGER_RULES]
     assert not any(g == "" for g, _, _ in ours)  # no core objects: no secrets, no pods
-    (binding,) = [b for b in of_kind(WORKER, "ClusterRoleBinding") if b["metadata"]["name"] == "multikueue-onprem-ib"]
+    (binding,) = [
+        b
+        for b in of_kind(WORKER, "ClusterRoleBinding")
+        if b["metadata"]["name"] == "multikueue-onprem-ib"
+    ]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "multikueue-onprem-ib", "namespace": "kueue-system"}
     ]
-    (account,) = [a for a in of_kind(WORKER, "ServiceAccount") if a["metadata"]["name"] == "multikueue-onprem-ib"]
+    (account,) = [
+        a
+        for a in of_kind(WORKER, "ServiceAccount")
+        if a["metadata"]["name"] == "multikueue-onprem-ib"
+    ]
     assert account["automountServiceAccountToken"] is False
 
 
@@ -166,7 +180,10 @@ def test_the_manager_kubeconfig_carries_only_the_token() -> None:
     admin = json.dumps(
         {
             "clusters": [
-                {"name": "c", "cluster": {"server": "https://x.eks", "certificate-authority-data": "Q0E="}}
+                {
+                    "name": "c",
+                    "cluster": {"server": "https://x.eks", "certificate-authority-data": "Q0E="},
+                }
             ],
             "users": [{"name": "c", "user": {"exec": {"command": "aws"}}}],
         }
@@ -186,10 +203,14 @@ def test_the_offline_outputs_fixture_matches_what_the_worker_exports() -> None:
     from stacks.offline_runtime import run_program  # noqa: PLC0415
 
     config, secret_keys = load_stack_file(WORKER)
-    _, mocks = run_program(_program, project=PROJECT, stack=WORKER, config=config, secret_keys=secret_keys)
+    _, mocks = run_program(
+        _program, project=PROJECT, stack=WORKER, config=config, secret_keys=secret_keys
+    )
     fixture = json.loads((STACK_OUTPUTS_DIR / f"{WORKER}.json").read_text())
     assert set(fixture["outputs"]) == {KUBECONFIG_OUTPUT, SITE_OUTPUT}
     assert set(fixture["outputs"]) <= set(mocks.stack_exports)
     assert mocks.stack_exports[KUBECONFIG_OUTPUT] is True
     assert mocks.stack_exports[SITE_OUTPUT] is False
-    assert set(fixture["secretOutputNames"]) == {n for n in fixture["outputs"] if mocks.stack_exports[n]}
+    assert set(fixture["secretOutputNames"]) == {
+        n for n in fixture["outputs"] if mocks.stack_exports[n]
+    }

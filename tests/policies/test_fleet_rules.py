@@ -102,15 +102,18 @@ def secret_data(value: Any) -> Callable[[Plan], None]:
 
 RESIDENCY = "uae-fleet-worker-residency"
 CREDENTIALS = "uae-fleet-worker-credentials"
+PLAIN = secret_data({"kubeconfig": "apiVersion: v1\nusers: []"})
+FROM_PATH = kubeconfig_source(locationType="Path", location="/etc/kubeconfig")
+OTHER_SECRET = kubeconfig_source(locationType="Secret", location="other")
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("worker in a foreign region", annotate(region="eu-west-1"), RESIDENCY, "eu-west-1"),
     ("worker site abroad", annotate(site_kind="on-premises", country="DE"), RESIDENCY, "'DE'"),
-    ("worker site undeclared", annotate(site_kind=None, country=None), RESIDENCY, "does not declare"),
-    ("kubeconfig in plain text", secret_data({"kubeconfig": "apiVersion: v1\nusers: []"}), CREDENTIALS, "plain text"),
+    ("worker site undeclared", annotate(site_kind=None, country=None), RESIDENCY, "declare"),
+    ("kubeconfig in plain text", PLAIN, CREDENTIALS, "plain text"),
     ("kubeconfig key missing", secret_data({}), CREDENTIALS, "has no kubeconfig key"),
-    ("kubeconfig from a path", kubeconfig_source(locationType="Path", location="/etc/kubeconfig"), CREDENTIALS, "Path"),
-    ("kubeconfig secret missing", kubeconfig_source(locationType="Secret", location="other"), CREDENTIALS, "not registered"),
-]  # fmt: skip
+    ("kubeconfig from a path", FROM_PATH, CREDENTIALS, "Path"),
+    ("kubeconfig secret missing", OTHER_SECRET, CREDENTIALS, "not registered"),
+]
 #: Rule ids these cases cover (tests/policies/test_rules.py counts them as covered).
 COVERED_RULE_IDS = frozenset(c[2] for c in CASES)
 

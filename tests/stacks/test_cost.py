@@ -4,6 +4,7 @@ botocore's model of the service)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def test_the_refresh_asks_the_pricing_api_for_each_type_and_writes_a_dated_snaps
         "pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     )
     stubber = Stubber(client)
-    for name in ("m7i.2xlarge", "p5en.48xlarge"):
+    for _ in ("m7i.2xlarge", "p5en.48xlarge"):
         # The stubber checks the request against botocore's model of GetProducts.
         stubber.add_response(
             "get_products",
@@ -115,8 +116,6 @@ def test_the_refresh_asks_the_pricing_api_for_each_type_and_writes_a_dated_snaps
     with stubber:
         prices = fetch_prices(client, "me-central-1", ["m7i.2xlarge", "p5en.48xlarge"])
     stubber.assert_no_pending_responses()
-    import datetime as dt
-
     document = snapshot_document("me-central-1", prices, dt.date(2026, 11, 23))
     assert document["verified"] is True and document["retrieved"] == "2026-11-23"
     assert document["instanceTypes"]["p5en.48xlarge"]["usdPerHour"] == 12.34
@@ -128,5 +127,5 @@ def test_the_refresh_names_a_type_without_a_price() -> None:
     )
     stubber = Stubber(client)
     stubber.add_response("get_products", {"PriceList": [], "FormatVersion": "aws_v1"})
-    with stubber, pytest.raises(PricingError, match="no on-demand Linux price for x9.huge"):
+    with stubber, pytest.raises(PricingError, match=r"no on-demand Linux price for x9\.huge"):
         fetch_prices(client, "me-central-1", ["x9.huge"])

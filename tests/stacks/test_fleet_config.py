@@ -47,37 +47,53 @@ def test_the_shipped_fleet_has_no_problem() -> None:
 
 def test_a_worker_claimed_by_two_managers_is_named_on_both_sides() -> None:
     configs = shipped()
-    configs["site-b"] = parsed("onprem-ib", site={"name": "ae-dubai-dc2", "kind": "on-premises", "country": "AE"})
+    configs["site-b"] = parsed(
+        "onprem-ib", site={"name": "ae-dubai-dc2", "kind": "on-premises", "country": "AE"}
+    )
     problems = problems_for("onprem-ib", configs)
     assert any("stack site-b lists it as its worker too" in p for p in problems), problems
     problems = problems_for("site-b", configs)
-    assert any("names 'onprem-ib' as its manager: a worker has exactly one manager" in p for p in problems)
+    assert any(
+        "names 'onprem-ib' as its manager: a worker has exactly one manager" in p for p in problems
+    )
 
 
 def test_a_worker_that_is_its_own_manager() -> None:
     configs = shipped()
-    configs["onprem-ib"] = parsed("onprem-ib", fleet={"workers": [{"stack": "onprem-ib"}, {"stack": "uae-prod"}], "burstTeams": ["nlp"]})
+    configs["onprem-ib"] = parsed(
+        "onprem-ib",
+        fleet={"workers": [{"stack": "onprem-ib"}, {"stack": "uae-prod"}], "burstTeams": ["nlp"]},
+    )
     problems = problems_for("onprem-ib", configs)
     assert problems == [
         f"{NS}fleet.workers[0].stack: got 'onprem-ib'; a worker cannot be its own manager "
         "(Kueue does not run the manager as one of its workers)"
     ]
     configs["uae-prod"] = parsed("uae-prod", fleetWorker={"manager": "uae-prod"})
-    assert f"{NS}fleetWorker.manager: got 'uae-prod'; a worker cannot be its own manager" in problems_for("uae-prod", configs)
+    assert (
+        f"{NS}fleetWorker.manager: got 'uae-prod'; a worker cannot be its own manager"
+        in problems_for("uae-prod", configs)
+    )
 
 
 def test_a_cycle_is_named() -> None:
     configs = shipped()
-    configs["uae-prod"] = parsed("uae-prod", fleetWorker=None, fleet={"workers": [{"stack": "onprem-ib"}]})
+    configs["uae-prod"] = parsed(
+        "uae-prod", fleetWorker=None, fleet={"workers": [{"stack": "onprem-ib"}]}
+    )
     problems = problems_for("onprem-ib", configs)
     assert any("cycle: onprem-ib -> uae-prod -> onprem-ib" in p for p in problems), problems
 
 
 def test_an_unknown_stack_reference() -> None:
     configs = shipped()
-    configs["onprem-ib"] = parsed("onprem-ib", fleet={"workers": [{"stack": "uae-prd"}], "burstTeams": ["nlp"]})
+    configs["onprem-ib"] = parsed(
+        "onprem-ib", fleet={"workers": [{"stack": "uae-prd"}], "burstTeams": ["nlp"]}
+    )
     (problem,) = problems_for("onprem-ib", configs)
-    assert problem.startswith(f"{NS}fleet.workers[0].stack: got 'uae-prd'; unknown stack: no stacks/Pulumi.uae-prd.yaml")
+    assert problem.startswith(
+        f"{NS}fleet.workers[0].stack: got 'uae-prd'; unknown stack: no stacks/Pulumi.uae-prd.yaml"
+    )
     assert "uae-prod" in problem
 
 
@@ -89,7 +105,10 @@ def test_a_worker_outside_the_uae() -> None:
         fleet=None,
         fleetWorker={"manager": "onprem-ib"},
     )
-    configs["onprem-ib"] = parsed("onprem-ib", fleet={"workers": [{"stack": "uae-prod"}, {"stack": "abroad"}], "burstTeams": ["nlp"]})
+    configs["onprem-ib"] = parsed(
+        "onprem-ib",
+        fleet={"workers": [{"stack": "uae-prod"}, {"stack": "abroad"}], "burstTeams": ["nlp"]},
+    )
     problems = problems_for("onprem-ib", configs)
     assert problems == [
         f"{NS}fleet.workers[1].stack: got 'abroad'; a worker must be a UAE cluster: "
@@ -100,7 +119,9 @@ def test_a_worker_outside_the_uae() -> None:
 
 def test_a_bursting_team_missing_on_the_worker() -> None:
     configs = shipped()
-    configs["onprem-ib"] = parsed("onprem-ib", fleet={"workers": [{"stack": "uae-prod"}], "burstTeams": ["vision"]})
+    configs["onprem-ib"] = parsed(
+        "onprem-ib", fleet={"workers": [{"stack": "uae-prod"}], "burstTeams": ["vision"]}
+    )
     (problem,) = problems_for("onprem-ib", configs)
     assert "bursting team 'vision' is not a team of uae-prod" in problem
 
@@ -128,7 +149,10 @@ def test_own_section_problems_come_together() -> None:
 def test_a_manager_and_worker_at_once_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         parsed("onprem-ib", fleetWorker={"manager": "uae-prod"})
-    assert any(p.startswith(f"{NS}fleetWorker: got 'uae-prod'; a stack is a fleet manager or a worker") for p in caught.value.problems)
+    assert any(
+        p.startswith(f"{NS}fleetWorker: got 'uae-prod'; a stack is a fleet manager or a worker")
+        for p in caught.value.problems
+    )
 
 
 def test_a_price_missing_for_a_pools_instance_type() -> None:
@@ -136,7 +160,9 @@ def test_a_price_missing_for_a_pools_instance_type() -> None:
     pools[2]["instanceType"] = "c7i.16xlarge"
     config = parsed("uae-prod", nodePools=pools)
     (problem,) = price_problems(config, load_snapshot())
-    assert problem.startswith(f"{NS}nodePools[2].instanceType: got 'c7i.16xlarge'; no price in the me-central-1 snapshot")
+    assert problem.startswith(
+        f"{NS}nodePools[2].instanceType: got 'c7i.16xlarge'; no price in the me-central-1 snapshot"
+    )
     assert price_problems(parsed("onprem-ib", onpremPricing=None), load_snapshot()) == [
         f"{NS}onpremPricing: missing; an onprem stack states its prices (gpuHourUsd, cpuHourUsd, "
         "memoryGibHourUsd) so OpenCost and `make cost` can price it"
