@@ -29,13 +29,16 @@ def main() -> None:
     stack = pulumi.get_stack()
     try:
         config = parse_stack_config(stack_config_map())
-        # The fleet topology (other stacks' files) and the prices every pool needs are
-        # checked with the config, before any resource.
+        # The fleet topology (other stacks' files) and an onprem site's prices are
+        # checked with the config, before any resource (AWS pools' prices are checked
+        # with the instance catalog, in the foundation, before any AWS resource).
         try:
             snapshot = load_snapshot(snapshot_path(config.region))
         except PricingError as err:
             raise ConfigError([str(err)]) from None
-        problems = fleet_problems(stack, config) + price_problems(config, snapshot)
+        problems = fleet_problems(stack, config)
+        if config.target == "onprem":
+            problems += price_problems(config, snapshot)
         if problems:
             raise ConfigError(problems)
         foundation = None
