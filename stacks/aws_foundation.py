@@ -29,9 +29,9 @@ from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, 
 from modules.pools import NodePoolProfile
 
 from .catalog import catalog_problems
-from .cost import price_problems
 from .config import StackConfig
 from .config_parsing import ConfigError
+from .cost import price_problems
 from .pricing import load_snapshot, snapshot_path
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).

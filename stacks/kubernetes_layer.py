@@ -21,7 +21,7 @@ from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost import cost_inputs
 from .example_job import build_example_job
-from .fleet import manager_inputs, site_of
+from .fleet import load_stack, manager_inputs, site_of
 from .pricing import load_snapshot, snapshot_path
 
 
@@ -34,7 +34,10 @@ def _fleet_inputs(
     if config.fleet_worker is not None:
         own = foundation.kubeconfig if foundation is not None else kubeconfig
         assert own is not None  # the provider needed it already
-        return FleetInputs(worker=FleetWorkerInputs(config.fleet_worker.manager, own))
+        manager = load_stack(config.fleet_worker.manager)
+        assert isinstance(manager, StackConfig) and manager.fleet is not None  # fleet_problems
+        teams = manager.fleet.burst_teams or tuple(t.name for t in manager.teams)
+        return FleetInputs(worker=FleetWorkerInputs(config.fleet_worker.manager, own, tuple(teams)))
     return None
 
 

@@ -69,6 +69,17 @@ KUBECONFIG_OUTPUT = "multikueueKubeconfig"
 SITE_OUTPUT = "fleetSite"
 #: Annotations on each MultiKueueCluster naming the worker's site (residency evidence).
 SITE_ANNOTATION_PREFIX = "fleet.gpuplatform.ae/"
+#: The headless Service every worker has in each bursting team's namespace, so a
+#: dispatched TrainingJob (``rendezvous_service="fleet-rdzv"``) finds pod 0 by DNS:
+#: MultiKueue copies the Job to the worker, not a per-job Service.
+RENDEZVOUS_SERVICE = "fleet-rdzv"
+#: torchrun's c10d port and the labels of every training pod (as
+#: ``workloads.deploy.manifests`` sets them; a test keeps the two in step).
+RENDEZVOUS_PORT = 29500
+TRAINING_POD_LABELS = {
+    "app.kubernetes.io/name": "training",
+    "app.kubernetes.io/part-of": "gpuplatform",
+}
 #: Lowest Kubernetes version of a manager: MultiKueue dispatches batch Jobs through
 #: ``spec.managedBy`` (JobManagedBy, on by default since 1.32).
 MIN_MANAGER_KUBERNETES = (1, 32)
@@ -207,11 +218,13 @@ class FleetManagerInputs:
 
 @dataclass(frozen=True)
 class FleetWorkerInputs:
-    """The worker's side: its manager and the cluster's own admin kubeconfig (the API
-    endpoint and CA of the kubeconfig handed to the manager come from it)."""
+    """The worker's side: its manager, the cluster's own admin kubeconfig (the API
+    endpoint and CA of the kubeconfig handed to the manager come from it) and the teams
+    the manager bursts here."""
 
     manager: str
     cluster_kubeconfig: pulumi.Input[str]
+    burst_teams: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -399,6 +412,30 @@ def manager_identity(manager: str) -> list[Manifest]:
     ]
 
 
+def rendezvous_service(team: str) -> Manifest:
+    """A headless Service over the team's training pods: pod ``<job>-0`` of a job whose
+    subdomain is this Service resolves as ``<job>-0.fleet-rdzv`` (Indexed Job
+    hostnames are unique per job, so one Service serves every job of the namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(RENDEZVOUS_SERVICE, team_namespace(team)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": dict(TRAINING_POD_LABELS),
+            "ports": [
+                {
+                    "name": "c10d",
+                    "port": RENDEZVOUS_PORT,
+                    "targetPort": RENDEZVOUS_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
 def token_secret(manager: str) -> Manifest:
     """A long-lived token for the manager's ServiceAccount (as Kueue's script makes)."""
     name = manager_service_account(manager)
@@ -502,7 +539,9 @@ class FleetWorker(pulumi.ComponentResource):
         name: str,
         worker: FleetWorkerInputs,
         provider: k8s.Provider,
+        *,
         depends_on: Sequence[pulumi.Resource],
+        team_namespaces: Mapping[str, Sequence[pulumi.Resource]],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpuplatform:k8s:FleetWorker", name, None, opts)
@@ -510,6 +549,13 @@ class FleetWorker(pulumi.ComponentResource):
         identity = [
             register(m, self, provider, depends_on=deps) for m in manager_identity(worker.manager)
         ]
+        for team in worker.burst_teams:
+            register(
+                rendezvous_service(team),
+                self,
+                provider,
+                depends_on=[*deps, *team_namespaces.get(team, ())],
+            )
         secret_manifest = token_secret(worker.manager)
         # A typed Secret, so its token (filled in by the token controller) is an output.
         token = k8s.core.v1.Secret(

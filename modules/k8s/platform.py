@@ -108,6 +108,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 args.fleet.worker,
                 args.provider,
                 depends_on=[queueing.release],
+                team_namespaces={t: [ns] for t, ns in tenancy.namespaces.items()},
                 opts=child,
             )
             self.fleet_kubeconfig = worker.kubeconfig

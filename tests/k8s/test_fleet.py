@@ -16,7 +16,10 @@ from modules.k8s.multikueue import (
     KUBECONFIG_OUTPUT,
     MANAGER_RULES,
     MULTIKUEUE_CONTROLLER,
+    RENDEZVOUS_PORT,
+    RENDEZVOUS_SERVICE,
     SITE_OUTPUT,
+    TRAINING_POD_LABELS,
     manager_kubeconfig,
 )
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, LOCAL_QUEUE_NAME, team_namespace
@@ -24,6 +27,9 @@ from stacks.config import PROJECT
 from stacks.offline_runtime import STACK_OUTPUTS_DIR
 from tests.conftest import shipped_plan
 from tests.k8s.kueue_crds import kueue_errors
+from tests.support.pools import P5EN
+from workloads.deploy.manifests import APP_LABELS, RDZV_PORT, training_job_manifests
+from workloads.deploy.spec import TrainingJobSpec
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "kueue"
 MANAGER, WORKER = "onprem-ib", "uae-prod"
@@ -214,3 +220,35 @@ def test_the_offline_outputs_fixture_matches_what_the_worker_exports() -> None:
     assert set(fixture["secretOutputNames"]) == {
         n for n in fixture["outputs"] if mocks.stack_exports[n]
     }
+
+
+def test_a_burst_training_job_finds_its_rendezvous_on_the_worker() -> None:
+    """The same TrainingJob, submitted to `burst` with the fleet's shared rendezvous
+    Service: its pods are selected by the Service every worker has in the namespace."""
+    assert TRAINING_POD_LABELS == APP_LABELS and RENDEZVOUS_PORT == RDZV_PORT
+    spec = TrainingJobSpec(
+        name="burst-350m",
+        namespace=team_namespace("nlp"),
+        pool=P5EN,
+        local_queue=BURST_LOCAL_QUEUE,
+        priority_class="research",
+        service_account="trainer",
+        image="123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu/training:0.1.0",
+        checkpoint_claim=CHECKPOINT_CLAIM_NAME,
+        nodes=2,
+        rendezvous_service=RENDEZVOUS_SERVICE,
+    )
+    (job,) = training_job_manifests(spec)  # no per-job Service: the worker has one
+    pod = job["spec"]["template"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == BURST_LOCAL_QUEUE
+    assert pod["spec"]["subdomain"] == RENDEZVOUS_SERVICE
+    assert f"--rdzv_endpoint=burst-350m-0.{RENDEZVOUS_SERVICE}:{RDZV_PORT}" in str(pod["spec"])
+    (service,) = [
+        s
+        for s in of_kind(WORKER, "Service")
+        if s["metadata"]["name"] == RENDEZVOUS_SERVICE
+        and s["metadata"]["namespace"] == team_namespace("nlp")
+    ]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert RENDEZVOUS_SERVICE not in names(MANAGER, "Service")  # only where jobs run
