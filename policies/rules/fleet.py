@@ -30,11 +30,22 @@ ANNOTATION = "fleet.gpuplatform.ae/"
 KUBECONFIG_KEY = "kubeconfig"
 
 
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+
+
 def _is_secret(value: Any) -> bool:
     """A value the engine holds as a secret (masked in a plan file, or wrapped)."""
     if value == SECRET_PLACEHOLDER:
         return True
     return isinstance(value, Mapping) and value.get(SPECIAL_SIG_KEY) == SECRET_SIG
+
+
+def _from_stack_reference(secret: ResourceView, prop: str) -> bool:
+    """The value was computed from another stack's output (a worker stack's secret
+    ``multikueueKubeconfig``). Inside ``pulumi preview`` the engine hands policies
+    secret values decrypted, so this, not the value, is what shows the kubeconfig was
+    never in this program's code or config."""
+    return any(STACK_REFERENCE in urn for urn in secret.property_dependencies.get(prop, ()))
 
 
 def _site_problem(cluster: ResourceView, settings: Settings) -> str | None:
@@ -89,8 +100,9 @@ def fleet_worker_residency(
     id="uae-fleet-worker-credentials",
     description=(
         "Every MultiKueue worker's kubeconfig is read from a kueue-system Secret of the "
-        "same stack whose kubeconfig value is a Pulumi secret (never a file path on the "
-        "controller, never plain text in the program or the state)."
+        "same stack whose kubeconfig value is a Pulumi secret or comes from the worker "
+        "stack's output through a StackReference (never a file path on the controller, "
+        "never plain text in the program or its config)."
     ),
     severity=Severity.HIGH,
     remediation=(
@@ -133,14 +145,15 @@ def fleet_worker_credentials(
                 "is not registered in this stack",
             )
             continue
-        value = dig(secret.props, "stringData", KUBECONFIG_KEY)
+        prop = "stringData"
+        value = dig(secret.props, prop, KUBECONFIG_KEY)
         if value is None:
-            value = dig(secret.props, "data", KUBECONFIG_KEY)
+            prop, value = "data", dig(secret.props, "data", KUBECONFIG_KEY)
         if value is None:
             yield cluster.urn, f"Secret {secret.name} has no {KUBECONFIG_KEY} key"
-        elif not _is_secret(value):
+        elif not (_is_secret(value) or _from_stack_reference(secret, prop)):
             yield (
                 cluster.urn,
-                f"worker {name}'s kubeconfig in Secret {secret.name} is plain text, not a "
-                "Pulumi secret",
+                f"worker {name}'s kubeconfig in Secret {secret.name} is plain text written "
+                "in the program or its config, not a Pulumi secret from the worker stack",
             )

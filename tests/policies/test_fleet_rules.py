@@ -124,6 +124,24 @@ def test_the_compliant_fleet_twin_passes() -> None:
     assert failing_rules(compliant_plan()) == set()
 
 
+def test_a_decrypted_kubeconfig_from_the_worker_stack_passes() -> None:
+    """Inside `pulumi preview` policies see secret values decrypted: the kubeconfig's
+    origin, a StackReference to the worker stack, is what makes it compliant."""
+    plan = copy.deepcopy(fleet_plan())
+    PLAIN(plan)
+    step = next(s for s in plan["steps"] if s["newState"]["type"] == SECRET)
+    reference = "urn:pulumi:test::uae-gpu-platform::pulumi:pulumi:StackReference::fleet-uae-prod"
+    state = {
+        "urn": reference,
+        "type": "pulumi:pulumi:StackReference",
+        "custom": True,
+        "inputs": {"name": "organization/uae-gpu-platform/uae-prod"},
+    }
+    plan["steps"].insert(0, {"op": "read", "urn": reference, "newState": state})
+    step["newState"]["propertyDependencies"] = {"stringData": [reference]}
+    assert failing_rules(plan) == set()
+
+
 @pytest.mark.parametrize(
     ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
