@@ -142,3 +142,12 @@ gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=
 gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \
 		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0'
+
+# ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
+.PHONY: cost prices-refresh
+
+cost: $(PLAN_DEPS) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
+	@$(PY) -m stacks.cost $(STACK)
+
+prices-refresh: $(PLAN_DEPS) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
+	@$(PY) -m stacks.pricing refresh

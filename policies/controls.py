@@ -57,3 +57,9 @@ CIS_EKS_3_x_NODES = "CIS EKS 3 (worker node configuration)"
 
 RESIDENCY = (PDPL_22_TRANSFER, PDPL_23_TRANSFER, CBUAE_6_1, CBUAE_6_3, ISO_5_23, ISO_5_34)
 CRYPTO = (PDPL_20_SECURITY, ISO_8_24, CBUAE_6_3)
+
+# Hybrid fleet (MultiKueue dispatch to worker clusters): a dispatch target outside the
+# UAE is a cross-border transfer of the job's data and code; the worker's credential is
+# a privileged access right that must be held as a secret.
+FLEET_RESIDENCY = (*RESIDENCY, ISO_5_15)
+FLEET_CREDENTIALS = (PDPL_20_SECURITY, ISO_5_15, ISO_8_2, ISO_8_24)

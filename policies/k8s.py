@@ -50,6 +50,9 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "WorkloadPriorityClass",
         "Topology",
         "AdmissionCheck",
+        "MultiKueueConfig",
+        "MultiKueueCluster",
+        "ProvisioningRequestConfig",
         # Karpenter, NVIDIA GPU operator, node feature discovery
         "NodePool",
         "EC2NodeClass",

@@ -41,6 +41,8 @@ from modules.pools import NodePoolProfile
 from .catalog import catalog_problems
 from .config import StackConfig
 from .config_parsing import ConfigError
+from .cost import price_problems
+from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).
@@ -104,6 +106,12 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         for t in sorted({p.instance_type for p in config.node_pools})
     }
     problems = catalog_problems(config, vpc_zones, catalog)
+    # -- cost: a price for every pool the catalog accepts (docs/cost.md) --
+    problems += [
+        p
+        for p in price_problems(config, load_snapshot(snapshot_path(config.region)))
+        if not any(p.split(":", 2)[1].split(";")[0].split(".")[0] in c for c in problems)
+    ]
     if problems:
         raise ConfigError(problems)
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from modules.aws.node_pool_spec import NodePoolSpec
 from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.multikueue import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.quotas import quota_problems
@@ -34,6 +35,7 @@ from modules.validation import Checker
 from workloads.config import PRESETS
 
 from .config_parsing import ConfigError, camel, parse_section
+from .cost_config import OnPremPricing, TeamBudget
 
 PROJECT = "uae-gpu-platform"
 
@@ -340,6 +342,13 @@ class StackConfig:
             installs none.
         example_service: the bundled example model service (`ExampleServiceSpec`),
             deployed stopped; ``null`` for none. Needs ``serving``.
+        fleet: this stack is a MultiKueue manager bursting to the listed worker stacks
+            (`FleetSpec`, see docs/fleet.md); ``null`` for none.
+        fleet_worker: this stack is a MultiKueue worker of the named manager stack
+            (`FleetWorkerSpec`); ``null`` for none.
+        onprem_pricing: an on-premises site's prices per GPU-hour, vCPU-hour and
+            GiB-hour (`OnPremPricing`), for OpenCost and ``make cost``.
+        budgets: monthly cost budgets per team (`TeamBudget`, see docs/cost.md).
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -364,10 +373,16 @@ class StackConfig:
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     serving: ServingSpec | None = None
     example_service: ExampleServiceSpec | None = None
+    # -- fleet and cost sections (docs/fleet.md, docs/cost.md) --
+    fleet: FleetSpec | None = None
+    fleet_worker: FleetWorkerSpec | None = None
+    onprem_pricing: OnPremPricing | None = None
+    budgets: tuple[TeamBudget, ...] = ()
 
     def __post_init__(self) -> None:
         check = Checker()
         self._check_target(check)
+        self._check_fleet_and_cost(check)
         for i, region in enumerate(self.allowed_regions):
             check.require(
                 region in UAE_AWS_REGIONS,
@@ -514,6 +529,52 @@ class StackConfig:
                 "example_job.pool",
                 job.pool,
                 f"must be one of the node pools: {', '.join(pools)}",
+            )
+
+    def _check_fleet_and_cost(self, check: Checker) -> None:
+        """This stack's own view of the fleet and cost sections; what needs the other
+        stacks' files (managers, cycles, worker sites) is `stacks.fleet`'s."""
+        teams = [t.name for t in self.teams]
+        if self.fleet is not None:
+            check.require(
+                self.fleet_worker is None,
+                "fleet_worker",
+                self.fleet_worker and self.fleet_worker.manager,
+                "a stack is a fleet manager or a worker, not both (MultiKueue has one level)",
+            )
+            version = tuple(int(p) for p in self.kubernetes_version.split(".")[:2])
+            check.require(
+                version >= MIN_MANAGER_KUBERNETES,
+                "kubernetes_version",
+                self.kubernetes_version,
+                "a fleet manager needs Kubernetes 1.32 or later (Job managedBy)",
+            )
+            for i, team in enumerate(self.fleet.burst_teams or ()):
+                check.require(
+                    team in teams,
+                    f"fleet.burst_teams[{i}]",
+                    team,
+                    f"must be one of the teams: {', '.join(teams) or 'none declared'}",
+                )
+        check.require(
+            self.target == "onprem" or self.onprem_pricing is None,
+            "onprem_pricing",
+            self.onprem_pricing,
+            "only for target onprem; AWS pools are priced from the price snapshot",
+        )
+        named = [b.team for b in self.budgets]
+        for i, budget in enumerate(self.budgets):
+            check.require(
+                budget.team in teams,
+                f"budgets[{i}].team",
+                budget.team,
+                f"must be one of the teams: {', '.join(teams) or 'none declared'}",
+            )
+            check.require(
+                named.count(budget.team) == 1,
+                f"budgets[{i}].team",
+                budget.team,
+                "one budget per team",
             )
 
     @property

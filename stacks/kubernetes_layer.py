@@ -7,6 +7,12 @@ from dataclasses import replace
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.k8s.multikueue import (
+    KUBECONFIG_OUTPUT,
+    SITE_OUTPUT,
+    FleetInputs,
+    FleetWorkerInputs,
+)
 from modules.k8s.platform import KubernetesPlatform
 from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
 from modules.k8s.site import SiteSpec
@@ -17,8 +23,11 @@ from modules.validation import InvalidArgsError
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError, stack_key
+from .cost import cost_inputs
 from .example_job import build_example_job
 from .example_service import build_example_service
+from .fleet import load_stack, manager_inputs, site_of
+from .pricing import load_snapshot, snapshot_path
 
 
 def _tracking_inputs(
@@ -42,13 +51,33 @@ def _tracking_inputs(
     return TrackingInputs(admin_password=admin_password, store=store)
 
 
+def _fleet_inputs(
+    config: StackConfig, foundation: AwsFoundation | None, kubeconfig: pulumi.Input[str] | None
+) -> FleetInputs | None:
+    """The fleet side of this stack (validated by `stacks.fleet.fleet_problems`)."""
+    if config.fleet is not None:
+        return FleetInputs(manager=manager_inputs(config))
+    if config.fleet_worker is not None:
+        own = foundation.kubeconfig if foundation is not None else kubeconfig
+        assert own is not None  # the provider needed it already
+        manager = load_stack(config.fleet_worker.manager)
+        assert isinstance(manager, StackConfig) and manager.fleet is not None  # fleet_problems
+        teams = manager.fleet.burst_teams or tuple(t.name for t in manager.teams)
+        return FleetInputs(worker=FleetWorkerInputs(config.fleet_worker.manager, own, tuple(teams)))
+    return None
+
+
 def _platform_args(
     config: StackConfig,
     provider: k8s.Provider,
     foundation: AwsFoundation | None,
     tracking: TrackingInputs | None = None,
+    fleet: FleetInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
+    # Prices were checked with the config (`stacks.program`): every pool has one.
+    site_name = config.site.name if config.site is not None else f"aws-{config.region}"
+    cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
     try:
         if foundation is None:
             assert config.site is not None  # checked by StackConfig for target onprem
@@ -66,6 +95,8 @@ def _platform_args(
                 tracking=config.tracking,
                 tracking_inputs=tracking,
                 serving=config.serving,
+                fleet=fleet,
+                cost=cost,
             )
         fsx = None
         if foundation.file_system is not None:
@@ -102,6 +133,8 @@ def _platform_args(
                 if config.serving is not None
                 else None
             ),
+            fleet=fleet,
+            cost=cost,
         )
     except InvalidArgsError as err:
         raise ConfigError(
@@ -152,11 +185,17 @@ def build_kubernetes_layer(
     """Declare the Kubernetes platform layer through the cluster's explicit provider."""
     tracking = _tracking_inputs(config, foundation, tracking_admin_password)
     provider = kubernetes_provider(config, foundation, kubeconfig)
-    args = _platform_args(config, provider, foundation, tracking)
+    args = _platform_args(
+        config, provider, foundation, tracking, _fleet_inputs(config, foundation, kubeconfig)
+    )
     platform = KubernetesPlatform("platform", args)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
     if args.tracking_enabled:
         pulumi.export("trackingUri", TRACKING_URI)
+    if platform.fleet_kubeconfig is not None:
+        # What the manager reads through its StackReference: a secret stays a secret.
+        pulumi.export(KUBECONFIG_OUTPUT, platform.fleet_kubeconfig)
+        pulumi.export(SITE_OUTPUT, vars(site_of(config)))
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job

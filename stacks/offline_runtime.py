@@ -16,6 +16,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -29,6 +30,28 @@ UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's unknown-value s
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 _RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
+#: Outputs of other stacks, as a ``pulumi.StackReference`` reads them in the offline
+#: plan (no backend holds them here): ``<stack>.json`` with ``outputs`` and
+#: ``secretOutputNames``. See stacks/offline-outputs/README.md.
+STACK_OUTPUTS_DIR = Path(__file__).resolve().parent / "offline-outputs"
+STACK_REFERENCE_TYPE = "pulumi:pulumi:StackReference"
+
+
+def referenced_stack_outputs(stack_name: str) -> dict[str, Any]:
+    """The state of a StackReference to ``stack_name`` (``org/project/stack``) offline."""
+    stack = stack_name.rsplit("/", 1)[-1]
+    path = STACK_OUTPUTS_DIR / f"{stack}.json"
+    if not path.is_file():
+        raise LookupError(
+            f"the offline plan cannot read the outputs of stack {stack_name}: add "
+            f"{path.relative_to(STACK_OUTPUTS_DIR.parent.parent)} (see its README)"
+        )
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "name": stack_name,
+        "outputs": dict(document["outputs"]),
+        "secretOutputNames": list(document.get("secretOutputNames", [])),
+    }
 
 
 def _digest(text: str, length: int = 17) -> str:
@@ -117,6 +140,8 @@ class CatalogMocks(pulumi_mocks.Mocks):
 
     def __init__(self) -> None:
         self.provider_regions: dict[str, str] = {}  # AWS provider name -> its region
+        #: the program's stack outputs (``pulumi.export``): name -> whether it is secret
+        self.stack_exports: dict[str, bool] = {}
         self._calls: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
             "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
             "aws:index/getPartition:getPartition": lambda _a, _r: {
@@ -241,6 +266,9 @@ class CatalogMocks(pulumi_mocks.Mocks):
         self, args: pulumi_mocks.MockResourceArgs
     ) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
+        if args.typ == STACK_REFERENCE_TYPE:
+            name = str(inputs.get("name", args.name))
+            return name, referenced_stack_outputs(name)
         if args.typ.startswith("pulumi:providers:"):
             resource_id = _digest(f"provider/{args.name}", 8)
             if args.typ == "pulumi:providers:aws":
@@ -402,4 +430,14 @@ def run_program(
         pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=True, monitor=monitor)
         pulumi.runtime.set_all_config(dict(config), secret_keys)
         _sync_await(pulumi.runtime.stack.run_pulumi_func(program))
+        root = pulumi.runtime.settings.get_root_resource()
+        outputs = dict(getattr(root, "outputs", None) or {})
+
+        async def secret_flags() -> dict[str, bool]:
+            return {
+                name: bool(await pulumi.Output.from_input(value).is_secret())
+                for name, value in outputs.items()
+            }
+
+        mocks.stack_exports = _sync_await(secret_flags())
     return monitor.registrations, mocks

@@ -13,7 +13,10 @@ from pulumi.runtime import config as runtime_config
 from .aws_foundation import build_aws_foundation, region_provider
 from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
+from .cost import price_problems
+from .fleet import fleet_problems
 from .kubernetes_layer import build_kubernetes_layer
+from .pricing import PricingError, load_snapshot, snapshot_path
 from .state_residency import StateResidency, for_program
 
 
@@ -43,6 +46,18 @@ def main(state: StateResidency | None = None) -> None:
     pulumi.export("residency", state.as_output())
     try:
         config = parse_stack_config(stack_config_map())
+        # The fleet topology (other stacks' files) and an onprem site's prices are
+        # checked with the config, before any resource (AWS pools' prices are checked
+        # with the instance catalog, in the foundation, before any AWS resource).
+        try:
+            snapshot = load_snapshot(snapshot_path(config.region))
+        except PricingError as err:
+            raise ConfigError([str(err)]) from None
+        problems = fleet_problems(stack, config)
+        if config.target == "onprem":
+            problems += price_problems(config, snapshot)
+        if problems:
+            raise ConfigError(problems)
         foundation = None
         if config.target == "aws":
             foundation = build_aws_foundation(stack, config, region_provider(config))

@@ -16,9 +16,11 @@ from __future__ import annotations
 import pulumi
 
 from modules.k8s.autoscaler import Autoscaler
+from modules.k8s.cost import CostAllocation
 from modules.k8s.fabric import Fabric
 from modules.k8s.gpu import GpuEnablement
 from modules.k8s.monitoring import Monitoring
+from modules.k8s.multikueue import FleetManager, FleetWorker
 from modules.k8s.names import TeamPlacement, team_placement
 from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.queueing import Queueing
@@ -69,6 +71,16 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready: list[pulumi.Resource] = [site.configmap]
+        # -- cost allocation (OpenCost, budgets; docs/cost.md) --
+        if args.cost is not None:
+            CostAllocation(
+                f"{name}-cost",
+                args.cost,
+                args.provider,
+                args.kubernetes_version,
+                depends_on=[monitoring.release],
+                opts=child,
+            )
         if args.gpu_pools:
             gpu = GpuEnablement(f"{name}-gpu", args, depends_on=[monitoring.release], opts=child)
             self.platform_ready.append(gpu.release)
@@ -82,6 +94,30 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # -- fleet (MultiKueue, docs/fleet.md) --
+        self.fleet_kubeconfig: pulumi.Output[str] | None = None
+        self.burst_queues: dict[str, pulumi.Resource] = {}
+        if args.fleet is not None and args.fleet.manager is not None:
+            manager = FleetManager(
+                f"{name}-fleet",
+                args.fleet.manager,
+                args.provider,
+                depends_on=[queueing.release],
+                team_namespaces=tenancy.namespaces,
+                opts=child,
+            )
+            self.burst_queues = manager.local_queues
+        if args.fleet is not None and args.fleet.worker is not None:
+            worker = FleetWorker(
+                f"{name}-fleet-worker",
+                args.fleet.worker,
+                args.provider,
+                depends_on=[queueing.release],
+                team_namespaces={t: [ns] for t, ns in tenancy.namespaces.items()},
+                opts=child,
+            )
+            self.fleet_kubeconfig = worker.kubeconfig
+        # -- end fleet --
         if args.eks is not None:
             Autoscaler(f"{name}-autoscaler", args, child)
         # -- tracking (MLflow) --

@@ -15,8 +15,10 @@ from typing import Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.k8s.cost import CostInputs
 from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.multikueue import FleetInputs
 from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.serving_spec import ServingSpec
@@ -91,6 +93,9 @@ class KubernetesPlatformArgs:
             (`TrackingInputs`); required when tracking is deployed.
         serving: model serving (`ServingSpec`, KServe); ``None`` installs none. Its
             ``registry`` must be resolved (the stack's ECR, or the site's registry).
+        fleet: MultiKueue manager or worker inputs (`FleetInputs`), or None.
+        cost: OpenCost prices and team budgets (`CostInputs`), or None for no cost
+            allocation.
     """
 
     provider: k8s.Provider
@@ -107,6 +112,8 @@ class KubernetesPlatformArgs:
     tracking: TrackingSpec | None = None
     tracking_inputs: TrackingInputs | None = None
     serving: ServingSpec | None = None
+    fleet: FleetInputs | None = None
+    cost: CostInputs | None = None
 
     def __post_init__(self) -> None:
         check = Checker()

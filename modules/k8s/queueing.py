@@ -107,8 +107,13 @@ class QueueingSpec:
         check.done()
 
 
-def kueue_manager_config(spec: QueueingSpec) -> dict[str, Any]:
-    """Kueue's controller configuration (``config.kueue.x-k8s.io/v1beta2``)."""
+def kueue_manager_config(
+    spec: QueueingSpec, multikueue_origin: str | None = None
+) -> dict[str, Any]:
+    """Kueue's controller configuration (``config.kueue.x-k8s.io/v1beta2``).
+
+    ``multikueue_origin``: on a fleet manager, the label value marking the objects it
+    creates on its workers (see `multikueue_settings`)."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -126,6 +131,8 @@ def kueue_manager_config(spec: QueueingSpec) -> dict[str, Any]:
         "integrations": {"frameworks": list(INTEGRATIONS)},
         "resources": {"excludeResourcePrefixes": list(EXCLUDED_RESOURCE_PREFIXES)},
     }
+    if multikueue_origin is not None:
+        config["multiKueue"] = multikueue_settings(multikueue_origin)
     if spec.fair_sharing:
         config["fairSharing"] = {
             "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
@@ -133,7 +140,20 @@ def kueue_manager_config(spec: QueueingSpec) -> dict[str, Any]:
     return config
 
 
-def kueue_values(spec: QueueingSpec) -> dict[str, Any]:
+def multikueue_settings(origin: str) -> dict[str, Any]:
+    """MultiKueue on a fleet manager (docs/fleet.md): workers tried in the listed order,
+    one at a time (the incremental dispatcher); a workload whose worker is unreachable
+    keeps its place for 15 minutes, then is evicted and queued again (nothing is lost:
+    the Job and its checkpoints stay); remote leftovers are garbage-collected."""
+    return {
+        "gcInterval": "1m",
+        "origin": origin,
+        "workerLostTimeout": "15m",
+        "dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+    }
+
+
+def kueue_values(spec: QueueingSpec, multikueue_origin: str | None = None) -> dict[str, Any]:
     """Values of the Kueue chart: two controller replicas on the system pool, metrics
     scraped by Prometheus, and our controller configuration."""
     return {
@@ -146,7 +166,7 @@ def kueue_values(spec: QueueingSpec) -> dict[str, Any]:
         "metrics": {"prometheusNamespace": MONITORING_NAMESPACE},
         "managerConfig": {
             "controllerManagerConfigYaml": yaml.safe_dump(
-                kueue_manager_config(spec), sort_keys=False
+                kueue_manager_config(spec, multikueue_origin), sort_keys=False
             )
         },
     }
@@ -265,7 +285,11 @@ class Queueing(pulumi.ComponentResource):
             "kueue",
             KUEUE,
             KUEUE_NAMESPACE,
-            values=kueue_values(args.queueing),
+            values=kueue_values(
+                args.queueing,
+                # -- fleet: MultiKueue settings on a manager --
+                args.site.name if args.fleet is not None and args.fleet.manager else None,
+            ),
             parent=self,
             provider=provider,
             depends_on=[ns, *depends_on],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from modules.k8s.cost import OPENCOST
 from modules.k8s.fabric import fabric_plugins
 from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.versions import (
@@ -43,6 +44,8 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 "prometheus-operator",
                 "kueue-controller",
             ]
+            if args.cost is not None:
+                plugins.append("opencost")
             if args.gpu_pools:
                 plugins += ["gpu-operator", "node-feature-discovery-master"]
             if args.pools_with_fabric("infiniband") and args.infiniband is not None:
@@ -78,6 +81,8 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
     charts = {"kube-prometheus-stack": KUBE_PROMETHEUS_STACK, "kueue": KUEUE}
     if args.gpu_pools:
         charts["gpu-operator"] = GPU_OPERATOR
+    if args.cost is not None:
+        charts["opencost"] = OPENCOST
     if args.eks is not None:
         charts["cluster-autoscaler"] = CLUSTER_AUTOSCALER
         if args.pools_with_fabric("efa"):

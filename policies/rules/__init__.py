@@ -7,6 +7,7 @@ from policies.rules import (
     database,
     encryption,
     exposure,
+    fleet,
     identity,
     kubernetes,
     residency,
@@ -34,6 +35,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         state,
         database,
         serving,
+        fleet,
     )
     for rule in _rules_of(module)
 )

@@ -261,6 +261,9 @@ PROD_STATEFUL_URNS = sorted(
         "persistentvolumeclaim-team-llm-research-checkpoints",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"
         "persistentvolumeclaim-team-speech-checkpoints",
+        # The team the onprem-ib site bursts here (fleetWorker, docs/fleet.md).
+        "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"
+        "persistentvolumeclaim-team-nlp-checkpoints",
     )
 )
 

@@ -30,8 +30,9 @@ def _name(manifest: Mapping[str, Any]) -> str:
 def _resource_flavor(m: Mapping[str, Any]) -> Iterable[str]:
     spec = m.get("spec", {})
     labels = spec.get("nodeLabels", {})
-    if not labels or len(labels) > 8:
-        yield "spec.nodeLabels: 1 to 8 labels"
+    # No labels is valid: the fleet's burst flavor exists on no node of the manager.
+    if len(labels) > 8:
+        yield "spec.nodeLabels: at most 8 labels"
     for taint in spec.get("nodeTaints", []):
         if not taint.get("key") or taint.get("effect") not in TAINT_EFFECTS:
             yield f"spec.nodeTaints: bad taint {taint}"
@@ -188,9 +189,20 @@ def _vendored_crd(m: Mapping[str, Any]) -> Iterable[str]:
     return [e.split(": ", 1)[1] for e in vendored_errors([m])]
 
 
+def _vendored_kueue_schema(m: Mapping[str, Any]) -> Iterable[str]:
+    """MultiKueue kinds: strictly against the vendored Kueue CRDs (tests/k8s/kueue_crds.py)."""
+    from tests.k8s.kueue_crds import kueue_errors  # noqa: PLC0415 - loads the CRDs lazily
+
+    prefix = f"{_name(m)}: "
+    return [e.removeprefix(prefix) for e in kueue_errors([m])]
+
+
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ServiceMonitor": _service_monitor,
     "Cluster": _vendored_crd,
+    "MultiKueueConfig": _vendored_kueue_schema,
+    "MultiKueueCluster": _vendored_kueue_schema,
+    "AdmissionCheck": _vendored_kueue_schema,
     "ResourceFlavor": _resource_flavor,
     "ClusterQueue": _cluster_queue,
     "LocalQueue": _local_queue,

@@ -36,7 +36,7 @@ DATA_DIR = "/scratch/data"
 
 
 def service_name(spec: TrainingJobSpec) -> str:
-    return f"{spec.name}-rdzv"
+    return spec.rendezvous_service or f"{spec.name}-rdzv"
 
 
 def rendezvous_endpoint(spec: TrainingJobSpec) -> str:
@@ -348,5 +348,8 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
 
 
 def training_job_manifests(spec: TrainingJobSpec) -> list[dict[str, Any]]:
-    """Every object of the job, in apply order: the Service, then the Job."""
+    """Every object of the job, in apply order: the Service, then the Job (no Service
+    when the job uses a shared one: ``rendezvous_service``)."""
+    if spec.rendezvous_service:
+        return [job_manifest(spec)]
     return [service_manifest(spec), job_manifest(spec)]

@@ -87,6 +87,11 @@ class TrainingJobSpec:
             (compile caches), each.
         checkpoint_mount_path: where the checkpoint volume is mounted.
         health_check: run the GPU preflight health check as an init container.
+        rendezvous_service: the name of an existing headless Service in the namespace
+            that gives pod 0 its DNS name (e.g. ``fleet-rdzv``, which every cluster of
+            a fleet has in each bursting team's namespace: MultiKueue copies the Job to
+            a worker, not a per-job Service). Default None: the job brings its own
+            Service ``<name>-rdzv``.
         expect_nvlink: the health check requires every NVLink up (default: on for
             8-GPU boards of NVLink accelerators).
     """
@@ -121,9 +126,16 @@ class TrainingJobSpec:
     checkpoint_mount_path: str = "/checkpoints"
     health_check: bool = True
     expect_nvlink: bool | None = None
+    rendezvous_service: str | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
+        check.require(
+            self.rendezvous_service is None or bool(_DNS_LABEL.match(self.rendezvous_service)),
+            "rendezvous_service",
+            self.rendezvous_service,
+            "the name of a Service in the namespace (a DNS label)",
+        )
         check.require(
             bool(_DNS_LABEL.match(self.name)) and len(self.name) <= MAX_NAME_LENGTH,
             "name",
