@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is pinned in the workloads extra: pip takes the local CPU build.
-	$(PY) -m pip install -q -e '.[workloads,dev]'
+	$(PY) -m pip install -q -e '.[workloads,lifecycle,dev]'
 	@touch $@
 
 setup: $(STAMP) ## create .venv with every dependency
