@@ -59,5 +59,23 @@ typecheck: $(STAMP) ## mypy strict over the code, reading the Pulumi SDKs' types
 test: lint typecheck ## static checks, then every test
 	$(VENV)/bin/pytest $(ARGS)
 
+# --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
+TRACK_PORT   ?= 5000
+TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
+.PHONY: track register export bench-infer
+
+track: $(STAMP) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
+	@$(PY) -m workloads.tracking.server --port $(TRACK_PORT)
+
+register: $(STAMP) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
+	@$(PY) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(STAMP) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
+	@$(PY) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
+
+bench-infer: $(STAMP) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
+	@$(PY) -m workloads.inference.bench $(ARGS)
+
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
