@@ -59,7 +59,9 @@ $(VENV)/.installed-torch: Makefile | $(PY)
 
 PLAN_DEPS      := $(VENV)/.installed-plan
 WORKLOADS_DEPS := $(VENV)/.installed-torch $(VENV)/.installed-workloads
-DEV_DEPS       := $(PLAN_DEPS) $(WORKLOADS_DEPS) $(VENV)/.installed-dev
+LIFECYCLE_DEPS := $(WORKLOADS_DEPS) $(VENV)/.installed-lifecycle
+SERVING_DEPS   := $(LIFECYCLE_DEPS) $(VENV)/.installed-serving
+DEV_DEPS       := $(PLAN_DEPS) $(SERVING_DEPS) $(VENV)/.installed-dev
 
 setup: $(DEV_DEPS) ## create .venv with every dependency set (what make test uses)
 
@@ -105,6 +107,24 @@ tools-check:
 lock: $(DEV_DEPS) ## re-resolve locks/*.txt from pyproject.toml (needs PyPI; see tools/lock.py)
 	$(PIP) 'uv==0.13.8'
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/lock.py
+
+# --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
+TRACK_PORT   ?= 5000
+TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
+.PHONY: track register export bench-infer
+
+track: $(LIFECYCLE_DEPS) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
+	@$(PY) -m workloads.tracking.server --port $(TRACK_PORT)
+
+register: $(LIFECYCLE_DEPS) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
+	@$(PY) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
+	@$(PY) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
+
+bench-infer: $(LIFECYCLE_DEPS) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
+	@$(PY) -m workloads.inference.bench $(ARGS)
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
