@@ -126,5 +126,17 @@ export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card i
 bench-infer: $(LIFECYCLE_DEPS) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
 	@$(PY) -m workloads.inference.bench $(ARGS)
 
+# --- serving (docs/lifecycle.md#serving): the CPU predictor, KServe's V2 protocol ---
+PORT ?= 8080
+.PHONY: serve bench-serve
+
+serve: $(SERVING_DEPS) ## serve MODEL=<export dir>'s fp32 and int8 models on 127.0.0.1:PORT (8080)
+	@test -n "$(MODEL)" || { echo "serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
+	@$(PY) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) $(ARGS)
+
+bench-serve: $(SERVING_DEPS) ## req/s and p50/p99 at 1, 8, 32 clients against MODEL=<export dir>
+	@test -n "$(MODEL)" || { echo "bench-serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
+	@$(PY) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
+
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
