@@ -59,7 +59,9 @@ $(VENV)/.installed-torch: Makefile | $(PY)
 
 PLAN_DEPS      := $(VENV)/.installed-plan
 WORKLOADS_DEPS := $(VENV)/.installed-torch $(VENV)/.installed-workloads
-DEV_DEPS       := $(PLAN_DEPS) $(WORKLOADS_DEPS) $(VENV)/.installed-dev
+LIFECYCLE_DEPS := $(WORKLOADS_DEPS) $(VENV)/.installed-lifecycle
+SERVING_DEPS   := $(LIFECYCLE_DEPS) $(VENV)/.installed-serving
+DEV_DEPS       := $(PLAN_DEPS) $(SERVING_DEPS) $(VENV)/.installed-dev
 
 setup: $(DEV_DEPS) ## create .venv with every dependency set (what make test uses)
 
@@ -115,6 +117,35 @@ lock: $(DEV_DEPS) ## re-resolve locks/*.txt from pyproject.toml (needs PyPI; see
 bench-review: $(PLAN_DEPS) ## review time and peak memory on generated 1k/10k/100k-resource plans
 	@$(PY) -m policies.review.bench $(ARGS)
 # --- end review benchmark ---------------------------------------------------------------
+# --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
+TRACK_PORT   ?= 5000
+TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
+.PHONY: track register export bench-infer
+
+track: $(LIFECYCLE_DEPS) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
+	@$(PY) -m workloads.tracking.server --port $(TRACK_PORT)
+
+register: $(LIFECYCLE_DEPS) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
+	@$(PY) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
+	@$(PY) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
+
+bench-infer: $(LIFECYCLE_DEPS) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
+	@$(PY) -m workloads.inference.bench $(ARGS)
+
+# --- serving (docs/lifecycle.md#serving): the CPU predictor, KServe's V2 protocol ---
+PORT ?= 8080
+.PHONY: serve bench-serve
+
+serve: $(SERVING_DEPS) ## serve MODEL=<export dir>'s fp32 and int8 models on 127.0.0.1:PORT (8080)
+	@test -n "$(MODEL)" || { echo "serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
+	@$(PY) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) $(ARGS)
+
+bench-serve: $(SERVING_DEPS) ## req/s and p50/p99 at 1, 8, 32 clients against MODEL=<export dir>
+	@test -n "$(MODEL)" || { echo "bench-serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
+	@$(PY) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
 
 clean: ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -127,6 +127,8 @@ class TrainConfig:
             continues while the files are written.
         ckpt_keep: complete checkpoints to keep (older ones are deleted).
         metrics_port: Prometheus port served by each node's local rank 0 (0 disables).
+        tracking_uri: MLflow tracking server that rank 0 logs the run to (default:
+            ``MLFLOW_TRACKING_URI``; empty: not tracked).
         dtype: ``bf16`` autocast, ``fp32``, or ``auto`` (bf16 on CUDA, fp32 on CPU).
         tf32: TF32 for fp32 matmuls on CUDA (``auto``: on).
         compile: ``torch.compile`` the model (``auto``: on for CUDA, off on CPU).
@@ -184,6 +186,7 @@ class TrainConfig:
     async_ckpt: bool = True
     ckpt_keep: int = 2
     metrics_port: int = 9500
+    tracking_uri: str = ""
     dtype: DType = "auto"
     tf32: Toggle = "auto"
     compile: Toggle = "auto"

@@ -46,6 +46,7 @@ from workloads.engine import (
 )
 from workloads.metrics import MetricsExporter, ThroughputWindow, format_mfu, peak_bf16_tflops
 from workloads.model import flops_per_token
+from workloads.tracking import start_tracking
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
@@ -222,6 +223,13 @@ def run(config: TrainConfig, topology: Topology) -> int:
         log.line(f"train: already at step {start_step} of {config.steps}; nothing to do")
         return EXIT_OK
 
+    tracker = start_tracking(
+        config,
+        is_main=topology.is_main,
+        world_size=topology.world_size,
+        num_params=num_params,
+        shards=[info.path for info in loader.infos],
+    )
     exporter = _start_exporter(config.metrics_port, topology, log)
     if exporter is not None:
         exporter.set_step(start_step)
@@ -274,6 +282,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
                     "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                 }
             )
+            tracker.log_step(step, loss_value, stats)
             if exporter is not None:
                 exporter.update(step, loss_value, stats)
             if step % (config.log_every * 10) == 0:
@@ -294,15 +303,18 @@ def run(config: TrainConfig, topology: Topology) -> int:
                 f"checkpoint: step {step} -> {path}"
                 + (" (async)" if not (stopping or final) and config.async_ckpt else "")
             )
+            tracker.checkpoint(path)
         if stopping:
             log.line(
                 f"SIGTERM: stopped after step {step}"
                 + (" with a checkpoint" if checkpointer else " (no --ckpt-dir: not saved)")
             )
+            tracker.finish("KILLED")
             return EXIT_PREEMPTED
 
     if checkpointer is not None:
         checkpointer.wait()
+    tracker.finish()
     log.line(
         f"done: loss {first_loss:.4f} -> {last_loss:.4f} over steps {start_step + 1}-{config.steps}"
     )

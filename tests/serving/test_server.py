@@ -1,0 +1,241 @@
+"""The CPU predictor served locally (`python -m workloads.serving`, bound to 127.0.0.1,
+killed at the end): V2 ready/metadata/infer equal to the inference library, batching of
+concurrent requests, a 4xx for every bad input with the server staying up and the error
+counted, load shed with 429 instead of unbounded queueing."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.workloads.helpers import free_port
+from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
+from workloads.inference import OnnxLM
+from workloads.inference import export as export_cli
+from workloads.serving import drift
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_BODY = 4096
+MAX_IN_FLIGHT = 4
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("serving")
+    train_tiny(tiny_config(tmp, steps="20"))
+    out = tmp / "export" / "tiny"
+    assert export_cli.main([str(tmp / "ckpt"), "--out", str(out)]) == 0
+    corpus = ROOT / "workloads" / "data" / "corpus.txt"
+    assert drift.main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(export_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("serving-log") / "server.log"
+    command = [
+        "timeout", "600", sys.executable, "-m", "workloads.serving",
+        "--model-dir", str(export_dir), "--port", str(port),
+        "--max-body-bytes", str(MAX_BODY), "--max-in-flight", str(MAX_IN_FLIGHT),
+        "--timeout-s", "60", "--threads", "1",
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if get(f"{url}/v2/models/tiny/ready")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the model server did not start: {log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def post(url: str, body: bytes | dict[str, Any]) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"content-type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def text_request(prompts: list[str], new_tokens: int = 8) -> dict[str, Any]:
+    return {
+        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(prompts)], "data": prompts}],
+        "parameters": {"max_new_tokens": new_tokens},
+    }
+
+
+def ids_request(rows: list[list[int]], datatype: str = "INT64") -> dict[str, Any]:
+    shape = [len(rows), len(rows[0]) if rows else 0]
+    flat = [t for row in rows for t in row]
+    return {"inputs": [{"name": "token_ids", "datatype": datatype, "shape": shape, "data": flat}]}
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_ready_and_metadata(server: str) -> None:
+    for model in ("tiny", "tiny-int8"):
+        assert get(f"{server}/v2/models/{model}/ready") == (200, {"name": model, "ready": True})
+        status, meta = get(f"{server}/v2/models/{model}")
+        assert status == 200
+        assert {i["name"] for i in meta["inputs"]} == {"text", "token_ids"}
+        assert {o["name"] for o in meta["outputs"]} == {"text", "logits"}
+
+
+@pytest.mark.parametrize(("model", "variant"), [("tiny", "fp32"), ("tiny-int8", "int8")])
+def test_outputs_equal_the_inference_library(
+    server: str, export_dir: Path, model: str, variant: str
+) -> None:
+    lm = OnnxLM.load(export_dir, variant=variant)  # type: ignore[arg-type]
+    prompts = ["The ", "Abu Dhabi is"]
+    status, answer = post(f"{server}/v2/models/{model}/infer", text_request(prompts, 8))
+    assert status == 200, answer
+    assert answer["model_version"] == "step-20"
+    assert answer["outputs"][0]["data"] == lm.generate_text(prompts, 8)
+    rows = [[84, 104, 101], [65, 98, 117]]
+    status, answer = post(f"{server}/v2/models/{model}/infer", ids_request(rows))
+    assert status == 200, answer
+    out = answer["outputs"][0]
+    assert out["name"] == "logits" and out["shape"] == [2, 3, lm.vocab_size]
+    served = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+    np.testing.assert_allclose(served, lm.logits(rows), rtol=1e-5, atol=1e-5)
+
+
+def test_concurrent_requests_are_batched(server: str) -> None:
+    before_sum = metric(server, "uae_predictor_batch_size_sum", model="tiny")
+    before_count = metric(server, "uae_predictor_batch_size_count", model="tiny")
+    with concurrent.futures.ThreadPoolExecutor(MAX_IN_FLIGHT) as pool:
+        answers = list(
+            pool.map(
+                lambda i: post(f"{server}/v2/models/tiny/infer", text_request([f"Prompt {i}"], 24)),
+                range(3 * MAX_IN_FLIGHT),
+            )
+        )
+    assert {status for status, _ in answers} <= {200, 429}
+    served = sum(1 for status, _ in answers if status == 200)
+    requests = metric(server, "uae_predictor_batch_size_sum", model="tiny") - before_sum
+    calls = metric(server, "uae_predictor_batch_size_count", model="tiny") - before_count
+    assert requests == served
+    assert calls < served, f"{served} requests in {calls} model calls: nothing was batched"
+
+
+def one_input(name: str, datatype: str, shape: list[int], data: list[Any]) -> dict[str, Any]:
+    return {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": data}]}
+
+
+BAD_REQUESTS: dict[str, tuple[bytes | dict[str, Any], int]] = {
+    "malformed JSON": (b'{"inputs": [', 422),
+    "no inputs": ({"inputs": []}, 400),
+    "unknown input name": (one_input("x", "INT64", [1, 1], [1]), 400),
+    "wrong dtype": (ids_request([[1, 2]], "FP32"), 400),
+    "wrong shape": (one_input("token_ids", "INT64", [3], [1, 2, 3]), 400),
+    "data does not fit the shape": (one_input("token_ids", "INT64", [2, 2], [1, 2, 3]), 400),
+    "empty batch": (one_input("text", "BYTES", [0], []), 400),
+    "token id outside the vocabulary": (ids_request([[1, 999]]), 400),
+    "text over the context length": (text_request(["x" * 1000], 8), 400),
+    "too many new tokens": (text_request(["The "], 100_000), 400),
+    "body over the size limit": (text_request(["x" * (2 * MAX_BODY)]), 413),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_every_bad_input_is_a_4xx_and_counted(server: str, case: str) -> None:
+    body, code = BAD_REQUESTS[case]
+    before = metric(server, "uae_predictor_requests_total", model="tiny", code=str(code))
+    status, answer = post(f"{server}/v2/models/tiny/infer", body)
+    assert status == code, answer
+    assert answer and (answer.get("error") or answer.get("detail")), answer
+    assert (
+        metric(server, "uae_predictor_requests_total", model="tiny", code=str(code)) == before + 1
+    )
+    assert get(f"{server}/v2/models/tiny/ready")[0] == 200
+
+
+def test_unknown_model_is_404(server: str) -> None:
+    status, answer = post(f"{server}/v2/models/nope/infer", text_request(["The "]))
+    assert status == 404 and "nope" in answer["error"]
+
+
+def test_overload_is_shed_with_429_and_the_server_stays_up(server: str) -> None:
+    before = metric(server, "uae_predictor_rejected_total", model="tiny", reason="overload")
+    with concurrent.futures.ThreadPoolExecutor(8 * MAX_IN_FLIGHT) as pool:
+        answers = list(
+            pool.map(
+                lambda i: post(f"{server}/v2/models/tiny/infer", text_request([f"Load {i}"], 48)),
+                range(8 * MAX_IN_FLIGHT),
+            )
+        )
+    codes = [status for status, _ in answers]
+    assert set(codes) <= {200, 429}, codes
+    assert 429 in codes and 200 in codes
+    shed = metric(server, "uae_predictor_rejected_total", model="tiny", reason="overload") - before
+    assert shed == codes.count(429)
+    assert get(f"{server}/v2/models/tiny/ready")[0] == 200
+
+
+def test_drift_scores_are_exported_per_model_version(server: str) -> None:
+    post(f"{server}/v2/models/tiny-int8/infer", text_request(["The desert", "In 1971"]))
+    for statistic in drift.STATISTICS:
+        labels = {"model": "tiny-int8", "version": "step-20", "statistic": statistic}
+        assert metric(server, "uae_predictor_drift_score", **labels) > 0
+
+
+def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads.serving", "--model-dir", str(tmp_path / "none")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr

@@ -1,0 +1,384 @@
+"""``make export CHECKPOINT=<dir>``: a DCP checkpoint to an ONNX model, an int8 model
+and a model card, with parity checked before anything is put in place.
+
+1. The checkpoint (any world size) is loaded into the model on the CPU
+   (`workloads.inference.source`); the config comes from the run record the training
+   run left in the checkpoint directory, else from ``--preset`` and overrides.
+2. ``torch.onnx.export`` (the dynamo exporter) writes the KV-free forward, token ids
+   ``(batch, sequence)`` -> logits ``(batch, sequence, vocab)``, both axes dynamic.
+3. ONNX Runtime's quantisation tool writes the int8 model: dynamic quantisation of
+   the MatMul weights (int8, per output channel), activations quantised at run time.
+4. Parity on held-out tokens (the ``val_*.bin`` shards): the fp32 ONNX logits must
+   match PyTorch's within ``--logit-atol``, and the int8 model's loss may exceed the
+   fp32 model's by at most ``--int8-loss-margin`` (relative). A failure fails the export.
+5. Everything is written to a hidden temporary directory beside the output, which is
+   renamed into place only when every step passed: an output directory with a model
+   card is always a finished, checked export.
+
+Exit status: 0 written, 2 bad checkpoint / config / output / failed parity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import logging
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from modules.validation import InvalidArgsError
+from workloads.config import (
+    DEFAULT_DATA_DIR,
+    TrainConfig,
+    add_override_arguments,
+    describe_problems,
+    override,
+    preset,
+)
+from workloads.data.shards import HEADER_BYTES, ShardError, read_header, shard_files
+from workloads.data.tokenize import BYTE_VOCAB_SIZE, tokenize_files
+from workloads.inference.card import (
+    CARD_FILE,
+    FP32_FILE,
+    INPUT_NAME,
+    INT8_FILE,
+    OUTPUT_NAME,
+    ModelCard,
+    Parity,
+)
+from workloads.inference.errors import ExportError
+from workloads.inference.source import load_model, resolve_checkpoint
+from workloads.inference.tokenizer import BYTE_TOKENIZER
+from workloads.lineage import git_revision, read_run_record
+from workloads.model import GPT
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 2
+DEFAULT_EXPORT_ROOT = Path("build/export")
+#: fp32 ONNX vs PyTorch: the same math in another kernel order; differences are
+#: rounding (~1e-6 on the tiny model), so 1e-3 on logits is tight yet robust to depth.
+DEFAULT_LOGIT_ATOL = 1e-3
+#: int8 may raise the held-out loss by at most 2% of the fp32 loss.
+DEFAULT_INT8_LOSS_MARGIN = 0.02
+DEFAULT_HELDOUT_SEQUENCES = 8
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Checks and choices of one export.
+
+    Args:
+        logit_atol: largest allowed |ONNX fp32 - PyTorch| logit difference.
+        int8_loss_margin: allowed relative increase of the int8 loss over fp32.
+        heldout_sequences: held-out sequences (of the run's ``seq_len``) to measure on.
+        per_channel: int8 weight scales per output channel (more accurate) or per tensor.
+    """
+
+    logit_atol: float = DEFAULT_LOGIT_ATOL
+    int8_loss_margin: float = DEFAULT_INT8_LOSS_MARGIN
+    heldout_sequences: int = DEFAULT_HELDOUT_SEQUENCES
+    per_channel: bool = True
+
+
+class _LogitsOnly(torch.nn.Module):
+    """The exported forward: token ids -> logits, no loss, no cache."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(token_ids)
+
+
+def export_onnx(model: GPT, path: Path) -> int:
+    """Write ``model``'s forward to ``path`` with dynamic batch and sequence axes;
+    returns the opset."""
+    example = torch.zeros((2, min(8, model.config.block_size)), dtype=torch.long)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    sequence = torch.export.Dim("sequence", min=1, max=model.config.block_size)
+    # The exporter narrates each stage on stdout and warns about optional packages
+    # (torchvision's operators) it does not need here.
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            _LogitsOnly(model),
+            (example,),
+            dynamo=True,
+            dynamic_shapes={"token_ids": {0: batch, 1: sequence}},
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            external_data=False,
+        )
+    if program is None:
+        raise ExportError("torch.onnx.export returned no program")
+    program.save(str(path), external_data=False)
+    opsets = {entry.domain: entry.version for entry in onnx.load(str(path)).opset_import}
+    return int(opsets.get("", opsets.get("ai.onnx", 0)))
+
+
+def quantize_int8(fp32: Path, int8: Path, per_channel: bool) -> None:
+    """Dynamic int8 quantisation of the MatMul weights (ONNX Runtime's tool)."""
+    # The tool logs a pre-processing hint on the root logger; the exporter's graph is
+    # already optimised and shape-inferred.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        _quantize(fp32, int8, per_channel)
+    finally:
+        root.setLevel(level)
+
+
+def _quantize(fp32: Path, int8: Path, per_channel: bool) -> None:
+    quantize_dynamic(
+        str(fp32),
+        str(int8),
+        op_types_to_quantize=["MatMul"],
+        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+    )
+
+
+def heldout_tokens(config: TrainConfig, sequences: int) -> npt.NDArray[np.int64]:
+    """``(n, seq_len + 1)`` held-out token windows from the run's ``val_*`` shards
+    (the shipped corpus's validation split when the data directory has none)."""
+    val = shard_files(Path(config.data_dir), "val")
+    if not val:
+        scratch = Path(tempfile.mkdtemp(prefix="export-heldout-"))
+        try:
+            _, val = tokenize_files([Path(config.corpus)], scratch)
+            return _windows(val, config, sequences)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return _windows(val, config, sequences)
+
+
+def _windows(val: Sequence[Path], config: TrainConfig, sequences: int) -> npt.NDArray[np.int64]:
+    info = read_header(val[0])
+    tokens = np.fromfile(val[0], dtype="<u2", offset=HEADER_BYTES, count=info.num_tokens)
+    length = min(config.seq_len, config.model.block_size, tokens.size - 1)
+    if length < 2:
+        raise ExportError(f"{val[0]}: too few held-out tokens to check parity")
+    starts = np.linspace(0, tokens.size - length - 1, num=sequences).astype(np.int64)
+    return np.stack([tokens[s : s + length + 1] for s in starts]).astype(np.int64)
+
+
+def _loss(logits: npt.NDArray[np.floating], targets: npt.NDArray[np.int64]) -> float:
+    flat = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
+    top = flat.max(axis=-1, keepdims=True)
+    logsumexp = np.log(np.exp(flat - top).sum(axis=-1)) + top[:, 0]
+    picked = flat[np.arange(flat.shape[0]), targets.reshape(-1)]
+    return float((logsumexp - picked).mean())
+
+
+def check_parity(
+    model: GPT, fp32: Path, int8: Path, windows: npt.NDArray[np.int64], options: ExportOptions
+) -> Parity:
+    """Measure parity; `ExportError` when a figure is outside its bound."""
+    inputs, targets = windows[:, :-1], windows[:, 1:]
+    with torch.no_grad():
+        reference = model.logits(torch.from_numpy(inputs)).numpy()
+    sessions = {
+        name: ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        for name, path in (("fp32", fp32), ("int8", int8))
+    }
+    out = {name: s.run(None, {INPUT_NAME: inputs})[0] for name, s in sessions.items()}
+    parity = Parity(
+        heldout_tokens=int(targets.size),
+        fp32_max_abs_logit_diff=float(np.abs(out["fp32"] - reference).max()),
+        fp32_logit_atol=options.logit_atol,
+        torch_loss=_loss(reference, targets),
+        fp32_loss=_loss(out["fp32"], targets),
+        int8_loss=_loss(out["int8"], targets),
+        int8_loss_margin=options.int8_loss_margin,
+    )
+    if not parity.fp32_max_abs_logit_diff <= options.logit_atol:
+        raise ExportError(
+            f"parity failed: fp32 ONNX logits differ from PyTorch by up to "
+            f"{parity.fp32_max_abs_logit_diff:.3g} (allowed {options.logit_atol:g}); "
+            "nothing was written"
+        )
+    allowed = parity.fp32_loss * (1 + options.int8_loss_margin)
+    if not parity.int8_loss <= allowed:
+        raise ExportError(
+            f"parity failed: int8 loss {parity.int8_loss:.4f} exceeds the fp32 loss "
+            f"{parity.fp32_loss:.4f} by more than {100 * options.int8_loss_margin:g}% "
+            f"(limit {allowed:.4f}); nothing was written"
+        )
+    return parity
+
+
+def _prepare_output(out: Path) -> Path:
+    """A fresh hidden directory beside ``out`` (same file system, so the final rename
+    is atomic); `ExportError` when ``out``'s parent cannot be written."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as err:
+        raise ExportError(
+            f"cannot write the export to {out} ({err.strerror}); choose a writable OUT="
+        ) from err
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    old = None
+    if out.exists():  # replaced only now that the new export is complete and checked
+        old = out.with_name(f".{out.name}.old-{dt.datetime.now():%Y%m%d%H%M%S%f}")
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_checkpoint(
+    checkpoint: Path,
+    out: Path,
+    config: TrainConfig,
+    *,
+    options: ExportOptions | None = None,
+    run_id: str = "",
+    revision: str = "",
+) -> ModelCard:
+    """Export ``checkpoint`` (a step directory or a checkpoint root) to ``out``.
+
+    Raises:
+        ExportError: unreadable or mismatched checkpoint, unwritable output, failed
+            parity. Nothing is left at ``out`` (an existing export there is kept).
+    """
+    options = options or ExportOptions()
+    step, step_dir = resolve_checkpoint(checkpoint)
+    model = load_model(step_dir, config)
+    windows = heldout_tokens(config, options.heldout_sequences)
+    tmp = _prepare_output(out)
+    try:
+        opset = export_onnx(model, tmp / FP32_FILE)
+        quantize_int8(tmp / FP32_FILE, tmp / INT8_FILE, options.per_channel)
+        parity = check_parity(model, tmp / FP32_FILE, tmp / INT8_FILE, windows, options)
+        card = ModelCard(
+            name=out.name,
+            model=config.model,
+            vocab_size=config.model.vocab_size,
+            logit_rows=model.vocab_rows,
+            tokenizer=BYTE_TOKENIZER if config.model.vocab_size == BYTE_VOCAB_SIZE else "external",
+            opset=opset,
+            files={"fp32": FP32_FILE, "int8": INT8_FILE},
+            quantization={
+                "method": "dynamic",
+                "op_types": "MatMul",
+                "weights": "int8 " + ("per-channel" if options.per_channel else "per-tensor"),
+                "activations": "uint8, quantised at run time",
+            },
+            source={
+                "checkpoint": str(step_dir.resolve()),
+                "step": str(step),
+                "preset": config.preset,
+                "run_id": run_id,
+                "git_revision": revision or git_revision(),
+                "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            },
+            parity=parity,
+            versions={
+                "torch": torch.__version__,
+                "onnx": onnx.__version__,
+                "onnxruntime": ort.__version__,
+            },
+        )
+        (tmp / CARD_FILE).write_text(card.to_json(), encoding="utf-8")
+        _move_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return card
+
+
+def config_for(checkpoint: Path, args: argparse.Namespace) -> tuple[TrainConfig, str, str]:
+    """The run's config (its run record, or ``--preset``), with command-line overrides
+    applied; also the run id and git revision the record names."""
+    root = checkpoint if not checkpoint.name.startswith("step_") else checkpoint.parent
+    try:
+        record = read_run_record(root) if root.is_dir() else None
+    except ValueError as err:
+        raise ExportError(str(err)) from err
+    values = {
+        key.removeprefix("set_"): value
+        for key, value in vars(args).items()
+        if key.startswith("set_") and value is not None
+    }
+    base = record.config if record is not None else preset(args.preset)
+    if record is None and "data_dir" not in values:
+        values["data_dir"] = DEFAULT_DATA_DIR
+    config = override(base, values)
+    if record is None:
+        return config, "", ""
+    return config, record.tracking_run_id, record.git_revision
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.inference.export",
+        description="Export a DCP checkpoint to ONNX (fp32 and int8) with a model card.",
+    )
+    parser.add_argument("checkpoint", type=Path, help="a step_<N> directory or a --ckpt-dir")
+    parser.add_argument("--out", type=Path, help="output directory (default build/export/NAME)")
+    parser.add_argument("--name", help="export name (default: <checkpoint dir>-step<N>)")
+    parser.add_argument("--run-id", default="", help="tracking run id for the model card")
+    parser.add_argument("--logit-atol", type=float, default=DEFAULT_LOGIT_ATOL)
+    parser.add_argument("--int8-loss-margin", type=float, default=DEFAULT_INT8_LOSS_MARGIN)
+    parser.add_argument("--per-tensor", action="store_true", help="int8 scales per tensor")
+    add_override_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config, run_id, revision = config_for(args.checkpoint, args)
+        step, step_dir = resolve_checkpoint(args.checkpoint)
+        root = step_dir.parent
+        name = args.name or f"{root.name}-step{step}"
+        out = args.out or DEFAULT_EXPORT_ROOT / name
+        options = ExportOptions(
+            logit_atol=args.logit_atol,
+            int8_loss_margin=args.int8_loss_margin,
+            per_channel=not args.per_tensor,
+        )
+        card = export_checkpoint(
+            step_dir, out, config, options=options, run_id=args.run_id or run_id, revision=revision
+        )
+    except InvalidArgsError as err:
+        print(describe_problems(err, "export config"), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except (ExportError, ShardError) as err:
+        print(f"export: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    p = card.parity
+    print(
+        f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}); step {step}, opset {card.opset}"
+    )
+    print(
+        f"export: parity on {p.heldout_tokens} held-out tokens: max |logit diff| "
+        f"{p.fp32_max_abs_logit_diff:.2e} (<= {p.fp32_logit_atol:g}); loss torch "
+        f"{p.torch_loss:.4f}, fp32 {p.fp32_loss:.4f}, int8 {p.int8_loss:.4f} "
+        f"(<= +{100 * p.int8_loss_margin:g}%)"
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""``python -m workloads.serving --model-dir build/export/<name>`` (``make serve``).
+
+Serves the fp32 and int8 models of one export over the Open Inference Protocol (V2)
+with KServe's model server: ``<name>`` (fp32) and ``<name>-int8``, at
+``http://<host>:<port>/v2/models/<model>/{ready,infer}`` and metadata at
+``/v2/models/<model>``; Prometheus metrics at ``/metrics``.
+
+KServe's `ModelServer.start` binds every interface and parses the process's own command
+line; this entry reuses KServe's data plane, endpoints and error handlers but builds the
+server itself, so it binds where it is told (127.0.0.1 by default; 0.0.0.0 in a pod) and
+has admission control in front (`workloads.serving.limits`). gRPC is not started: the
+REST endpoints are the ones the InferenceService routes to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+from kserve.model_repository import ModelRepository
+from kserve.protocol.dataplane import DataPlane
+from kserve.protocol.model_repository_extension import ModelRepositoryExtension
+from kserve.protocol.rest.server import RESTServer
+
+from workloads.inference import ExportError, SessionSettings
+from workloads.serving.drift import ReferenceError
+from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.predictor import LanguageModelPredictor
+
+log = logging.getLogger("workloads.serving")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.serving",
+        description="Serve an export's fp32 and int8 models over KServe's V2 protocol.",
+    )
+    parser.add_argument(
+        "--model-dir", type=Path, required=True, help="a directory `make export` wrote"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="HTTP port (8080)")
+    parser.add_argument("--variants", default="fp32,int8", help="variants to serve (fp32,int8)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: physical cores)"
+    )
+    parser.add_argument("--max-batch-rows", type=int, default=16, help="rows per model call (16)")
+    parser.add_argument(
+        "--max-in-flight", type=int, default=64, help="requests at once before 429 (64)"
+    )
+    parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest body (1 MiB)")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (30 s)")
+    parser.add_argument(
+        "--drift-window", type=int, default=500, help="prompts in the drift window (500)"
+    )
+    return parser
+
+
+def build_models(args: argparse.Namespace) -> list[LanguageModelPredictor]:
+    """Load every variant asked for; raises `ExportError` or `ReferenceError`."""
+    settings = SessionSettings(intra_op_threads=args.threads)
+    name = args.model_dir.resolve().name
+    models = []
+    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        model_name = name if variant == "fp32" else f"{name}-{variant}"
+        model = LanguageModelPredictor(
+            model_name,
+            args.model_dir,
+            variant,
+            settings=settings,
+            max_batch_rows=args.max_batch_rows,
+            drift_window=args.drift_window,
+        )
+        model.load()
+        models.append(model)
+    if not models:
+        raise ExportError("--variants names no variant; use fp32, int8 or both")
+    return models
+
+
+async def serve(models: list[LanguageModelPredictor], args: argparse.Namespace) -> None:
+    repository = ModelRepository()
+    for model in models:
+        repository.update(model)
+    dataplane = DataPlane(model_registry=repository)
+    rest = RESTServer(
+        "kserve.model_server:app",
+        dataplane,
+        ModelRepositoryExtension(model_registry=repository),
+        args.port,
+    )
+    rest.create_application()  # KServe's endpoints and error handlers on its app
+    from kserve.model_server import app as kserve_app  # noqa: PLC0415  (built just above)
+
+    limits = Limits(args.max_body_bytes, args.max_in_flight, args.timeout_s)
+    app = AdmissionControl(kserve_app, limits, {m.name: m.version for m in models})
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    names = ", ".join(m.name for m in models)
+    print(f"serving {names} at http://{args.host}:{args.port}/v2/models/<model>/infer", flush=True)
+    await server.serve()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # KServe 0.16 uses FastAPI's ORJSONResponse, which FastAPI deprecates once per request.
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
+    if not 0 < args.port < 65536:
+        print(f"error: --port must be in 1-65535, got {args.port}", file=sys.stderr)
+        return 2
+    try:
+        models = build_models(args)
+    except (ExportError, ReferenceError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(models, args))
+    except OSError as err:  # the port is taken, or the address is not ours
+        print(f"error: cannot listen on {args.host}:{args.port} ({err.strerror})", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
