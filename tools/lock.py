@@ -31,8 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCKS = ROOT / "locks"
 # Every lock is resolved for the Python the project supports, on every platform.
 COMPILE = ["--universal", "--python-version", "3.11", "--generate-hashes", "--quiet"]
-# A pre-release is never locked silently: a set that needs one fails to resolve instead.
-COMPILE += ["--prerelease", "disallow"]
 COMMAND = "make lock"
 
 
