@@ -145,14 +145,18 @@ def plant(endpoint: str) -> set[tuple[str, str, str, str]]:
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[tuple[str, set[tuple[str, str, str, str]]]]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    try:
-        yield endpoint, plant(endpoint)
-    finally:
-        server.stop()
+    # No catalog of public AMIs per region: the audit reads only the account's own
+    # images, and loading the catalog makes scanning every region take minutes.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        try:
+            yield endpoint, plant(endpoint)
+        finally:
+            server.stop()
 
 
 def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
