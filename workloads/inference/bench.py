@@ -57,6 +57,15 @@ class Figures:
     peak_rss_mib: float
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory. VmHWM, not getrusage: ru_maxrss survives
+    fork and exec, so a worker would report its parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _timed(run: Callable[[], object], warmup: int, repeats: int) -> list[float]:
     for _ in range(warmup):
         run()
@@ -115,7 +124,7 @@ def worker(args: argparse.Namespace) -> int:
             p50_ms=1000 * float(np.percentile(latency, 50)),
             p99_ms=1000 * float(np.percentile(latency, 99)),
             batch8_tokens_per_s=8 * length / float(np.median(batched)),
-            peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            peak_rss_mib=peak_rss_mib(),
         )
         print(json.dumps(asdict(figures)), flush=True)
     return 0
