@@ -13,7 +13,9 @@ import torch
 
 from tests.workloads.lifecycle_helpers import tiny_config, torch_greedy, train_tiny
 from workloads.checkpoint import complete_checkpoints
+from workloads.data.tokenize import decode_bytes, encode_bytes
 from workloads.inference import (
+    ByteTokenizer,
     ContextLengthError,
     ExportError,
     InvalidInputError,
@@ -151,3 +153,10 @@ def test_failed_parity_leaves_nothing_behind(trained: tuple[Path, Path], tmp_pat
             ckpt, out, tiny_config(ckpt.parent), options=ExportOptions(int8_loss_margin=-1.0)
         )
     assert list(out.parent.iterdir()) == []
+
+
+def test_library_tokenizer_is_the_training_tokenizer() -> None:
+    text = "The falcon 🦅 — صقر\n"
+    tokenizer = ByteTokenizer()
+    assert tokenizer.encode(text) == [int(t) for t in encode_bytes(text)]
+    assert tokenizer.decode(tokenizer.encode(text)) == decode_bytes(encode_bytes(text)) == text
