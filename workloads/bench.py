@@ -60,6 +60,7 @@ from workloads.engine import (
 from workloads.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
 from workloads.model import flops_per_token
 from workloads.telemetry import NvmlUnavailableError, nvml_session
+from workloads.tracking.overhead import overhead_lines
 
 BASELINE: dict[str, str] = {
     "dtype": "fp32",
@@ -547,6 +548,7 @@ def section(
         f'- command: `{command}` (`make bench ARGS="{shlex.join(argv)}"`)',
         f"- {warmup} warm-up + {steps} timed steps per variant (median of {REPEATS} windows), "
         "one process",
+        *(overhead_lines(min(r.step_time_s for r in measured.results)) if measured.results else []),
         "",
         *table(measured.results),
         *(

@@ -8,19 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from workloads.serving.drift import (
+from modules.k8s.serving_spec import ServingSpec
+from workloads.inference.drift import (
     DriftReference,
+    DriftReferenceError,
     DriftWindow,
-    ReferenceError,
     build_reference,
     corpus_prompts,
     psi,
 )
 
 CORPUS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "corpus.txt"
-# The thresholds the cluster's alert uses by default (modules/k8s serving config).
-TOKEN_JS_THRESHOLD = 0.3
-LENGTH_PSI_THRESHOLD = 0.25
+# The thresholds the cluster's ModelInputDrift alert uses by default.
+TOKEN_JS_THRESHOLD = ServingSpec().drift_token_js_threshold
+LENGTH_PSI_THRESHOLD = ServingSpec().drift_prompt_length_psi_threshold
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_reference_round_trip_and_bad_files(tmp_path: Path) -> None:
     path.write_text(reference.to_json())
     assert DriftReference.read(path) == reference
     path.write_text("{}")
-    with pytest.raises(ReferenceError, match="not a drift reference"):
+    with pytest.raises(DriftReferenceError, match="not a drift reference"):
         DriftReference.read(path)
-    with pytest.raises(ReferenceError, match="no non-empty prompts"):
+    with pytest.raises(DriftReferenceError, match="no non-empty prompts"):
         build_reference([[]], 8, "unit")

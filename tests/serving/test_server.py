@@ -22,9 +22,8 @@ import pytest
 
 from tests.workloads.helpers import free_port
 from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
-from workloads.inference import OnnxLM
+from workloads.inference import OnnxLM, drift
 from workloads.inference import export as export_cli
-from workloads.serving import drift
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 4096
@@ -37,8 +36,8 @@ def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train_tiny(tiny_config(tmp, steps="20"))
     out = tmp / "export" / "tiny"
     assert export_cli.main([str(tmp / "ckpt"), "--out", str(out)]) == 0
-    corpus = ROOT / "workloads" / "data" / "corpus.txt"
-    assert drift.main(["--corpus", str(corpus), "--out", str(out)]) == 0
+    # The export stores the training data's statistics with the model version.
+    assert (out / drift.REFERENCE_FILE).is_file()
     return out
 
 
@@ -239,3 +238,16 @@ def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_kserve_runtime_arguments_are_understood() -> None:
+    """The ServingRuntime passes KServe's conventions (modules/k8s/serving.py)."""
+    from modules.k8s.serving import MODEL_DIR, cpu_runtime  # noqa: PLC0415
+    from modules.k8s.serving_spec import ServingSpec  # noqa: PLC0415
+    from workloads.serving.__main__ import build_parser  # noqa: PLC0415
+
+    runtime = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))
+    container = runtime["spec"]["containers"][0]
+    args = [a.replace("{{.Name}}", "uae-gpt") for a in container["args"]]
+    parsed = build_parser().parse_args(args)
+    assert (parsed.model_name, str(parsed.model_dir), parsed.port) == ("uae-gpt", MODEL_DIR, 8080)

@@ -60,6 +60,12 @@ from workloads.inference.card import (
     ModelCard,
     Parity,
 )
+from workloads.inference.drift import (
+    REFERENCE_FILE,
+    DriftReferenceError,
+    build_reference,
+    shard_prompts,
+)
 from workloads.inference.errors import ExportError
 from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER
@@ -300,6 +306,17 @@ def export_checkpoint(
             },
         )
         (tmp / CARD_FILE).write_text(card.to_json(), encoding="utf-8")
+        # The training data's input statistics, stored with the model version: the
+        # model server's drift scores compare live prompts against exactly these.
+        try:
+            reference = build_reference(
+                shard_prompts(Path(config.data_dir)),
+                config.model.vocab_size,
+                f"train shards of {config.data_dir}",
+            )
+        except DriftReferenceError as err:
+            raise ExportError(f"drift reference: {err}") from err
+        (tmp / REFERENCE_FILE).write_text(reference.to_json(), encoding="utf-8")
         _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -87,7 +88,9 @@ def load_model(step_dir: Path, config: TrainConfig) -> GPT:
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         try:
             dcp_load(to_load, checkpoint_id=str(step_dir), no_dist=True)
-        except Exception as err:  # DCP wraps a short or missing data file in many types
+        # DCP wraps a short or missing data file in CheckpointException, which is a
+        # BaseException, around the reader's own error.
+        except (Exception, CheckpointException) as err:
             lines = [line.strip() for line in str(err).splitlines() if line.strip()]
             cause = lines[-1][:200] if lines else type(err).__name__
             raise ExportError(

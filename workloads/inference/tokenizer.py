@@ -1,15 +1,19 @@
 """The byte-level UTF-8 tokenizer of training (`workloads.data.tokenize`), with typed
-errors for what it cannot map."""
+errors for what it cannot map.
+
+It is the same mapping (one token per UTF-8 byte; a test pins the equality) written
+without numpy and the shard module, so that a model server does not import torch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workloads.data.tokenize import BYTE_VOCAB_SIZE, decode_bytes, encode_bytes
 from workloads.inference.errors import UnmappableInputError
 
 #: Name of the tokenizer in model cards.
 BYTE_TOKENIZER = "byte-utf8"
+BYTE_VOCAB_SIZE = 256
 
 
 class ByteTokenizer:
@@ -26,7 +30,7 @@ class ByteTokenizer:
                 (lone surrogates, e.g. from a badly decoded request body).
         """
         try:
-            return [int(token) for token in encode_bytes(text)]
+            return list(text.encode("utf-8"))
         except UnicodeEncodeError as err:
             raise UnmappableInputError(
                 f"the text has a character the byte tokenizer cannot map ({err.object[err.start]!r}"
@@ -35,4 +39,4 @@ class ByteTokenizer:
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Text of ``tokens`` (bytes that do not form valid UTF-8 become U+FFFD)."""
-        return decode_bytes(tokens)
+        return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")

@@ -29,7 +29,7 @@ from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.server import RESTServer
 
 from workloads.inference import ExportError, SessionSettings
-from workloads.serving.drift import ReferenceError
+from workloads.inference.drift import DriftReferenceError
 from workloads.serving.limits import AdmissionControl, Limits
 from workloads.serving.predictor import LanguageModelPredictor
 
@@ -41,11 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m workloads.serving",
         description="Serve an export's fp32 and int8 models over KServe's V2 protocol.",
     )
+    # The underscore spellings are KServe's model-server conventions, which its
+    # ServingRuntime passes (--model_name={{.Name}} --model_dir=/mnt/models --http_port).
     parser.add_argument(
-        "--model-dir", type=Path, required=True, help="a directory `make export` wrote"
+        "--model-dir", "--model_dir", type=Path, required=True, help="a `make export` directory"
+    )
+    parser.add_argument(
+        "--model-name",
+        "--model_name",
+        help="name of the first variant (default: the export's name; others get -<variant>)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="HTTP port (8080)")
+    parser.add_argument("--port", "--http_port", type=int, default=8080, help="HTTP port (8080)")
     parser.add_argument("--variants", default="fp32,int8", help="variants to serve (fp32,int8)")
     parser.add_argument(
         "--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: physical cores)"
@@ -63,12 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_models(args: argparse.Namespace) -> list[LanguageModelPredictor]:
-    """Load every variant asked for; raises `ExportError` or `ReferenceError`."""
+    """Load every variant asked for; raises `ExportError` or `DriftReferenceError`."""
     settings = SessionSettings(intra_op_threads=args.threads)
     name = args.model_dir.resolve().name
     models = []
-    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-        model_name = name if variant == "fp32" else f"{name}-{variant}"
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for index, variant in enumerate(variants):
+        if args.model_name:
+            model_name = args.model_name if index == 0 else f"{args.model_name}-{variant}"
+        else:
+            model_name = name if variant == "fp32" else f"{name}-{variant}"
         model = LanguageModelPredictor(
             model_name,
             args.model_dir,
@@ -119,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         models = build_models(args)
-    except (ExportError, ReferenceError, ValueError) as err:
+    except (ExportError, DriftReferenceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:

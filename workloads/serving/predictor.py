@@ -28,9 +28,9 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from workloads.inference import ContextLengthError, InvalidInputError, OnnxLM, SessionSettings
+from workloads.inference.drift import REFERENCE_FILE, DriftReference, DriftWindow
 from workloads.serving import metrics
 from workloads.serving.batching import MicroBatcher
-from workloads.serving.drift import REFERENCE_FILE, DriftReference, DriftWindow
 
 log = logging.getLogger(__name__)
 

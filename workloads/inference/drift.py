@@ -41,7 +41,7 @@ SMOOTHING = 0.5
 STATISTICS = ("token_js", "prompt_length_psi")
 
 
-class ReferenceError(ValueError):
+class DriftReferenceError(ValueError):
     """A drift reference that cannot be read or built."""
 
 
@@ -84,11 +84,11 @@ class DriftReference:
                 source=str(data.get("source", "")),
             )
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ReferenceError(f"{path}: not a drift reference ({err})") from err
+            raise DriftReferenceError(f"{path}: not a drift reference ({err})") from err
         if list(data.get("length_edges", [])) != list(LENGTH_EDGES):
-            raise ReferenceError(f"{path}: length bins differ from this server's")
+            raise DriftReferenceError(f"{path}: length bins differ from this server's")
         if len(reference.token_counts) != reference.vocab_size:
-            raise ReferenceError(f"{path}: token_counts must have vocab_size entries")
+            raise DriftReferenceError(f"{path}: token_counts must have vocab_size entries")
         return reference
 
 
@@ -111,7 +111,7 @@ def build_reference(
         tokens += np.bincount(ids, minlength=vocab_size)[:vocab_size]
         lengths[length_bin(len(prompt))] += 1
     if lengths.sum() == 0:
-        raise ReferenceError("no non-empty prompts to build a drift reference from")
+        raise DriftReferenceError("no non-empty prompts to build a drift reference from")
     return DriftReference(vocab_size, tuple(tokens.tolist()), tuple(lengths.tolist()), source)
 
 
@@ -181,7 +181,7 @@ def corpus_prompts(corpus: Path) -> list[list[int]]:
     try:
         text = corpus.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ReferenceError(f"{corpus}: cannot read the corpus ({err})") from err
+        raise DriftReferenceError(f"{corpus}: cannot read the corpus ({err})") from err
     return [list(line.encode("utf-8")) for line in text.splitlines() if line.strip()]
 
 
@@ -195,13 +195,13 @@ def shard_prompts(data_dir: Path, newline: int = 10) -> list[list[int]]:
         cuts = np.flatnonzero(tokens == newline)
         prompts += [seg.tolist() for seg in np.split(tokens, cuts + 1) if seg.size > 1]
     if not prompts:
-        raise ReferenceError(f"{data_dir}: no training shards to build a drift reference from")
+        raise DriftReferenceError(f"{data_dir}: no training shards to build a drift reference from")
     return prompts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workloads.serving.drift",
+        prog="python -m workloads.inference.drift",
         description="Write the drift reference of a training corpus into an export.",
     )
     parser.add_argument("--corpus", type=Path, required=True, help="UTF-8 training text")
@@ -209,12 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if not args.out.is_dir():
-            raise ReferenceError(f"{args.out}: no such export directory")
+            raise DriftReferenceError(f"{args.out}: no such export directory")
         reference = build_reference(corpus_prompts(args.corpus), 256, f"corpus {args.corpus}")
         tmp = args.out / (REFERENCE_FILE + ".tmp")
         tmp.write_text(reference.to_json(), encoding="utf-8")
         tmp.replace(args.out / REFERENCE_FILE)
-    except (ReferenceError, OSError) as err:
+    except (DriftReferenceError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out / REFERENCE_FILE}")
