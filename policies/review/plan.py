@@ -276,7 +276,7 @@ class _LazyArgs(ResourceValidationArgs):
     _raw: Any
     _proxy: Any
 
-    @property  # type: ignore[override]
+    @property
     def props(self) -> Any:
         if self._proxy is None:
             self._proxy = unknown_checking_proxy(self._raw)
@@ -293,7 +293,7 @@ class _LazyPolicyResource(PolicyResource):
     _raw: Any
     _proxy: Any
 
-    @property  # type: ignore[override]
+    @property
     def props(self) -> Any:
         if self._proxy is None:
             self._proxy = unknown_checking_proxy(self._raw)
