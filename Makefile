@@ -13,6 +13,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
+# `$(call exact,<command>)`: run it and, when it fails, say which code it exited with
+# (make itself can only exit 2); the README's exit-code table says what each code means.
+exact = $(1) || { rc=$$?; echo "make: the command exited $$rc (README, Exit codes); make exits 2" >&2; exit $$rc; }
+
 STACK  ?= uae-prod
 STACKS := uae-prod uae-dev smb-cpu onprem-ib
 PRESET ?= tiny
@@ -76,14 +80,15 @@ plan-all: $(PLAN_DEPS) ## offline plan of every shipped stack
 REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDERED),--rendered "$(RENDERED)")
 
 review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
-	@if [ -n "$(PLAN)" ]; then $(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS); \
-	else $(PY) -m stacks.offline_plan --quiet $(STACK) && $(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS); fi
+	@if [ -n "$(PLAN)" ]; then $(call exact,$(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS)); \
+	else $(PY) -m stacks.offline_plan --quiet $(STACK) \
+		&& $(call exact,$(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS)); fi
 
 review-all: $(PLAN_DEPS) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
 
 audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=, ALLOWED=, GUARDRAIL=)
-	@$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL))
+	@$(call exact,$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL)))
 
 train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
 	@$(PY) -m workloads.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
@@ -154,7 +159,7 @@ clean: ## remove build outputs (keeps .venv)
 .PHONY: bootstrap
 
 bootstrap: $(PLAN_DEPS) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
-	@$(PY) -m stacks.bootstrap $(ARGS)
+	@$(call exact,$(PY) -m stacks.bootstrap $(ARGS))
 
 # --- GPU check (issue 15) -------------------------------------------------------------
 # `make gpu-check` runs on a GPU machine that has only a preinstalled CUDA PyTorch: no
