@@ -58,4 +58,3 @@ def test_onprem_quotas_are_checked_against_the_declared_nodes() -> None:
         "1945 GiB per node after the platform's reserve of 12 vCPUs and 103 GiB); lower the "
         "quotas or raise the pool's maxSize"
     ]
-
