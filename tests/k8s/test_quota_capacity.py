@@ -45,7 +45,7 @@ def test_the_sum_of_guarantees_on_a_pool_must_fit() -> None:
     teams = [TeamSpec("a", gpu_quota=24), TeamSpec("b", gpu_quota=16), TeamSpec("c")]
     (problem,) = quota_problems(teams, (SYSTEM, P5EN))
     assert problem.field == "teams" and problem.value == 40
-    assert "guarantees on pool gpu-p5en add up to 40 GPUs (a 24, b 16)" in (problem.expected)
+    assert "guarantees on pool gpu-p5en add up to 40 GPUs (a 24, b 16)" in problem.expected
     assert "can hold at most 32" in problem.expected
 
 
