@@ -49,8 +49,10 @@ FSX_CSI_DRIVER = Chart(
 )
 
 # -- tracking (MLflow) ------------------------------------------------------------
-# community-charts/mlflow 1.11.5 (commit 9d23d003): MLflow 3.15.1 in burakince/mlflow,
-# which adds psycopg2 and boto3 to the official image (the official image has neither).
+# community-charts/mlflow 1.11.5 (commit 9d23d003): MLflow 3.15.1 in the chart's
+# default image burakince/mlflow, whose pyproject adds psycopg2-binary, boto3 and
+# mlflow[extras] (prometheus-flask-exporter, for --expose-prometheus) to MLflow; read
+# on an older revision of that pyproject, not re-checked for the 3.15.1 image.
 MLFLOW = Chart("mlflow", "1.11.5", "https://community-charts.github.io/helm-charts")
 # cloudnative-pg/charts cloudnative-pg-v0.29.0 (commit d1b5ad60): operator 1.30.0.
 CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.github.io/charts")
