@@ -87,3 +87,14 @@ def test_a_two_process_checkpoint_exports(tmp_path: Path) -> None:
     card = read_card(out)
     assert card.source["step"] == "6"
     assert card.parity.fp32_max_abs_logit_diff <= 1e-3
+
+
+def test_register_against_an_unreachable_server_is_one_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert register.main(["0123456789abcdef", "--tracking-uri", dead]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the tracking server at {dead}" in err and "Traceback" not in err
+    assert register.main(["  ", "--tracking-uri", dead]) == 2
+    assert "RUN= is empty" in capsys.readouterr().err
