@@ -183,3 +183,14 @@ def test_the_program_reports_fleet_and_price_problems_together_before_any_resour
     assert "fleet.workers[1].stack: got 'nowhere'; unknown stack" in message
     assert "onpremPricing: missing" in message
     assert "Traceback" not in message
+
+
+def test_an_offered_type_without_a_price_stops_the_aws_program_before_any_resource() -> None:
+    """The AWS pools' prices are checked with the instance catalog (one ~40 s plan)."""
+    pools = json.loads(config_of("uae-prod")[NS + "nodePools"])
+    pools[2]["instanceType"] = "m7i.4xlarge"  # offered in me-central-1, not in the snapshot
+    with pytest.raises(PlanError) as caught:
+        plan_registrations("uae-prod", config_of("uae-prod", nodePools=pools))
+    message = str(caught.value)
+    assert "has 1 configuration problem" in message
+    assert f"{NS}nodePools[2].instanceType: got 'm7i.4xlarge'; no price" in message
