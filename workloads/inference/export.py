@@ -386,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     p = card.parity
     print(
-        f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}); step {step}, opset {card.opset}"
+        f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}, {REFERENCE_FILE}); "
+        f"step {step}, opset {card.opset}"
     )
     print(
         f"export: parity on {p.heldout_tokens} held-out tokens: max |logit diff| "
