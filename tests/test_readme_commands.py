@@ -5,10 +5,14 @@ fails `test_every_readme_command_is_classified`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,11 @@ NOT_OFFLINE: dict[str, str] = {
     "make audit": "reads a live AWS account (tested against moto in tests/policies)",
     ".venv/bin/python -m policies.audit": "reads a live AWS account (tested against moto)",
     "make review PLAN=file.json": "file.json stands for the user's own plan",
+    # The walkthrough "From a checkpoint to a served model" runs in its own test below.
+    "make train ARGS=": "the walkthrough (test_the_walkthrough_serves_a_model)",
+    "make export CHECKPOINT=build/demo/": "the walkthrough",
+    "make serve MODEL=build/export/demo": "the walkthrough",
+    "curl -s -X POST http://127.0.0.1:8080/": "the walkthrough",
     "make train": "a 2-process training run, tested in tests/workloads",
     "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
     "make prices-refresh": "reads AWS's Pricing API (needs credentials)",
@@ -111,3 +120,59 @@ def test_readme_command_runs_as_documented(command: str) -> None:
         f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     )
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+WALKTHROUGH = "## From a checkpoint to a served model"
+
+
+def walkthrough_commands() -> list[str]:
+    """The commands of the README's walkthrough section, in order."""
+    text = README.read_text()
+    section = text[text.index(WALKTHROUGH) :]
+    section = section[: section.index("\n## ", 1)]
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            command = line.split("  #", 1)[0].strip()
+            if command:
+                commands.append(command)
+    return commands
+
+
+@pytest.mark.slow
+def test_the_walkthrough_serves_a_model() -> None:
+    """Train, export, serve and the exact curl request, as the README shows them."""
+    train, export, serve, curl = walkthrough_commands()
+    assert serve.startswith("make serve") and curl.startswith("curl ")
+    shutil.rmtree(ROOT / "build" / "demo", ignore_errors=True)
+    for command in (train, export):
+        result = subprocess.run(
+            command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+        )
+        assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    server = subprocess.Popen(
+        ["timeout", "300", *shlex.split(serve)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        answer = None
+        while time.monotonic() < deadline and server.poll() is None:
+            result = subprocess.run(
+                curl, shell=True, capture_output=True, text=True, timeout=60, check=False
+            )
+            if result.returncode == 0 and result.stdout.startswith("{"):
+                answer = json.loads(result.stdout)
+                break
+            time.sleep(2)
+        assert answer is not None, "make serve did not answer the README's request"
+        assert answer["model_name"] == "demo-int8"
+        (output,) = answer["outputs"]
+        assert output["name"] == "text" and output["datatype"] == "BYTES"
+        assert len(output["data"]) == 1 and output["data"][0]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
