@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,20 @@ def _plain(value: object) -> bool:
     return True
 
 
+def offline_program(stack: str, state: StateResidency | None = None) -> Callable[[], None]:
+    """The Pulumi program of ``stack`` as the offline plan runs it: `stacks.program.main`
+    with the state backend and secrets provider to check (default: the stack file's
+    secrets provider and `stacks.state_residency.default_offline_backend`)."""
+    checked = state or for_offline_plan(stack, path=STACKS_DIR / f"Pulumi.{stack}.yaml")
+
+    def program() -> None:
+        from .program import main  # noqa: PLC0415 - the program must load under the mocks
+
+        main(checked)
+
+    return program
+
+
 def plan_registrations(
     stack: str,
     config: Mapping[str, str],
@@ -180,16 +194,13 @@ def plan_registrations(
         state: the state backend and secrets provider to check (default: the stack
             file's secrets provider and `stacks.state_residency.default_offline_backend`).
     """
-    checked = state or for_offline_plan(stack, path=STACKS_DIR / f"Pulumi.{stack}.yaml")
-
-    def program() -> None:
-        from .program import main  # noqa: PLC0415 - the program must load under the mocks
-
-        main(checked)
-
     try:
         registrations, _ = run_program(
-            program, project=PROJECT, stack=stack, config=config, secret_keys=list(secret_keys)
+            offline_program(stack, state),
+            project=PROJECT,
+            stack=stack,
+            config=config,
+            secret_keys=list(secret_keys),
         )
     except pulumi.RunError as err:
         raise PlanError(str(err)) from None

@@ -68,12 +68,17 @@ def test_buckets_enforce_owner_and_log_access_and_expire_old_versions() -> None:
     assert log_rule["expiration"] == {"days": 365}  # accessLogRetentionDays default
 
 
-def test_the_registry_is_immutable_scanned_and_expires_untagged_images() -> None:
-    (repository,) = of_type("aws:ecr/repository:Repository")
-    assert repository.inputs["imageTagMutability"] == "IMMUTABLE"
-    (lifecycle,) = of_type("aws:ecr/lifecyclePolicy:LifecyclePolicy")
-    (rule,) = json.loads(lifecycle.inputs["policy"])["rules"]
-    assert rule["selection"]["tagStatus"] == "untagged" and rule["action"] == {"type": "expire"}
+def test_every_registry_is_immutable_scanned_and_expires_untagged_images() -> None:
+    """The training registry and every serving image's repository (stacks/serving_foundation)."""
+    repositories = {r.name: r for r in of_type("aws:ecr/repository:Repository")}
+    assert "registry" in repositories and "registry-predictor" in repositories
+    lifecycles = {lc.name: lc for lc in of_type("aws:ecr/lifecyclePolicy:LifecyclePolicy")}
+    assert set(lifecycles) == set(repositories)
+    for name, repository in repositories.items():
+        assert repository.inputs["imageTagMutability"] == "IMMUTABLE", name
+        (rule,) = json.loads(lifecycles[name].inputs["policy"])["rules"]
+        assert rule["selection"]["tagStatus"] == "untagged", name
+        assert rule["action"] == {"type": "expire"}, name
 
 
 def test_cluster_access_is_the_listed_admins_and_the_nodes_only() -> None:
@@ -95,14 +100,16 @@ def test_each_team_and_the_autoscaler_get_their_own_pod_identity() -> None:
         (a.inputs["namespace"], a.inputs["serviceAccount"]): a.inputs["roleArn"]
         for a in of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     }
+    teams = ("llm-research", "speech", "nlp")  # the stack's teams
     assert set(associations) == {
-        ("team-llm-research", "trainer"),
-        ("team-speech", "trainer"),
+        *((f"team-{t}", "trainer") for t in teams),
+        *((f"team-{t}", "inference") for t in teams),  # model serving, read-only models
         ("kube-system", "cluster-autoscaler"),
+        ("mlflow", "mlflow"),  # the tracking server's artifacts
     }
-    assert len(set(associations.values())) == 3  # no role is shared
-    assert "/training-llm-research-" in associations[("team-llm-research", "trainer")]
-    assert "/training-speech-" in associations[("team-speech", "trainer")]
+    assert len(set(associations.values())) == len(associations)  # no role is shared
+    for team in teams:
+        assert f"/training-{team}-" in associations[(f"team-{team}", "trainer")]
 
 
 def test_both_buckets_are_versioned_and_refuse_plain_http() -> None:
@@ -128,7 +135,7 @@ def test_endpoints_and_lustre_sit_in_their_own_security_groups() -> None:
     (vpc,) = of_type("aws:ec2/vpc:Vpc")
     cidr = vpc.inputs["cidrBlock"]
     groups = {g.name: g for g in of_type("aws:ec2/securityGroup:SecurityGroup")}
-    assert set(groups) == {"network-endpoints", "shared-fs"}
+    assert set(groups) == {"network-endpoints", "shared-fs", "tracking-db"}
     assert all(g.inputs["vpcId"] == vpc.id for g in groups.values())
     endpoint_groups = {
         group

@@ -122,9 +122,14 @@ def test_the_site_keeps_its_own_queue_and_adds_a_burst_queue_for_nlp_only() -> N
         r["name"]: r["nominalQuota"]
         for r in burst["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     }
-    # uae-prod gives nlp 8 GPUs on its p5en pool (192 vCPU, 2048 GiB for 8 GPUs) and
-    # 32 vCPU / 128 GiB on its preprocess pool.
-    assert quotas == {"nvidia.com/gpu": "8", "cpu": str(192 + 32), "memory": f"{2048 + 128}Gi"}
+    # uae-prod gives nlp 8 GPUs on its p5en pool (a whole node: 192 vCPU and 2048 GiB less
+    # the platform's reserve of 5%, rounded up: 10 vCPU, 103 GiB; modules/k8s/quotas.py)
+    # and 32 vCPU / 128 GiB on its preprocess pool.
+    assert quotas == {
+        "nvidia.com/gpu": "8",
+        "cpu": str(192 - 10 + 32),
+        "memory": f"{2048 - 103 + 128}Gi",
+    }
 
 
 def test_the_worker_mirrors_the_bursting_team() -> None:
@@ -205,12 +210,16 @@ def test_the_manager_kubeconfig_carries_only_the_token() -> None:
 def test_the_offline_outputs_fixture_matches_what_the_worker_exports() -> None:
     """The StackReference fixture names outputs the worker really exports, with the
     same secrecy (one offline run of uae-prod's program, ~40 s)."""
-    from stacks.offline_plan import _program, load_stack_file  # noqa: PLC0415
+    from stacks.offline_plan import load_stack_file, offline_program  # noqa: PLC0415
     from stacks.offline_runtime import run_program  # noqa: PLC0415
 
     config, secret_keys = load_stack_file(WORKER)
     _, mocks = run_program(
-        _program, project=PROJECT, stack=WORKER, config=config, secret_keys=secret_keys
+        offline_program(WORKER),
+        project=PROJECT,
+        stack=WORKER,
+        config=config,
+        secret_keys=secret_keys,
     )
     fixture = json.loads((STACK_OUTPUTS_DIR / f"{WORKER}.json").read_text())
     assert set(fixture["outputs"]) == {KUBECONFIG_OUTPUT, SITE_OUTPUT}

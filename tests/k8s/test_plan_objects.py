@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from modules.k8s.multikueue import BURST_FLAVOR
 from stacks.config import parse_stack_config
 from stacks.offline_plan import load_stack_file
 from tests.conftest import SHIPPED_STACKS, shipped_plan
@@ -77,7 +78,8 @@ def test_every_team_namespace_is_fenced_in(stack: str) -> None:
 def test_every_team_queues_into_its_own_cluster_queue(stack: str) -> None:
     cluster_queues = by_place(stack, "ClusterQueue")
     local_queues = by_place(stack, "LocalQueue")
-    flavors = {name for _, name in by_place(stack, "ResourceFlavor")}
+    # The fleet's burst flavor belongs to the MultiKueue queues only (tests/k8s/test_fleet.py).
+    flavors = {name for _, name in by_place(stack, "ResourceFlavor")} - {BURST_FLAVOR}
     assert flavors
     for team in teams(stack):
         queue = cluster_queues[(None, f"team-{team}")]["spec"]
@@ -103,10 +105,12 @@ def test_platform_services_are_installed_and_watched(stack: str) -> None:
         assert "cluster-autoscaler" in charts
     namespaces = {name for _, name in by_place(stack, "Namespace")}
     assert {"monitoring", "kueue-system"} <= namespaces
-    (monitor,) = objects(stack, "PodMonitor")
-    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [f"team-{t}" for t in teams(stack)]
-    (rules,) = objects(stack, "PrometheusRule")
-    assert any(r.get("alert") == "GpuXidError" for g in rules["spec"]["groups"] for r in g["rules"])
+    monitors = {m["metadata"]["name"]: m for m in objects(stack, "PodMonitor")}
+    selector = monitors["training-jobs"]["spec"]["namespaceSelector"]
+    assert sorted(selector["matchNames"]) == sorted(f"team-{t}" for t in teams(stack))
+    rules = {r["metadata"]["name"]: r for r in objects(stack, "PrometheusRule")}
+    groups = rules["gpuplatform-alerts"]["spec"]["groups"]
+    assert any(r.get("alert") == "GpuXidError" for g in groups for r in g["rules"])
 
 
 @pytest.mark.parametrize("stack", ["uae-prod", "uae-dev", "smb-cpu"])

@@ -45,8 +45,9 @@ def test_a_duplicate_team_names_both_entries() -> None:
     teams.append(dict(teams[0]))
     with pytest.raises(ConfigError) as caught:
         parse_stack_config(stack_config("uae-prod", teams=teams))
+    duplicate = len(teams) - 1
     assert caught.value.problems == [
-        f"{NS}teams[2].name: got 'llm-research'; teams[0] already uses this name; "
+        f"{NS}teams[{duplicate}].name: got 'llm-research'; teams[0] already uses this name; "
         "names must be unique"
     ]
 

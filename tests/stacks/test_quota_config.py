@@ -39,12 +39,13 @@ def test_a_gpu_quota_beyond_the_aws_pool_is_refused_with_a_named_key() -> None:
 
 
 def test_teams_that_together_overbook_a_pool_are_refused() -> None:
-    # uae-prod: h200 is 4 x p5en.48xlarge = 32 GPUs; 16 + 24 > 32.
+    # uae-prod: h200 is 4 x p5en.48xlarge = 32 GPUs; llm-research 16 + speech 24 + nlp 8
+    # (the fleet's bursting team) = 48 > 32.
     with pytest.raises(PlanError) as caught:
         plan_registrations("uae-prod", with_teams("uae-prod", {"gpuQuota": 24}, index=1))
     assert (
-        f"{NS}teams: got 40; the teams' guarantees on pool h200 add up to 40 GPUs "
-        "(llm-research 16, speech 24); the pool can hold at most 32"
+        f"{NS}teams: got 48; the teams' guarantees on pool h200 add up to 48 GPUs "
+        "(llm-research 16, speech 24, nlp 8); the pool can hold at most 32"
     ) in str(caught.value)
 
 

@@ -44,6 +44,7 @@ def test_export_passes_parity_and_writes_a_model_card(trained: tuple[Path, Path]
     _, out = trained
     card = read_card(out)
     assert sorted(p.name for p in out.iterdir()) == [
+        "drift_reference.json",  # the training data's statistics, for the server's drift
         "model.int8.onnx",
         "model.onnx",
         "model_card.json",
