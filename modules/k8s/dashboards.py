@@ -10,6 +10,7 @@ ConfigMap that Grafana's sidecar loads (label ``grafana_dashboard: "1"``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,12 +281,31 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     }
 
 
-def gpu_dashboard() -> dict[str, Any]:
-    """The dashboard as Grafana's JSON model: rows of panels on a 24-column grid."""
+def label_variable(name: str, label: str, query: str) -> dict[str, Any]:
+    """A dashboard variable over the values of one Prometheus label (``label_values``),
+    multi-select with "All"."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "query": {"query": query, "refId": name},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"text": "All", "value": "$__all"},
+    }
+
+
+def dashboard_model(
+    uid: str, title: str, tags: list[str], rows: Sequence[Row], variables: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A dashboard as Grafana's JSON model: ``rows`` of panels on a 24-column grid, a
+    data-source variable followed by ``variables``."""
     panels: list[dict[str, Any]] = []
-    panel_id = 1
-    y = 0
-    for row in _rows():
+    panel_id, y = 1, 0
+    for row in rows:
         panels.append(
             {
                 "id": panel_id,
@@ -296,8 +316,7 @@ def gpu_dashboard() -> dict[str, Any]:
                 "panels": [],
             }
         )
-        panel_id += 1
-        y += 1
+        panel_id, y = panel_id + 1, y + 1
         for index, panel in enumerate(row.panels):
             x = (index * PANEL_WIDTH) % GRID_COLUMNS
             if index and x == 0:
@@ -305,43 +324,37 @@ def gpu_dashboard() -> dict[str, Any]:
             panels.append(_panel_json(panel, panel_id, x, y))
             panel_id += 1
         y += PANEL_HEIGHT
+    datasource = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+    }
     return {
-        "uid": GPU_DASHBOARD_UID,
-        "title": "GPU fleet and training",
-        "tags": ["gpuplatform", "gpu", "training"],
+        "uid": uid,
+        "title": title,
+        "tags": tags,
         "timezone": "browser",
         "schemaVersion": 39,
         "version": 1,
         "editable": False,
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
-        "templating": {
-            "list": [
-                {
-                    "name": "datasource",
-                    "label": "Data source",
-                    "type": "datasource",
-                    "query": "prometheus",
-                },
-                {
-                    "name": "node",
-                    "label": "Node",
-                    "type": "query",
-                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                    "query": {
-                        "query": "label_values(DCGM_FI_DEV_GPU_UTIL, Hostname)",
-                        "refId": "node",
-                    },
-                    "refresh": 2,
-                    "includeAll": True,
-                    "multi": True,
-                    "allValue": ".*",
-                    "current": {"text": "All", "value": "$__all"},
-                },
-            ]
-        },
+        "templating": {"list": [datasource, *variables]},
         "panels": panels,
     }
+
+
+def gpu_dashboard() -> dict[str, Any]:
+    """The GPU fleet and training dashboard as Grafana's JSON model."""
+    node = label_variable("node", "Node", "label_values(DCGM_FI_DEV_GPU_UTIL, Hostname)")
+    return dashboard_model(
+        GPU_DASHBOARD_UID,
+        "GPU fleet and training",
+        ["gpuplatform", "gpu", "training"],
+        _rows(),
+        [node],
+    )
 
 
 def dashboards_configmap() -> Manifest:

@@ -24,13 +24,11 @@ from modules.k8s.alerts import AlertRule
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.dashboards import (
     DASHBOARD_LABEL,
-    GRID_COLUMNS,
-    PANEL_HEIGHT,
-    PANEL_WIDTH,
     Panel,
     Row,
     Target,
-    _panel_json,
+    dashboard_model,
+    label_variable,
 )
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
 from modules.k8s.serving_spec import ServingSpec
@@ -260,61 +258,14 @@ def _rows(spec: ServingSpec) -> tuple[Row, ...]:
 
 def serving_dashboard(spec: ServingSpec) -> dict[str, Any]:
     """The "Model serving" dashboard as Grafana's JSON model (same grid as the GPU one)."""
-    panels: list[dict[str, Any]] = []
-    panel_id, y = 1, 0
-    for row in _rows(spec):
-        panels.append(
-            {
-                "id": panel_id,
-                "type": "row",
-                "title": row.title,
-                "collapsed": False,
-                "gridPos": {"h": 1, "w": GRID_COLUMNS, "x": 0, "y": y},
-                "panels": [],
-            }
-        )
-        panel_id, y = panel_id + 1, y + 1
-        for index, panel in enumerate(row.panels):
-            x = (index * PANEL_WIDTH) % GRID_COLUMNS
-            if index and x == 0:
-                y += PANEL_HEIGHT
-            panels.append(_panel_json(panel, panel_id, x, y))
-            panel_id += 1
-        y += PANEL_HEIGHT
-    return {
-        "uid": SERVING_DASHBOARD_UID,
-        "title": "Model serving",
-        "tags": ["gpuplatform", "serving", "drift"],
-        "timezone": "browser",
-        "schemaVersion": 39,
-        "version": 1,
-        "editable": False,
-        "refresh": "30s",
-        "time": {"from": "now-6h", "to": "now"},
-        "templating": {
-            "list": [
-                {
-                    "name": "datasource",
-                    "label": "Data source",
-                    "type": "datasource",
-                    "query": "prometheus",
-                },
-                {
-                    "name": "model",
-                    "label": "Model",
-                    "type": "query",
-                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                    "query": {"query": f"label_values({REQUESTS}, model)", "refId": "model"},
-                    "refresh": 2,
-                    "includeAll": True,
-                    "multi": True,
-                    "allValue": ".*",
-                    "current": {"text": "All", "value": "$__all"},
-                },
-            ]
-        },
-        "panels": panels,
-    }
+    model = label_variable("model", "Model", f"label_values({REQUESTS}, model)")
+    return dashboard_model(
+        SERVING_DASHBOARD_UID,
+        "Model serving",
+        ["gpuplatform", "serving", "drift"],
+        _rows(spec),
+        [model],
+    )
 
 
 def serving_dashboard_configmap(spec: ServingSpec) -> Manifest:

@@ -268,10 +268,9 @@ def parse_plan(document: Any, path: Path, *, consume: bool = False) -> Plan:
     return Plan(path, dict(config), tuple(resources))
 
 
-class _LazyArgs(ResourceValidationArgs):
-    """`ResourceValidationArgs` whose inputs are wrapped in the unknown-checking proxy
-    when first read. The review hands rules views of the plain inputs
-    (`ResourceView.from_args`), so most arguments are never wrapped at all."""
+class _LazyProps:
+    """``props`` wrapped in the unknown-checking proxy when first read. The review hands
+    rules views of the plain inputs (`ResourceView.from_args`), so most are never wrapped."""
 
     _raw: Any
     _proxy: Any
@@ -287,21 +286,12 @@ class _LazyArgs(ResourceValidationArgs):
         self._raw, self._proxy = value, None
 
 
-class _LazyPolicyResource(PolicyResource):
-    """`PolicyResource` whose state is wrapped when first read (see `_LazyArgs`)."""
+class _LazyArgs(_LazyProps, ResourceValidationArgs):
+    """`ResourceValidationArgs` whose inputs are wrapped when first read (`_LazyProps`)."""
 
-    _raw: Any
-    _proxy: Any
 
-    @property
-    def props(self) -> Any:
-        if self._proxy is None:
-            self._proxy = unknown_checking_proxy(self._raw)
-        return self._proxy
-
-    @props.setter
-    def props(self, value: Any) -> None:
-        self._raw, self._proxy = value, None
+class _LazyPolicyResource(_LazyProps, PolicyResource):
+    """`PolicyResource` whose state is wrapped when first read (`_LazyProps`)."""
 
 
 def _options(resource: PlanResource) -> PolicyResourceOptions:
