@@ -22,6 +22,7 @@ from stacks.bootstrap.__main__ import main
 from stacks.bootstrap.documents import region_guardrail
 from stacks.bootstrap.names import Names
 from tests.support.iam_eval import FULL_AWS_ACCESS, decide
+from tests.support.moto_env import fake_aws_credentials
 
 REGION = "me-central-1"
 ACCOUNT = "123456789012"
@@ -35,13 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    fake_aws_credentials(monkeypatch)
     with mock_aws():
         yield
 

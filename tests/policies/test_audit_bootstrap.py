@@ -6,7 +6,6 @@ regions only and an unknown `--regions` entry is one line, exit 2."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from moto import mock_aws
 from policies.audit.__main__ import main as audit_main
 from stacks.bootstrap.__main__ import main as bootstrap_main
 from stacks.bootstrap.names import Names
+from tests.support.moto_env import fake_aws_credentials
 
 REGION = "me-central-1"
 NAMES = Names("123456789012", REGION)
@@ -26,13 +26,7 @@ NAMES = Names("123456789012", REGION)
 @pytest.fixture
 def account(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A bootstrapped account (moto, in process)."""
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    fake_aws_credentials(monkeypatch)
     with mock_aws():
         assert bootstrap_main([]) == 0
         yield

@@ -30,7 +30,7 @@ from modules.k8s.serving_observability import (
 )
 from modules.k8s.serving_spec import SERVING_CA_ISSUER
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
-from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER
+from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER, restricted_container_security
 
 KSERVE_API = "serving.kserve.io/v1beta1"
 DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
@@ -96,18 +96,6 @@ def endpoint_url(spec: InferenceServiceSpec) -> str:
     return f"https://{endpoint_service_name(spec)}.{spec.namespace}.svc:{PROXY_PORT}"
 
 
-def _restricted_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def model_resources(spec: InferenceServiceSpec) -> dict[str, dict[str, str]]:
     """Requests equal to limits (Guaranteed QoS), sized from the pool."""
     amounts = {"cpu": f"{spec.cpu}m", "memory": f"{spec.memory}Mi"}
@@ -170,7 +158,7 @@ def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
             "requests": {"cpu": "100m", "memory": "64Mi"},
             "limits": {"cpu": "500m", "memory": "128Mi"},
         },
-        "securityContext": _restricted_security(),
+        "securityContext": restricted_container_security(),
         "volumeMounts": [
             {"name": "auth-config", "mountPath": PROXY_CONFIG_PATH, "readOnly": True},
             {"name": "endpoint-tls", "mountPath": TLS_PATH, "readOnly": True},
@@ -195,7 +183,7 @@ def _model(spec: InferenceServiceSpec, version: ModelVersion) -> dict[str, Any]:
         "runtime": spec.runtime,
         "storageUri": spec.storage_uri(version),
         "resources": model_resources(spec),
-        "securityContext": _restricted_security(),
+        "securityContext": restricted_container_security(),
     }
 
 

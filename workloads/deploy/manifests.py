@@ -145,7 +145,9 @@ def torchrun_args(spec: TrainingJobSpec) -> list[str]:
     ]
 
 
-def _container_security() -> dict[str, Any]:
+def restricted_container_security() -> dict[str, Any]:
+    """The restricted Pod Security profile for one container: non-root, read-only root
+    filesystem, no capabilities, RuntimeDefault seccomp (training and inference pods)."""
     return {
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_USER,
@@ -270,7 +272,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "env": environment(spec),
         "ports": ports,
         "resources": resources,
-        "securityContext": _container_security(),
+        "securityContext": restricted_container_security(),
         "volumeMounts": mounts,
     }
     pod_labels = {**_labels(spec)}
@@ -318,7 +320,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
                 "args": health_args,
                 # Same GPUs as the trainer (init containers' requests are not added up).
                 "resources": resources,
-                "securityContext": _container_security(),
+                "securityContext": restricted_container_security(),
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
             }
         ]
