@@ -266,6 +266,8 @@ class Measured:
 
     results: list[Result] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: Variants that raised an error other than running out of GPU memory (with it).
+    failed: list[str] = field(default_factory=list)
 
 
 def _out_of_memory(err: BaseException) -> bool:
@@ -285,6 +287,7 @@ def measure_preset(
     deadline: float | None = None,
     report: Callable[[str], None] = print,
     into: Measured | None = None,
+    keep_going: bool = False,
 ) -> Measured:
     """Measure each planned variant of ``base`` at ``shape``.
 
@@ -292,6 +295,8 @@ def measure_preset(
     ``deadline`` (a ``time.monotonic()`` value), a variant is not started when the
     slowest one so far would not finish before it; it is listed in ``skipped``.
     Results are added to ``into`` as they come (an interrupted series keeps them).
+    With ``keep_going``, a variant that fails with another error is listed in
+    ``failed`` and the series goes on.
     """
     measured = into if into is not None else Measured()
     slowest = 0.0
@@ -317,7 +322,19 @@ def measure_preset(
                 result = run_variant(config, variant, device, warmup, steps)
             except RuntimeError as err:
                 if device.type != "cuda" or not _out_of_memory(err):
-                    raise
+                    if not keep_going:
+                        raise
+                    # One broken variant (a compile mode that fails on this torch,
+                    # say) must not cost the figures of the others: it is listed as
+                    # failed, with its error, and the caller fails the run.
+                    first_line = (str(err).strip().splitlines() or [""])[0][:300]
+                    measured.failed.append(
+                        f"{base.preset} {variant}: failed: {type(err).__name__}: {first_line}"
+                    )
+                    report(f"bench: {measured.failed[-1]}")
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    break
             if result is None:
                 # Out of memory. Outside the except block the traceback, and the
                 # failed run's tensors its frames hold, are gone: free them now.

@@ -323,6 +323,8 @@ def train_step(
         dtype=resolved.amp_dtype or torch.bfloat16,
         enabled=resolved.amp_dtype is not None,
     )
+    if resolved.uses_cuda_graphs:
+        preallocate_grads(model)
     for micro in range(accum):
         started = time.perf_counter()
         inputs, targets = batches.next()
@@ -341,5 +343,24 @@ def train_step(
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    # Under CUDA graphs the gradients stay allocated (zeroed, not freed): see
+    # `preallocate_grads`.
+    optimizer.zero_grad(set_to_none=not resolved.uses_cuda_graphs)
     return StepResult(loss_sum, data_wait)
+
+
+def preallocate_grads(model: nn.Module) -> None:
+    """Give every trainable parameter a zero ``.grad`` of its own where it has none.
+
+    CUDA graphs (the ``reduce-overhead`` and ``max-autotune`` compile modes) own the
+    memory of their outputs and overwrite it at the next replay. When a parameter's
+    ``.grad`` is None, autograd's AccumulateGrad keeps the backward graph's output
+    tensor itself as ``.grad``; with gradient accumulation the next micro-step's
+    replay then overwrites it and the backward fails ("accessing tensor output of
+    CUDAGraphs that has been overwritten by a subsequent run", seen on an H100 with
+    32x16 micro-steps, and not with 32x1). A ``.grad`` allocated outside the graphs is
+    accumulated into in place instead.
+    """
+    for param in model.parameters():
+        if param.requires_grad and param.grad is None:
+            param.grad = torch.zeros_like(param)
