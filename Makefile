@@ -91,10 +91,10 @@ audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=, A
 	@$(call exact,$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL)))
 
 train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
-	@$(PY) -m workloads.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
+	@$(PY) -m workloads.training.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
 
 bench: $(WORKLOADS_DEPS) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
-	@$(PY) -m workloads.bench $(ARGS)
+	@$(PY) -m workloads.training.bench $(ARGS)
 
 lint: $(DEV_DEPS) ## ruff
 	$(VENV)/bin/ruff check .
@@ -173,7 +173,7 @@ GPU_WHEELS := build/gpu-wheels
 .PHONY: gpu-check gpu-wheels
 
 gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=--dry-run: plan only)
-	@$(GPU_PYTHON) -m workloads.gpu_check --record $(ARGS)
+	@$(GPU_PYTHON) -m workloads.training.gpu_check --record $(ARGS)
 
 gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \

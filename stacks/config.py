@@ -32,7 +32,7 @@ from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
 from modules.validation import Checker
-from workloads.config import PRESETS
+from workloads.training.config import PRESETS
 
 from .config_parsing import ConfigError, camel, parse_section
 from .cost_config import OnPremPricing, TeamBudget
@@ -234,7 +234,7 @@ class ExampleJobSpec:
     Args:
         team: the team whose namespace, queue and bucket prefix it uses.
         pool: the node pool it runs on.
-        preset: the training preset (see `workloads.config`), default ``gpt2-124m``.
+        preset: the training preset (see `workloads.training.config`), default ``gpt2-124m``.
         nodes: how many nodes (one pod each), default 1.
         suspended: keep the job suspended and out of the queue until a user releases it
             by setting this to false (default true).

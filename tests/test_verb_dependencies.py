@@ -54,6 +54,6 @@ def test_audit_needs_only_the_plan_set() -> None:
 
 
 def test_the_blocker_really_blocks() -> None:
-    result = run_without_other_sets("workloads.bench", "--help")
+    result = run_without_other_sets("workloads.training.bench", "--help")
     assert result.returncode != 0
     assert "is not in the plan set" in result.stderr

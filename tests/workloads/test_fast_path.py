@@ -16,11 +16,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workloads import bench, compat, engine, train
-from workloads.config import ModelConfig, override, preset
 from workloads.data.shards import LoaderState, ShardLoader, write_shard
-from workloads.distributed import Topology
-from workloads.model import GPT, chunked_linear_cross_entropy
+from workloads.training import bench, compat, engine, train
+from workloads.training.config import ModelConfig, override, preset
+from workloads.training.distributed import Topology
+from workloads.training.model import GPT, chunked_linear_cross_entropy
 
 CPU = torch.device("cpu")
 SMALL = ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=64, vocab_size=300)

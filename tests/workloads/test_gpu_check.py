@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.workloads.helpers import REPO_ROOT
-from workloads import gpu_check
+from workloads.training import gpu_check
 
 
 def test_dry_run_plans_every_check_at_the_presets_shape(
@@ -86,10 +86,10 @@ import sys
 sys.modules["numpy"] = None
 sys.modules["pynvml"] = None
 from pathlib import Path
-from workloads import gpu_check, train, bench
+from workloads.training import gpu_check, train, bench
 from workloads.data.shards import ShardLoader
 from workloads.data.tokenize import ensure_shards
-from workloads.config import DEFAULT_CORPUS
+from workloads.training.config import DEFAULT_CORPUS
 files = ensure_shards(Path({str(tmp_path)!r}), DEFAULT_CORPUS)
 inputs, targets = ShardLoader(files, batch=2, seq_len=8, rank=0, world_size=1,
                               vocab_size=256).next_batch()
@@ -136,7 +136,10 @@ def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
         out_dir=str(tmp_path / "out"),
         record=str(benchmarks),
     )
-    assert gpu_check.run_all(args, [], "python -m workloads.gpu_check") == gpu_check.EXIT_FAILED
+    assert (
+        gpu_check.run_all(args, [], "python -m workloads.training.gpu_check")
+        == gpu_check.EXIT_FAILED
+    )
     captured = capsys.readouterr()
     assert "FAILED: fwd-bwd" in captured.err and "the kernel failed" in captured.err
     section = (tmp_path / "out" / "gpu-nvidia-h100-80gb-hbm3.md").read_text()
@@ -150,7 +153,7 @@ def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
 def test_bench_interrupted_by_the_time_limit_keeps_what_it_measured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from workloads import bench  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
 
     real_fast = bench.fast_overrides
     monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))

@@ -11,7 +11,7 @@ saved in every checkpoint, so a resumed run reads exactly the batches the
 interrupted run would have read.
 
 Only torch and the standard library are used (no numpy), so training runs on a
-machine that has nothing but a preinstalled PyTorch (`workloads.gpu_check`).
+machine that has nothing but a preinstalled PyTorch (`workloads.training.gpu_check`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from typing import Any
 from modules.k8s.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
-from workloads.fabric import fabric_env, supports_gpudirect_rdma
-from workloads.metrics_endpoint import METRICS_PORT_NAME
+from workloads.training.fabric import fabric_env, supports_gpudirect_rdma
+from workloads.training.metrics_endpoint import METRICS_PORT_NAME
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_LABEL = "gpuplatform.ae/training-job"

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads.config import ModelConfig, TrainConfig, as_dict
+from workloads.training.config import ModelConfig, TrainConfig, as_dict
 
 RUN_RECORD = "run.json"
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # workloads/training/lineage.py
 
 
 def git_revision(repo: Path = _REPO_ROOT) -> str:

@@ -1,11 +1,11 @@
 """One command that checks and measures the training workloads on a real NVIDIA GPU.
 
-``python -m workloads.gpu_check`` (``make gpu-check``) runs, in this process and the
+``python -m workloads.training.gpu_check`` (``make gpu-check``) runs, in this process and the
 few it starts, within a time limit (default 10 minutes):
 
 1. environment: torch, CUDA, the GPUs, which version-dependent torch APIs are in use
-   (`workloads.compat`), and the modules taken from carried wheels;
-2. health: the preflight check (`workloads.health`) against the real NVML, printing
+   (`workloads.training.compat`), and the modules taken from carried wheels;
+2. health: the preflight check (`workloads.training.health`) against the real NVML, printing
    what it read (ECC, remapped rows, clocks, throttle reasons, NVLink);
 3. fwd/bwd: one forward/backward of GPT-2 124M in the fast path against the fp32
    eager path on the same weights and batch, within bf16 tolerance (and the flash
@@ -15,7 +15,7 @@ few it starts, within a time limit (default 10 minutes):
    losses (within GPU atomics' nondeterminism);
 5. NCCL: one GPU: a single-rank process group through NCCL all-reduces and checks a
    buffer; several: `workloads.fabric_check` under torchrun (bus bandwidth);
-6. bench: `workloads.bench` for GPT-2 124M at sequence length 1024 at the preset's
+6. bench: `workloads.training.bench` for GPT-2 124M at sequence length 1024 at the preset's
    micro-batch and accumulation: ``baseline``, ``fast`` and every ``--ablate``
    variant (tokens/s, step time, MFU, peak memory, data wait), as many as the time
    limit leaves room for (those left out are listed, not hidden).
@@ -53,7 +53,7 @@ from types import FrameType
 
 import torch
 
-from workloads import compat
+from workloads.training import compat
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -156,8 +156,8 @@ def plan(gpus: int) -> list[PlannedStep]:
     """Every step a run on a machine with ``gpus`` CUDA GPUs takes, with its shapes.
     Builds and validates every config it names (an invalid one raises
     `modules.validation.InvalidArgsError`), so the dry run checks them."""
-    from workloads import bench  # noqa: PLC0415 - after the carried wheels are on the path
-    from workloads.config import override, preset  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415 - after the carried wheels are on the path
+    from workloads.training.config import override, preset  # noqa: PLC0415
 
     base = preset(PRESET)
     model = base.model
@@ -204,8 +204,8 @@ def plan(gpus: int) -> list[PlannedStep]:
 
 
 def dry_run(gpus: int) -> int:
-    from workloads.config import preset  # noqa: PLC0415
-    from workloads.model import GPT, flops_per_token  # noqa: PLC0415
+    from workloads.training.config import preset  # noqa: PLC0415
+    from workloads.training.model import GPT, flops_per_token  # noqa: PLC0415
 
     steps = plan(gpus)
     config = preset(PRESET)
@@ -246,7 +246,7 @@ def environment(phase: Phase, added: Sequence[str]) -> None:
 
 
 def health(phase: Phase) -> None:
-    from workloads import health as health_check  # noqa: PLC0415
+    from workloads.training import health as health_check  # noqa: PLC0415
 
     status, lines = health_check.check(torch.cuda.device_count(), expect_nvlink=False)
     for line in lines:
@@ -261,12 +261,12 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def fwd_bwd(phase: Phase, data_dir: Path) -> None:
     """The fast path's loss and gradients against fp32 eager, same weights and batch."""
-    from workloads import bench  # noqa: PLC0415
-    from workloads.config import override, preset  # noqa: PLC0415
     from workloads.data.shards import ShardLoader  # noqa: PLC0415
     from workloads.data.tokenize import ensure_shards  # noqa: PLC0415
-    from workloads.distributed import Topology  # noqa: PLC0415
-    from workloads.engine import (  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
+    from workloads.training.config import override, preset  # noqa: PLC0415
+    from workloads.training.distributed import Topology  # noqa: PLC0415
+    from workloads.training.engine import (  # noqa: PLC0415
         apply_backend_flags,
         build_model,
         parallelize,
@@ -347,9 +347,9 @@ def fwd_bwd(phase: Phase, data_dir: Path) -> None:
 
 def train_resume(phase: Phase, data_dir: Path, work: Path) -> None:
     """A short run's loss falls; its second half re-run from the checkpoint matches."""
-    from workloads import train  # noqa: PLC0415
-    from workloads.config import override, preset  # noqa: PLC0415
-    from workloads.distributed import Topology  # noqa: PLC0415
+    from workloads.training import train  # noqa: PLC0415
+    from workloads.training.config import override, preset  # noqa: PLC0415
+    from workloads.training.distributed import Topology  # noqa: PLC0415
 
     ckpt, log = work / "ckpt", work / "train.jsonl"
     config = override(
@@ -483,8 +483,8 @@ def bench_variants(fast: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
 
 def run_bench(phase: Phase, data_dir: Path, deadline: float) -> list[str]:
     """The benchmark variants that fit before ``deadline``; the table's lines."""
-    from workloads import bench  # noqa: PLC0415
-    from workloads.config import preset  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
+    from workloads.training.config import preset  # noqa: PLC0415
 
     device = torch.device("cuda", 0)
     base = preset(PRESET)
@@ -544,7 +544,7 @@ def run_bench(phase: Phase, data_dir: Path, deadline: float) -> list[str]:
 
 
 def report_body(phases: Sequence[Phase], bench_lines: Sequence[str], command: str) -> list[str]:
-    from workloads import bench  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
 
     device = torch.device("cuda", 0)
     body = [
@@ -631,7 +631,7 @@ def run_all(args: argparse.Namespace, added: Sequence[str], command: str) -> int
     body = report_body(phases, bench_lines, command)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    from workloads import bench  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
 
     key = bench.machine_key(torch.device("cuda", 0))
     out_file = out_dir / f"{key}.md"
@@ -653,7 +653,7 @@ def run_all(args: argparse.Namespace, added: Sequence[str], command: str) -> int
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
-        prog="python -m workloads.gpu_check",
+        prog="python -m workloads.training.gpu_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -690,11 +690,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"gpu_check: no CUDA GPU here (torch {torch.__version__}, "
             f"CUDA build {torch.version.cuda or 'none'}): nothing was checked. Run it on a "
             "machine with an NVIDIA GPU and a CUDA build of PyTorch; "
-            "`python -m workloads.gpu_check --dry-run` shows the plan on any machine.",
+            "`python -m workloads.training.gpu_check --dry-run` shows the plan on any machine.",
             file=sys.stderr,
         )
         return EXIT_NO_GPU
-    command = " ".join(["python", "-m", "workloads.gpu_check", *argv])
+    command = " ".join(["python", "-m", "workloads.training.gpu_check", *argv])
     return run_all(args, added, command)
 
 

@@ -39,7 +39,8 @@ COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 #: matmuls hit tensor-core friendly shapes (GPT-2's 50257 -> 50304).
 VOCAB_PAD_MULTIPLE = 64
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+#: The ``workloads`` package (this module lives in its ``training/`` subpackage).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The small corpus shipped with the package, tokenised into shards on first use.
 DEFAULT_CORPUS = PACKAGE_DIR / "data" / "corpus.txt"
 DEFAULT_DATA_DIR = "build/data/byte"

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 from torch import Tensor, nn
 
-from workloads.compat import autocast_dtype, no_autocast
-from workloads.config import ModelConfig
+from workloads.training.compat import autocast_dtype, no_autocast
+from workloads.training.config import ModelConfig
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):

@@ -3,12 +3,12 @@
 Started straight under torchrun, a bad preset, a bad argument or a checkpoint path that
 is a file is reported by every rank, and torchrun adds its own traceback of the failed
 workers. This launcher parses and validates the command line with the workloads' typed
-config (`workloads.config`) and checks the paths the run will write, in one process,
+config (`workloads.training.config`) and checks the paths the run will write, in one process,
 before any worker exists; only a config that passes is handed to torchrun
 (``python -m torch.distributed.run``, the same as the ``torchrun`` script), which
 replaces this process, so its exit status is the run's.
 
-Usage: ``python -m workloads.launch [--nproc N] -- [--preset tiny] [--steps 60] ...``
+Usage: ``python -m workloads.training.launch [--nproc N] -- [--preset tiny] [--steps 60] ...``
 (everything after ``--`` is passed to ``python -m workloads.train``).
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from modules.validation import Checker, InvalidArgsError
-from workloads.config import add_override_arguments, describe_problems, from_namespace
+from workloads.training.config import add_override_arguments, describe_problems, from_namespace
 
 EXIT_USER_ERROR = 2  # as workloads.train
 _PATH_FIELDS = ("ckpt_dir", "data_dir", "log_jsonl", "corpus")

@@ -1,4 +1,4 @@
-"""The training machinery shared by `workloads.train` and `workloads.bench`: resolving
+"""The training machinery shared by `train` and `bench` (this package): resolving
 the speed switches for a device, building and wrapping the model, the optimizer, the
 learning-rate schedule, batches on the device, and one optimizer step."""
 
@@ -18,11 +18,11 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from modules.validation import InvalidArgsError, Problem
-from workloads import compat
-from workloads.config import TrainConfig
 from workloads.data.shards import LoaderState, ShardLoader
-from workloads.distributed import Topology
-from workloads.model import GPT
+from workloads.training import compat
+from workloads.training.config import TrainConfig
+from workloads.training.distributed import Topology
+from workloads.training.model import GPT
 
 
 def cpu_supports_bf16() -> bool:

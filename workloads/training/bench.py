@@ -42,12 +42,13 @@ from pathlib import Path
 import torch
 
 from modules.validation import InvalidArgsError
-from workloads import compat
-from workloads.config import TrainConfig, describe_problems, override, preset
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
-from workloads.distributed import Topology
-from workloads.engine import (
+from workloads.tracking.overhead import overhead_lines
+from workloads.training import compat
+from workloads.training.config import TrainConfig, describe_problems, override, preset
+from workloads.training.distributed import Topology
+from workloads.training.engine import (
     DeviceBatches,
     apply_backend_flags,
     build_model,
@@ -57,10 +58,9 @@ from workloads.engine import (
     resolve,
     train_step,
 )
-from workloads.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
-from workloads.model import flops_per_token
-from workloads.telemetry import NvmlUnavailableError, nvml_session
-from workloads.tracking.overhead import overhead_lines
+from workloads.training.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
+from workloads.training.model import flops_per_token
+from workloads.training.telemetry import NvmlUnavailableError, nvml_session
 
 BASELINE: dict[str, str] = {
     "dtype": "fp32",
@@ -456,7 +456,7 @@ def _int_arg(value: int | None, default: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
-        prog="python -m workloads.bench",
+        prog="python -m workloads.training.bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -500,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # On CUDA one optimizer step of GPT-2 124M is 0.5M tokens: a few are enough.
     steps = _int_arg(args.steps, 6 if cuda else 90)
     warmup = _int_arg(args.warmup, 2 if cuda else 3)
-    command = shlex.join(["python", "-m", "workloads.bench", *argv])
+    command = shlex.join(["python", "-m", "workloads.training.bench", *argv])
     if steps < 1 or warmup < 0 or (args.budget_s is not None and args.budget_s <= 0):
         print("bench: --steps must be >= 1, --warmup >= 0 and --budget-s > 0", file=sys.stderr)
         return 2

@@ -122,8 +122,8 @@ def describe_env(environ: Mapping[str, str], *, multi_node: bool, cuda: bool) ->
     if multi_node and cuda and "NCCL_NET" not in environ:
         lines.append(
             "fabric WARNING: NCCL_NET is not set on a multi-node job: if the EFA/IB plugin "
-            "fails to load NCCL silently uses TCP sockets; set NCCL_NET (workloads.fabric) "
-            "and NCCL_DEBUG=INFO to see the transport"
+            "fails to load NCCL silently uses TCP sockets; set NCCL_NET "
+            "(workloads.training.fabric) and NCCL_DEBUG=INFO to see the transport"
         )
     if environ.get("NCCL_NET") == "Socket" and multi_node and cuda:
         lines.append("fabric NOTE: NCCL_NET=Socket: inter-node traffic goes over TCP on purpose")

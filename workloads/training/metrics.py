@@ -1,7 +1,7 @@
 """Training figures: step time, tokens/s, TFLOP/s, MFU, data-wait share; and their
 export as Prometheus metrics for the monitoring layer.
 
-MFU is model FLOPs utilisation: model FLOPs per token (`workloads.model.flops_per_token`)
+MFU is model FLOPs utilisation: model FLOPs per token (`workloads.training.model.flops_per_token`)
 times tokens per second, divided by the devices' peak dense bf16 rate, looked up by
 device name below. On a CPU, or a GPU missing from the table, MFU is not applicable
 and is reported as ``n/a`` (and not exported).

@@ -28,8 +28,8 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from workloads.compat import async_save_response_type, dcp_kwargs
 from workloads.data.shards import LoaderState
+from workloads.training.compat import async_save_response_type, dcp_kwargs
 
 STEP_PREFIX = "step_"
 METADATA_FILE = ".metadata"
