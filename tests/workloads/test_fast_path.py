@@ -317,7 +317,7 @@ def test_gradients_under_cuda_graphs_live_outside_the_graphs() -> None:
     """CUDA graphs overwrite their outputs at the next replay: with gradient accumulation
     each ``.grad`` must be a tensor of its own that later micro-steps add into in place
     (the H100 run failed without this), and zeroing keeps it allocated."""
-    from workloads.engine import preallocate_grads  # noqa: PLC0415
+    from workloads.training.engine import preallocate_grads  # noqa: PLC0415
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)

@@ -199,7 +199,7 @@ def test_a_failing_variant_keeps_the_others_figures_and_fails_the_check(
 ) -> None:
     """A variant that raises (not out of memory) is listed as failed with its error;
     the variants measured before and after it keep their rows, and the check fails."""
-    from workloads import bench  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
 
     real_fast = bench.fast_overrides
     monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))

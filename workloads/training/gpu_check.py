@@ -472,7 +472,7 @@ def nccl(phase: Phase, timeout_s: float) -> None:
 
 def bench_variants(fast: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
     """The benchmark's CUDA variants (``--ablate``) less those left to `make bench`."""
-    from workloads import bench  # noqa: PLC0415
+    from workloads.training import bench  # noqa: PLC0415
 
     return [
         (name, switches)
