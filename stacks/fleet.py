@@ -29,7 +29,7 @@ from modules.k8s.multikueue import (
     WorkerInputs,
 )
 from modules.k8s.quotas import team_flavor_quotas
-from modules.k8s.site import SiteSpec
+from modules.k8s.site.spec import SiteSpec
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS, UAE_COUNTRIES
 

@@ -14,8 +14,9 @@ from modules.k8s.multikueue import (
     FleetWorkerInputs,
 )
 from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
-from modules.k8s.site import SiteSpec
+from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.site.eks import EksInputs, FsxInputs
+from modules.k8s.site.spec import SiteSpec
 from modules.k8s.tracking import TRACKING_URI
 from modules.k8s.tracking_spec import TrackingInputs
 from modules.validation import InvalidArgsError

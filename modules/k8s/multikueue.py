@@ -53,7 +53,7 @@ from modules.k8s.quotas import COVERED_RESOURCES
 from modules.validation import Checker
 
 if TYPE_CHECKING:
-    from modules.k8s.site import SiteSpec
+    from modules.k8s.site.spec import SiteSpec
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.k8s.autoscaler import Autoscaler
-from modules.k8s.cost import CostAllocation
-from modules.k8s.fabric import Fabric
-from modules.k8s.gpu import GpuEnablement
+from modules.k8s.autoscaler.component import Autoscaler
+from modules.k8s.cost.component import CostAllocation
+from modules.k8s.fabric.component import Fabric
+from modules.k8s.gpu.component import GpuEnablement
 from modules.k8s.monitoring import Monitoring
 from modules.k8s.multikueue import FleetManager, FleetWorker
 from modules.k8s.names import TeamPlacement, team_placement
 from modules.k8s.platform_args import KubernetesPlatformArgs
 from modules.k8s.queueing import Queueing
 from modules.k8s.serving import Serving
-from modules.k8s.site import SiteDeclaration
+from modules.k8s.site.component import SiteDeclaration
 from modules.k8s.storage import Storage, platform_storage_class
 from modules.k8s.summary import installed_charts, pool_plugins
 from modules.k8s.tenancy import Tenancy

@@ -12,17 +12,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.cost import CostInputs
-from modules.k8s.fabric import InfinibandSpec
+from modules.k8s.cost.spec import CostInputs
+from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
 from modules.k8s.multikueue import FleetInputs
-from modules.k8s.onprem import OnPremSpec
 from modules.k8s.queueing import QueueingSpec
 from modules.k8s.serving_spec import ServingSpec
-from modules.k8s.site import SiteSpec
+from modules.k8s.site.eks import EksInputs
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.site.spec import SiteSpec
 from modules.k8s.tenancy import TeamSpec
 from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
@@ -30,45 +30,6 @@ from modules.pools import NodePoolProfile
 from modules.validation import Checker
 
 _MIG_PROFILE = re.compile(r"^all-\d+g\.\d+gb$")
-
-
-@dataclass(frozen=True)
-class FsxInputs:
-    """The stack's FSx for Lustre file system (outputs of the AWS foundation).
-
-    Args:
-        file_system_id: the file system id (``fs-...``).
-        dns_name: its DNS name.
-        mount_name: its Lustre mount name.
-        capacity_gib: its storage capacity in GiB (the volumes' nominal size).
-        init_image: an image with a POSIX shell from the in-region registry (e.g. the
-            training image) for the one-off Job that creates the team directories.
-    """
-
-    file_system_id: pulumi.Input[str]
-    dns_name: pulumi.Input[str]
-    mount_name: pulumi.Input[str]
-    capacity_gib: int
-    init_image: str
-
-
-@dataclass(frozen=True)
-class EksInputs:
-    """What the Kubernetes layer needs from the AWS foundation.
-
-    Args:
-        cluster_name: the EKS cluster name (Cluster Autoscaler discovery tags).
-        region: the AWS region (autoscaler, in-region add-on images).
-        storage_kms_key_arn: ARN of the customer-managed key encrypting EBS volumes.
-        vpc_cidr: the VPC's CIDR: team pods may reach its interface endpoints on 443.
-        fsx: the FSx for Lustre file system, where the stack has one.
-    """
-
-    cluster_name: pulumi.Input[str]
-    region: pulumi.Input[str]
-    storage_kms_key_arn: pulumi.Input[str]
-    vpc_cidr: pulumi.Input[str]
-    fsx: FsxInputs | None = None
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,9 @@ from modules.k8s.names import (
 from modules.k8s.versions import FSX_CSI_DRIVER
 
 if TYPE_CHECKING:
-    from modules.k8s.onprem import OnPremSpec
-    from modules.k8s.platform_args import FsxInputs, KubernetesPlatformArgs
+    from modules.k8s.platform_args import KubernetesPlatformArgs
+    from modules.k8s.site.eks import FsxInputs
+    from modules.k8s.site.onprem import OnPremSpec
     from modules.k8s.tenancy import TeamSpec
 
 FSX_DRIVER = "fsx.csi.aws.com"

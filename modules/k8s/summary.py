@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from modules.k8s.cost import OPENCOST
-from modules.k8s.fabric import fabric_plugins
+from modules.k8s.cost.spec import OPENCOST
+from modules.k8s.fabric.spec import fabric_plugins
 from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.versions import (
     CLOUDNATIVE_PG,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from modules.k8s.fabric import (
+from modules.k8s.fabric.spec import (
     InfinibandSpec,
     efa_device_plugin_values,
     ipoib_network,

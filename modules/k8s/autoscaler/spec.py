@@ -12,16 +12,11 @@ the ServiceAccount the AWS side's Pod Identity association names.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pulumi
-
-from modules.k8s.common import helm_release, system_node_selector
-from modules.k8s.names import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT, KUBE_SYSTEM
-from modules.k8s.versions import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.common import system_node_selector
+from modules.k8s.names import CLUSTER_AUTOSCALER_SERVICE_ACCOUNT
+from modules.k8s.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
 
 
 def discovery_tags(cluster_name: str) -> list[str]:
@@ -66,30 +61,3 @@ def cluster_autoscaler_values(
             "capabilities": {"drop": ["ALL"]},
         },
     }
-
-
-class Autoscaler(pulumi.ComponentResource):
-    """The Cluster Autoscaler in ``kube-system``."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Autoscaler", name, None, opts)
-        if args.eks is None:
-            raise ValueError("the Cluster Autoscaler is for EKS only")
-        version = args.kubernetes_version
-        values = pulumi.Output.all(args.eks.cluster_name, args.eks.region).apply(
-            lambda names: cluster_autoscaler_values(names[0], names[1], version)
-        )
-        self.release = helm_release(
-            "cluster-autoscaler",
-            CLUSTER_AUTOSCALER,
-            KUBE_SYSTEM,
-            values=values,
-            parent=self,
-            provider=args.provider,
-        )
-        self.register_outputs({"chartVersion": CLUSTER_AUTOSCALER.version})

@@ -20,39 +20,25 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import pulumi
+from typing import Any
 
 from modules.k8s.common import (
     Manifest,
-    helm_release,
     metadata,
     namespace,
     pool_taint_tolerations,
-    register,
     required_node_affinity,
     system_node_selector,
 )
-from modules.k8s.names import (
-    KUBE_SYSTEM,
-    NETWORK_OPERATOR_NAMESPACE,
-    secondary_network_name,
-    team_namespace,
-)
+from modules.k8s.names import NETWORK_OPERATOR_NAMESPACE, secondary_network_name, team_namespace
 from modules.k8s.versions import (
     DOCA_OFED_DRIVER_VERSION,
-    EFA_DEVICE_PLUGIN,
     EKS_ADDON_REGISTRIES,
-    NETWORK_OPERATOR,
     NETWORK_OPERATOR_COMPONENT_TAG,
     NETWORK_OPERATOR_IMAGE_REPOSITORY,
 )
 from modules.pools import FABRIC_LABEL, NodePoolProfile
 from modules.validation import Checker
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-_a-zA-Z0-9]*)$")
 _HEX_ID = re.compile(r"^[0-9a-f]{4}$")
@@ -295,57 +281,6 @@ def ipoib_network(team: str, spec: InfinibandSpec) -> Manifest:
             "ipam": json.dumps({"type": "nv-ipam", "poolName": IB_POOL_NAME}),
         },
     }
-
-
-class Fabric(pulumi.ComponentResource):
-    """EFA device plugin (EKS) or the Network Operator (on-prem InfiniBand)."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        team_namespaces: dict[str, pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Fabric", name, None, opts)
-        provider = args.provider
-        self.releases: list[pulumi.Resource] = []
-        if args.eks is not None and args.pools_with_fabric("efa"):
-            values = pulumi.Output.from_input(args.eks.region).apply(efa_device_plugin_values)
-            self.releases.append(
-                helm_release(
-                    "aws-efa-k8s-device-plugin",
-                    EFA_DEVICE_PLUGIN,
-                    KUBE_SYSTEM,
-                    values=values,
-                    parent=self,
-                    provider=provider,
-                )
-            )
-        spec = args.infiniband
-        if spec is not None and args.pools_with_fabric("infiniband"):
-            ns = register(network_operator_namespace(args.kubernetes_version), self, provider)
-            release = helm_release(
-                "network-operator",
-                NETWORK_OPERATOR,
-                NETWORK_OPERATOR_NAMESPACE,
-                values=network_operator_values(),
-                parent=self,
-                provider=provider,
-                depends_on=[ns],
-            )
-            self.releases.append(release)
-            register(nic_cluster_policy(spec), self, provider, depends_on=[release])
-            if args.secondary_network:
-                pool = register(ib_ip_pool(spec), self, provider, depends_on=[release])
-                for team in args.teams:
-                    register(
-                        ipoib_network(team.name, spec),
-                        self,
-                        provider,
-                        depends_on=[pool, team_namespaces[team.name]],
-                    )
-        self.register_outputs({"releases": len(self.releases)})
 
 
 def fabric_plugins(pool: NodePoolProfile, spec: InfinibandSpec | None) -> list[str]:

@@ -17,27 +17,20 @@ with one time-sliced pool), that configuration is also the default.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pulumi
 import yaml
 
 from modules.k8s.common import (
     Manifest,
-    helm_release,
     metadata,
     namespace,
     pool_taint_tolerations,
-    register,
     required_node_affinity,
     system_node_selector,
 )
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
-from modules.k8s.versions import GPU_OPERATOR
 from modules.pools import ROLE_LABEL, NodePoolProfile
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 DEVICE_PLUGIN_CONFIGMAP = "gpuplatform-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
@@ -225,36 +218,3 @@ def gpu_operator_values(
             },
         },
     }
-
-
-class GpuEnablement(pulumi.ComponentResource):
-    """The GPU Operator and its configuration (only on stacks with GPU pools)."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:GpuEnablement", name, None, opts)
-        provider = args.provider
-        onprem = args.onprem
-        ns = register(gpu_operator_namespace(args.kubernetes_version), self, provider)
-        configs = [register(m, self, provider, depends_on=[ns]) for m in gpu_configmaps(args.pools)]
-        self.release = helm_release(
-            "gpu-operator",
-            GPU_OPERATOR,
-            GPU_OPERATOR_NAMESPACE,
-            values=gpu_operator_values(
-                args.pools,
-                install_driver=onprem.install_gpu_driver if onprem else False,
-                install_toolkit=onprem.install_container_toolkit if onprem else False,
-                scrape_interval_seconds=args.monitoring.scrape_interval_seconds,
-            ),
-            parent=self,
-            provider=provider,
-            # The ServiceMonitor CRD comes with the monitoring stack.
-            depends_on=[ns, *configs, *depends_on],
-        )
-        self.register_outputs({"chartVersion": GPU_OPERATOR.version})

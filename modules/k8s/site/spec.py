@@ -11,10 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-import pulumi
-import pulumi_kubernetes as k8s
-
-from modules.k8s.common import Manifest, metadata, register
+from modules.k8s.common import Manifest, metadata
 from modules.k8s.names import KUBE_SYSTEM, SITE_CONFIGMAP_NAME
 from modules.validation import Checker
 
@@ -84,18 +81,3 @@ def site_configmap(site: SiteSpec) -> Manifest:
         "metadata": metadata(SITE_CONFIGMAP_NAME, KUBE_SYSTEM),
         "data": data,
     }
-
-
-class SiteDeclaration(pulumi.ComponentResource):
-    """Declares the cluster's site in the cluster itself."""
-
-    def __init__(
-        self,
-        name: str,
-        site: SiteSpec,
-        provider: k8s.Provider,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:SiteDeclaration", name, None, opts)
-        self.configmap = register(site_configmap(site), self, provider)
-        self.register_outputs({"site": site.name, "country": site.country})

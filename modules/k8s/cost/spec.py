@@ -27,17 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pulumi
-import pulumi_kubernetes as k8s
-
-from modules.k8s.common import (
-    Manifest,
-    helm_release,
-    metadata,
-    namespace,
-    register,
-    system_node_selector,
-)
+from modules.k8s.common import Manifest, metadata, system_node_selector
 from modules.k8s.dashboards import DASHBOARD_LABEL
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
 from modules.k8s.versions import Chart
@@ -291,34 +281,3 @@ def cost_dashboard_configmap() -> Manifest:
         ),
         "data": {COST_DASHBOARD_FILE: json.dumps(cost_dashboard(), indent=1, sort_keys=True)},
     }
-
-
-class CostAllocation(pulumi.ComponentResource):
-    """OpenCost, the cost recording rules and budget alerts, the team cost dashboard."""
-
-    def __init__(
-        self,
-        name: str,
-        inputs: CostInputs,
-        provider: k8s.Provider,
-        kubernetes_version: str,
-        *,
-        depends_on: Sequence[pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:CostAllocation", name, None, opts)
-        ns = register(
-            namespace(OPENCOST_NAMESPACE, "restricted", kubernetes_version), self, provider
-        )
-        self.release = helm_release(
-            "opencost",
-            OPENCOST,
-            OPENCOST_NAMESPACE,
-            values=opencost_values(inputs),
-            parent=self,
-            provider=provider,
-            depends_on=[ns, *depends_on],
-        )
-        register(cost_rule(inputs), self, provider, depends_on=list(depends_on))
-        register(cost_dashboard_configmap(), self, provider, depends_on=list(depends_on))
-        self.register_outputs({"opencost": f"{OPENCOST_NAMESPACE}/opencost"})
