@@ -7,7 +7,7 @@ import pulumi
 from modules.k8s.autoscaler.spec import cluster_autoscaler_values
 from modules.k8s.common import helm_release
 from modules.k8s.names import KUBE_SYSTEM
-from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import CLUSTER_AUTOSCALER
 
 

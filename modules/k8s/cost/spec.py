@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modules.k8s.common import Manifest, metadata, system_node_selector
-from modules.k8s.dashboards import DASHBOARD_LABEL
+from modules.k8s.monitoring.dashboards import DASHBOARD_LABEL
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
 from modules.k8s.versions import Chart
 

@@ -15,7 +15,7 @@ from modules.k8s.fabric.spec import (
     nic_cluster_policy,
 )
 from modules.k8s.names import KUBE_SYSTEM, NETWORK_OPERATOR_NAMESPACE
-from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import EFA_DEVICE_PLUGIN, NETWORK_OPERATOR
 
 

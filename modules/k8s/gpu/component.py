@@ -10,7 +10,7 @@ import pulumi
 from modules.k8s.common import helm_release, register
 from modules.k8s.gpu.spec import gpu_configmaps, gpu_operator_namespace, gpu_operator_values
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
-from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import GPU_OPERATOR
 
 

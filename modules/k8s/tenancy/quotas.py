@@ -33,17 +33,35 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from modules.pools import NodePoolProfile
 from modules.validation import Problem
 
-if TYPE_CHECKING:
-    from modules.k8s.tenancy import TeamSpec
-
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Resources every ClusterQueue covers, in the order Kueue requires each flavor to list them.
 COVERED_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
+
+
+class TeamQuotas(Protocol):
+    """What the rule reads of a team: its name and quotas (`modules.k8s.tenancy.spec.TeamSpec`
+    provides it; a Protocol, because the team's namespace objects in `spec` use this rule).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gpu_quota(self) -> int: ...
+
+    @property
+    def cpu_quota(self) -> int: ...
+
+    @property
+    def memory_quota_gib(self) -> int: ...
+
+    @property
+    def borrow_limit_percent(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +121,7 @@ def pool_capacity(pool: NodePoolProfile) -> FlavorQuota:
     )
 
 
-def team_flavor_quotas(team: TeamSpec, pools: Sequence[NodePoolProfile]) -> list[FlavorQuota]:
+def team_flavor_quotas(team: TeamQuotas, pools: Sequence[NodePoolProfile]) -> list[FlavorQuota]:
     """The team's guaranteed quota on each queue pool, in flavor order."""
     quotas = []
     for pool in queue_pools(pools):
@@ -127,7 +145,7 @@ def borrowable(amount: int, borrow_limit_percent: int) -> int:
     return amount * borrow_limit_percent // 100
 
 
-def namespace_ceiling(team: TeamSpec, pools: Sequence[NodePoolProfile]) -> FlavorQuota:
+def namespace_ceiling(team: TeamQuotas, pools: Sequence[NodePoolProfile]) -> FlavorQuota:
     """The most the team's namespace may request at once: guaranteed plus borrowable,
     summed over all queue pools (the ResourceQuota's hard limits)."""
     cpu = memory = gpus = 0
@@ -139,7 +157,7 @@ def namespace_ceiling(team: TeamSpec, pools: Sequence[NodePoolProfile]) -> Flavo
     return FlavorQuota("namespace", cpu, memory, gpus)
 
 
-def quota_problems(teams: Sequence[TeamSpec], pools: Sequence[NodePoolProfile]) -> list[Problem]:
+def quota_problems(teams: Sequence[TeamQuotas], pools: Sequence[NodePoolProfile]) -> list[Problem]:
     """Guarantees the pools cannot honour at their maximum size, one problem each.
 
     A team's guarantee on a pool (GPUs on GPU pools, whose vCPU and memory slices follow

@@ -19,19 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-import pulumi
 import yaml
 
-from modules.k8s.common import (
-    Manifest,
-    helm_release,
-    metadata,
-    namespace,
-    register,
-    system_node_selector,
-)
+from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
 from modules.k8s.names import (
     COHORT_NAME,
     KUEUE_NAMESPACE,
@@ -41,14 +33,10 @@ from modules.k8s.names import (
     team_cluster_queue,
     team_namespace,
 )
-from modules.k8s.quotas import COVERED_RESOURCES, borrowable, queue_pools, team_flavor_quotas
-from modules.k8s.versions import KUEUE
+from modules.k8s.tenancy.quotas import COVERED_RESOURCES, borrowable, team_flavor_quotas
+from modules.k8s.tenancy.spec import TeamSpec
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
-    from modules.k8s.tenancy import TeamSpec
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
@@ -264,54 +252,3 @@ def priority_classes() -> list[Manifest]:
 def kueue_namespace(kubernetes_version: str) -> Manifest:
     # The Kueue controller runs non-root with all capabilities dropped: restricted fits.
     return namespace(KUEUE_NAMESPACE, "restricted", kubernetes_version)
-
-
-class Queueing(pulumi.ComponentResource):
-    """Kueue, its flavors and queues, and the PriorityClasses."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        team_namespaces: dict[str, pulumi.Resource],
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Queueing", name, None, opts)
-        provider = args.provider
-        self.priority_classes = [register(m, self, provider) for m in priority_classes()]
-        ns = register(kueue_namespace(args.kubernetes_version), self, provider)
-        self.release = helm_release(
-            "kueue",
-            KUEUE,
-            KUEUE_NAMESPACE,
-            values=kueue_values(
-                args.queueing,
-                # -- fleet: MultiKueue settings on a manager --
-                args.site.name if args.fleet is not None and args.fleet.manager else None,
-            ),
-            parent=self,
-            provider=provider,
-            depends_on=[ns, *depends_on],
-        )
-        flavors = [
-            register(resource_flavor(p), self, provider, depends_on=[self.release])
-            for p in queue_pools(args.pools)
-        ]
-        self.local_queues: dict[str, pulumi.Resource] = {}
-        for team in args.teams:
-            cq = register(
-                cluster_queue(team, args.pools, args.queueing),
-                self,
-                provider,
-                depends_on=[self.release, *flavors],
-            )
-            self.local_queues[team.name] = register(
-                local_queue(team), self, provider, depends_on=[cq, team_namespaces[team.name]]
-            )
-        self.register_outputs(
-            {
-                "localQueues": {t: LOCAL_QUEUE_NAME for t in self.local_queues},
-                "priorityClasses": list(PRIORITY_CLASSES),
-            }
-        )

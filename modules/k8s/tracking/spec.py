@@ -3,7 +3,8 @@
 `TrackingSpec` is the stack-file section ``uae-gpu-platform:tracking``; `TrackingInputs`
 carries what the composition hands the Kubernetes layer (the admin password, a Pulumi
 secret, and on AWS the RDS database and the artifact bucket). Kept apart from the
-component so `platform_args` can import them without an import cycle.
+objects (`manifests`) and the component: the aggregate `modules.k8s.platform.spec`
+imports these settings only.
 """
 
 from __future__ import annotations

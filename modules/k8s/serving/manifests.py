@@ -18,52 +18,32 @@
 * metrics-server (unless ``install_metrics_server`` is false): KServe's HPAs scale the
   predictors on CPU through the resource metrics API.
 * The scrape of every inference pod, the serving alert rules and the serving dashboard
-  (`modules.k8s.serving_observability`).
+  (`modules.k8s.serving.observability`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pulumi
-
-from modules.k8s.common import (
-    Manifest,
-    helm_release,
-    metadata,
-    namespace,
-    register,
-    system_node_selector,
-)
-from modules.k8s.names import KUBE_SYSTEM, team_namespace
-from modules.k8s.serving_observability import (
+from modules.k8s.common import Manifest, metadata, system_node_selector
+from modules.k8s.names import team_namespace
+from modules.k8s.serving.observability import (
     ISVC_POD_LABEL,
     PREDICTOR_HTTP_PORT_NAME,
     TRITON_METRICS_PORT_NAME,
-    inference_pod_monitor,
-    serving_dashboard_configmap,
-    serving_prometheus_rule,
 )
-from modules.k8s.serving_spec import (
-    CERT_MANAGER,
+from modules.k8s.serving.spec import (
     CERT_MANAGER_NAMESPACE,
     CPU_MODEL_FORMAT,
     CPU_RUNTIME,
     INFERENCE_SERVICE_ACCOUNT,
-    KSERVE,
-    KSERVE_CRD,
-    KSERVE_NAMESPACE,
     KUBE_RBAC_PROXY_TAG,
-    METRICS_SERVER,
     ONNX_MODEL_FORMAT,
     SERVING_CA_ISSUER,
     TRITON_RUNTIME,
     ServingSpec,
 )
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 #: The runtimes' containers run as this non-root user (Triton's image has it as
 #: ``triton-server``; the predictor image creates it).
@@ -362,106 +342,3 @@ def api_server_egress(spec: ServingSpec, team: str) -> Manifest:
 def serving_runtimes(spec: ServingSpec, has_gpus: bool) -> list[Manifest]:
     """The runtimes this stack offers: Triton only where there are GPU pools."""
     return [cpu_runtime(spec), *([triton_runtime(spec)] if has_gpus else [])]
-
-
-class Serving(pulumi.ComponentResource):
-    """cert-manager, KServe, the runtimes, the inference identities and their monitoring
-    (from ``args.serving``).
-
-    Attributes:
-        ready: what an InferenceService must ``depends_on`` (KServe and its runtimes).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        team_namespaces: Mapping[str, pulumi.Resource],
-        monitoring_release: pulumi.Resource,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Serving", name, None, opts)
-        if args.serving is None:
-            raise ValueError("Serving needs args.serving")
-        spec = args.serving
-        provider = args.provider
-        version = args.kubernetes_version
-        cm_ns = register(namespace(CERT_MANAGER_NAMESPACE, "restricted", version), self, provider)
-        kserve_ns = register(namespace(KSERVE_NAMESPACE, "restricted", version), self, provider)
-        cert_manager = helm_release(
-            "cert-manager",
-            CERT_MANAGER,
-            CERT_MANAGER_NAMESPACE,
-            values=cert_manager_values(spec),
-            parent=self,
-            provider=provider,
-            depends_on=[cm_ns, monitoring_release],
-        )
-        crds = helm_release(
-            "kserve-crd",
-            KSERVE_CRD,
-            KSERVE_NAMESPACE,
-            values={},
-            parent=self,
-            provider=provider,
-            depends_on=[kserve_ns],
-        )
-        region = args.eks.region if args.eks is not None else None
-        kserve = helm_release(
-            "kserve",
-            KSERVE,
-            KSERVE_NAMESPACE,
-            values=kserve_values(spec, region if isinstance(region, str) else None),
-            parent=self,
-            provider=provider,
-            depends_on=[kserve_ns, crds, cert_manager],
-        )
-        self.ready: list[pulumi.Resource] = [kserve]
-        issued: list[pulumi.Resource] = [cert_manager]
-        for issuer in certificate_authority():
-            issued = [register(issuer, self, provider, depends_on=issued)]
-        self.ready += issued
-        if spec.install_metrics_server:
-            # kube-system: where the resource metrics API's server conventionally runs.
-            self.ready.append(
-                helm_release(
-                    "metrics-server",
-                    METRICS_SERVER,
-                    KUBE_SYSTEM,
-                    values=metrics_server_values(spec),
-                    parent=self,
-                    provider=provider,
-                )
-            )
-        runtimes = serving_runtimes(spec, bool(args.gpu_pools))
-        for runtime in runtimes:
-            self.ready.append(register(runtime, self, provider, depends_on=[kserve]))
-        teams = [t.name for t in args.teams]
-        for team in teams:
-            self.ready.append(
-                register(
-                    inference_service_account(team),
-                    self,
-                    provider,
-                    depends_on=[team_namespaces[team]],
-                )
-            )
-            if spec.api_server_cidrs:
-                register(
-                    api_server_egress(spec, team),
-                    self,
-                    provider,
-                    depends_on=[team_namespaces[team]],
-                )
-        if teams:
-            register(auth_delegation(teams), self, provider)
-            register(inference_pod_monitor(teams), self, provider, depends_on=[monitoring_release])
-        register(serving_prometheus_rule(spec), self, provider, depends_on=[monitoring_release])
-        # In the monitoring namespace, which the monitoring release waits for.
-        register(serving_dashboard_configmap(spec), self, provider, depends_on=[monitoring_release])
-        self.register_outputs(
-            {
-                "kserve": f"{KSERVE.version} ({DEPLOYMENT_MODE})",
-                "runtimes": [r["metadata"]["name"] for r in runtimes],
-            }
-        )

@@ -18,18 +18,19 @@ import pulumi
 from modules.k8s.autoscaler.component import Autoscaler
 from modules.k8s.cost.component import CostAllocation
 from modules.k8s.fabric.component import Fabric
+from modules.k8s.fleet.component import FleetManager, FleetWorker
 from modules.k8s.gpu.component import GpuEnablement
-from modules.k8s.monitoring import Monitoring
-from modules.k8s.multikueue import FleetManager, FleetWorker
+from modules.k8s.monitoring.component import Monitoring
 from modules.k8s.names import TeamPlacement, team_placement
-from modules.k8s.platform_args import KubernetesPlatformArgs
-from modules.k8s.queueing import Queueing
-from modules.k8s.serving import Serving
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.platform.summary import installed_charts, pool_plugins
+from modules.k8s.queueing.component import Queueing
+from modules.k8s.serving.component import Serving
 from modules.k8s.site.component import SiteDeclaration
-from modules.k8s.storage import Storage, platform_storage_class
-from modules.k8s.summary import installed_charts, pool_plugins
-from modules.k8s.tenancy import Tenancy
-from modules.k8s.tracking import Tracking
+from modules.k8s.storage.component import Storage
+from modules.k8s.storage.spec import platform_storage_class
+from modules.k8s.tenancy.component import Tenancy
+from modules.k8s.tracking.component import Tracking
 
 
 class KubernetesPlatform(pulumi.ComponentResource):

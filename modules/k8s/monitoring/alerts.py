@@ -1,6 +1,6 @@
 """Alert rules for GPUs and training jobs (a PrometheusRule for the Prometheus Operator).
 
-GPU rules read the DCGM exporter (see `gpu.DCGM_FIELDS`), node rules read
+GPU rules read the DCGM exporter (see `modules.k8s.gpu.spec.DCGM_FIELDS`), node rules read
 kube-state-metrics, and the training rule reads the metrics the training pods export
 (``training_step`` and friends, scraped by the platform's PodMonitor).
 """
@@ -8,13 +8,11 @@ kube-state-metrics, and the training rule reads the metrics the training pods ex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from modules.k8s.common import Manifest, metadata
+from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.names import MONITORING_NAMESPACE
-
-if TYPE_CHECKING:
-    from modules.k8s.monitoring import MonitoringSpec
 
 PROMETHEUS_RULE_NAME = "gpuplatform-alerts"
 

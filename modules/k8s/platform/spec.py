@@ -16,15 +16,15 @@ import pulumi_kubernetes as k8s
 
 from modules.k8s.cost.spec import CostInputs
 from modules.k8s.fabric.spec import InfinibandSpec
-from modules.k8s.monitoring import MonitoringSpec
-from modules.k8s.multikueue import FleetInputs
-from modules.k8s.queueing import QueueingSpec
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.fleet.spec import FleetInputs
+from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.queueing.spec import QueueingSpec
+from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.eks import EksInputs
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec
-from modules.k8s.tenancy import TeamSpec
-from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec
+from modules.k8s.tenancy.spec import TeamSpec
+from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import Checker

@@ -20,9 +20,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from modules.k8s.alerts import AlertRule
 from modules.k8s.common import Manifest, metadata
-from modules.k8s.dashboards import (
+from modules.k8s.monitoring.alerts import AlertRule
+from modules.k8s.monitoring.dashboards import (
     DASHBOARD_LABEL,
     Panel,
     Row,
@@ -31,7 +31,7 @@ from modules.k8s.dashboards import (
     label_variable,
 )
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.serving.spec import ServingSpec
 
 #: KServe labels every predictor pod with its InferenceService's name.
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from modules.k8s.cost.spec import OPENCOST
 from modules.k8s.fabric.spec import fabric_plugins
-from modules.k8s.serving_spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.serving.spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.versions import (
     CLOUDNATIVE_PG,
     CLUSTER_AUTOSCALER,
@@ -19,9 +18,6 @@ from modules.k8s.versions import (
     NETWORK_OPERATOR,
     Chart,
 )
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 
 def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:

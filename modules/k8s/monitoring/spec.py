@@ -16,21 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-import pulumi
-
-from modules.k8s.alerts import prometheus_rule
 from modules.k8s.common import (
     Manifest,
-    helm_release,
     metadata,
     namespace,
     pool_taint_tolerations,
-    register,
     system_node_selector,
 )
-from modules.k8s.dashboards import DASHBOARD_LABEL, dashboards_configmap
+from modules.k8s.monitoring.dashboards import DASHBOARD_LABEL
 from modules.k8s.names import (
     METRICS_LABEL,
     METRICS_LABEL_VALUE,
@@ -38,12 +33,8 @@ from modules.k8s.names import (
     MONITORING_NAMESPACE,
     team_namespace,
 )
-from modules.k8s.versions import KUBE_PROMETHEUS_STACK
 from modules.pools import ACCELERATOR_LABEL, FABRIC_LABEL, POOL_LABEL, ROLE_LABEL
 from modules.validation import Checker
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 GRAFANA_SERVICE = "grafana"
 TRAINING_POD_MONITOR = "training-jobs"
@@ -259,40 +250,3 @@ def monitoring_namespace(kubernetes_version: str) -> Manifest:
         kubernetes_version,
         reason="node-exporter reads host network, PID and filesystem metrics",
     )
-
-
-class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack, the training PodMonitor, dashboards and alert rules."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        storage_class: str,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Monitoring", name, None, opts)
-        provider = args.provider
-        ns = register(monitoring_namespace(args.kubernetes_version), self, provider)
-        dashboards = register(dashboards_configmap(), self, provider, depends_on=[ns])
-        self.release = helm_release(
-            "kube-prometheus-stack",
-            KUBE_PROMETHEUS_STACK,
-            MONITORING_NAMESPACE,
-            values=kube_prometheus_stack_values(
-                args.monitoring, storage_class, managed_control_plane=args.eks is not None
-            ),
-            parent=self,
-            provider=provider,
-            depends_on=[ns, dashboards, *depends_on],
-        )
-        register(prometheus_rule(args.monitoring), self, provider, depends_on=[self.release])
-        if args.teams:
-            register(
-                training_pod_monitor([t.name for t in args.teams]),
-                self,
-                provider,
-                depends_on=[self.release],
-            )
-        self.register_outputs({"grafanaService": f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}"})

@@ -22,37 +22,29 @@ from __future__ import annotations
 import hashlib
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pulumi
 
 from modules.k8s.common import (
     Manifest,
-    helm_release,
     metadata,
     namespace,
     pool_taint_tolerations,
-    register,
     system_node_selector,
 )
 from modules.k8s.names import (
     CHECKPOINT_CLAIM_NAME,
     DEFAULT_STORAGE_CLASS,
-    KUBE_SYSTEM,
     RETAINED_STORAGE_CLASS,
     STORAGE_NAMESPACE,
     TRAINER_GID,
     TRAINER_UID,
     team_namespace,
 )
-from modules.k8s.versions import FSX_CSI_DRIVER
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
-    from modules.k8s.site.eks import FsxInputs
-    from modules.k8s.site.onprem import OnPremSpec
-    from modules.k8s.tenancy import TeamSpec
+from modules.k8s.site.eks import EksInputs, FsxInputs
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.tenancy.spec import TeamSpec
 
 FSX_DRIVER = "fsx.csi.aws.com"
 #: The policy pack's per-object exception (rule ``k8s-run-as-non-root``), with its reason.
@@ -64,6 +56,18 @@ RUN_AS_ROOT_REASON = (
 FSX_ROOT_CLAIM = "fsx-root"
 FSX_MOUNT_PATH = "/fsx"
 TEAMS_DIRECTORY = "teams"
+
+
+class StorageArgs(Protocol):
+    """What the storage decisions read of the platform's arguments: where the volumes
+    come from (`modules.k8s.platform.spec.KubernetesPlatformArgs` provides it; a
+    Protocol, so this module does not import the aggregate that imports the specs)."""
+
+    @property
+    def eks(self) -> EksInputs | None: ...
+
+    @property
+    def onprem(self) -> OnPremSpec | None: ...
 
 
 def concat(*parts: pulumi.Input[str]) -> pulumi.Input[str]:
@@ -271,7 +275,7 @@ def block_checkpoint_claim(
     }
 
 
-def checkpoint_volume_manifests(team: TeamSpec, args: KubernetesPlatformArgs) -> list[Manifest]:
+def checkpoint_volume_manifests(team: TeamSpec, args: StorageArgs) -> list[Manifest]:
     """The team's checkpoint claim (and, on FSx, the volume it binds to)."""
     if args.eks is not None:
         if args.eks.fsx is not None:
@@ -283,57 +287,8 @@ def checkpoint_volume_manifests(team: TeamSpec, args: KubernetesPlatformArgs) ->
     return [block_checkpoint_claim(team, onprem.checkpoint_class, onprem.checkpoint_access_mode)]
 
 
-def platform_storage_class(args: KubernetesPlatformArgs) -> str:
+def platform_storage_class(args: StorageArgs) -> str:
     """The StorageClass of platform volumes (Prometheus, Alertmanager)."""
     if args.onprem is not None:
         return args.onprem.storage_class
     return DEFAULT_STORAGE_CLASS
-
-
-@dataclass
-class StorageResources:
-    """What other components wait for: the classes, and the FSx team directories."""
-
-    classes: list[pulumi.Resource]
-    team_directories: list[pulumi.Resource]
-
-
-class Storage(pulumi.ComponentResource):
-    """Storage classes, the FSx CSI driver and the shared file system's team directories."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Storage", name, None, opts)
-        provider = args.provider
-        self.ready = StorageResources(classes=[], team_directories=[])
-        if args.eks is None:
-            # On premises the classes exist already; they are named in config.
-            self.register_outputs({"platformStorageClass": platform_storage_class(args)})
-            return
-        self.ready.classes = [
-            register(m, self, provider) for m in ebs_storage_classes(args.eks.storage_kms_key_arn)
-        ]
-        fsx = args.eks.fsx
-        if fsx is not None:
-            driver = helm_release(
-                "aws-fsx-csi-driver",
-                FSX_CSI_DRIVER,
-                KUBE_SYSTEM,
-                values=fsx_csi_values(),
-                parent=self,
-                provider=provider,
-            )
-            ns = register(storage_namespace(args.kubernetes_version), self, provider)
-            root = [register(m, self, provider, depends_on=[ns]) for m in fsx_root_volume(fsx)]
-            job = register(
-                team_directories_job([t.name for t in args.teams], fsx.init_image),
-                self,
-                provider,
-                depends_on=[driver, *root],
-            )
-            self.ready.team_directories = [job]
-        self.register_outputs({"platformStorageClass": platform_storage_class(args)})

@@ -36,24 +36,20 @@ same namespace, queue name and claim name on the worker.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 import yaml
 
-from modules.k8s.common import Manifest, metadata, register
+from modules.k8s.common import Manifest, metadata
 from modules.k8s.names import COHORT_NAME, KUEUE_NAMESPACE, team_cluster_queue, team_namespace
-from modules.k8s.quotas import COVERED_RESOURCES
+from modules.k8s.site.spec import SiteSpec
+from modules.k8s.tenancy.quotas import COVERED_RESOURCES
 from modules.validation import Checker
-
-if TYPE_CHECKING:
-    from modules.k8s.site.spec import SiteSpec
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
@@ -362,7 +358,7 @@ def burst_local_queue(team: str) -> Manifest:
 
 #: The rules of Kueue v0.19's ``site/static/examples/multikueue/create-multikueue-
 #: kubeconfig.sh``, kept for the integrations this platform enables (batch/job and
-#: jobset, see `modules.k8s.queueing.INTEGRATIONS`) and Kueue's own objects. Pods,
+#: jobset, see `modules.k8s.queueing.spec.INTEGRATIONS`) and Kueue's own objects. Pods,
 #: StatefulSets, LeaderWorkerSets, Kubeflow, Ray and AppWrapper rules are left out:
 #: those integrations are not enabled, so the manager never needs them.
 MANAGER_RULES: tuple[Manifest, ...] = (
@@ -476,104 +472,3 @@ def manager_kubeconfig(cluster_kubeconfig: str, token: str, manager: str) -> str
         },
         sort_keys=True,
     )
-
-
-def _decode_token(data: Mapping[str, str] | None) -> str:
-    return base64.b64decode((data or {}).get("token", "")).decode()
-
-
-class FleetManager(pulumi.ComponentResource):
-    """MultiKueue on the manager: worker Secrets and clusters, config, admission check,
-    the teams' burst queues."""
-
-    def __init__(
-        self,
-        name: str,
-        fleet: FleetManagerInputs,
-        provider: k8s.Provider,
-        *,
-        depends_on: Sequence[pulumi.Resource],
-        team_namespaces: Mapping[str, pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:FleetManager", name, None, opts)
-        deps = list(depends_on)
-        secrets = [
-            register(worker_secret(w.stack, w.kubeconfig), self, provider, depends_on=deps)
-            for w in fleet.workers
-        ]
-        clusters = [
-            register(multikueue_cluster(w.stack, w.site), self, provider, depends_on=[*deps, s])
-            for w, s in zip(fleet.workers, secrets, strict=True)
-        ]
-        config = register(
-            multikueue_config([w.stack for w in fleet.workers]),
-            self,
-            provider,
-            depends_on=[*deps, *clusters],
-        )
-        check = register(admission_check(), self, provider, depends_on=[config])
-        flavor = register(burst_flavor(), self, provider, depends_on=deps)
-        self.local_queues: dict[str, pulumi.Resource] = {}
-        for quota in fleet.burst_quotas:
-            cq = register(burst_queue(quota), self, provider, depends_on=[check, flavor])
-            self.local_queues[quota.team] = register(
-                burst_local_queue(quota.team),
-                self,
-                provider,
-                depends_on=[cq, team_namespaces[quota.team]],
-            )
-        self.register_outputs(
-            {
-                "workers": [worker_cluster_name(w.stack) for w in fleet.workers],
-                "burstQueues": {t: BURST_LOCAL_QUEUE for t in self.local_queues},
-            }
-        )
-
-
-class FleetWorker(pulumi.ComponentResource):
-    """The manager's identity on a worker, and its kubeconfig as a secret output."""
-
-    def __init__(
-        self,
-        name: str,
-        worker: FleetWorkerInputs,
-        provider: k8s.Provider,
-        *,
-        depends_on: Sequence[pulumi.Resource],
-        team_namespaces: Mapping[str, Sequence[pulumi.Resource]],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:FleetWorker", name, None, opts)
-        deps = list(depends_on)
-        identity = [
-            register(m, self, provider, depends_on=deps) for m in manager_identity(worker.manager)
-        ]
-        for team in worker.burst_teams:
-            register(
-                rendezvous_service(team),
-                self,
-                provider,
-                depends_on=[*deps, *team_namespaces.get(team, ())],
-            )
-        secret_manifest = token_secret(worker.manager)
-        # A typed Secret, so its token (filled in by the token controller) is an output.
-        token = k8s.core.v1.Secret(
-            f"secret-{KUEUE_NAMESPACE}-{manager_service_account(worker.manager)}",
-            metadata=secret_manifest["metadata"],
-            type=secret_manifest["type"],
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=provider,
-                depends_on=identity,
-                additional_secret_outputs=["data"],
-            ),
-        )
-        self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
-            pulumi.Output.all(worker.cluster_kubeconfig, token.data).apply(
-                lambda parts: manager_kubeconfig(
-                    str(parts[0]), _decode_token(parts[1]), worker.manager
-                )
-            )
-        )
-        self.register_outputs({"manager": worker.manager})

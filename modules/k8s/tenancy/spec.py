@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import pulumi
 
-from modules.k8s.common import Manifest, metadata, namespace, register
+from modules.k8s.common import Manifest, metadata, namespace
 from modules.k8s.names import (
     KUBE_SYSTEM,
     METRICS_PORT_NAME,
@@ -28,13 +28,11 @@ from modules.k8s.names import (
     team_group,
     team_namespace,
 )
-from modules.k8s.quotas import GPU_RESOURCE, namespace_ceiling
-from modules.k8s.storage import checkpoint_volume_manifests
+from modules.k8s.site.eks import EksInputs
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.tenancy.quotas import GPU_RESOURCE, namespace_ceiling
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
-
-if TYPE_CHECKING:
-    from modules.k8s.platform_args import KubernetesPlatformArgs
 
 _TEAM_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 
@@ -391,7 +389,23 @@ def trainer_service_account(team: TeamSpec) -> Manifest:
     }
 
 
-def team_manifests(team: TeamSpec, args: KubernetesPlatformArgs) -> list[Manifest]:
+class TenancyArgs(Protocol):
+    """What `team_manifests` reads of the platform's arguments: the pools (quotas) and
+    the networks a team may reach (`modules.k8s.platform.spec.KubernetesPlatformArgs`
+    provides it; a Protocol, so this module does not import the aggregate that imports
+    `TeamSpec` from here)."""
+
+    @property
+    def pools(self) -> tuple[NodePoolProfile, ...]: ...
+
+    @property
+    def eks(self) -> EksInputs | None: ...
+
+    @property
+    def onprem(self) -> OnPremSpec | None: ...
+
+
+def team_manifests(team: TeamSpec, args: TenancyArgs) -> list[Manifest]:
     """Everything inside a team namespace except its queue and checkpoint volume."""
     vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
     extra = args.onprem.egress_cidrs if args.onprem is not None else ()
@@ -402,40 +416,3 @@ def team_manifests(team: TeamSpec, args: KubernetesPlatformArgs) -> list[Manifes
         *team_rbac(team),
         trainer_service_account(team),
     ]
-
-
-class Tenancy(pulumi.ComponentResource):
-    """The team namespaces and everything that fences them in."""
-
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        storage_ready: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Tenancy", name, None, opts)
-        self.namespaces: dict[str, pulumi.Resource] = {}
-        self.team_objects: dict[str, list[pulumi.Resource]] = {}
-        for team in args.teams:
-            ns = register(
-                team_namespace_manifest(team, args.kubernetes_version), self, args.provider
-            )
-            self.namespaces[team.name] = ns
-            objects: list[pulumi.Resource] = [
-                register(manifest, self, args.provider, depends_on=[ns])
-                for manifest in team_manifests(team, args)
-            ]
-            objects += [
-                register(
-                    manifest,
-                    self,
-                    args.provider,
-                    depends_on=[ns, *storage_ready],
-                    # Checkpoints are data: the claim stays unless unprotected on purpose.
-                    protect=manifest["kind"] == "PersistentVolumeClaim",
-                )
-                for manifest in checkpoint_volume_manifests(team, args)
-            ]
-            self.team_objects[team.name] = objects
-        self.register_outputs({"namespaces": {t: team_namespace(t) for t in self.namespaces}})
