@@ -44,9 +44,9 @@ COVERED_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 
 
 class TeamQuotas(Protocol):
-    """What the rule reads of a team: its name and quotas (`modules.k8s.tenancy.spec.TeamSpec`
-    provides it; a Protocol, because the team's namespace objects in `spec` use this rule).
-    """
+    """What the rule reads of a team: its name and quotas (`modules.k8s.tenancy.spec.
+    TeamSpec` provides them). A Protocol rather than `TeamSpec` itself, because the team's
+    namespace objects in `spec` use this rule: neither module imports the other back."""
 
     @property
     def name(self) -> str: ...
