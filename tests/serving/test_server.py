@@ -241,9 +241,9 @@ def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_kserve_runtime_arguments_are_understood() -> None:
-    """The ServingRuntime passes KServe's conventions (modules/k8s/serving.py)."""
-    from modules.k8s.serving import MODEL_DIR, cpu_runtime  # noqa: PLC0415
-    from modules.k8s.serving_spec import ServingSpec  # noqa: PLC0415
+    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py)."""
+    from modules.k8s.serving.manifests import MODEL_DIR, cpu_runtime  # noqa: PLC0415
+    from modules.k8s.serving.spec import ServingSpec  # noqa: PLC0415
     from workloads.serving.__main__ import build_parser  # noqa: PLC0415
 
     runtime = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))
