@@ -25,9 +25,9 @@ from workloads.inference.card import ModelCard, read_card
 from workloads.inference.errors import ExportError
 from workloads.inference.export import DEFAULT_EXPORT_ROOT, export_checkpoint
 from workloads.inference.source import resolve_checkpoint
-from workloads.tracking.tracker import _CLIENT_ENV_DEFAULTS
 from workloads.training.config import TrainConfig
 from workloads.training.lineage import read_run_record
+from workloads.training.tracking import CLIENT_ENV_DEFAULTS
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
@@ -38,7 +38,7 @@ class RegisterError(RuntimeError):
 
 
 def _client(uri: str) -> Any:
-    for key, value in _CLIENT_ENV_DEFAULTS.items():
+    for key, value in CLIENT_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - slow import, CLI only
 
