@@ -75,9 +75,16 @@ def _platform_args(
     fleet: FleetInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
-    # Prices were checked with the config (`stacks.program`): every pool has one.
+    # Prices were checked with the config (`stacks.program`): every pool has a shape.
     site_name = config.site.name if config.site is not None else f"aws-{config.region}"
     cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
+    if cost is None:
+        # Never a figure that is not a real price (docs/cost.md): no OpenCost until
+        # `make prices-refresh` wrote verified prices for every pool.
+        pulumi.log.warn(
+            "cost allocation (OpenCost) left out: the price snapshot has no verified price "
+            "for every pool; run `make prices-refresh`"
+        )
     try:
         if foundation is None:
             assert config.site is not None  # checked by StackConfig for target onprem
