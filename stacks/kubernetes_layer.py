@@ -16,6 +16,7 @@ from modules.k8s.multikueue import (
 from modules.k8s.platform import KubernetesPlatform
 from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
 from modules.k8s.site import SiteSpec
+from modules.k8s.site_audit.component import SiteAuditPolicy
 from modules.k8s.tracking import TRACKING_URI
 from modules.k8s.tracking_spec import TrackingInputs
 from modules.validation import InvalidArgsError
@@ -196,6 +197,8 @@ def build_kubernetes_layer(
         config, provider, foundation, tracking, _fleet_inputs(config, foundation, kubeconfig)
     )
     platform = KubernetesPlatform("platform", args)
+    if config.api_audit is not None:
+        SiteAuditPolicy("site-audit", config.api_audit, provider)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
     if args.tracking_enabled:
         pulumi.export("trackingUri", TRACKING_URI)
