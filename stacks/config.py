@@ -594,11 +594,11 @@ class StackConfig:
     def _check_access_and_link(self, check: Checker) -> None:
         """Identity, the site link and the audit policy against the rest of the stack."""
         aws_only = (("identity", self.identity), ("site_link", self.site_link))
-        for name, value in aws_only:
+        for name, section in aws_only:
             check.require(
-                self.target == "aws" or value is None,
+                self.target == "aws" or section is None,
                 name,
-                name,
+                camel(name),
                 "only for target aws (an EKS cluster in this stack's VPC)",
             )
         check.require(
