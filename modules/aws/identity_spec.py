@@ -119,32 +119,31 @@ class IdentitySpec:
             self.provider,
             "'iam-identity-center' (EKS access entries take IAM principals)",
         )
-        names = [t.team for t in self.teams]
-        roles = [t.role_arn for t in self.teams]
-        for i, access in enumerate(self.teams):
-            check.require(
-                names.count(access.team) == 1,
-                f"teams[{i}].team",
-                access.team,
-                "one entry per team",
-            )
-            check.require(
-                roles.count(access.role_arn) == 1,
-                f"teams[{i}].role_arn",
-                access.role_arn,
-                "each team signs in as its own role (a shared role would open every "
-                "namespace it maps to to all of their members)",
-            )
         check.done()
 
 
 def identity_problems(
     spec: IdentitySpec, teams: tuple[str, ...], admin_role_arns: tuple[str, ...]
 ) -> list[tuple[str, object, str]]:
-    """What the identity section gets wrong about the rest of the stack: (field, value,
-    expected) per problem. Team roles are never administrators."""
+    """What the identity section gets wrong, in itself and against the rest of the stack:
+    (field, value, expected) per problem, all of them (checked here rather than in
+    `IdentitySpec` so that they come with the stack's other problems). One entry per
+    team, one role per team, team roles never administrators."""
     problems: list[tuple[str, object, str]] = []
+    names = [t.team for t in spec.teams]
+    roles = [t.role_arn for t in spec.teams]
     for i, access in enumerate(spec.teams):
+        if names.count(access.team) > 1:
+            problems.append((f"identity.teams[{i}].team", access.team, "one entry per team"))
+        if roles.count(access.role_arn) > 1:
+            problems.append(
+                (
+                    f"identity.teams[{i}].role_arn",
+                    access.role_arn,
+                    "each team signs in as its own role (a shared role would open every "
+                    "namespace it maps to to all of their members)",
+                )
+            )
         if access.team not in teams:
             problems.append(
                 (
