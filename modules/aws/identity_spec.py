@@ -6,8 +6,9 @@ Center, not by this stack), and the assignment creates an IAM role
 (``AWSReservedSSO_<permission set>_<suffix>``) that the group's members assume. That
 role is the team's principal here: it gets an EKS access entry of type ``STANDARD``
 whose access policy is scoped to the team's namespace, and whose Kubernetes group is
-the team's RBAC group ``team:<name>`` (the RoleBindings the tenancy layer creates, among
-them read access to the team's Kueue queue, which EKS access policies do not cover).
+the team's RBAC group ``team:<name>`` (the RoleBindings the tenancy layer creates in the
+team's namespace, among them read access to its Kueue queues: custom resources are
+granted through RBAC, not through the access policy).
 Administrators stay separate: ``cluster.adminRoleArns`` gets cluster-wide admin entries
 (`modules.aws.cluster`); no team role may be one of them.
 """
