@@ -38,6 +38,7 @@ from modules.k8s.tracking.spec import TrackingStoreInputs
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
+from .access_foundation import build_access_and_link
 from .catalog import catalog_problems
 from .config import StackConfig
 from .config_parsing import ConfigError
@@ -157,6 +158,15 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
     )
     security_group_id = cluster.cluster.vpc_config.apply(
         lambda v: v.cluster_security_group_id or ""
+    )
+    build_access_and_link(
+        config,
+        name=name,
+        cluster=cluster,
+        network=network,
+        cluster_security_group_id=security_group_id,
+        logs_key_arn=keys.arn("logs"),
+        opts=opts,
     )
     pools: list[NodePool] = []
     for spec in config.node_pools:

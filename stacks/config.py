@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from modules.aws.identity_spec import IdentitySpec, identity_problems
 from modules.aws.node_pool_spec import NodePoolSpec
+from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.monitoring.spec import MonitoringSpec
@@ -25,6 +27,7 @@ from modules.k8s.queueing.spec import QueueingSpec
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec
+from modules.k8s.site_audit.spec import ApiAuditSpec
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
@@ -349,6 +352,12 @@ class StackConfig:
         onprem_pricing: an on-premises site's prices per GPU-hour, vCPU-hour and
             GiB-hour (`OnPremPricing`), for OpenCost and ``make cost``.
         budgets: monthly cost budgets per team (`TeamBudget`, see docs/cost.md).
+        identity: how people get into an EKS cluster (`IdentitySpec`): each team's
+            IAM Identity Center group and the role it signs in as, mapped to an access
+            entry scoped to the team's namespace; ``null`` for none.
+        site_link: a fleet worker's private link to its manager's on-premises site
+            (`SiteLinkSpec`: Site-to-Site VPN or Direct Connect; docs/fleet.md).
+        api_audit: an on-premises site's API audit-log policy (`ApiAuditSpec`).
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -378,11 +387,16 @@ class StackConfig:
     fleet_worker: FleetWorkerSpec | None = None
     onprem_pricing: OnPremPricing | None = None
     budgets: tuple[TeamBudget, ...] = ()
+    # -- who gets in, the site link, the site's audit log (issue 23) --
+    identity: IdentitySpec | None = None
+    site_link: SiteLinkSpec | None = None
+    api_audit: ApiAuditSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
         self._check_target(check)
         self._check_fleet_and_cost(check)
+        self._check_access_and_link(check)
         for i, region in enumerate(self.allowed_regions):
             check.require(
                 region in UAE_AWS_REGIONS,
@@ -576,6 +590,45 @@ class StackConfig:
                 budget.team,
                 "one budget per team",
             )
+
+    def _check_access_and_link(self, check: Checker) -> None:
+        """Identity, the site link and the audit policy against the rest of the stack."""
+        aws_only = (("identity", self.identity), ("site_link", self.site_link))
+        for name, section in aws_only:
+            check.require(
+                self.target == "aws" or section is None,
+                name,
+                camel(name),
+                "only for target aws (an EKS cluster in this stack's VPC)",
+            )
+        check.require(
+            self.target == "onprem" or self.api_audit is None,
+            "api_audit",
+            "apiAudit",
+            "only for target onprem: EKS keeps its audit log in CloudWatch",
+        )
+        if self.identity is not None:
+            teams = tuple(t.name for t in self.teams)
+            for key, value, expected in identity_problems(
+                self.identity, teams, self.cluster.admin_role_arns
+            ):
+                check.require(False, key, value, expected)
+        link = self.site_link
+        if link is not None:
+            check.require(
+                self.fleet_worker is not None,
+                "site_link",
+                "siteLink",
+                "a site link joins a fleet worker to its manager's site: declare fleetWorker",
+            )
+            for cidr in link.overlaps(self.network.vpc_cidr):
+                check.require(
+                    False,
+                    "site_link.site_cidrs",
+                    cidr,
+                    f"overlaps the VPC ({self.network.vpc_cidr}): routes to the site would be "
+                    "ambiguous",
+                )
 
     @property
     def all_tags(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.site.eks import EksInputs, FsxInputs
 from modules.k8s.site.spec import SiteSpec
+from modules.k8s.site_audit.component import SiteAuditPolicy
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.tracking.spec import TrackingInputs
 from modules.validation import InvalidArgsError
@@ -71,9 +72,16 @@ def _platform_args(
     fleet: FleetInputs | None = None,
 ) -> KubernetesPlatformArgs:
     """The layer's typed args; their combined checks become config problems."""
-    # Prices were checked with the config (`stacks.program`): every pool has one.
+    # Prices were checked with the config (`stacks.program`): every pool has a shape.
     site_name = config.site.name if config.site is not None else f"aws-{config.region}"
     cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
+    if cost is None:
+        # Never a figure that is not a real price (docs/cost.md): no OpenCost until
+        # `make prices-refresh` wrote verified prices for every pool.
+        pulumi.log.warn(
+            "cost allocation (OpenCost) left out: the price snapshot has no verified price "
+            "for every pool; run `make prices-refresh`"
+        )
     try:
         if foundation is None:
             assert config.site is not None  # checked by StackConfig for target onprem
@@ -185,6 +193,8 @@ def build_kubernetes_layer(
         config, provider, foundation, tracking, _fleet_inputs(config, foundation, kubeconfig)
     )
     platform = KubernetesPlatform("platform", args)
+    if config.api_audit is not None:
+        SiteAuditPolicy("site-audit", config.api_audit, provider)
     pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
     if args.tracking_enabled:
         pulumi.export("trackingUri", TRACKING_URI)

@@ -79,6 +79,7 @@ class Network(pulumi.ComponentResource):
     vpc: aws.ec2.Vpc
     private_subnets: dict[str, aws.ec2.Subnet]
     public_subnets: dict[str, aws.ec2.Subnet]
+    private_route_tables: list[aws.ec2.RouteTable]
 
     def __init__(
         self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
@@ -115,7 +116,7 @@ class Network(pulumi.ComponentResource):
             )
             target = self.private_subnets if plan.tier == "private" else self.public_subnets
             target[plan.zone] = subnet
-        private_route_tables = self._routing(name, args)
+        self.private_route_tables = private_route_tables = self._routing(name, args)
         self._endpoints(name, args, private_route_tables)
         self._flow_logs(name, args)
         self.register_outputs(

@@ -12,6 +12,7 @@ from policies.rules import (
     kubernetes,
     residency,
     serving,
+    site_link,
     stack,
     state,
     tags,
@@ -36,6 +37,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         database,
         serving,
         fleet,
+        site_link,
     )
     for rule in _rules_of(module)
 )

@@ -257,6 +257,8 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
+        # The site VPN's tunnel logs (siteLink, docs/fleet.md): network evidence.
+        "gpuplatform:aws:SiteLink$aws:cloudwatch/logGroup:LogGroup::site-link-tunnels",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"
         "persistentvolumeclaim-team-llm-research-checkpoints",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"
