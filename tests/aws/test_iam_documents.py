@@ -165,7 +165,9 @@ def test_flow_log_role_lists_groups_on_star_and_writes_only_its_group() -> None:
     assert by_sid["ListLogGroups"]["Resource"] == "*"
     write = by_sid["WriteOwnLogGroup"]
     assert "logs:DescribeLogGroups" not in write["Action"]
-    group = "arn:aws:logs:me-central-1:123456789012:log-group:/gpuplatform/gpu-uae-prod/vpc-flow-logs"
+    group = (
+        "arn:aws:logs:me-central-1:123456789012:log-group:/gpuplatform/gpu-uae-prod/vpc-flow-logs"
+    )
     assert write["Resource"] == [group, f"{group}:*"]
     with mock_aws():
         boto3.client("iam", region_name="us-east-1").create_policy(
