@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from modules.aws.backup_spec import BackupSpec
+from modules.aws.key_custody_spec import KeyCustodySpec, endpoint_service_region
 from modules.aws.node_pool_spec import NodePoolSpec
 from modules.k8s.fabric import InfinibandSpec
 from modules.k8s.monitoring import MonitoringSpec
@@ -39,9 +41,13 @@ from .cost_config import OnPremPricing, TeamBudget
 
 PROJECT = "uae-gpu-platform"
 
+#: Secret config values of a custom key store (``keys``): the CloudHSM ``kmsuser``
+#: password, and the external key store proxy's credential.
+KEY_STORE_SECRET_KEYS = ("keyStorePassword", "xksProxyAccessKeyId", "xksProxySecretAccessKey")
+
 
 # Keys read outside the typed sections (secrets are never parsed into dataclasses).
-SECRET_KEYS = ("kubeconfig", "trackingAdminPassword")
+SECRET_KEYS = ("kubeconfig", "trackingAdminPassword", *KEY_STORE_SECRET_KEYS)
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -349,6 +355,11 @@ class StackConfig:
         onprem_pricing: an on-premises site's prices per GPU-hour, vCPU-hour and
             GiB-hour (`OnPremPricing`), for OpenCost and ``make cost``.
         budgets: monthly cost budgets per team (`TeamBudget`, see docs/cost.md).
+        keys: key custody (`KeyCustodySpec`, docs/compliance.md "Key custody"): AWS
+            KMS's own HSMs (default) or a custom key store (CloudHSM or external);
+            AWS stacks only.
+        backup: AWS Backup of the stack's data (`BackupSpec`, docs/recovery.md); AWS
+            stacks get the defaults when unset; ``enabled: false`` for none.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -378,11 +389,15 @@ class StackConfig:
     fleet_worker: FleetWorkerSpec | None = None
     onprem_pricing: OnPremPricing | None = None
     budgets: tuple[TeamBudget, ...] = ()
+    # -- key custody and backup sections (docs/compliance.md, docs/recovery.md) --
+    keys: KeyCustodySpec | None = None
+    backup: BackupSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
         self._check_target(check)
         self._check_fleet_and_cost(check)
+        self._check_keys_and_backup(check)
         for i, region in enumerate(self.allowed_regions):
             check.require(
                 region in UAE_AWS_REGIONS,
@@ -576,6 +591,47 @@ class StackConfig:
                 budget.team,
                 "one budget per team",
             )
+
+    def _check_keys_and_backup(self, check: Checker) -> None:
+        """Key custody and backups are AWS settings; they must fit this stack's VPC and
+        region."""
+        if self.target == "onprem":
+            for name, value in (("keys", self.keys), ("backup", self.backup)):
+                check.require(
+                    value is None,
+                    name,
+                    "(given)",
+                    "only for target aws (an onprem site holds its own keys and backups)",
+                )
+            return
+        store = self.keys.key_store if self.keys is not None else None
+        if store is None:
+            return
+        if store.create_cluster:
+            check.require(
+                store.hsm_count <= self.network.zone_count,
+                "keys.key_store.hsm_count",
+                store.hsm_count,
+                f"one HSM per zone: at most network.zoneCount ({self.network.zone_count})",
+            )
+        if store.type == "external" and store.proxy_vpc_endpoint_service_name:
+            region = endpoint_service_region(store.proxy_vpc_endpoint_service_name)
+            check.require(
+                region in (None, self.region),
+                "keys.key_store.proxy_vpc_endpoint_service_name",
+                store.proxy_vpc_endpoint_service_name,
+                f"the endpoint service must be in the stack's region {self.region}",
+            )
+
+    @property
+    def key_custody(self) -> KeyCustodySpec:
+        """The stack's key custody (standard when the section is unset)."""
+        return self.keys or KeyCustodySpec()
+
+    @property
+    def backups(self) -> BackupSpec:
+        """The stack's backup settings (the defaults when the section is unset)."""
+        return self.backup or BackupSpec()
 
     @property
     def all_tags(self) -> dict[str, str]:
