@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from policies.model import Rule
 from policies.rules import (
+    backup,
+    custody,
     database,
     encryption,
     exposure,
@@ -36,6 +38,8 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         database,
         serving,
         fleet,
+        custody,
+        backup,
     )
     for rule in _rules_of(module)
 )

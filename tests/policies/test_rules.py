@@ -328,7 +328,7 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
                 ]
             },
         ),
-        "uae-no-cross-region-copies",
+        "uae-backup-copies-in-region",
         "eu-central-1",
     ),
     (
@@ -717,10 +717,16 @@ def test_the_broken_plan_fails_exactly_the_rule(
 
 def test_every_rule_has_a_failing_case() -> None:
     # The database rules' cases live with their compliant plan (test_database_rules).
+    from tests.policies.test_custody_backup_rules import (  # noqa: PLC0415
+        BACKUP_CASES,
+        CUSTODY_CASES,
+    )
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
 
-    covered = {c[2] for c in (*CASES, *DATABASE_CASES)} | COVERED_RULE_IDS
+    covered = {
+        c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES)
+    } | COVERED_RULE_IDS
     assert {r.id for r in ALL_RULES} - covered == set()
 
 
