@@ -46,8 +46,10 @@ PROJECT = "uae-gpu-platform"
 KEY_STORE_SECRET_KEYS = ("keyStorePassword", "xksProxyAccessKeyId", "xksProxySecretAccessKey")
 
 
-# Keys read outside the typed sections (secrets are never parsed into dataclasses).
-SECRET_KEYS = ("kubeconfig", "trackingAdminPassword", *KEY_STORE_SECRET_KEYS)
+# Keys read outside the typed sections (secrets are never parsed into dataclasses); the
+# offline plan gives every stack a stand-in for these. A key store's secrets are only
+# needed by `hsm` stacks, whose files must hold them (`pulumi config set --secret`).
+SECRET_KEYS = ("kubeconfig", "trackingAdminPassword")
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -676,7 +678,10 @@ def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[s
     sections: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in flat_config.items():
-        if not key.startswith(prefix) or key[len(prefix) :] in SECRET_KEYS:
+        if not key.startswith(prefix) or key[len(prefix) :] in (
+            *SECRET_KEYS,
+            *KEY_STORE_SECRET_KEYS,
+        ):
             continue
         text = str(value)
         if text[:1] in ("[", "{") or text == "null":
