@@ -378,6 +378,7 @@ def build_aws_foundation(
             {
                 "vault": backups.vault.name,
                 "planId": backups.plan.id,
+                "backupRoleArn": backups.backup_role.arn,
                 "restoreRoleArn": backups.restore_role.arn,
             },
         )

@@ -122,6 +122,7 @@ class StackBackups(pulumi.ComponentResource):
 
     vault: aws.backup.Vault
     plan: aws.backup.Plan
+    backup_role: aws.iam.Role
     restore_role: aws.iam.Role
 
     def __init__(
@@ -151,7 +152,7 @@ class StackBackups(pulumi.ComponentResource):
         )
         trust = json.dumps(iam.service_trust("backup.amazonaws.com", args.account_id))
         key_policy = iam.json_document(vault_key_access, args.key_arn)
-        backup_role = iam.role(
+        self.backup_role = backup_role = iam.role(
             f"{name}-backup",
             trust,
             self,
@@ -211,6 +212,7 @@ class StackBackups(pulumi.ComponentResource):
             {
                 "vault": self.vault.name,
                 "plan_id": self.plan.id,
+                "backup_role_arn": self.backup_role.arn,
                 "restore_role_arn": self.restore_role.arn,
             }
         )
