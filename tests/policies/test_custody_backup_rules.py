@@ -392,3 +392,17 @@ def test_shipped_plan_shape_is_what_the_cases_use() -> None:
     built = {s["newState"]["type"]: s["newState"]["inputs"] for s in plan_with_backup()["steps"]}
     for kind in (VAULT, PLAN, "aws:backup/vaultLockConfiguration:VaultLockConfiguration"):
         assert set(built[kind]) <= set(shipped[kind]), kind
+
+
+def test_a_plan_is_judged_by_its_own_config_not_one_left_by_an_earlier_run() -> None:
+    """An hsm stack planned earlier in the same process leaves its config in the Pulumi
+    runtime; a standard stack's plan reviewed afterwards must not inherit it."""
+    from pulumi.runtime import config as runtime_config  # noqa: PLC0415
+
+    token = runtime_config.CONFIG.set(
+        {**runtime_config.CONFIG.get(), "uae-gpu-platform:keys": '{"custody": "hsm"}'}
+    )
+    try:
+        assert failing_rules(compliant_plan()) == set()
+    finally:
+        runtime_config.CONFIG.reset(token)
