@@ -332,3 +332,13 @@ def test_moto_refuses_a_lock_shorter_than_compliance_mode_and_changes_after_the_
         backup.delete_backup_vault_lock_configuration(BackupVaultName="v")
     with pytest.raises(botocore.exceptions.ClientError, match="immutable"):
         backup.put_backup_vault_lock_configuration(BackupVaultName="v", MinRetentionDays=1)
+
+
+def test_checkpoint_selections_are_one_per_namespace_with_valid_names() -> None:
+    from modules.aws.backup import checkpoint_volume_targets  # noqa: PLC0415
+
+    long_team = "team-" + "x" * 60
+    targets = checkpoint_volume_targets(["team-a", long_team], "checkpoints", REGION, ACCOUNT)
+    assert [t.name for t in targets] == ["checkpoints-team-a", f"checkpoints-{long_team}"[:50]]
+    assert all(re.fullmatch(r"[a-zA-Z0-9\-_.]{1,50}", t.name) for t in targets)
+    assert targets[1].tags_equal == {PVC_NAMESPACE_TAG: long_team, PVC_NAME_TAG: "checkpoints"}

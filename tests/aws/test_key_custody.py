@@ -384,3 +384,13 @@ def test_an_onprem_stack_takes_no_keys_or_backup_section() -> None:
         f"{NS}keys: got '(given)'; only for target aws (an onprem site holds its own keys "
         "and backups)",
     ]
+
+
+def test_hsms_take_one_zone_each_in_the_vpcs_order() -> None:
+    from modules.aws.key_custody import hsm_zones  # noqa: PLC0415
+
+    zones = ("me-central-1a", "me-central-1b", "me-central-1c")
+    assert hsm_zones(zones, 2) == ("me-central-1a", "me-central-1b")
+    assert hsm_zones(zones, 3) == zones
+    with pytest.raises(ValueError, match="4 HSMs need 4 zones; the VPC has 3"):
+        hsm_zones(zones, 4)
