@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from policies.model import Rule
 from policies.rules import (
+    backup,
+    custody,
     database,
     encryption,
     exposure,
@@ -38,6 +40,8 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         serving,
         fleet,
         site_link,
+        custody,
+        backup,
     )
     for rule in _rules_of(module)
 )

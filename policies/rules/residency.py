@@ -123,7 +123,6 @@ def _indexed(items: Any) -> Iterator[tuple[int, Any]]:
 COPY_TYPES = (
     "aws:ecr/replicationConfiguration:ReplicationConfiguration",
     "aws:dlm/lifecyclePolicy:LifecyclePolicy",
-    "aws:backup/plan:Plan",
     "aws:ebs/snapshotCopy:SnapshotCopy",
     "aws:ec2/amiCopy:AmiCopy",
     "aws:dynamodb/table:Table",
@@ -141,9 +140,10 @@ COPY_TYPES = (
 @resource_rule(
     id="uae-no-cross-region-copies",
     description=(
-        "No copy of data leaves the allowed regions: ECR replication, backup copy actions, "
-        "DLM cross-region copies, snapshot and AMI copies, DynamoDB and Secrets Manager "
-        "replicas, EFS replication, cross-region log and observability links."
+        "No copy of data leaves the allowed regions: ECR replication, DLM cross-region "
+        "copies, snapshot and AMI copies, DynamoDB and Secrets Manager replicas, EFS "
+        "replication, cross-region log and observability links (AWS Backup copies are "
+        "`uae-backup-copies-in-region`'s)."
     ),
     severity=Severity.CRITICAL,
     remediation=(
@@ -171,11 +171,6 @@ def no_cross_region_copies(resource: ResourceView, settings: Settings) -> Iterat
             for j, copy in _indexed(dig(action, "crossRegionCopies")):
                 path = f"policyDetails.actions[{i}].crossRegionCopies[{j}].target"
                 yield from _foreign(dig(copy, "target"), path, settings)
-    elif kind == "aws:backup/plan:Plan":
-        for i, rule in _indexed(props.get("rules")):
-            for j, action in _indexed(dig(rule, "copyActions")):
-                path = f"rules[{i}].copyActions[{j}].destinationVaultArn"
-                yield from _foreign_arn(dig(action, "destinationVaultArn"), path, settings)
     elif kind == "aws:ebs/snapshotCopy:SnapshotCopy":
         yield from _foreign(props.get("sourceRegion"), "sourceRegion", settings)
     elif kind == "aws:ec2/amiCopy:AmiCopy":

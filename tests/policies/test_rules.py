@@ -328,7 +328,7 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
                 ]
             },
         ),
-        "uae-no-cross-region-copies",
+        "uae-backup-copies-in-region",
         "eu-central-1",
     ),
     (
@@ -720,10 +720,18 @@ def test_every_rule_has_a_failing_case() -> None:
     from tests.policies.test_access_and_link_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as ACCESS_AND_LINK,
     )
+    from tests.policies.test_custody_backup_rules import (  # noqa: PLC0415
+        BACKUP_CASES,
+        CUSTODY_CASES,
+    )
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
 
-    covered = {c[2] for c in (*CASES, *DATABASE_CASES)} | COVERED_RULE_IDS | ACCESS_AND_LINK
+    covered = (
+        {c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES)}
+        | COVERED_RULE_IDS
+        | ACCESS_AND_LINK
+    )
     assert {r.id for r in ALL_RULES} - covered == set()
 
 
