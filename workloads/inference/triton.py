@@ -64,7 +64,7 @@ MAX_QUEUE_DELAY_US = 5000
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 #: ONNX element types -> Triton data types (model_config.proto ``DataType``).
-_TRITON_TYPES = {
+_TRITON_TYPES: dict[int, str] = {
     onnx.TensorProto.BOOL: "TYPE_BOOL",
     onnx.TensorProto.UINT8: "TYPE_UINT8",
     onnx.TensorProto.UINT16: "TYPE_UINT16",

@@ -29,6 +29,7 @@ from workloads.lineage import (
     write_run_record,
 )
 from workloads.metrics import WindowStats
+from workloads.tracking.registry import CLIENT_ENV_DEFAULTS
 
 #: Experiment used when ``MLFLOW_EXPERIMENT_NAME`` is not set.
 DEFAULT_EXPERIMENT = "training"
@@ -38,7 +39,7 @@ QUEUE_RECORDS = 4096
 FINISH_TIMEOUT_S = 30.0
 #: MLflow's HTTP client retries 7 times with backoff (minutes) by default; a training
 #: run only needs to find out that the server is down, so it retries less.
-_CLIENT_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_CLIENT_ENV_DEFAULTS = CLIENT_ENV_DEFAULTS
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a parameter value
 _STOP = object()
 
