@@ -75,10 +75,12 @@ def _logits(model_file: Path) -> Any:
 
 
 def test_a_registered_version_is_an_mlflow_onnx_model(
-    registry: Registry, capsys: pytest.CaptureFixture[str]
+    registry: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = registry.run_ids[0]
+    fluent_uri = mlflow.get_tracking_uri()
     assert register.main([first, "--tracking-uri", registry.uri]) == 0
+    assert mlflow.get_tracking_uri() == fluent_uri  # the process is not left repointed
     out = capsys.readouterr().out
     assert f"model 'tiny' version 1 on {registry.uri}" in out
     assert "alias 'champion' now names version 1" in out
@@ -91,7 +93,9 @@ def test_a_registered_version_is_an_mlflow_onnx_model(
     assert version.source.startswith("models:/m-") and version.run_id == first
     logged = client.get_logged_model(version.source.removeprefix("models:/"))
     assert logged.name == "tiny" and logged.source_run_id == first
-    mlflow.set_registry_uri(registry.uri)
+    # models:/ URIs resolve in the registry the environment names (undone after the test).
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", registry.uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registry.uri)
     proto = mlflow.onnx.load_model("models:/tiny/1")
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     expected_fp32 = _logits(export / "model.onnx")

@@ -251,19 +251,35 @@ def _log_onnx_model(
     import mlflow.onnx  # noqa: PLC0415
     import onnx  # noqa: PLC0415
 
-    info = call(
+    # MLflow's internal helper that sets the fluent API's tracking URI for the call
+    # and puts the caller's back: log_model reads it, and nothing here should leave a
+    # process (a test, a notebook) pointed at another server.
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri  # noqa: PLC0415
+
+    # Created in the run's experiment, so its files land under
+    # <experiment>/models/<model id>/artifacts (what the storage paths name).
+    experiment_id = call(uri, lambda: client.get_run(run_id)).info.experiment_id
+    model = call(
         uri,
-        lambda: mlflow.onnx.log_model(
-            onnx.load(str(path)),
-            name=served_name,
-            run_id=run_id,
-            signature=_signature(path),
-            input_example=_input_example(card),
-            metadata=metadata,
-            # One file, as the export wrote it: Triton and the CPU predictor read it so.
-            save_as_external_data=False,
+        lambda: client.create_logged_model(
+            experiment_id, name=served_name, source_run_id=run_id, model_type="onnx"
         ),
     )
+    with _use_tracking_uri(uri):
+        info = call(
+            uri,
+            lambda: mlflow.onnx.log_model(
+                onnx.load(str(path)),
+                name=served_name,
+                model_id=model.model_id,
+                run_id=run_id,
+                signature=_signature(path),
+                input_example=_input_example(card),
+                metadata=metadata,
+                # One file, as the export wrote it: Triton and the CPU predictor read it so.
+                save_as_external_data=False,
+            ),
+        )
     call(uri, lambda: client.log_model_artifacts(info.model_id, str(extras)))
     return info
 
@@ -318,14 +334,9 @@ def register(
 
     out, card = _export_for(run_id, step_dir, export_dir)
     digest = export_digest(out, card)
-    import mlflow  # noqa: PLC0415
-
-    # mlflow.onnx.log_model creates the logged model in the fluent API's experiment:
-    # the run's own, so its files land under <experiment>/models/<model id>/.
-    mlflow.set_tracking_uri(uri)
-    call(uri, lambda: mlflow.set_experiment(experiment_id=run.info.experiment_id))
     scratch = Path(tempfile.mkdtemp(prefix="register-"))
     logged: list[str] = []
+    version: Any = None
     try:
         dataset = _dataset(client, uri, run, scratch / "lineage")
         metadata = {
@@ -364,8 +375,9 @@ def register(
             uri,
             lambda: client.log_model_artifacts(fp32_id, str(scratch / TRITON_DIR), TRITON_DIR),
         )
-        # The checkpoint itself stays with the run (the weights of record).
-        call(uri, lambda: client.log_artifacts(run_id, str(step_dir), artifact_path="checkpoint"))
+        # The checkpoint itself stays with the run (the weights of record), per step.
+        where = f"checkpoint/{step_dir.name}"
+        call(uri, lambda: client.log_artifacts(run_id, str(step_dir), artifact_path=where))
         parity = card.parity
         tags = {
             "run_id": run_id,
@@ -400,7 +412,9 @@ def register(
         )
         alias = _set_alias(client, uri, name, str(version.version))
     except BaseException:
-        for model_id in logged:  # not left READY for anyone to mistake for a version
+        # Models of a registration that made no version are not left READY for anyone
+        # to mistake for one; once the version exists, they are its source.
+        for model_id in logged if version is None else []:
             with contextlib.suppress(Exception):  # the first error is the one to report
                 client.finalize_logged_model(model_id, "FAILED")
         raise
