@@ -125,15 +125,21 @@ bench-review: $(PLAN_DEPS) ## review time and peak memory on generated 1k/10k/10
 # --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
 TRACK_PORT   ?= 5000
 TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
-.PHONY: track register export bench-infer
+.PHONY: track register export promote rollback bench-infer
 
 track: $(LIFECYCLE_DEPS) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
 	@$(PY) -m workloads.tracking.server --port $(TRACK_PORT)
 
-register: $(LIFECYCLE_DEPS) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
+register: $(LIFECYCLE_DEPS) ## register run RUN=<id> as MLflow ONNX models + Triton repository (server: TRACKING_URI= or TRACK_PORT=)
 	@$(PY) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
 
-export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+promote: $(LIFECYCLE_DEPS) ## NAME=<model>: challenger -> champion (old champion kept as previous); ARGS=--dry-run
+	@$(PY) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+rollback: $(LIFECYCLE_DEPS) ## NAME=<model>: champion back to previous; ARGS=--dry-run
+	@$(PY) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card + triton/ in build/export/NAME (or OUT=: absent, empty or an earlier export)
 	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
 	@$(PY) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
 
