@@ -118,15 +118,16 @@ TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(en
 # another environment's artefact (a checkpoint, an export) makes it with that
 # environment's Python (tests/support/environments.py).
 CODE_plan      := stacks modules policies tools workloads/deploy
-CODE_training  := $(filter-out workloads/__init__.py,$(wildcard workloads/*.py)) workloads/data
+CODE_training  := workloads/training workloads/data \
+	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/k8s tests/policies tests/stacks \
-	tests/test_environments.py tests/test_locks.py tests/test_readme_commands.py \
-	tests/test_verb_dependencies.py tests/workloads/test_deploy.py
+	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
+	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
 TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
-	fabric fabric_check fast_path gpu_check health launch metrics model torchrun tracking_client \
-	train))
+	entry_points fabric fabric_check fast_path gpu_check health launch metrics model torchrun \
+	tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_tracking.py
 TESTS_serving  := tests/serving
 
@@ -158,10 +159,10 @@ audit: $(DEPS_plan) ## read-only residency audit of the AWS account (REGIONS=, A
 	@$(call exact,$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL)))
 
 train: $(DEPS_training) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
-	@$(PY_training) -m workloads.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
+	@$(PY_training) -m workloads.training.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
 
 bench: $(DEPS_training) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
-	@$(PY_training) -m workloads.bench $(ARGS)
+	@$(PY_training) -m workloads.training.bench $(ARGS)
 
 lint: $(VENV_plan)/.installed-plan-test ## ruff, once over the whole tree (from the plan environment)
 	$(VENV_plan)/bin/ruff check .
@@ -256,7 +257,7 @@ GPU_WHEELS := build/gpu-wheels
 .PHONY: gpu-check gpu-wheels
 
 gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=--dry-run: plan only)
-	@$(GPU_PYTHON) -m workloads.gpu_check --record $(ARGS)
+	@$(GPU_PYTHON) -m workloads.training.gpu_check --record $(ARGS)
 
 gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \

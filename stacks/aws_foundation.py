@@ -33,8 +33,8 @@ from modules.aws.storage import (
     SharedFileSystemArgs,
 )
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
-from modules.k8s import tracking as k8s_tracking
-from modules.k8s.tracking_spec import TrackingStoreInputs
+from modules.k8s.tracking import manifests as k8s_tracking
+from modules.k8s.tracking.spec import TrackingStoreInputs
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 

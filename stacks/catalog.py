@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from modules.aws.instance_types import InstanceTypeInfo
 from modules.aws.node_pool import node_pool_profile, pool_zones
-from modules.k8s.quotas import quota_problems
+from modules.k8s.tenancy.quotas import quota_problems
 from modules.validation import Problem
 
 from .config import PROJECT, StackConfig
@@ -84,7 +84,7 @@ def _quota_problems(
     config: StackConfig, vpc_zones: tuple[str, ...], catalog: Mapping[str, InstanceTypeInfo | None]
 ) -> list[str]:
     """Team guarantees the pools cannot honour at their maximum size (node shapes from
-    the catalog; see `modules.k8s.quotas.quota_problems`)."""
+    the catalog; see `modules.k8s.tenancy.quotas.quota_problems`)."""
     profiles = []
     for spec in config.node_pools:
         info = catalog[spec.instance_type]

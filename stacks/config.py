@@ -18,21 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from modules.aws.node_pool_spec import NodePoolSpec
-from modules.k8s.fabric import InfinibandSpec
-from modules.k8s.monitoring import MonitoringSpec
-from modules.k8s.multikueue import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
-from modules.k8s.onprem import OnPremSpec
-from modules.k8s.queueing import QueueingSpec
-from modules.k8s.quotas import quota_problems
-from modules.k8s.serving_spec import ServingSpec
-from modules.k8s.site import SiteSpec
-from modules.k8s.tenancy import TeamSpec
-from modules.k8s.tracking_spec import TrackingSpec
+from modules.k8s.fabric.spec import InfinibandSpec
+from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
+from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.queueing.spec import QueueingSpec
+from modules.k8s.serving.spec import ServingSpec
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.site.spec import SiteSpec
+from modules.k8s.tenancy.quotas import quota_problems
+from modules.k8s.tenancy.spec import TeamSpec
+from modules.k8s.tracking.spec import TrackingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
 from modules.validation import Checker
-from workloads.config import PRESETS
+from workloads.training.config import PRESETS
 
 from .config_parsing import ConfigError, camel, parse_section
 from .cost_config import OnPremPricing, TeamBudget
@@ -234,7 +234,7 @@ class ExampleJobSpec:
     Args:
         team: the team whose namespace, queue and bucket prefix it uses.
         pool: the node pool it runs on.
-        preset: the training preset (see `workloads.config`), default ``gpt2-124m``.
+        preset: the training preset (see `workloads.training.config`), default ``gpt2-124m``.
         nodes: how many nodes (one pod each), default 1.
         suspended: keep the job suspended and out of the queue until a user releases it
             by setting this to false (default true).

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from modules.k8s.cost import CostInputs, UnitPrices
+from modules.k8s.cost.spec import CostInputs, UnitPrices
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.platform import KubernetesPlatform
+from modules.k8s.platform.component import KubernetesPlatform
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
 from workloads.deploy.component import TrainingJob

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.serving.spec import ServingSpec
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
 from workloads.deploy.inference_component import InferenceService

@@ -22,14 +22,14 @@ from pathlib import Path
 import pulumi
 import yaml
 
-from modules.k8s.multikueue import (
+from modules.k8s.fleet.spec import (
     KUBECONFIG_OUTPUT,
     FleetManagerInputs,
     TeamBurstQuota,
     WorkerInputs,
 )
-from modules.k8s.quotas import team_flavor_quotas
-from modules.k8s.site import SiteSpec
+from modules.k8s.site.spec import SiteSpec
+from modules.k8s.tenancy.quotas import team_flavor_quotas
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS, UAE_COUNTRIES
 

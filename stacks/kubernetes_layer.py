@@ -7,17 +7,13 @@ from dataclasses import replace
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.multikueue import (
-    KUBECONFIG_OUTPUT,
-    SITE_OUTPUT,
-    FleetInputs,
-    FleetWorkerInputs,
-)
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
-from modules.k8s.site import SiteSpec
-from modules.k8s.tracking import TRACKING_URI
-from modules.k8s.tracking_spec import TrackingInputs
+from modules.k8s.fleet.spec import KUBECONFIG_OUTPUT, SITE_OUTPUT, FleetInputs, FleetWorkerInputs
+from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.site.eks import EksInputs, FsxInputs
+from modules.k8s.site.spec import SiteSpec
+from modules.k8s.tracking.manifests import TRACKING_URI
+from modules.k8s.tracking.spec import TrackingInputs
 from modules.validation import InvalidArgsError
 
 from .aws_foundation import AwsFoundation

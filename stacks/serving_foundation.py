@@ -12,7 +12,7 @@ from modules.aws.serving_access import model_artifact_read_access
 from modules.aws.storage import ImageRegistry, ImageRegistryArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.names import team_namespace
-from modules.k8s.serving_spec import INFERENCE_SERVICE_ACCOUNT, MIRRORED_IMAGES
+from modules.k8s.serving.spec import INFERENCE_SERVICE_ACCOUNT, MIRRORED_IMAGES
 
 from .config import StackConfig
 

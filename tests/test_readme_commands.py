@@ -38,7 +38,7 @@ NOT_OFFLINE: dict[str, str] = {
     "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
     "make prices-refresh": "reads AWS's Pricing API (needs credentials)",
     ".venv/bin/python -m stacks.bootstrap": "changes an AWS account",
-    ".venv-training/bin/python -m workloads.gpu_check": "needs an NVIDIA GPU (dry run tested)",
+    ".venv-training/bin/python -m workloads.training.gpu_check": "needs an NVIDIA GPU (dry run)",
     "make track": "a long-running server, tested in tests/workloads",
     "make serve": "a long-running server, tested in tests/serving",
     "curl ": "talks to a running `make serve`, tested in tests/serving",

@@ -1,7 +1,7 @@
 """Hybrid fleet: a MultiKueue manager dispatches jobs only to UAE clusters, through
 credentials held as secrets.
 
-A manager (``modules/k8s/multikueue.py``) registers one ``MultiKueueCluster`` per worker,
+A manager (``modules/k8s/fleet/``) registers one ``MultiKueueCluster`` per worker,
 annotated with the worker's site (``fleet.gpuplatform.ae/site-kind``, ``region``,
 ``country``), and one ``kueue-system`` Secret holding the worker's kubeconfig. Whatever
 Kueue can dispatch to is listed by those objects, so the rule judges each of them.

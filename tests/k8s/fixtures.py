@@ -9,12 +9,13 @@ from typing import Any, cast
 
 import pulumi_kubernetes as k8s
 
-from modules.k8s.fabric import InfinibandSpec
-from modules.k8s.monitoring import MonitoringSpec
-from modules.k8s.onprem import OnPremSpec
-from modules.k8s.platform_args import EksInputs, FsxInputs, KubernetesPlatformArgs
-from modules.k8s.site import SiteSpec
-from modules.k8s.tenancy import TeamSpec
+from modules.k8s.fabric.spec import InfinibandSpec
+from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.site.eks import EksInputs, FsxInputs
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.site.spec import SiteSpec
+from modules.k8s.tenancy.spec import TeamSpec
 from modules.pools import NodePoolProfile
 from tests.support.pools import P5EN
 

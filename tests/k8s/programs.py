@@ -8,8 +8,8 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 from tests.k8s.fixtures import eks_args, onprem_args
 from tests.k8s.mock_runtime import Registered, run
 

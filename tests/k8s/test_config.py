@@ -8,12 +8,12 @@ import typing
 import kubernetes_validate
 import pytest
 
-from modules.k8s.fabric import InfinibandSpec
-from modules.k8s.monitoring import MonitoringSpec
-from modules.k8s.onprem import OnPremSpec
-from modules.k8s.queueing import QueueingSpec
-from modules.k8s.site import SiteSpec, site_configmap
-from modules.k8s.tenancy import TeamSpec
+from modules.k8s.fabric.spec import InfinibandSpec
+from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.queueing.spec import QueueingSpec
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.site.spec import SiteSpec, site_configmap
+from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.versions import (
     CLUSTER_AUTOSCALER_IMAGE_TAGS,
     SUPPORTED_KUBERNETES_VERSIONS,

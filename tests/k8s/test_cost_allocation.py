@@ -14,7 +14,7 @@ import promql_parser
 import pytest
 import yaml
 
-from modules.k8s.cost import (
+from modules.k8s.cost.spec import (
     KUBE_STATE_METRICS,
     OPENCOST_METRICS,
     CostInputs,

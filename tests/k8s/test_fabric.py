@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from modules.k8s.fabric import (
+from modules.k8s.fabric.spec import (
     InfinibandSpec,
     efa_device_plugin_values,
     ipoib_network,
     nic_cluster_policy,
     rdma_shared_device_plugin_config,
 )
-from modules.k8s.platform_args import KubernetesPlatformArgs
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.pools import FABRIC_LABEL
 from modules.validation import InvalidArgsError
 from tests.k8s.crd_checks import crd_errors

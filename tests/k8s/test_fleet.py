@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from modules.k8s.multikueue import (
+from modules.k8s.fleet.spec import (
     BURST_LOCAL_QUEUE,
     KUBECONFIG_OUTPUT,
     MANAGER_RULES,
@@ -123,7 +123,7 @@ def test_the_site_keeps_its_own_queue_and_adds_a_burst_queue_for_nlp_only() -> N
         for r in burst["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     }
     # uae-prod gives nlp 8 GPUs on its p5en pool (a whole node: 192 vCPU and 2048 GiB less
-    # the platform's reserve of 5%, rounded up: 10 vCPU, 103 GiB; modules/k8s/quotas.py)
+    # the platform's reserve of 5%, rounded up: 10 vCPU, 103 GiB; modules/k8s/tenancy/quotas.py)
     # and 32 vCPU / 128 GiB on its preprocess pool.
     assert quotas == {
         "nvidia.com/gpu": "8",

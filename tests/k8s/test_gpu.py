@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from modules.k8s.gpu import (
+from modules.k8s.gpu.spec import (
     DCGM_METRICS_CONFIGMAP,
     DCGM_METRICS_FILE,
     DEVICE_PLUGIN_CONFIGMAP,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from modules.k8s.alerts import gpu_alert_rules, prometheus_rule, training_alert_rules
-from modules.k8s.dashboards import dashboard_queries, dashboards_configmap, gpu_dashboard
-from modules.k8s.monitoring import (
+from modules.k8s.monitoring.alerts import gpu_alert_rules, prometheus_rule, training_alert_rules
+from modules.k8s.monitoring.dashboards import dashboard_queries, dashboards_configmap, gpu_dashboard
+from modules.k8s.monitoring.spec import (
     MonitoringSpec,
     kube_prometheus_stack_values,
     training_pod_monitor,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from modules.k8s.multikueue import BURST_FLAVOR
+from modules.k8s.fleet.spec import BURST_FLAVOR
 from stacks.config import parse_stack_config
 from stacks.offline_plan import load_stack_file
 from tests.conftest import SHIPPED_STACKS, shipped_plan

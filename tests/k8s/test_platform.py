@@ -21,8 +21,8 @@ from modules.k8s.names import (
     SITE_CONFIGMAP_NAME,
     TeamPlacement,
 )
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.summary import installed_charts, pool_plugins
+from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.platform.summary import installed_charts, pool_plugins
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import eks_args, onprem_args

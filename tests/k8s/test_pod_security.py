@@ -13,7 +13,7 @@ import pytest
 
 from modules.k8s.common import namespace
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.tenancy import TeamSpec, team_namespace_manifest
+from modules.k8s.tenancy.spec import TeamSpec, team_namespace_manifest
 from modules.validation import InvalidArgsError
 from tests.k8s.fixtures import CPU, SYSTEM, eks_args, onprem_args
 from tests.k8s.programs import STACKS, of_kind, registrations

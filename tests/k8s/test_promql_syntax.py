@@ -8,9 +8,9 @@ from __future__ import annotations
 import promql_parser
 import pytest
 
-from modules.k8s.alerts import gpu_alert_rules, training_alert_rules
-from modules.k8s.dashboards import dashboard_queries, gpu_dashboard
-from modules.k8s.monitoring import MonitoringSpec
+from modules.k8s.monitoring.alerts import gpu_alert_rules, training_alert_rules
+from modules.k8s.monitoring.dashboards import dashboard_queries, gpu_dashboard
+from modules.k8s.monitoring.spec import MonitoringSpec
 
 ALERTS = {
     r.alert: r.expr

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from modules.k8s.names import COHORT_NAME
-from modules.k8s.queueing import (
+from modules.k8s.queueing.spec import (
     QueueingSpec,
     cluster_queue,
     kueue_manager_config,

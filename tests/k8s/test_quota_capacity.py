@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from modules.k8s.quotas import (
+from modules.k8s.tenancy.quotas import (
     allocatable_memory_gib,
     allocatable_vcpus,
     pool_capacity,
     quota_problems,
     team_flavor_quotas,
 )
-from modules.k8s.tenancy import TeamSpec
+from modules.k8s.tenancy.spec import TeamSpec
 from modules.pools import NodePoolProfile
 from tests.k8s.fixtures import CPU, G6, SYSTEM
 from tests.support.pools import P5EN

@@ -18,9 +18,9 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from modules.k8s.dashboards import dashboard_queries
-from modules.k8s.platform import KubernetesPlatform
-from modules.k8s.serving import (
+from modules.k8s.monitoring.dashboards import dashboard_queries
+from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.serving.manifests import (
     api_server_egress,
     auth_delegation,
     cert_manager_values,
@@ -30,13 +30,13 @@ from modules.k8s.serving import (
     metrics_server_values,
     serving_runtimes,
 )
-from modules.k8s.serving_observability import (
+from modules.k8s.serving.observability import (
     inference_pod_monitor,
     serving_alert_rules,
     serving_dashboard,
     serving_prometheus_rule,
 )
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
 from tests.k8s.crd_checks import crd_errors

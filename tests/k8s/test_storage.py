@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from modules.k8s.names import RETAINED_STORAGE_CLASS, TRAINER_UID
-from modules.k8s.storage import (
+from modules.k8s.storage.spec import (
     checkpoint_volume_manifests,
     ebs_storage_classes,
     fsx_team_volume,

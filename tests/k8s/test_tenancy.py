@@ -12,8 +12,8 @@ from modules.k8s.names import (
     team_group,
     team_placement,
 )
-from modules.k8s.quotas import FlavorQuota, namespace_ceiling, team_flavor_quotas
-from modules.k8s.tenancy import (
+from modules.k8s.tenancy.quotas import FlavorQuota, namespace_ceiling, team_flavor_quotas
+from modules.k8s.tenancy.spec import (
     POD_IDENTITY_AGENT_CIDR,
     TeamSpec,
     network_policies,

@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 import yaml
 
-from modules.k8s import tracking
-from modules.k8s.onprem import OnPremSpec
-from modules.k8s.platform_args import KubernetesPlatformArgs
-from modules.k8s.tracking_spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.site.onprem import OnPremSpec
+from modules.k8s.tracking import manifests as tracking
+from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.serving.spec import ServingSpec
 from workloads.inference.drift import (
     DriftReference,
     DriftReferenceError,

@@ -240,8 +240,8 @@ def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_kserve_runtime_arguments_are_understood() -> None:
-    """The ServingRuntime passes KServe's conventions (modules/k8s/serving.py), read from
-    the plan environment (the only one with Pulumi)."""
+    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py),
+    read from the plan environment (the only one with Pulumi)."""
     from workloads.serving.__main__ import build_parser  # noqa: PLC0415
 
     runtime = json.loads(run_in("plan", "-c", RUNTIME_ARGS))
@@ -256,8 +256,8 @@ def test_kserve_runtime_arguments_are_understood() -> None:
 
 RUNTIME_ARGS = """
 import json
-from modules.k8s.serving import MODEL_DIR, cpu_runtime
-from modules.k8s.serving_spec import ServingSpec
+from modules.k8s.serving.manifests import MODEL_DIR, cpu_runtime
+from modules.k8s.serving.spec import ServingSpec
 container = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))["spec"]["containers"][0]
 print(json.dumps({"args": container["args"], "model_dir": MODEL_DIR}))
 """

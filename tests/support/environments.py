@@ -60,7 +60,7 @@ def tiny_export(tmp: Path, steps: int = 20) -> Path:
     """A tiny model trained for `steps` steps by the trainer's environment and exported
     to ONNX by the lifecycle environment, as the images do it: `tmp/export/tiny`."""
     run_in(
-        "training", "-m", "workloads.train", "--preset", "tiny", "--steps", str(steps),
+        "training", "-m", "workloads.training.train", "--preset", "tiny", "--steps", str(steps),
         "--log-every", "10", "--metrics-port", "0", "--async-ckpt", "off",
         "--data-dir", str(tmp / "data"), "--ckpt-dir", str(tmp / "ckpt"),
     )  # fmt: skip

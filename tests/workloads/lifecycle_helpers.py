@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from tests.workloads.helpers import free_port, sigterm_restored
-from workloads import train
-from workloads.config import TrainConfig, override, preset
-from workloads.distributed import Topology
-from workloads.model import GPT
 from workloads.tracking.server import server_command
+from workloads.training import train
+from workloads.training.config import TrainConfig, override, preset
+from workloads.training.distributed import Topology
+from workloads.training.model import GPT
 
 
 def tiny_config(tmp: Path, **values: str) -> TrainConfig:

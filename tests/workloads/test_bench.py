@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads import bench
-from workloads.config import override, preset
+from workloads.training import bench
+from workloads.training.config import override, preset
 
 
 def test_baseline_variant_measures_a_real_run(tmp_path: Path) -> None:

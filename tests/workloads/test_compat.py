@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from workloads import compat
-from workloads.checkpoint import Checkpointer, complete_checkpoints
 from workloads.data.shards import LoaderState
+from workloads.training import compat
+from workloads.training.checkpoint import Checkpointer, complete_checkpoints
 
 
 def test_fsdp2_is_found_in_the_public_module_first_then_the_composable_one() -> None:
@@ -44,7 +44,7 @@ def test_no_dist_is_passed_only_where_dcp_accepts_it() -> None:
 def test_async_checkpoint_without_async_save_response_type(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr("workloads.checkpoint.async_save_response_type", lambda: None)
+    monkeypatch.setattr("workloads.training.checkpoint.async_save_response_type", lambda: None)
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 4)).sum().backward()

@@ -7,8 +7,15 @@ import dataclasses
 import pytest
 
 from modules.validation import InvalidArgsError
-from workloads import train
-from workloads.config import PRESETS, ModelConfig, TrainConfig, field_docs, override, preset
+from workloads.training import train
+from workloads.training.config import (
+    PRESETS,
+    ModelConfig,
+    TrainConfig,
+    field_docs,
+    override,
+    preset,
+)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.config import DEFAULT_CORPUS
 from workloads.data import tokenize
 from workloads.data.make_corpus import generate
 from workloads.data.shards import (
@@ -19,6 +18,7 @@ from workloads.data.shards import (
     read_header,
     write_shard,
 )
+from workloads.training.config import DEFAULT_CORPUS
 
 
 def test_tokenize_cli_writes_train_and_val_shards(tmp_path: Path) -> None:

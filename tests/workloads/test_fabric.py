@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.fabric import describe_env, fabric_env, supports_gpudirect_rdma
+from workloads.training.fabric import describe_env, fabric_env, supports_gpudirect_rdma
 
 
 def test_efa_forces_the_libfabric_plugin_and_gpudirect() -> None:

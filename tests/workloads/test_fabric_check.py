@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workloads.helpers import run_torchrun
-from workloads import fabric_check
+from workloads.training import fabric_check
 
 
 def test_bus_bandwidth_factor_is_nccl_tests_definition() -> None:

@@ -16,11 +16,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workloads import bench, compat, engine, train
-from workloads.config import ModelConfig, override, preset
 from workloads.data.shards import LoaderState, ShardLoader, write_shard
-from workloads.distributed import Topology
-from workloads.model import GPT, chunked_linear_cross_entropy
+from workloads.training import bench, compat, engine, train
+from workloads.training.config import ModelConfig, override, preset
+from workloads.training.distributed import Topology
+from workloads.training.model import GPT, chunked_linear_cross_entropy
 
 CPU = torch.device("cpu")
 SMALL = ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=64, vocab_size=300)
@@ -311,3 +311,27 @@ def test_bench_leaves_out_what_the_time_budget_cannot_hold(
     )
     assert [r.variant for r in measured.results] == ["baseline"]
     assert measured.skipped and all("time budget" in s for s in measured.skipped)
+
+
+def test_gradients_under_cuda_graphs_live_outside_the_graphs() -> None:
+    """CUDA graphs overwrite their outputs at the next replay: with gradient accumulation
+    each ``.grad`` must be a tensor of its own that later micro-steps add into in place
+    (the H100 run failed without this), and zeroing keeps it allocated."""
+    from workloads.training.engine import preallocate_grads  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    x1, x2 = torch.randn(2, 4), torch.randn(2, 4)
+    expected = []
+    for x in (x1, x2):
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        expected.append(model.weight.grad.clone())
+    model.zero_grad(set_to_none=True)
+    preallocate_grads(model)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    storage = {name: p.grad.data_ptr() for name, p in model.named_parameters()}
+    model(x1).sum().backward()
+    model(x2).sum().backward()
+    assert {n: p.grad.data_ptr() for n, p in model.named_parameters()} == storage
+    assert torch.allclose(model.weight.grad, expected[0] + expected[1])

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from workloads import health, telemetry
+from workloads.training import health, telemetry
 
 
 @dataclass

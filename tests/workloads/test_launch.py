@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.workloads.helpers import REPO_ROOT, torchrun_env
-from workloads import launch
+from workloads.training import launch
 
 
 def problems(*argv: str) -> str:
@@ -68,7 +68,7 @@ def test_the_cli_prints_once_and_starts_no_worker(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "workloads.launch",
+            "workloads.training.launch",
             "--nproc",
             "2",
             "--",
@@ -96,7 +96,7 @@ def test_a_valid_run_is_handed_to_torchrun(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "workloads.launch",
+            "workloads.training.launch",
             "--nproc",
             "2",
             "--",

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from tests.workloads.lifecycle_helpers import tiny_config, torch_greedy, train_tiny
-from workloads.checkpoint import complete_checkpoints
 from workloads.data.tokenize import decode_bytes, encode_bytes
 from workloads.inference import (
     ByteTokenizer,
@@ -27,6 +26,7 @@ from workloads.inference import (
 from workloads.inference import export as export_cli
 from workloads.inference.export import ExportOptions, export_checkpoint
 from workloads.inference.source import load_model
+from workloads.training.checkpoint import complete_checkpoints
 
 
 @pytest.fixture(scope="module")

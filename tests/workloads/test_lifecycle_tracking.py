@@ -13,8 +13,8 @@ from tests.workloads.helpers import free_port, run_torchrun
 from tests.workloads.lifecycle_helpers import mlflow_server, tiny_config, train_tiny
 from workloads.inference import OnnxLM, read_card
 from workloads.inference import export as export_cli
-from workloads.lineage import read_run_record
 from workloads.tracking import register
+from workloads.training.lineage import read_run_record
 
 
 @pytest.mark.slow

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.metrics import (
+from workloads.training.metrics import (
     METRIC_NAMES,
     MetricsExporter,
     ThroughputWindow,
     format_mfu,
     peak_bf16_tflops,
 )
-from workloads.metrics_endpoint import METRICS_PORT
+from workloads.training.metrics_endpoint import METRICS_PORT
 
 
 @pytest.mark.parametrize(

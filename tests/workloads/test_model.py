@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from workloads.config import ModelConfig, preset
-from workloads.model import GPT, flops_per_token
+from workloads.training.config import ModelConfig, preset
+from workloads.training.model import GPT, flops_per_token
 
 TINY = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=256)
 

@@ -19,7 +19,7 @@ from tests.workloads.helpers import (
     torchrun_command,
     torchrun_env,
 )
-from workloads.checkpoint import complete_checkpoints
+from workloads.training.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.environments import python
 from tests.workloads.lifecycle_helpers import mlflow_server, tiny_config, train_tiny
-from workloads.lineage import read_run_record
+from workloads.training.lineage import read_run_record
 
 
 @pytest.mark.slow

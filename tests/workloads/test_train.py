@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.workloads.helpers import free_port, losses_by_step, read_log, sigterm_restored
-from workloads import train
-from workloads.checkpoint import complete_checkpoints
-from workloads.config import TrainConfig, override, preset
-from workloads.distributed import Topology
+from workloads.training import train
+from workloads.training.checkpoint import complete_checkpoints
+from workloads.training.config import TrainConfig, override, preset
+from workloads.training.distributed import Topology
 
 
 def tiny(tmp_path: Path, **values: str) -> TrainConfig:

@@ -11,8 +11,9 @@ saved in every checkpoint, so a resumed run reads exactly the batches the
 interrupted run would have read.
 
 Only torch and the standard library are used (no numpy), so training runs on a
-machine that has nothing but a preinstalled PyTorch (`workloads.gpu_check`). The header
-and its reader are in `workloads.data.shard_format` (no torch), re-exported here.
+machine that has nothing but a preinstalled PyTorch (`workloads.training.gpu_check`).
+The header and its reader are in `workloads.data.shard_format` (no torch), re-exported
+here.
 """
 
 from __future__ import annotations

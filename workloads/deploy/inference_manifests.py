@@ -25,10 +25,8 @@ from typing import Any
 
 from modules.k8s.common import toleration
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.serving_observability import (
-    ISVC_POD_LABEL,
-)
-from modules.k8s.serving_spec import SERVING_CA_ISSUER
+from modules.k8s.serving.observability import ISVC_POD_LABEL
+from modules.k8s.serving.spec import SERVING_CA_ISSUER
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER, restricted_container_security
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from modules.k8s.serving_spec import (
+from modules.k8s.serving.spec import (
     CPU_MODEL_FORMAT,
     CPU_RUNTIME,
     INFERENCE_SERVICE_ACCOUNT,

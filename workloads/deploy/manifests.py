@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from modules.k8s.quotas import allocatable_memory_gib, allocatable_vcpus
+from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
-from workloads.fabric import fabric_env, supports_gpudirect_rdma
-from workloads.metrics_endpoint import METRICS_PORT_NAME
+from workloads.training.fabric import fabric_env, supports_gpudirect_rdma
+from workloads.training.metrics_endpoint import METRICS_PORT_NAME
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_LABEL = "gpuplatform.ae/training-job"
@@ -50,14 +50,14 @@ def checkpoint_dir(spec: TrainingJobSpec) -> str:
 
 def cpu_request_millicores(pool: NodePoolProfile) -> int:
     """The node's vCPUs less the platform's reserve for the kubelet, system daemons and
-    DaemonSets (`modules.k8s.quotas.reserved_vcpus`): the same share the team's Kueue
+    DaemonSets (`modules.k8s.tenancy.quotas.reserved_vcpus`): the same share the team's Kueue
     quota counts per node, so a whole-node job fits both."""
     return allocatable_vcpus(pool) * 1000
 
 
 def memory_request_mib(pool: NodePoolProfile) -> int:
     """The node's memory less the platform's reserve for kube-reserved memory, the
-    eviction threshold and DaemonSets (`modules.k8s.quotas.reserved_memory_gib`)."""
+    eviction threshold and DaemonSets (`modules.k8s.tenancy.quotas.reserved_memory_gib`)."""
     return allocatable_memory_gib(pool) * 1024
 
 

@@ -9,9 +9,9 @@ from typing import Literal
 
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
-from workloads.config import PRESETS
-from workloads.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
-from workloads.metrics_endpoint import METRICS_PORT
+from workloads.training.config import PRESETS
+from workloads.training.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
+from workloads.training.metrics_endpoint import METRICS_PORT
 
 #: torchrun's c10d rendezvous port on the job's first pod.
 RDZV_PORT = 29500
@@ -58,8 +58,8 @@ class TrainingJobSpec:
             (``workloads.fabric_check``: all-reduce across the pool's nodes, failing
             below the instance type's bus-bandwidth threshold).
         min_busbw_gbps: fabric check threshold in GB/s where the instance type has
-            none in ``workloads.fabric.MIN_BUSBW_GBPS`` (on-premises pools).
-        preset: training preset (``workloads.config.PRESETS``).
+            none in ``workloads.training.fabric.MIN_BUSBW_GBPS`` (on-premises pools).
+        preset: training preset (``workloads.training.config.PRESETS``).
         nodes: pods (one per node); ``completions = parallelism = nodes``.
         suspend: create the Job suspended. Kueue manages a labelled Job's suspension
             itself (it unsuspends the Job when the queue admits it), so this is the
@@ -226,7 +226,7 @@ class TrainingJobSpec:
                 "min_busbw_gbps",
                 self.min_busbw_gbps,
                 f"a threshold in GB/s: pool {self.pool.name}'s instance type "
-                f"{self.pool.instance_type!r} has none in workloads.fabric.MIN_BUSBW_GBPS",
+                f"{self.pool.instance_type!r} has none in workloads.training.fabric.MIN_BUSBW_GBPS",
             )
         check.require(
             self.min_busbw_gbps is None or self.min_busbw_gbps >= 0,

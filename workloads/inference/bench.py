@@ -89,8 +89,8 @@ def _runner(
     if engine == "torch-fp32":
         import torch  # noqa: PLC0415 - only the PyTorch worker pays for it
 
-        from workloads.config import preset as load_preset  # noqa: PLC0415
-        from workloads.model import GPT  # noqa: PLC0415
+        from workloads.training.config import preset as load_preset  # noqa: PLC0415
+        from workloads.training.model import GPT  # noqa: PLC0415
 
         torch.set_num_threads(threads)
         torch.manual_seed(0)
@@ -145,14 +145,14 @@ def prepare(preset: str, directory: Path) -> None:
     PyTorch weights for the eager engine."""
     import torch  # noqa: PLC0415
 
-    from workloads.config import preset as load_preset  # noqa: PLC0415
     from workloads.inference.card import CARD_FILE, ModelCard, Parity  # noqa: PLC0415
     from workloads.inference.export import (  # noqa: PLC0415
         export_onnx,
         quantize_int8,
         quantize_int8_static,
     )
-    from workloads.model import GPT  # noqa: PLC0415
+    from workloads.training.config import preset as load_preset  # noqa: PLC0415
+    from workloads.training.model import GPT  # noqa: PLC0415
 
     config = load_preset(preset)
     torch.manual_seed(config.seed)
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.engine:
         return worker(args)
-    from workloads.config import PRESETS  # noqa: PLC0415
+    from workloads.training.config import PRESETS  # noqa: PLC0415
 
     unknown = [p for p in args.presets if p not in PRESETS]
     if unknown:
@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[Figures] = []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     for preset in args.presets:
-        from workloads.config import preset as load_preset  # noqa: PLC0415
+        from workloads.training.config import preset as load_preset  # noqa: PLC0415
 
         context = load_preset(preset).model.block_size
         lens = [n for n in (args.prompt_lens or [context // 4, context]) if 1 <= n <= context]

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads.config import ModelConfig
 from workloads.inference.errors import ExportError
+from workloads.training.config import ModelConfig
 
 CARD_FILE = "model_card.json"
 FP32_FILE = "model.onnx"

@@ -47,14 +47,6 @@ from onnxruntime.quantization import (
 )
 
 from modules.validation import InvalidArgsError
-from workloads.config import (
-    DEFAULT_DATA_DIR,
-    TrainConfig,
-    add_override_arguments,
-    describe_problems,
-    override,
-    preset,
-)
 from workloads.data.shards import HEADER_BYTES, ShardError, read_header, shard_files
 from workloads.data.tokenize import BYTE_VOCAB_SIZE, tokenize_files
 from workloads.inference.card import (
@@ -75,8 +67,16 @@ from workloads.inference.drift import (
 from workloads.inference.errors import ExportError
 from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER
-from workloads.lineage import git_revision, read_run_record
-from workloads.model import GPT
+from workloads.training.config import (
+    DEFAULT_DATA_DIR,
+    TrainConfig,
+    add_override_arguments,
+    describe_problems,
+    override,
+    preset,
+)
+from workloads.training.lineage import git_revision, read_run_record
+from workloads.training.model import GPT
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2

@@ -18,10 +18,10 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-from workloads.checkpoint import METADATA_FILE, STEP_PREFIX, latest_checkpoint
-from workloads.config import TrainConfig
 from workloads.inference.errors import ExportError
-from workloads.model import GPT
+from workloads.training.checkpoint import METADATA_FILE, STEP_PREFIX, latest_checkpoint
+from workloads.training.config import TrainConfig
+from workloads.training.model import GPT
 
 _TIED = "lm_head.weight"  # tied to wte.weight; a checkpoint may hold it once
 

@@ -1,7 +1,7 @@
 """The predictor's Prometheus metrics (served on the model server's ``/metrics``).
 
 The names are a contract with the cluster side: the serving dashboard and the drift and
-error-rate alerts (`modules/k8s/serving.py`) query exactly these.
+error-rate alerts (`modules/k8s/serving/observability.py`) query exactly these.
 """
 
 from __future__ import annotations

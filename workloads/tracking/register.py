@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads.config import TrainConfig
 from workloads.inference.card import ModelCard, read_card
 from workloads.inference.errors import ExportError
 from workloads.inference.export import DEFAULT_EXPORT_ROOT, export_checkpoint
 from workloads.inference.source import resolve_checkpoint
-from workloads.lineage import read_run_record
 from workloads.tracking.tracker import _CLIENT_ENV_DEFAULTS
+from workloads.training.config import TrainConfig
+from workloads.training.lineage import read_run_record
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2

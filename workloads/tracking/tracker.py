@@ -20,15 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from workloads.config import TrainConfig, as_dict
-from workloads.lineage import (
+from workloads.training.config import TrainConfig, as_dict
+from workloads.training.lineage import (
     RunRecord,
     combined_digest,
     git_revision,
     shard_digests,
     write_run_record,
 )
-from workloads.metrics import WindowStats
+from workloads.training.metrics import WindowStats
 
 #: Experiment used when ``MLFLOW_EXPERIMENT_NAME`` is not set.
 DEFAULT_EXPERIMENT = "training"
@@ -278,7 +278,7 @@ def start_tracking(
 ) -> Tracker:
     """The tracker of this process: an `MlflowTracker` on rank 0 when a tracking URI is
     configured, a `NullTracker` otherwise. Rank 0 also writes the run record
-    (`workloads.lineage`) into the checkpoint directory, tracked or not."""
+    (`workloads.training.lineage`) into the checkpoint directory, tracked or not."""
     if not is_main:
         return NullTracker()
     uri = resolve_tracking_uri(config)

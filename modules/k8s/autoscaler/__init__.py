@@ -1,0 +1,1 @@
+"""The Cluster Autoscaler on EKS (`spec`: its values; `component`: `Autoscaler`)."""

@@ -1,0 +1,283 @@
+"""GPU-hour accounting and budgets: OpenCost fed by the platform's Prometheus.
+
+* OpenCost (pinned chart) in namespace ``opencost``, reading the platform's Prometheus
+  (kube-prometheus-stack) and exporting its allocation metrics back to it (a
+  ServiceMonitor). It runs with the *custom* price provider on every cluster: the
+  prices come from this repository (the dated AWS snapshot for cloud pools, the
+  site's own prices on premises), so OpenCost never calls AWS's pricing endpoints
+  (outside the UAE) and nothing is exported to a billing service. Its UI is off:
+  teams read cost in Grafana.
+* Recording rules turn OpenCost's per-container allocations and per-node prices into
+  cost per team namespace per hour; per-team budget alerts fire at 80% and 100% of
+  the monthly budget (the cost of the last 30 days, summed hour by hour).
+* A Grafana dashboard: GPU-hours and cost per team per day and per month, GPU-hours
+  per Kueue queue (the pods' ``kueue.x-k8s.io/queue-name`` label, exported by
+  kube-state-metrics as the monitoring values allow-list).
+
+OpenCost metric names and labels used here (``container_cpu_allocation``,
+``container_memory_allocation_bytes``, ``container_gpu_allocation`` by namespace, pod,
+node; ``node_cpu_hourly_cost``, ``node_ram_hourly_cost``, ``node_gpu_hourly_cost`` by
+node) were read in opencost's ``pkg/costmodel/metrics.go``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from modules.k8s.common import Manifest, metadata, system_node_selector
+from modules.k8s.monitoring.dashboards import DASHBOARD_LABEL
+from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
+from modules.k8s.versions import Chart
+
+#: OpenCost's chart (github.com/opencost/opencost-helm-chart, tag opencost-2.5.17,
+#: app 1.120.1); values checked against that tag's values.yaml and templates.
+OPENCOST = Chart("opencost", "2.5.17", "https://opencost.github.io/opencost-helm-chart")
+OPENCOST_NAMESPACE = "opencost"
+#: kube-prometheus-stack's Prometheus service (release ``kube-prometheus-stack``).
+PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc:9090"
+COST_RULE_NAME = "gpuplatform-cost"
+COST_DASHBOARD_CONFIGMAP = "gpuplatform-cost-dashboard"
+COST_DASHBOARD_FILE = "team-gpu-hours-and-cost.json"
+#: Fractions of the monthly budget that alert (warning, critical).
+BUDGET_THRESHOLDS = ((0.8, "warning"), (1.0, "critical"))
+
+#: Metrics these rules and panels read: OpenCost's and kube-state-metrics' own.
+OPENCOST_METRICS = (
+    "container_cpu_allocation",
+    "container_memory_allocation_bytes",
+    "container_gpu_allocation",
+    "node_cpu_hourly_cost",
+    "node_ram_hourly_cost",
+    "node_gpu_hourly_cost",
+)
+KUBE_STATE_METRICS = ("kube_pod_labels",)
+QUEUE_LABEL = "label_kueue_x_k8s_io_queue_name"
+
+CPU_COST = "gpuplatform:namespace_cpu_cost_usd_per_hour"
+MEMORY_COST = "gpuplatform:namespace_memory_cost_usd_per_hour"
+GPU_COST = "gpuplatform:namespace_gpu_cost_usd_per_hour"
+TOTAL_COST = "gpuplatform:namespace_cost_usd_per_hour"
+GPUS = "gpuplatform:namespace_gpu_allocation"
+
+
+@dataclass(frozen=True)
+class UnitPrices:
+    """Hourly prices OpenCost's custom provider applies to every node of a cluster.
+
+    Args:
+        cpu_usd: one vCPU for one hour.
+        memory_gib_usd: one GiB of memory for one hour.
+        gpu_usd: one GPU for one hour.
+        source: where the figures come from (shown in the ConfigMap description).
+    """
+
+    cpu_usd: float
+    memory_gib_usd: float
+    gpu_usd: float
+    source: str
+
+
+@dataclass(frozen=True)
+class CostInputs:
+    """What cost allocation needs: the unit prices and each team's monthly budget (USD).
+
+    Args:
+        cluster_id: the cluster's name in OpenCost (the site name).
+        prices: the unit prices (`UnitPrices`).
+        budgets: team name -> monthly budget in USD (teams without one get no alert).
+    """
+
+    cluster_id: str
+    prices: UnitPrices
+    budgets: tuple[tuple[str, float], ...] = ()
+
+
+def opencost_values(inputs: CostInputs) -> dict[str, Any]:
+    """Values of the OpenCost chart (keys as in its values.yaml at the pinned tag)."""
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        # OpenCost writes its pricing configuration under its config path at start.
+        "readOnlyRootFilesystem": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    prices = inputs.prices
+    return {
+        "clusterName": inputs.cluster_id,
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 1001, "fsGroup": 1001},
+        "opencost": {
+            "nodeSelector": system_node_selector(),
+            "exporter": {
+                "defaultClusterId": inputs.cluster_id,
+                "securityContext": restricted,
+                # Custom prices on every cluster: never the AWS pricing endpoints.
+                "env": [{"name": "USE_CUSTOM_PROVIDER", "value": "true"}],
+            },
+            "customPricing": {
+                "enabled": True,
+                "provider": "custom",
+                "costModel": {
+                    "description": f"gpuplatform prices: {prices.source}",
+                    "CPU": f"{prices.cpu_usd:.6f}",
+                    "RAM": f"{prices.memory_gib_usd:.6f}",
+                    "GPU": f"{prices.gpu_usd:.6f}",
+                    # Spot is priced as on-demand (a conservative budget).
+                    "spotCPU": f"{prices.cpu_usd:.6f}",
+                    "spotRAM": f"{prices.memory_gib_usd:.6f}",
+                    "storage": "0",
+                    "zoneNetworkEgress": "0",
+                    "regionNetworkEgress": "0",
+                    "internetNetworkEgress": "0",
+                },
+            },
+            "prometheus": {
+                "internal": {"enabled": False},
+                "external": {"enabled": True, "url": PROMETHEUS_URL},
+            },
+            "metrics": {"serviceMonitor": {"enabled": True, "namespace": OPENCOST_NAMESPACE}},
+            # No external billing export: the cloud-cost integration stays off.
+            "cloudCost": {"enabled": False},
+            "carbonCost": {"enabled": False},
+            "mcp": {"enabled": False},
+            "ui": {"enabled": False},
+        },
+    }
+
+
+def _per_namespace(allocation: str, price: str, scale: str = "") -> str:
+    return (
+        f"sum by (namespace) ({allocation}{scale} * on (node) group_left() max by (node) ({price}))"
+    )
+
+
+def recording_rules() -> list[dict[str, str]]:
+    """Cost per namespace per hour from OpenCost's allocations and node prices."""
+    return [
+        {
+            "record": CPU_COST,
+            "expr": _per_namespace("container_cpu_allocation", "node_cpu_hourly_cost"),
+        },
+        {
+            "record": MEMORY_COST,
+            "expr": _per_namespace(
+                "container_memory_allocation_bytes", "node_ram_hourly_cost", " / 1073741824"
+            ),
+        },
+        {
+            "record": GPU_COST,
+            "expr": _per_namespace("container_gpu_allocation", "node_gpu_hourly_cost"),
+        },
+        {"record": GPUS, "expr": "sum by (namespace) (container_gpu_allocation)"},
+        # A namespace without GPU pods has no GPU series: count it as 0.
+        {
+            "record": TOTAL_COST,
+            "expr": f"{CPU_COST} + {MEMORY_COST} + ({GPU_COST} or {CPU_COST} * 0)",
+        },
+    ]
+
+
+def last_30_days_cost(team: str) -> str:
+    """The team's cost over the last 30 days in USD (hourly cost summed hour by hour)."""
+    return f'sum_over_time({TOTAL_COST}{{namespace="{team_namespace(team)}"}}[30d:1h])'
+
+
+def budget_alerts(budgets: Sequence[tuple[str, float]]) -> list[dict[str, Any]]:
+    rules = []
+    for team, monthly in budgets:
+        for fraction, severity in BUDGET_THRESHOLDS:
+            percent = int(fraction * 100)
+            rules.append(
+                {
+                    "alert": f"TeamBudget{percent}Percent",
+                    "expr": f"{last_30_days_cost(team)} > {fraction * monthly:.2f}",
+                    "for": "1h",
+                    "labels": {"severity": severity, "team": team},
+                    "annotations": {
+                        "summary": f"Team {team} used {percent}% of its monthly budget",
+                        "description": (
+                            f"Cost of namespace {team_namespace(team)} over the last 30 days "
+                            f'is {{{{ $value | printf "%.0f" }}}} USD; budget {monthly:.0f} USD '
+                            "(docs/cost.md)."
+                        ),
+                    },
+                }
+            )
+    return rules
+
+
+def cost_rule(inputs: CostInputs) -> Manifest:
+    groups: list[dict[str, Any]] = [
+        {"name": "gpuplatform.cost", "interval": "5m", "rules": recording_rules()}
+    ]
+    if inputs.budgets:
+        groups.append({"name": "gpuplatform.budgets", "rules": budget_alerts(inputs.budgets)})
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": metadata(COST_RULE_NAME, MONITORING_NAMESPACE),
+        "spec": {"groups": groups},
+    }
+
+
+def _panel(panel_id: int, title: str, target: tuple[str, str], unit: str) -> dict[str, Any]:
+    """A panel on a two-column grid; ``target`` is (PromQL, legend)."""
+    expr, legend = target
+    row, column = divmod(panel_id - 1, 2)
+    return {
+        "id": panel_id,
+        "type": "timeseries" if "[1d" in expr else "table",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "prometheus"},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "gridPos": {"h": 8, "w": 12, "x": column * 12, "y": row * 8},
+        "targets": [{"expr": expr, "legendFormat": legend, "refId": "A"}],
+    }
+
+
+def cost_dashboard() -> dict[str, Any]:
+    """Team GPU-hours and cost per day and month, and GPU-hours per Kueue queue."""
+    teams = 'namespace=~"team-.*"'
+    queue_gpus = (
+        f"sum by (namespace, {QUEUE_LABEL}) (container_gpu_allocation{{{teams}}} "
+        f"* on (namespace, pod) group_left ({QUEUE_LABEL}) "
+        f"max by (namespace, pod, {QUEUE_LABEL}) (kube_pod_labels))"
+    )
+    by_team = "{{namespace}}"
+    by_queue = f"{{{{namespace}}}}/{{{{{QUEUE_LABEL}}}}}"
+
+    def over(expr: str, window: str) -> str:
+        return f"sum_over_time({expr}[{window}:1h])"
+
+    gpus, cost = f"{GPUS}{{{teams}}}", f"{TOTAL_COST}{{{teams}}}"
+    rows = [
+        ("GPU-hours per team, per day", (over(gpus, "1d"), by_team), "h"),
+        ("GPU-hours per team, last 30 days", (over(gpus, "30d"), by_team), "h"),
+        ("Cost per team, per day (USD)", (over(cost, "1d"), by_team), "currencyUSD"),
+        ("Cost per team, last 30 days (USD)", (over(cost, "30d"), by_team), "currencyUSD"),
+        ("GPU-hours per Kueue queue, per day", (over(f"({queue_gpus})", "1d"), by_queue), "h"),
+        ("GPU-hours per Kueue queue, 30 days", (over(f"({queue_gpus})", "30d"), by_queue), "h"),
+    ]
+    panels = [_panel(i + 1, title, target, unit) for i, (title, target, unit) in enumerate(rows)]
+    return {
+        "uid": "gpuplatform-cost",
+        "title": "Team GPU-hours and cost",
+        "schemaVersion": 39,
+        "time": {"from": "now-30d", "to": "now"},
+        "tags": ["gpuplatform", "cost"],
+        "panels": panels,
+    }
+
+
+def cost_dashboard_configmap() -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            COST_DASHBOARD_CONFIGMAP, MONITORING_NAMESPACE, labels={DASHBOARD_LABEL: "1"}
+        ),
+        "data": {COST_DASHBOARD_FILE: json.dumps(cost_dashboard(), indent=1, sort_keys=True)},
+    }

@@ -1,0 +1,2 @@
+"""GPU enablement: the NVIDIA GPU Operator (`spec`: its values and ConfigMaps;
+`component`: `GpuEnablement`)."""

@@ -1,0 +1,220 @@
+"""GPU enablement: the NVIDIA GPU Operator.
+
+The operator runs the device plugin (``nvidia.com/gpu``), GPU feature discovery, the
+DCGM exporter and, where a pool uses MIG, the MIG manager, on GPU nodes only (it finds
+them through node feature discovery). On EKS the NVIDIA AMIs ship the driver and the
+container toolkit, so the operator installs neither; on premises it installs both unless
+config says the hosts have them.
+
+GPU sharing is set per pool: the device plugin reads a named configuration from a
+ConfigMap, and a node picks its configuration with the label
+``nvidia.com/device-plugin.config=<pool>`` (MIG nodes also carry
+``nvidia.com/mig.config=<profile>``); `NodePoolProfile.labels` carries those labels, so
+the node pool definitions set them. Where every GPU pool shares the same way (a stack
+with one time-sliced pool), that configuration is also the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from modules.k8s.common import (
+    Manifest,
+    metadata,
+    namespace,
+    pool_taint_tolerations,
+    required_node_affinity,
+    system_node_selector,
+)
+from modules.k8s.names import GPU_OPERATOR_NAMESPACE
+from modules.pools import ROLE_LABEL, NodePoolProfile
+
+DEVICE_PLUGIN_CONFIGMAP = "gpuplatform-device-plugin-config"
+DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
+DCGM_METRICS_CONFIGMAP = "gpuplatform-dcgm-metrics"
+DCGM_METRICS_FILE = "dcgm-metrics.csv"
+
+#: DCGM fields the exporter publishes: (field, Prometheus type, help). The exporter's
+#: default list lacks SM activity, uncorrected ECC, NVLink traffic and the throttling
+#: counters the dashboard and the alerts use, so the platform ships its own list.
+DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "Ratio of cycles an SM has at least 1 warp assigned."),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "Ratio of warps resident on an SM."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles device memory is active."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power (in us)."),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal (in us)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit (uncorrected) volatile ECC errors."),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Rows remapped for uncorrectable errors.",
+    ),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "NVLink transmitted bytes per second."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "NVLink received bytes per second."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe transmitted bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe received bytes per second."),
+    ("DCGM_FI_DRIVER_VERSION", "label", "Driver version."),
+)
+
+
+def dcgm_metrics_csv() -> str:
+    """The DCGM exporter's collector list, in its CSV format."""
+    lines = ["# DCGM field, Prometheus metric type, help message"]
+    lines += [f"{field}, {kind}, {help_text}" for field, kind, help_text in DCGM_FIELDS]
+    return "\n".join(lines) + "\n"
+
+
+def device_plugin_configs(pools: Sequence[NodePoolProfile]) -> dict[str, str]:
+    """Device plugin configurations by name: ``default`` (whole GPUs) and one per pool
+    that shares its GPUs (time-slicing replicas, or MIG devices as ``nvidia.com/gpu``)."""
+    configs = {
+        DEFAULT_DEVICE_PLUGIN_CONFIG: {"version": "v1", "flags": {"migStrategy": "none"}},
+    }
+    for pool in pools:
+        if not pool.has_gpus or pool.gpu_sharing == "none":
+            continue
+        if pool.gpu_sharing == "time-slicing":
+            configs[pool.name] = {
+                "version": "v1",
+                "flags": {"migStrategy": "none"},
+                "sharing": {
+                    "timeSlicing": {
+                        "resources": [{"name": "nvidia.com/gpu", "replicas": pool.gpu_replicas}]
+                    }
+                },
+            }
+        else:
+            configs[pool.name] = {"version": "v1", "flags": {"migStrategy": "single"}}
+    return {name: yaml.safe_dump(config, sort_keys=False) for name, config in configs.items()}
+
+
+def gpu_operator_namespace(kubernetes_version: str) -> Manifest:
+    # `privileged`: the operator's node agents (driver and toolkit installers, device
+    # plugin, DCGM exporter, MIG manager) need host paths, host PID and privileged
+    # containers to manage the GPUs. No team can run pods here.
+    return namespace(
+        GPU_OPERATOR_NAMESPACE,
+        "privileged",
+        kubernetes_version,
+        reason="GPU Operator node agents need host access and privileged containers",
+    )
+
+
+def default_device_plugin_config(pools: Sequence[NodePoolProfile]) -> str:
+    """The configuration a GPU node without a config label gets: when every GPU pool
+    shares its GPUs the same way (e.g. one time-sliced pool), that pool's, so no node
+    label is needed; otherwise whole GPUs, and sharing pools need their node labels."""
+    sharing = {p.name for p in pools if p.has_gpus and p.gpu_sharing != "none"}
+    gpu_pools = {p.name for p in pools if p.has_gpus}
+    if len(sharing) == 1 and sharing == gpu_pools:
+        return sharing.pop()
+    return DEFAULT_DEVICE_PLUGIN_CONFIG
+
+
+def default_mig_config(pools: Sequence[NodePoolProfile]) -> str:
+    """The MIG layout of nodes without a ``nvidia.com/mig.config`` label: the profile,
+    when every GPU pool uses the same one; else MIG stays off (``all-disabled``)."""
+    profiles = {
+        p.mig_strategy_profile if p.gpu_sharing == "mig" else None for p in pools if p.has_gpus
+    }
+    if len(profiles) == 1:
+        (profile,) = profiles
+        if profile:
+            return profile
+    return "all-disabled"
+
+
+def gpu_configmaps(pools: Sequence[NodePoolProfile]) -> list[Manifest]:
+    """The device plugin configurations and the DCGM exporter's metric list."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(DEVICE_PLUGIN_CONFIGMAP, GPU_OPERATOR_NAMESPACE),
+            "data": device_plugin_configs(pools),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(DCGM_METRICS_CONFIGMAP, GPU_OPERATOR_NAMESPACE),
+            "data": {DCGM_METRICS_FILE: dcgm_metrics_csv()},
+        },
+    ]
+
+
+def gpu_operator_values(
+    pools: Sequence[NodePoolProfile],
+    install_driver: bool,
+    install_toolkit: bool,
+    scrape_interval_seconds: int = 30,
+) -> dict[str, Any]:
+    """Values of the GPU Operator chart.
+
+    Node agents tolerate the GPU and fabric taints (they must run on those nodes and only
+    there: the operator schedules them on nodes with an NVIDIA GPU). Controllers run on
+    the system pool. The DCGM exporter maps GPUs to pods (``pod``/``namespace`` labels)
+    and is scraped through its ServiceMonitor, keeping those labels (``honorLabels``).
+    """
+    uses_mig = any(p.has_gpus and p.gpu_sharing == "mig" for p in pools)
+    return {
+        "operator": {
+            "affinity": {"nodeAffinity": required_node_affinity(ROLE_LABEL, ["system"])},
+        },
+        "daemonsets": {
+            "tolerations": pool_taint_tolerations(),
+            "priorityClassName": "system-node-critical",
+        },
+        "nfd": {"enabled": True},
+        "node-feature-discovery": {
+            "master": {"nodeSelector": system_node_selector()},
+            "gc": {"nodeSelector": system_node_selector()},
+            "worker": {"tolerations": pool_taint_tolerations()},
+        },
+        "driver": {"enabled": install_driver},
+        "toolkit": {"enabled": install_toolkit},
+        "devicePlugin": {
+            "enabled": True,
+            "config": {
+                "create": False,
+                "name": DEVICE_PLUGIN_CONFIGMAP,
+                "default": default_device_plugin_config(pools),
+            },
+        },
+        "gfd": {"enabled": True},
+        "mig": {"strategy": "single"},
+        "migManager": {"enabled": uses_mig, "config": {"default": default_mig_config(pools)}},
+        "dcgmExporter": {
+            "enabled": True,
+            "config": {"name": DCGM_METRICS_CONFIGMAP},
+            "env": [
+                {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+                {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                {
+                    "name": "DCGM_EXPORTER_COLLECTORS",
+                    "value": f"/etc/dcgm-exporter/{DCGM_METRICS_FILE}",
+                },
+            ],
+            "serviceMonitor": {
+                "enabled": True,
+                "interval": f"{scrape_interval_seconds}s",
+                "honorLabels": True,
+            },
+        },
+    }

@@ -1,0 +1,58 @@
+"""`Monitoring`: installs kube-prometheus-stack and registers the training PodMonitor, the
+dashboards and the alert rules that `spec`, `dashboards` and `alerts` build."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+
+from modules.k8s.common import helm_release, register
+from modules.k8s.monitoring.alerts import prometheus_rule
+from modules.k8s.monitoring.dashboards import dashboards_configmap
+from modules.k8s.monitoring.spec import (
+    GRAFANA_SERVICE,
+    kube_prometheus_stack_values,
+    monitoring_namespace,
+    training_pod_monitor,
+)
+from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.versions import KUBE_PROMETHEUS_STACK
+
+
+class Monitoring(pulumi.ComponentResource):
+    """kube-prometheus-stack, the training PodMonitor, dashboards and alert rules."""
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        storage_class: str,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:Monitoring", name, None, opts)
+        provider = args.provider
+        ns = register(monitoring_namespace(args.kubernetes_version), self, provider)
+        dashboards = register(dashboards_configmap(), self, provider, depends_on=[ns])
+        self.release = helm_release(
+            "kube-prometheus-stack",
+            KUBE_PROMETHEUS_STACK,
+            MONITORING_NAMESPACE,
+            values=kube_prometheus_stack_values(
+                args.monitoring, storage_class, managed_control_plane=args.eks is not None
+            ),
+            parent=self,
+            provider=provider,
+            depends_on=[ns, dashboards, *depends_on],
+        )
+        register(prometheus_rule(args.monitoring), self, provider, depends_on=[self.release])
+        if args.teams:
+            register(
+                training_pod_monitor([t.name for t in args.teams]),
+                self,
+                provider,
+                depends_on=[self.release],
+            )
+        self.register_outputs({"grafanaService": f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}"})

@@ -1,0 +1,165 @@
+"""The Kubernetes platform layer as one component.
+
+`KubernetesPlatform` composes the concerns in dependency order (each a component of its
+own, every object through ``args.provider``):
+
+    site -> storage -> tenancy (team namespaces) -> monitoring (CRDs for monitors)
+         -> GPU operator -> fabric -> queueing (Kueue, queues) -> autoscaler (EKS)
+         -> serving (cert-manager, KServe, runtimes; where configured)
+
+and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
+together with the resources to ``depends_on``.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from modules.k8s.autoscaler.component import Autoscaler
+from modules.k8s.cost.component import CostAllocation
+from modules.k8s.fabric.component import Fabric
+from modules.k8s.fleet.component import FleetManager, FleetWorker
+from modules.k8s.gpu.component import GpuEnablement
+from modules.k8s.monitoring.component import Monitoring
+from modules.k8s.names import TeamPlacement, team_placement
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.platform.summary import installed_charts, pool_plugins
+from modules.k8s.queueing.component import Queueing
+from modules.k8s.serving.component import Serving
+from modules.k8s.site.component import SiteDeclaration
+from modules.k8s.storage.component import Storage
+from modules.k8s.storage.spec import platform_storage_class
+from modules.k8s.tenancy.component import Tenancy
+from modules.k8s.tracking.component import Tracking
+
+
+class KubernetesPlatform(pulumi.ComponentResource):
+    """GPU and fabric enablement, monitoring, queueing and tenancy on one cluster.
+
+    Attributes:
+        placements: team name -> `TeamPlacement` (namespace, LocalQueue, ServiceAccount,
+            checkpoint claim, PriorityClasses, secondary network).
+        team_ready: team name -> resources a team's jobs should ``depends_on`` (its
+            namespace objects, LocalQueue and checkpoint claim).
+        platform_ready: resources every job should ``depends_on`` (device plugins,
+            Kueue, PriorityClasses).
+        serving_ready: resources every InferenceService should ``depends_on`` (KServe,
+            its runtimes, the inference ServiceAccounts); empty without serving.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:KubernetesPlatform", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        site = SiteDeclaration(f"{name}-site", args.site, args.provider, child)
+        storage = Storage(f"{name}-storage", args, child)
+        tenancy = Tenancy(
+            f"{name}-tenancy",
+            args,
+            storage_ready=[*storage.ready.classes, *storage.ready.team_directories],
+            opts=child,
+        )
+        monitoring = Monitoring(
+            f"{name}-monitoring",
+            args,
+            platform_storage_class(args),
+            depends_on=storage.ready.classes,
+            opts=child,
+        )
+        self.platform_ready: list[pulumi.Resource] = [site.configmap]
+        # -- cost allocation (OpenCost, budgets; docs/cost.md) --
+        if args.cost is not None:
+            CostAllocation(
+                f"{name}-cost",
+                args.cost,
+                args.provider,
+                args.kubernetes_version,
+                depends_on=[monitoring.release],
+                opts=child,
+            )
+        if args.gpu_pools:
+            gpu = GpuEnablement(f"{name}-gpu", args, depends_on=[monitoring.release], opts=child)
+            self.platform_ready.append(gpu.release)
+        fabric = Fabric(f"{name}-fabric", args, tenancy.namespaces, child)
+        self.platform_ready += fabric.releases
+        queueing = Queueing(
+            f"{name}-queueing",
+            args,
+            tenancy.namespaces,
+            depends_on=[monitoring.release],
+            opts=child,
+        )
+        self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # -- fleet (MultiKueue, docs/fleet.md) --
+        self.fleet_kubeconfig: pulumi.Output[str] | None = None
+        self.burst_queues: dict[str, pulumi.Resource] = {}
+        if args.fleet is not None and args.fleet.manager is not None:
+            manager = FleetManager(
+                f"{name}-fleet",
+                args.fleet.manager,
+                args.provider,
+                depends_on=[queueing.release],
+                team_namespaces=tenancy.namespaces,
+                opts=child,
+            )
+            self.burst_queues = manager.local_queues
+        if args.fleet is not None and args.fleet.worker is not None:
+            worker = FleetWorker(
+                f"{name}-fleet-worker",
+                args.fleet.worker,
+                args.provider,
+                depends_on=[queueing.release],
+                team_namespaces={t: [ns] for t, ns in tenancy.namespaces.items()},
+                opts=child,
+            )
+            self.fleet_kubeconfig = worker.kubeconfig
+        # -- end fleet --
+        if args.eks is not None:
+            Autoscaler(f"{name}-autoscaler", args, child)
+        # -- tracking (MLflow) --
+        if args.tracking_enabled:
+            Tracking(
+                f"{name}-tracking",
+                args,
+                tenancy.namespaces,
+                depends_on=[monitoring.release, *storage.ready.classes],
+                opts=child,
+            )
+        # Model serving: KServe, its runtimes and monitoring (InferenceServices wait on it).
+        self.serving_ready: list[pulumi.Resource] = []
+        if args.serving is not None:
+            serving = Serving(
+                f"{name}-serving",
+                args,
+                tenancy.namespaces,
+                monitoring.release,
+                child,
+            )
+            self.serving_ready = serving.ready
+
+        self.placements: dict[str, TeamPlacement] = {}
+        self.team_ready: dict[str, list[pulumi.Resource]] = {}
+        for team in args.teams:
+            self.placements[team.name] = team_placement(
+                team.name, args.secondary_network, team.allowed_priorities
+            )
+            self.team_ready[team.name] = [
+                tenancy.namespaces[team.name],
+                *tenancy.team_objects[team.name],
+                queueing.local_queues[team.name],
+            ]
+
+        self.register_outputs(
+            {
+                "teamNamespaces": {t: p.namespace for t, p in self.placements.items()},
+                "localQueues": {t: p.local_queue for t, p in self.placements.items()},
+                "checkpointClaims": {t: p.checkpoint_claim for t, p in self.placements.items()},
+                "charts": {n: c.version for n, c in installed_charts(args).items()},
+                "poolPlugins": pool_plugins(args),
+            }
+        )

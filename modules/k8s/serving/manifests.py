@@ -1,0 +1,344 @@
+"""Model serving on the cluster: cert-manager, KServe in RawDeployment mode, runtimes.
+
+* cert-manager (jetstack chart, CRDs installed by the chart) issues the certificates of
+  KServe's admission webhooks, and, from a cluster-internal CA, those of the inference
+  endpoints.
+* KServe from its own OCI charts: ``kserve-crd``, then ``kserve-resources`` with
+  ``deploymentMode: Standard`` (KServe v0.20's name for RawDeployment: plain
+  Deployments, Services and HPAs; no Knative, no Istio) and no Ingress objects
+  (``disableIngressCreation``): inference endpoints stay inside the cluster.
+* Two ClusterServingRuntimes: the CPU predictor built from this package, and NVIDIA
+  Triton for ONNX models on GPU pools (only on stacks with GPU pools).
+* Every image (KServe's controller, storage initializer, agent, router, the runtimes,
+  cert-manager, kube-rbac-proxy) comes from ``ServingSpec.registry``: the stack's ECR in
+  the region, or the site's registry on premises.
+* In each team namespace the ``inference`` ServiceAccount its inference pods run as
+  (bound on EKS to a read-only role on the model artifacts) with the right to check
+  callers' tokens (``system:auth-delegator``), for the endpoints' kube-rbac-proxy.
+* metrics-server (unless ``install_metrics_server`` is false): KServe's HPAs scale the
+  predictors on CPU through the resource metrics API.
+* The scrape of every inference pod, the serving alert rules and the serving dashboard
+  (`modules.k8s.serving.observability`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from modules.k8s.common import Manifest, metadata, system_node_selector
+from modules.k8s.names import team_namespace
+from modules.k8s.serving.observability import (
+    ISVC_POD_LABEL,
+    PREDICTOR_HTTP_PORT_NAME,
+    TRITON_METRICS_PORT_NAME,
+)
+from modules.k8s.serving.spec import (
+    CERT_MANAGER_NAMESPACE,
+    CPU_MODEL_FORMAT,
+    CPU_RUNTIME,
+    INFERENCE_SERVICE_ACCOUNT,
+    KUBE_RBAC_PROXY_TAG,
+    ONNX_MODEL_FORMAT,
+    SERVING_CA_ISSUER,
+    TRITON_RUNTIME,
+    ServingSpec,
+)
+
+#: The runtimes' containers run as this non-root user (Triton's image has it as
+#: ``triton-server``; the predictor image creates it).
+RUNTIME_UID = 1000
+#: KServe's storage initializer downloads the model here; runtimes read it from here.
+MODEL_DIR = "/mnt/models"
+DEPLOYMENT_MODE = "Standard"
+
+
+def _registry(spec: ServingSpec) -> str:
+    if spec.registry is None:
+        raise ValueError("serving.registry is unresolved (set by the AWS foundation)")
+    return spec.registry
+
+
+def cert_manager_values(spec: ServingSpec) -> dict[str, Any]:
+    """Values of jetstack/cert-manager (keys checked against the chart's values.yaml)."""
+    registry = _registry(spec)
+    system = system_node_selector()
+    values: dict[str, Any] = {
+        "crds": {"enabled": True, "keep": True},
+        "image": {"repository": f"{registry}/cert-manager-controller"},
+        "nodeSelector": system,
+        # Its ServiceMonitor: kube-prometheus-stack picks every monitor up.
+        "prometheus": {"enabled": True, "servicemonitor": {"enabled": True}},
+    }
+    for component in ("webhook", "cainjector", "startupapicheck"):
+        values[component] = {
+            "image": {"repository": f"{registry}/cert-manager-{component}"},
+            "nodeSelector": system,
+        }
+    values["acmesolver"] = {"image": {"repository": f"{registry}/cert-manager-acmesolver"}}
+    return values
+
+
+def metrics_server_values(spec: ServingSpec) -> dict[str, Any]:
+    """Values of metrics-server 3.13.1 (keys checked against its values.yaml)."""
+    return {
+        "image": {"repository": f"{_registry(spec)}/metrics-server"},
+        "nodeSelector": system_node_selector(),
+    }
+
+
+def kserve_values(spec: ServingSpec, region: str | None) -> dict[str, Any]:
+    """Values of kserve-resources v0.20.0 (keys checked against its values.yaml)."""
+    registry = _registry(spec)
+    storage: dict[str, Any] = {
+        "image": f"{registry}/kserve-storage-initializer",
+        "containerSecurityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if region:
+        # boto3 in the storage initializer talks to the region's S3 endpoint.
+        storage["s3"] = {"region": region}
+    return {
+        "kserve": {
+            "controller": {
+                "deploymentMode": DEPLOYMENT_MODE,
+                "image": f"{registry}/kserve-controller",
+                "rbacProxyImage": f"{registry}/kube-rbac-proxy:{KUBE_RBAC_PROXY_TAG}",
+                "nodeSelector": system_node_selector(),
+                # No Ingress objects: endpoints are reached inside the cluster only.
+                "gateway": {"disableIngressCreation": True},
+            },
+            "storage": storage,
+            "agent": {"image": f"{registry}/kserve-agent"},
+            "router": {"image": f"{registry}/kserve-router"},
+        }
+    }
+
+
+def _runtime_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _default_resources(cpu: str, memory: str) -> dict[str, dict[str, str]]:
+    # Each InferenceService sets its own from the pool; these apply only where it does not.
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+
+
+def _runtime(
+    name: str, spec: Mapping[str, Any], server_type: str, prometheus_port: int
+) -> Manifest:
+    return {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ClusterServingRuntime",
+        "metadata": metadata(name, annotations={"serving.kserve.io/server-type": server_type}),
+        "spec": {
+            # KServe copies these onto the pods: where Prometheus finds the metrics.
+            "annotations": {
+                "prometheus.kserve.io/port": str(prometheus_port),
+                "prometheus.kserve.io/path": "/metrics",
+            },
+            **spec,
+        },
+    }
+
+
+def cpu_runtime(spec: ServingSpec) -> Manifest:
+    """The CPU predictor (KServe's Python model server wrapping this package's inference
+    library), V2 protocol over REST on 8080; metrics on the same port."""
+    return _runtime(
+        CPU_RUNTIME,
+        {
+            "supportedModelFormats": [
+                {"name": CPU_MODEL_FORMAT, "version": "1", "autoSelect": True, "priority": 1}
+            ],
+            "protocolVersions": ["v2"],
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "image": spec.predictor_image,
+                    # KServe's model-server conventions: {{.Name}} is the InferenceService.
+                    "args": [
+                        "--model_name={{.Name}}",
+                        f"--model_dir={MODEL_DIR}",
+                        "--http_port=8080",
+                    ],
+                    "env": [{"name": "HOME", "value": "/tmp"}],
+                    "ports": [
+                        {"name": PREDICTOR_HTTP_PORT_NAME, "containerPort": 8080, "protocol": "TCP"}
+                    ],
+                    "resources": _default_resources("1", "2Gi"),
+                    "securityContext": _runtime_security(),
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                }
+            ],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+        },
+        "uae-cpu-predictor",
+        8080,
+    )
+
+
+def triton_runtime(spec: ServingSpec) -> Manifest:
+    """NVIDIA Triton for ONNX models on GPU pools (arguments as KServe's own Triton
+    runtime), V2 over REST on 8080 and gRPC on 9000, metrics on 8002."""
+    return _runtime(
+        TRITON_RUNTIME,
+        {
+            "supportedModelFormats": [
+                {"name": ONNX_MODEL_FORMAT, "version": "1", "autoSelect": True, "priority": 1}
+            ],
+            "protocolVersions": ["v2", "grpc-v2"],
+            "containers": [
+                {
+                    "name": "kserve-container",
+                    "image": spec.triton_image,
+                    "args": [
+                        "tritonserver",
+                        f"--model-store={MODEL_DIR}",
+                        "--grpc-port=9000",
+                        "--http-port=8080",
+                        "--metrics-port=8002",
+                        "--allow-grpc=true",
+                        "--allow-http=true",
+                        "--allow-metrics=true",
+                    ],
+                    "ports": [
+                        {"name": "http1", "containerPort": 8080, "protocol": "TCP"},
+                        {
+                            "name": TRITON_METRICS_PORT_NAME,
+                            "containerPort": 8002,
+                            "protocol": "TCP",
+                        },
+                    ],
+                    "resources": _default_resources("1", "4Gi"),
+                    "securityContext": _runtime_security(),
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "dshm", "mountPath": "/dev/shm"},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
+                # Triton's Python and ONNX Runtime backends share tensors through /dev/shm.
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+            ],
+        },
+        "tritonserver",
+        8002,
+    )
+
+
+SELF_SIGNED_ISSUER = "gpuplatform-selfsigned"
+SERVING_CA_SECRET = "gpuplatform-serving-ca"
+
+
+def _issuer_ref(name: str) -> dict[str, str]:
+    return {"name": name, "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def certificate_authority() -> list[Manifest]:
+    """The CA of the inference endpoints (cert-manager's documented CA bootstrap): a
+    self-signed ClusterIssuer signs the CA certificate (kept in the cert-manager
+    namespace), and the CA ClusterIssuer signs each endpoint's serving certificate."""
+    return [
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "ClusterIssuer",
+            "metadata": metadata(SELF_SIGNED_ISSUER),
+            "spec": {"selfSigned": {}},
+        },
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Certificate",
+            "metadata": metadata(SERVING_CA_SECRET, CERT_MANAGER_NAMESPACE),
+            "spec": {
+                "isCA": True,
+                "commonName": "gpuplatform inference endpoints CA",
+                "secretName": SERVING_CA_SECRET,
+                "duration": "87600h",  # ten years; endpoints' certificates rotate often
+                "privateKey": {"algorithm": "ECDSA", "size": 256},
+                "issuerRef": _issuer_ref(SELF_SIGNED_ISSUER),
+            },
+        },
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "ClusterIssuer",
+            "metadata": metadata(SERVING_CA_ISSUER),
+            "spec": {"ca": {"secretName": SERVING_CA_SECRET}},
+        },
+    ]
+
+
+def inference_service_account(team: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(INFERENCE_SERVICE_ACCOUNT, team_namespace(team)),
+        # Pod Identity and the kube-rbac-proxy sidecar need the token.
+        "automountServiceAccountToken": True,
+    }
+
+
+def auth_delegation(teams: Sequence[str]) -> Manifest:
+    """Lets the inference pods' kube-rbac-proxy create TokenReviews and
+    SubjectAccessReviews (the built-in ``system:auth-delegator`` role), nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": metadata("gpuplatform-inference-auth-delegator"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:auth-delegator",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": INFERENCE_SERVICE_ACCOUNT,
+                "namespace": team_namespace(team),
+            }
+            for team in sorted(teams)
+        ],
+    }
+
+
+def api_server_egress(spec: ServingSpec, team: str) -> Manifest:
+    """Lets inference pods reach the API server (their kube-rbac-proxy reviews each
+    caller's token), where it is outside what the team namespace already allows."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata("allow-inference-api-server", team_namespace(team)),
+        "spec": {
+            "podSelector": {"matchExpressions": [{"key": ISVC_POD_LABEL, "operator": "Exists"}]},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.api_server_cidrs],
+                    "ports": [
+                        {"protocol": "TCP", "port": 443},
+                        {"protocol": "TCP", "port": 6443},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def serving_runtimes(spec: ServingSpec, has_gpus: bool) -> list[Manifest]:
+    """The runtimes this stack offers: Triton only where there are GPU pools."""
+    return [cpu_runtime(spec), *([triton_runtime(spec)] if has_gpus else [])]

@@ -1,0 +1,70 @@
+"""`Storage`: registers the storage classes, the FSx CSI driver and the team directories
+that `spec` builds (EKS; on premises the classes exist already)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from modules.k8s.common import helm_release, register
+from modules.k8s.names import KUBE_SYSTEM
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.storage.spec import (
+    ebs_storage_classes,
+    fsx_csi_values,
+    fsx_root_volume,
+    platform_storage_class,
+    storage_namespace,
+    team_directories_job,
+)
+from modules.k8s.versions import FSX_CSI_DRIVER
+
+
+@dataclass
+class StorageResources:
+    """What other components wait for: the classes, and the FSx team directories."""
+
+    classes: list[pulumi.Resource]
+    team_directories: list[pulumi.Resource]
+
+
+class Storage(pulumi.ComponentResource):
+    """Storage classes, the FSx CSI driver and the shared file system's team directories."""
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:Storage", name, None, opts)
+        provider = args.provider
+        self.ready = StorageResources(classes=[], team_directories=[])
+        if args.eks is None:
+            # On premises the classes exist already; they are named in config.
+            self.register_outputs({"platformStorageClass": platform_storage_class(args)})
+            return
+        self.ready.classes = [
+            register(m, self, provider) for m in ebs_storage_classes(args.eks.storage_kms_key_arn)
+        ]
+        fsx = args.eks.fsx
+        if fsx is not None:
+            driver = helm_release(
+                "aws-fsx-csi-driver",
+                FSX_CSI_DRIVER,
+                KUBE_SYSTEM,
+                values=fsx_csi_values(),
+                parent=self,
+                provider=provider,
+            )
+            ns = register(storage_namespace(args.kubernetes_version), self, provider)
+            root = [register(m, self, provider, depends_on=[ns]) for m in fsx_root_volume(fsx)]
+            job = register(
+                team_directories_job([t.name for t in args.teams], fsx.init_image),
+                self,
+                provider,
+                depends_on=[driver, *root],
+            )
+            self.ready.team_directories = [job]
+        self.register_outputs({"platformStorageClass": platform_storage_class(args)})

@@ -1,0 +1,176 @@
+"""`Tracking`: installs the MLflow tracking server (and on premises its CloudNativePG
+database) with the values and objects that `manifests` builds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+
+from modules.k8s.common import helm_release, register
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.tracking.manifests import (
+    ADMIN_INI_SECRET,
+    ADMIN_SECRET,
+    AUTH_DATABASE_SECRET,
+    CNPG_NAMESPACE,
+    DATABASE_SECRET,
+    RELEASE,
+    TRACKING_NAMESPACE,
+    TRACKING_URI,
+    StoreSettings,
+    artifact_claim,
+    cloudnative_pg_values,
+    cnpg_namespace,
+    credentials_secret,
+    database_cluster,
+    database_host,
+    database_pod_monitor,
+    database_secret_name,
+    ini_safe_admin,
+    mlflow_values,
+    server_network_policies,
+    service_monitor,
+    team_egress_policy,
+    tracking_namespace,
+    url_safe,
+)
+from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
+
+
+class Tracking(pulumi.ComponentResource):
+    """The MLflow tracking server, its database on premises, and its fences."""
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        team_namespaces: Mapping[str, pulumi.Resource],
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:Tracking", name, None, opts)
+        spec, inputs, provider = args.tracking, args.tracking_inputs, args.provider
+        if spec is None or inputs is None:  # KubernetesPlatformArgs checks the pair
+            raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
+        ns = register(tracking_namespace(args.kubernetes_version), self, provider)
+        ready: list[pulumi.Resource] = [ns, *depends_on]
+        admin = pulumi.Output.from_input(inputs.admin_password)
+        ready += [
+            register(
+                credentials_secret(name, spec.admin_username, password),
+                self,
+                provider,
+                depends_on=[ns],
+            )
+            for name, password in (
+                (ADMIN_SECRET, admin),
+                (ADMIN_INI_SECRET, admin.apply(ini_safe_admin)),
+            )
+        ]
+        store = inputs.store
+        if store is not None:
+            ready.append(
+                register(
+                    credentials_secret(
+                        DATABASE_SECRET, store.database_username, store.database_password
+                    ),
+                    self,
+                    provider,
+                    depends_on=[ns],
+                )
+            )
+            ready.append(
+                register(
+                    credentials_secret(
+                        AUTH_DATABASE_SECRET,
+                        store.database_username,
+                        pulumi.Output.from_input(store.database_password).apply(url_safe),
+                    ),
+                    self,
+                    provider,
+                    depends_on=[ns],
+                )
+            )
+            values: pulumi.Input[Mapping[str, Any]] = pulumi.Output.all(
+                store.database_host, store.bucket_name, store.storage_key_arn
+            ).apply(
+                lambda resolved: mlflow_values(
+                    spec,
+                    StoreSettings(
+                        database_host=str(resolved[0]),
+                        database_secret=DATABASE_SECRET,
+                        auth_database_secret=AUTH_DATABASE_SECRET,
+                        bucket=str(resolved[1]),
+                        artifact_prefix=store.artifact_prefix.strip("/"),
+                        kms_key_arn=str(resolved[2]),
+                        region=args.site.region,
+                    ),
+                )
+            )
+        else:
+            onprem = args.onprem
+            if onprem is None:  # checked by KubernetesPlatformArgs
+                raise ValueError("an on-premises tracking server needs OnPremSpec")
+            cnpg_ns = register(cnpg_namespace(args.kubernetes_version), self, provider)
+            operator = helm_release(
+                "cloudnative-pg",
+                CLOUDNATIVE_PG,
+                CNPG_NAMESPACE,
+                values=cloudnative_pg_values(),
+                parent=self,
+                provider=provider,
+                depends_on=[cnpg_ns, *depends_on],
+            )
+            # The database and the artifacts are data: protected like checkpoint claims.
+            ready.append(
+                register(
+                    database_cluster(spec, onprem.storage_class),
+                    self,
+                    provider,
+                    depends_on=[ns, operator],
+                    protect=True,
+                )
+            )
+            ready.append(
+                register(
+                    artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode),
+                    self,
+                    provider,
+                    depends_on=[ns],
+                    protect=True,
+                )
+            )
+            register(database_pod_monitor(), self, provider, depends_on=[ns, *depends_on])
+            values = mlflow_values(
+                spec,
+                StoreSettings(
+                    database_host=database_host(on_aws=False),
+                    database_secret=database_secret_name(on_aws=False),
+                    # CloudNativePG serves TLS with its own CA; the server encrypts
+                    # without verifying it (the CA is not mounted into the server pod).
+                    ssl_mode="require",
+                ),
+            )
+        vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
+        for manifest in server_network_policies(vpc_cidr):
+            register(manifest, self, provider, depends_on=[ns])
+        for team, team_ns in team_namespaces.items():
+            register(team_egress_policy(team), self, provider, depends_on=[team_ns])
+        self.release = helm_release(
+            RELEASE,
+            MLFLOW,
+            TRACKING_NAMESPACE,
+            values=values,
+            parent=self,
+            provider=provider,
+            depends_on=ready,
+        )
+        register(
+            service_monitor(args.monitoring.scrape_interval_seconds),
+            self,
+            provider,
+            depends_on=[self.release, *depends_on],
+        )
+        self.register_outputs({"trackingUri": TRACKING_URI})

@@ -1,0 +1,8 @@
+"""The trainer: a GPT-style model, its config and presets, the training loop and its
+launcher, checkpointing, metrics, GPU telemetry and health, fabric settings, and the
+GPU and fabric checks (see ``docs/workloads.md``).
+
+Imports nothing: the offline plan (`make plan`, which has neither torch nor
+prometheus_client) imports the torch-free modules here (`config`, `fabric`,
+`metrics_endpoint`) through `workloads.deploy` and `stacks.config`.
+"""

@@ -1,0 +1,252 @@
+"""Checkpoint and resume with `torch.distributed.checkpoint` (DCP).
+
+Each checkpoint is a directory ``step_<N>`` holding the model and optimizer state
+(sharded as the model is: replicated under DDP, per-rank shards under FSDP2), the
+step, the data loader's position and every rank's RNG state. Saving is asynchronous
+by default (`dcp.async_save`: the state is staged to host memory, then written by a
+background thread while training continues). A directory counts as complete only
+once DCP has written its ``.metadata`` file, which the coordinator does after every
+rank's data is on disk, so a run killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+from workloads.data.shards import LoaderState
+from workloads.training.compat import async_save_response_type, dcp_kwargs
+
+STEP_PREFIX = "step_"
+METADATA_FILE = ".metadata"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded into this run, with what to do about it."""
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"{STEP_PREFIX}{step:08d}"
+
+
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every complete checkpoint under ``root``, oldest first."""
+    found: list[tuple[int, Path]] = []
+    if not root.is_dir():
+        return found
+    for path in root.glob(f"{STEP_PREFIX}*"):
+        suffix = path.name.removeprefix(STEP_PREFIX)
+        if suffix.isdigit() and (path / METADATA_FILE).is_file():
+            found.append((int(suffix), path))
+    return sorted(found)
+
+
+def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a loaded checkpoint restores besides the weights and optimizer."""
+
+    step: int
+    loader: LoaderState
+    path: Path
+    rng_restored: bool
+
+
+def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+class Checkpointer:
+    """Saves and loads this run's checkpoints.
+
+    Args:
+        root: the checkpoint directory (FSx mount or local disk).
+        rank: this process's global rank (keys its RNG state; rank 0 prunes).
+        device: where the model lives (selects the RNG states to keep).
+        group: gloo group for DCP's coordination, kept apart from the training group
+            so a background save never interleaves with training collectives.
+        use_async: save with ``async_save`` (the final and SIGTERM saves block).
+        keep: complete checkpoints kept; older ones are deleted by rank 0.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        rank: int,
+        device: torch.device,
+        group: dist.ProcessGroup | None,
+        use_async: bool = True,
+        keep: int = 2,
+    ) -> None:
+        self.root = root
+        self.rank = rank
+        self.device = device
+        self.group = group
+        self.use_async = use_async
+        self.keep = keep
+        self._pending: Future[Any] | None = None
+        # A world of one: no process group, DCP saves and loads locally.
+        self._no_dist = not dist.is_initialized()
+        if self._no_dist:
+            # DCP warns on every single-process save and load (also from the async
+            # save's thread) even when asked for one.
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CheckpointError(
+                f"cannot create the checkpoint directory {root} ({err.strerror}); "
+                "point --ckpt-dir at a writable path"
+            ) from err
+
+    def _state(
+        self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, loader: LoaderState
+    ) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        return {
+            "model": model_sd,
+            "optim": optim_sd,
+            "progress": {
+                "step": step,
+                "data_shard": loader.shard,
+                "data_position": loader.position,
+            },
+            # One key per rank: DCP keeps a single copy of identical keys.
+            "rng": {f"rank{self.rank}": _rng_state(self.device)},
+        }
+
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loader: LoaderState,
+        *,
+        blocking: bool = False,
+    ) -> Path:
+        """Checkpoint after ``step``; returns the directory. Every rank must call it."""
+        self.wait()  # one save in flight at a time
+        path = step_dir(self.root, step)
+        state = self._state(step, model, optimizer, loader)
+        self._write(state, path, blocking)
+        return path
+
+    def _write(self, state: dict[str, Any], path: Path, blocking: bool) -> None:
+        if self.use_async and not blocking:
+            response = async_save(
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(async_save, self._no_dist),
+            )
+            # With a custom stager DCP returns both futures; the upload one means "on disk".
+            response_type = async_save_response_type()
+            if response_type is not None and isinstance(response, response_type):
+                self._pending = cast(Any, response).upload_completion
+            else:
+                self._pending = cast("Future[Any]", response)
+        else:
+            dcp_save(
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(dcp_save, self._no_dist),
+            )
+            self._prune()
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is on disk."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+            self._prune()
+
+    def _prune(self) -> None:
+        if self.rank != 0:
+            return
+        found = complete_checkpoints(self.root)
+        for _, path in found[: -self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
+        if found:
+            newest = found[-1][0]
+            # Leftovers of saves interrupted before they completed.
+            for path in self.root.glob(f"{STEP_PREFIX}*"):
+                suffix = path.name.removeprefix(STEP_PREFIX)
+                if (
+                    suffix.isdigit()
+                    and int(suffix) < newest
+                    and not (path / METADATA_FILE).is_file()
+                ):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
+        """Restore the newest complete checkpoint into ``model`` and ``optimizer``
+        (and this rank's RNG); ``None`` when there is none."""
+        found = latest_checkpoint(self.root)
+        if found is None:
+            return None
+        _, path = found
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state: dict[str, Any] = {
+            "model": model_sd,
+            "optim": optim_sd,
+            "progress": {"step": 0, "data_shard": 0, "data_position": 0},
+        }
+        saved_keys = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        rng_key = f"rank{self.rank}"
+        # A run restarted with a different world size has no RNG state for new ranks.
+        has_rng = f"rng.{rng_key}.cpu" in saved_keys
+        if has_rng:
+            state["rng"] = {rng_key: _rng_state(self.device)}
+        try:
+            dcp_load(
+                state,
+                checkpoint_id=str(path),
+                process_group=self.group,
+                **dcp_kwargs(dcp_load, self._no_dist),
+            )
+            set_state_dict(
+                model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            )
+        except (CheckpointException, RuntimeError, ValueError, KeyError) as err:
+            # DCP wraps each rank's failure with its traceback; the last line is the cause.
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            cause = lines[-1] if lines else type(err).__name__
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run (a different preset, model shape "
+                f"or parallelism?): {cause}. Point --ckpt-dir at a new directory to start fresh."
+            ) from err
+        if has_rng:
+            rng = state["rng"][rng_key]
+            torch.set_rng_state(rng["cpu"])
+            if "cuda" in rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"], self.device)
+        progress = state["progress"]
+        return Resumed(
+            step=int(progress["step"]),
+            loader=LoaderState(int(progress["data_shard"]), int(progress["data_position"])),
+            path=path,
+            rng_restored=has_rng,
+        )

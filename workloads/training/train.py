@@ -1,0 +1,367 @@
+"""Train a preset: ``torchrun --nproc_per_node=N -m workloads.train --preset tiny``.
+
+One process per device; rank and world size come from torchrun's environment (a
+plain ``python -m workloads.train`` is a world of one). Every ``log_every`` steps rank 0
+logs loss, step time, tokens/s, TFLOP/s, MFU and the data-wait share, and each node's
+local rank 0 exports them as Prometheus metrics. With ``--ckpt-dir`` the run resumes
+from the newest complete checkpoint there, checkpoints every ``--ckpt-every`` steps
+and at the end, and on SIGTERM (a spot interruption or a preemption) saves a final
+checkpoint before exiting with status 143 so that the job is retried, not completed.
+
+Exit status: 0 done, 2 bad configuration or data (one message, no traceback), 143
+stopped by SIGTERM after its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+from modules.validation import InvalidArgsError
+from workloads.data.shards import ShardError, ShardLoader
+from workloads.data.tokenize import ensure_shards
+from workloads.tracking import start_tracking
+from workloads.training import distributed, fabric, telemetry
+from workloads.training.checkpoint import Checkpointer, CheckpointError
+from workloads.training.config import (
+    TrainConfig,
+    add_override_arguments,
+    describe_problems,
+    from_namespace,
+)
+from workloads.training.distributed import Topology, TopologyError
+from workloads.training.engine import (
+    DeviceBatches,
+    apply_backend_flags,
+    build_model,
+    build_optimizer,
+    parallelize,
+    resolve,
+    train_step,
+)
+from workloads.training.metrics import (
+    MetricsExporter,
+    ThroughputWindow,
+    format_mfu,
+    peak_bf16_tflops,
+)
+from workloads.training.model import flops_per_token
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 128 + signal.SIGTERM
+
+
+class StopRequest:
+    """Records SIGTERM; `agreed` makes every rank stop after the same step.
+
+    Args:
+        check_every: when distributed, the flag is all-reduced (a host-side
+            synchronisation of every rank) only after every N-th step, so a SIGTERM
+            stops the run at most N - 1 steps after the step it arrived in.
+    """
+
+    def __init__(self, check_every: int = 1) -> None:
+        self.requested = False
+        self.check_every = max(1, check_every)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+    def agreed(self, group: dist.ProcessGroup | None, step: int = 0) -> bool:
+        """Whether every rank stops after ``step``; every rank calls it after every
+        step (the ranks agree on which steps hold the collective)."""
+        if group is None:
+            return self.requested
+        if step % self.check_every:
+            return False
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        return bool(flag.item())
+
+
+@dataclass
+class RunLog:
+    """Rank 0's log: stdout lines and, optionally, JSON lines for tools and tests."""
+
+    enabled: bool
+    jsonl: Path | None
+
+    def line(self, message: str) -> None:
+        if self.enabled:
+            print(message, flush=True)
+
+    def record(self, record: dict[str, object]) -> None:
+        if self.enabled and self.jsonl is not None:
+            self.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with self.jsonl.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def _start_exporter(port: int, topology: Topology, log: RunLog) -> MetricsExporter | None:
+    if topology.local_rank != 0:
+        return None
+    try:
+        exporter = MetricsExporter(port)
+    except OSError as err:
+        print(
+            f"[rank {topology.rank}] metrics: port {port} unavailable ({err.strerror}); "
+            "metrics are not served",
+            flush=True,
+        )
+        return MetricsExporter(0)
+    if port:
+        log.line(f"metrics: serving training_* on :{port}/metrics")
+    return exporter
+
+
+def _log_gpu_telemetry(topology: Topology, cuda: bool) -> None:
+    if topology.local_rank != 0 or not cuda:
+        return
+    try:
+        samples = telemetry.sample_gpus()
+    except telemetry.NvmlUnavailableError as err:
+        print(f"[rank {topology.rank}] telemetry: {err}", flush=True)
+        return
+    for sample in samples:
+        print(f"[rank {topology.rank}] telemetry: {sample.summary()}", flush=True)
+
+
+def _maybe_inject_fault(config: TrainConfig, topology: Topology, step: int) -> None:
+    """Test hook: SIGKILL this worker, on torchrun's first attempt only."""
+    if (
+        config.fault_kill_at_step
+        and step == config.fault_kill_at_step
+        and topology.rank == config.fault_kill_rank
+        and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    ):
+        print(f"[rank {topology.rank}] fault injection: SIGKILL after step {step}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(config: TrainConfig, topology: Topology) -> int:
+    """Train ``config`` as this process of ``topology``; returns the exit status."""
+    device = distributed.select_device(topology)
+    resolved = resolve(config, device)
+    apply_backend_flags(resolved)
+    log = RunLog(topology.is_main, Path(config.log_jsonl) if config.log_jsonl else None)
+    if topology.local_rank == 0:
+        for line in fabric.describe_env(
+            os.environ, multi_node=topology.nodes > 1, cuda=device.type == "cuda"
+        ):
+            print(f"[rank {topology.rank}] {line}", flush=True)
+    if (
+        int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0
+        and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1"
+    ):
+        log.line(
+            "train WARNING: torchrun --max-restarts without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
+            "restarted workers may read the previous attempt's addresses from the shared "
+            "rendezvous store and hang (pytorch/pytorch#135712); set it in torchrun's environment"
+        )
+    distributed.init_process_group(topology, device)
+    control = distributed.cpu_group()
+    ckpt_group = distributed.cpu_group()
+    stop = StopRequest(config.stop_check_every)
+
+    if topology.local_rank == 0:
+        ensure_shards(Path(config.data_dir), Path(config.corpus))
+    if topology.distributed:
+        dist.barrier(group=control)
+    loader = ShardLoader(
+        ensure_shards(Path(config.data_dir), Path(config.corpus)),
+        batch=config.micro_batch_size,
+        seq_len=config.seq_len,
+        rank=topology.rank,
+        world_size=topology.world_size,
+        vocab_size=config.model.padded_vocab_size(resolved.pad_vocab),
+    )
+    raw_model = build_model(config, resolved)
+    num_params = raw_model.num_parameters()
+    model = parallelize(raw_model, resolved, topology)
+    optimizer = build_optimizer(model, config, resolved)
+    batches = DeviceBatches(loader, resolved)
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    log.line(
+        f"train: preset {config.preset}, {num_params / 1e6:.2f}M params, world "
+        f"{topology.world_size} ({topology.nodes} node(s))"
+        + (f", {config.parallelism}" if topology.distributed else "")
+        + f", {resolved.describe()}"
+        + (f", {device_name}" if device_name else "")
+    )
+    tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * topology.world_size
+    log.line(
+        f"train: {tokens_per_step} tokens/step = {config.micro_batch_size} seq x {config.seq_len}"
+        f" tokens x {config.grad_accum_steps} accum x {topology.world_size} ranks;"
+        f" {config.steps} steps"
+    )
+
+    checkpointer = None
+    start_step = 0
+    if config.ckpt_dir:
+        checkpointer = Checkpointer(
+            Path(config.ckpt_dir),
+            rank=topology.rank,
+            device=device,
+            group=ckpt_group,
+            use_async=config.async_ckpt,
+            keep=config.ckpt_keep,
+        )
+        resumed = checkpointer.load_latest(model, optimizer)
+        if resumed is not None:
+            start_step = resumed.step
+            batches.load_state(resumed.loader)
+            log.line(
+                f"resume: from {resumed.path} at step {resumed.step} (data shard "
+                f"{resumed.loader.shard}, position {resumed.loader.position}"
+                f"{', RNG restored' if resumed.rng_restored else ', RNG not saved for this rank'})"
+            )
+    if start_step >= config.steps:
+        log.line(f"train: already at step {start_step} of {config.steps}; nothing to do")
+        return EXIT_OK
+
+    tracker = start_tracking(
+        config,
+        is_main=topology.is_main,
+        world_size=topology.world_size,
+        num_params=num_params,
+        shards=[info.path for info in loader.infos],
+    )
+    exporter = _start_exporter(config.metrics_port, topology, log)
+    if exporter is not None:
+        exporter.set_step(start_step)
+    window = ThroughputWindow(
+        tokens_per_step,
+        flops_per_token(config.model, num_params, config.seq_len),
+        topology.world_size,
+        peak_bf16_tflops(device_name),
+    )
+    window_loss = torch.zeros((), device=device)
+    first_loss: float | None = None
+    last_loss: float | None = None
+    for step in range(start_step + 1, config.steps + 1):
+        result = train_step(
+            model=model,
+            optimizer=optimizer,
+            batches=batches,
+            config=config,
+            resolved=resolved,
+            step=step,
+        )
+        window.add_step(result.data_wait_s)
+        window_loss += result.loss
+        _maybe_inject_fault(config, topology, step)
+
+        if step % config.log_every == 0 or step == config.steps or step == start_step + 1:
+            mean_loss = window_loss / window.steps
+            if topology.distributed:  # gloo has no AVG: sum, then divide
+                dist.all_reduce(mean_loss, op=dist.ReduceOp.SUM)
+                mean_loss /= topology.world_size
+            loss_value = float(mean_loss.item())  # also synchronises the device
+            stats = window.stats()
+            first_loss = loss_value if first_loss is None else first_loss
+            last_loss = loss_value
+            log.line(
+                f"step {step:>6}/{config.steps} | loss {loss_value:.4f} | "
+                f"step {stats.step_time_s * 1000:8.1f} ms | {stats.tokens_per_s:10.0f} tok/s | "
+                f"{stats.tflops:7.3f} TFLOP/s | MFU {format_mfu(stats.mfu)} | "
+                f"data wait {100 * stats.data_wait_ratio:.1f}%"
+            )
+            log.record(
+                {
+                    "step": step,
+                    "loss": loss_value,
+                    "step_time_s": stats.step_time_s,
+                    "tokens_per_s": stats.tokens_per_s,
+                    "tflops": stats.tflops,
+                    "mfu": stats.mfu,
+                    "data_wait_ratio": stats.data_wait_ratio,
+                    "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                }
+            )
+            tracker.log_step(step, loss_value, stats)
+            if exporter is not None:
+                exporter.update(step, loss_value, stats)
+            if step % (config.log_every * 10) == 0:
+                _log_gpu_telemetry(topology, device.type == "cuda")
+            window.reset()
+            window_loss.zero_()
+        elif exporter is not None:
+            exporter.set_step(step)
+
+        stopping = stop.agreed(control, step)
+        final = step == config.steps
+        due = bool(config.ckpt_every) and step % config.ckpt_every == 0
+        if checkpointer is not None and (stopping or final or due):
+            path = checkpointer.save(
+                step, model, optimizer, batches.state, blocking=stopping or final
+            )
+            log.line(
+                f"checkpoint: step {step} -> {path}"
+                + (" (async)" if not (stopping or final) and config.async_ckpt else "")
+            )
+            tracker.checkpoint(path)
+        if stopping:
+            log.line(
+                f"SIGTERM: stopped after step {step}"
+                + (" with a checkpoint" if checkpointer else " (no --ckpt-dir: not saved)")
+            )
+            tracker.finish("KILLED")
+            return EXIT_PREEMPTED
+
+    if checkpointer is not None:
+        checkpointer.wait()
+    tracker.finish()
+    log.line(
+        f"done: loss {first_loss:.4f} -> {last_loss:.4f} over steps {start_step + 1}-{config.steps}"
+    )
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.train",
+        description="Train a GPT-style model (run under torchrun for several processes).",
+    )
+    add_override_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = from_namespace(args)
+        topology = distributed.read_topology()
+    except InvalidArgsError as err:
+        print(describe_problems(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except TopologyError as err:
+        print(f"train: bad torchrun environment: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    started = time.perf_counter()
+    try:
+        status = run(config, topology)
+    except InvalidArgsError as err:
+        print(describe_problems(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except (ShardError, CheckpointError) as err:
+        print(f"train: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    finally:
+        distributed.shutdown()
+    if topology.is_main and status == EXIT_OK:
+        print(f"train: finished in {time.perf_counter() - started:.1f} s", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
