@@ -1,7 +1,10 @@
 """The CPU predictor served locally (`python -m workloads.serving`, bound to 127.0.0.1,
 killed at the end): V2 ready/metadata/infer equal to the inference library, batching of
 concurrent requests, a 4xx for every bad input with the server staying up and the error
-counted, load shed with 429 instead of unbounded queueing."""
+counted, load shed with 429 instead of unbounded queueing.
+
+Runs in the serving environment, which has no torch, as the predictor image has none:
+the model it serves is trained and exported by the training and lifecycle environments."""
 
 from __future__ import annotations
 
@@ -20,10 +23,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.environments import run_in, tiny_export
 from tests.workloads.helpers import free_port
-from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
 from workloads.inference import OnnxLM, drift
-from workloads.inference import export as export_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 4096
@@ -32,10 +34,7 @@ MAX_IN_FLIGHT = 4
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("serving")
-    train_tiny(tiny_config(tmp, steps="20"))
-    out = tmp / "export" / "tiny"
-    assert export_cli.main([str(tmp / "ckpt"), "--out", str(out)]) == 0
+    out = tiny_export(tmp_path_factory.mktemp("serving"), steps=20)
     # The export stores the training data's statistics with the model version.
     assert (out / drift.REFERENCE_FILE).is_file()
     return out
@@ -241,13 +240,24 @@ def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_kserve_runtime_arguments_are_understood() -> None:
-    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py)."""
-    from modules.k8s.serving.manifests import MODEL_DIR, cpu_runtime  # noqa: PLC0415
-    from modules.k8s.serving.spec import ServingSpec  # noqa: PLC0415
+    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py),
+    read from the plan environment (the only one with Pulumi)."""
     from workloads.serving.__main__ import build_parser  # noqa: PLC0415
 
-    runtime = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))
-    container = runtime["spec"]["containers"][0]
-    args = [a.replace("{{.Name}}", "uae-gpt") for a in container["args"]]
+    runtime = json.loads(run_in("plan", "-c", RUNTIME_ARGS))
+    args = [a.replace("{{.Name}}", "uae-gpt") for a in runtime["args"]]
     parsed = build_parser().parse_args(args)
-    assert (parsed.model_name, str(parsed.model_dir), parsed.port) == ("uae-gpt", MODEL_DIR, 8080)
+    assert (parsed.model_name, str(parsed.model_dir), parsed.port) == (
+        "uae-gpt",
+        runtime["model_dir"],
+        8080,
+    )
+
+
+RUNTIME_ARGS = """
+import json
+from modules.k8s.serving.manifests import MODEL_DIR, cpu_runtime
+from modules.k8s.serving.spec import ServingSpec
+container = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))["spec"]["containers"][0]
+print(json.dumps({"args": container["args"], "model_dir": MODEL_DIR}))
+"""

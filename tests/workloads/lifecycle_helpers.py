@@ -57,12 +57,15 @@ def torch_greedy(model: GPT, prompt: Sequence[int], new_tokens: int, vocab: int)
 
 
 @contextmanager
-def mlflow_server(root: Path, startup_s: float = 240.0) -> Iterator[str]:
-    """A local MLflow server on 127.0.0.1; killed on exit, and by `timeout` after 15
-    minutes whatever happens to the test process."""
+def mlflow_server(
+    root: Path, startup_s: float = 240.0, mlflow: Path | None = None
+) -> Iterator[str]:
+    """A local MLflow server on 127.0.0.1 (this environment's `mlflow`, or `mlflow`);
+    killed on exit, and by `timeout` after 15 minutes whatever happens to the test
+    process."""
     port = free_port()
-    mlflow = str(Path(sys.executable).with_name("mlflow"))
-    command = ["timeout", "900", *server_command(root, port, mlflow)]
+    mlflow = mlflow or Path(sys.executable).with_name("mlflow")
+    command = ["timeout", "900", *server_command(root, port, str(mlflow))]
     log = (root.parent / "mlflow-server.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     uri = f"http://127.0.0.1:{port}"

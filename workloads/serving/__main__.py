@@ -123,7 +123,8 @@ async def serve(models: list[LanguageModelPredictor], args: argparse.Namespace) 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # KServe 0.16 uses FastAPI's ORJSONResponse, which FastAPI deprecates once per request.
+    # KServe's routes use FastAPI's ORJSONResponse, which FastAPI deprecates once per request
+    # (still so with kserve 0.21).
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     if not 0 < args.port < 65536:
         print(f"error: --port must be in 1-65535, got {args.port}", file=sys.stderr)
