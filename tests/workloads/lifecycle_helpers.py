@@ -105,7 +105,7 @@ def model_config_class() -> Any:
     """Triton's ``inference.ModelConfig`` message class, as shipped in tritonclient.
 
     ``tritonclient.grpc.model_config_pb2`` is generated for protobuf 6; where protobuf 5
-    is installed (the Pulumi SDKs hold it there) its version check refuses to import.
+    or 7 is installed (the lifecycle environment has 7) its version check refuses to import.
     The message is then built from the very descriptor that module carries (the
     serialized ``model_config.proto`` it passes to ``AddSerializedFile``), so the schema
     is Triton's either way. tritonclient itself must be installed (the ``lifecycle``
