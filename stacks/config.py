@@ -28,6 +28,7 @@ from modules.k8s.site.spec import SiteSpec
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
@@ -349,6 +350,8 @@ class StackConfig:
         onprem_pricing: an on-premises site's prices per GPU-hour, vCPU-hour and
             GiB-hour (`OnPremPricing`), for OpenCost and ``make cost``.
         budgets: monthly cost budgets per team (`TeamBudget`, see docs/cost.md).
+        trainer: Kubeflow Trainer and the platform's training runtimes (`TrainerSpec`,
+            see docs/workloads.md), installed by default.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -378,6 +381,7 @@ class StackConfig:
     fleet_worker: FleetWorkerSpec | None = None
     onprem_pricing: OnPremPricing | None = None
     budgets: tuple[TeamBudget, ...] = ()
+    trainer: TrainerSpec = field(default_factory=TrainerSpec)
 
     def __post_init__(self) -> None:
         check = Checker()
