@@ -41,12 +41,17 @@ from modules.k8s.trainer.spec import (
     trainer_values,
 )
 from modules.validation import InvalidArgsError
+from stacks.config import parse_stack_config
+from stacks.config_parsing import ConfigError
+from stacks.fleet import stack_file_config
+from stacks.kubernetes_layer import _trainer_inputs
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.vendored_crds import vendored_crd_errors
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "kubeflow-trainer"
+ROOT = Path(__file__).resolve().parents[2]
 HELM = "kubernetes:helm.sh/v3:Release"
 RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
 TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
@@ -393,3 +398,15 @@ def test_trainer_spec_names_every_bad_field(changes: dict[str, Any], fields: set
     with pytest.raises(InvalidArgsError) as err:
         TrainerSpec(**changes)
     assert {p.field for p in err.value.problems} == fields
+
+
+def test_an_onprem_stack_without_a_training_image_is_told_to_name_one() -> None:
+    flat = dict(stack_file_config(ROOT / "stacks" / "Pulumi.onprem-ib.yaml"))
+    del flat["uae-gpu-platform:exampleJob"]  # the example job needs the image too
+    del flat["uae-gpu-platform:trainingImage"]
+    config = parse_stack_config(flat)
+    with pytest.raises(ConfigError, match="trainingImage: missing; the training runtimes"):
+        _trainer_inputs(config, config.onprem_node_pools, None)
+    flat["uae-gpu-platform:trainer"] = '{"enabled": false}'
+    disabled = parse_stack_config(flat)
+    assert _trainer_inputs(disabled, disabled.onprem_node_pools, None) is None
