@@ -410,3 +410,34 @@ def test_an_onprem_stack_without_a_training_image_is_told_to_name_one() -> None:
     flat["uae-gpu-platform:trainer"] = '{"enabled": false}'
     disabled = parse_stack_config(flat)
     assert _trainer_inputs(disabled, disabled.onprem_node_pools, None) is None
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_each_team_may_run_trainjobs_in_its_own_namespace_only(stack: str) -> None:
+    namespaces = {
+        r.inputs["metadata"]["name"]
+        for r in registrations(stack, "kubernetes:core/v1:Namespace")
+        if r.inputs["metadata"]["name"].startswith("team-")
+    }
+    roles = {
+        r.inputs["metadata"]["namespace"]: r.inputs
+        for r in registrations(stack, "kubernetes:rbac.authorization.k8s.io/v1:Role")
+        if r.inputs["metadata"]["name"] == "trainjob-editor"
+    }
+    assert set(roles) == namespaces
+    for ns, role in roles.items():
+        (trainjobs, *_) = role["rules"]
+        assert trainjobs["apiGroups"] == ["trainer.kubeflow.org"]
+        assert "create" in trainjobs["verbs"] and "*" not in str(role["rules"])
+        (binding,) = [
+            r.inputs
+            for r in registrations(stack, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+            if r.inputs["metadata"] == {**r.inputs["metadata"], "namespace": ns}
+            and r.inputs["roleRef"]["name"] == "trainjob-editor"
+        ]
+        (subject,) = binding["subjects"]
+        assert subject == {
+            "kind": "Group",
+            "name": f"team:{ns.removeprefix('team-')}",
+            "apiGroup": "rbac.authorization.k8s.io",
+        }

@@ -99,7 +99,11 @@ class KubernetesPlatform(pulumi.ComponentResource):
         # -- Kubeflow Trainer (TrainJobs, the platform's runtimes) --
         if args.trainer.enabled:
             trainer = KubeflowTrainer(
-                f"{name}-trainer", args, depends_on=[queueing.release], opts=child
+                f"{name}-trainer",
+                args,
+                tenancy.namespaces,
+                depends_on=[queueing.release],
+                opts=child,
             )
             self.platform_ready += [trainer.release, *trainer.runtimes]
         # -- fleet (MultiKueue, docs/fleet.md) --

@@ -3,7 +3,7 @@ platform's ClusterTrainingRuntimes that `runtimes` builds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pulumi
 
@@ -14,19 +14,22 @@ from modules.k8s.trainer.runtimes import training_runtimes
 from modules.k8s.trainer.spec import (
     KUBEFLOW_TRAINER,
     TRAINER_NAMESPACE,
+    team_trainjob_rbac,
     trainer_namespace,
     trainer_values,
 )
 
 
 class KubeflowTrainer(pulumi.ComponentResource):
-    """The trainer and JobSet controllers, and the platform's runtimes (none where the
-    stack gave no training image: `KubernetesPlatformArgs.trainer_inputs`)."""
+    """The trainer and JobSet controllers, the platform's runtimes (none where the stack
+    gave no training image: `KubernetesPlatformArgs.trainer_inputs`), and each team's
+    right to run TrainJobs in its namespace."""
 
     def __init__(
         self,
         name: str,
         args: KubernetesPlatformArgs,
+        team_namespaces: Mapping[str, pulumi.Resource],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -51,6 +54,10 @@ class KubeflowTrainer(pulumi.ComponentResource):
         self.runtimes: list[KubernetesObject] = [
             register(m, self, provider, depends_on=[self.release]) for m in manifests
         ]
+        # Each team may run TrainJobs in its own namespace.
+        for team in args.teams:
+            for manifest in team_trainjob_rbac(team.name):
+                register(manifest, self, provider, depends_on=[team_namespaces[team.name]])
         self.register_outputs(
             {
                 "trainer": f"{TRAINER_NAMESPACE}/kubeflow-trainer",

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from modules.k8s.common import Manifest, namespace, system_node_selector
+from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
+from modules.k8s.names import team_group, team_namespace
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -193,3 +194,48 @@ def trainer_values(spec: TrainerSpec) -> dict[str, Any]:
 def trainer_namespace(kubernetes_version: str) -> Manifest:
     """The controllers' namespace: restricted (both run non-root, no capabilities)."""
     return namespace(TRAINER_NAMESPACE, "restricted", kubernetes_version)
+
+
+def team_trainjob_rbac(team: str) -> list[Manifest]:
+    """The team's group may run TrainJobs in its own namespace and read their JobSets (the
+    built-in ``edit`` role it has there knows neither kind; the chart ships no aggregated
+    role). Nothing cluster-wide: the runtimes' names are documented and in the plan, so
+    listing ClusterTrainingRuntimes is left to the platform's administrators."""
+    ns = team_namespace(team)
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": metadata("trainjob-editor", ns),
+            "rules": [
+                {
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["trainjobs"],
+                    "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"],
+                },
+                {
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["trainjobs/status"],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": ["jobset.x-k8s.io"],
+                    "resources": ["jobsets", "jobsets/status"],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata("team-trainjob-editor", ns),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "trainjob-editor",
+            },
+            "subjects": [
+                {"kind": "Group", "name": team_group(team), "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    ]
