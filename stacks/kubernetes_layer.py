@@ -221,7 +221,14 @@ def build_kubernetes_layer(
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job
-        build_example_job(config.example_job, args.pools, platform, provider, image)
+        build_example_job(
+            config.example_job,
+            args.pools,
+            platform,
+            provider,
+            image,
+            trainer=config.trainer.enabled,
+        )
     if config.example_service is not None and args.serving is not None:
         bucket = foundation.bucket_name if foundation is not None else None
         service = build_example_service(

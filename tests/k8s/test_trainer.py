@@ -45,6 +45,7 @@ from stacks.config import parse_stack_config
 from stacks.config_parsing import ConfigError
 from stacks.fleet import stack_file_config
 from stacks.kubernetes_layer import _trainer_inputs
+from stacks.offline_plan import load_stack_file, plan_registrations
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
@@ -441,3 +442,22 @@ def test_each_team_may_run_trainjobs_in_its_own_namespace_only(stack: str) -> No
             "name": f"team:{ns.removeprefix('team-')}",
             "apiGroup": "rbac.authorization.k8s.io",
         }
+
+
+def test_a_stack_without_the_trainer_runs_its_example_job_as_an_indexed_job() -> None:
+    """``trainer.enabled: false``: no chart, no runtime, no TrainJob (its CRD would be
+    missing); the example job is the platform's own Indexed Job and Service."""
+    config, secret_keys = load_stack_file("smb-cpu")
+    config = {**config, "uae-gpu-platform:trainer": '{"enabled": false}'}
+    records = plan_registrations("smb-cpu", config, secret_keys)
+    types = {r.type for r in records.values()}
+    assert RUNTIME_TYPE not in types and TRAINJOB_TYPE not in types
+    assert not [r for r in records.values() if r.inputs.get("name") == "kubeflow-trainer"]
+    jobs = [r.inputs for r in records.values() if r.type == "kubernetes:batch/v1:Job"]
+    assert any(j["metadata"]["name"] == "example-tiny" for j in jobs)
+    values = next(
+        r.inputs["values"]
+        for r in records.values()
+        if r.type == HELM and r.inputs.get("name") == "kueue"
+    )
+    assert "managerConfig" in values
