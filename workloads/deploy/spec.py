@@ -109,9 +109,10 @@ class TrainingJobSpec:
             runtime's image on every pod, ``extra_args`` are the Horovod example's);
             DeepSpeed and MPI need the ``trainer`` launcher.
         launcher: ``trainer`` (default: a TrainJob) or ``indexed-job`` (the platform's
-            own Indexed Job and headless Service). The Indexed Job is kept for one case
-            only: a job queued to a fleet manager's ``burst`` queue, which MultiKueue
-            dispatches to a worker cluster. Kueue on the manager computes a TrainJob's
+            own Indexed Job and headless Service). The Indexed Job is kept where a
+            TrainJob cannot run: on a stack without the trainer (``trainer.enabled:
+            false``), and for a job queued to a fleet manager's ``burst`` queue, which
+            MultiKueue dispatches to a worker cluster. Kueue on the manager computes a TrainJob's
             pods from the runtime it names, and a manager holds runtimes for its own
             pools, not for its workers'; the worker's MultiKueue role grants batch Jobs
             and JobSets only (docs/fleet.md).
