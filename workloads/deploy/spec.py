@@ -112,10 +112,10 @@ class TrainingJobSpec:
             own Indexed Job and headless Service). The Indexed Job is kept where a
             TrainJob cannot run: on a stack without the trainer (``trainer.enabled:
             false``), and for a job queued to a fleet manager's ``burst`` queue, which
-            MultiKueue dispatches to a worker cluster. Kueue on the manager computes a TrainJob's
-            pods from the runtime it names, and a manager holds runtimes for its own
-            pools, not for its workers'; the worker's MultiKueue role grants batch Jobs
-            and JobSets only (docs/fleet.md).
+            MultiKueue dispatches to a worker cluster (Kueue on the manager computes a
+            TrainJob's pods from the runtime it names, and a manager holds runtimes for
+            its own pools, not its workers'; the worker's MultiKueue role grants batch
+            Jobs and JobSets only: docs/fleet.md).
         rendezvous_service: (``indexed-job`` only) the name of an existing headless
             Service in the namespace that gives pod 0 its DNS name (e.g.
             ``fleet-rdzv``, which every cluster of a fleet has in each bursting team's
