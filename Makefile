@@ -118,15 +118,15 @@ TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(en
 # another environment's artefact (a checkpoint, an export) makes it with that
 # environment's Python (tests/support/environments.py).
 CODE_plan      := stacks modules policies tools workloads/deploy
-CODE_training  := workloads/training workloads/data \
+CODE_training  := workloads/training workloads/data workloads/horovod \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
-TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/k8s tests/policies tests/stacks \
+TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
 TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
-	entry_points fabric fabric_check fast_path gpu_check health launch metrics model torchrun \
+	entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
 	tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py

@@ -33,6 +33,7 @@ from modules.k8s.site_audit.spec import ApiAuditSpec
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
@@ -371,6 +372,8 @@ class StackConfig:
             AWS stacks only.
         backup: AWS Backup of the stack's data (`BackupSpec`, docs/recovery.md); AWS
             stacks get the defaults when unset; ``enabled: false`` for none.
+        trainer: Kubeflow Trainer and the platform's training runtimes (`TrainerSpec`,
+            see docs/workloads.md), installed by default.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -407,6 +410,7 @@ class StackConfig:
     # -- key custody and backup sections (docs/compliance.md, docs/recovery.md) --
     keys: KeyCustodySpec | None = None
     backup: BackupSpec | None = None
+    trainer: TrainerSpec = field(default_factory=TrainerSpec)
 
     def __post_init__(self) -> None:
         check = Checker()

@@ -293,6 +293,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "workloads.tracking": {"modules", "workloads.training", "workloads.inference"},
     "workloads.serving": {"modules", "workloads.inference"},
     "workloads.deploy": {"modules", "workloads.training"},
+    "workloads.horovod": set(),
     "workloads.aliases": {"workloads.training"},
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.

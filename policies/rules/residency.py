@@ -21,8 +21,9 @@ from policies.k8s import (
     HELM_RELEASE_TYPE,
     K8S_PROVIDER_TYPE,
     containers,
-    has_pod_spec,
     is_kubernetes_object,
+    job_images,
+    names_images,
     parse_image,
 )
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
@@ -256,7 +257,7 @@ def _allowed_summary(settings: Settings) -> str:
         "UAE registry) and reference it there, pinned by tag or digest."
     ),
     controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=has_pod_spec,
+    applies_to=names_images,
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )
 def container_image_registry(resource: ResourceView, settings: Settings) -> Iterator[str]:
@@ -267,6 +268,15 @@ def container_image_registry(resource: ResourceView, settings: Settings) -> Iter
         elif not registry_allowed(image, settings):
             yield (
                 f"container {container.name} pulls {image} from {parse_image(image).registry}, "
+                f"not from {_allowed_summary(settings)}"
+            )
+    for path, value in job_images(resource):
+        image = known(value, path)
+        if not isinstance(image, str) or not image:
+            yield f"`{path}` names no image"
+        elif not registry_allowed(image, settings):
+            yield (
+                f"`{path}` pulls {image} from {parse_image(image).registry}, "
                 f"not from {_allowed_summary(settings)}"
             )
 
