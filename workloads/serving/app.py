@@ -22,7 +22,27 @@ from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.server import RESTServer
 
-from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.limits import ASGIApp, AdmissionControl, Limits, Receive, Scope, Send
+
+
+class JsonWithoutHeader:
+    """The Open Inference Protocol's rule for a body without the binary extension's
+    ``Inference-Header-Content-Length`` header: it is all JSON. KServe's data plane reads
+    any body not labelled ``content-type: application/json`` as binary and refuses it for
+    want of that header, so clients that follow the protocol (tritonclient.http sends
+    JSON bodies with no content type) get 400. This labels such bodies as JSON; requests
+    with the binary header, or any content type already, pass unchanged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            names = {name.lower() for name, _ in scope.get("headers", [])}
+            if b"content-type" not in names and b"inference-header-content-length" not in names:
+                scope = dict(scope)
+                scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
+        await self.app(scope, receive, send)
 
 
 async def serve_models(models: Sequence[Any], host: str, port: int, limits: Limits) -> None:
@@ -41,7 +61,9 @@ async def serve_models(models: Sequence[Any], host: str, port: int, limits: Limi
     rest.create_application()  # KServe's endpoints and error handlers on its app
     from kserve.model_server import app as kserve_app  # noqa: PLC0415  (built just above)
 
-    app = AdmissionControl(kserve_app, limits, {m.name: m.version for m in models})
+    app = JsonWithoutHeader(
+        AdmissionControl(kserve_app, limits, {m.name: m.version for m in models})
+    )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
     )
