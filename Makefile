@@ -187,3 +187,36 @@ cost: $(PLAN_DEPS) ## monthly compute cost of STACK's pools at min and max size 
 
 prices-refresh: $(PLAN_DEPS) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+# --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
+# Its own venv, apart from .venv: KServe 0.21 needs protobuf 6, which the plan set's
+# pulumi-policy does not accept. It installs pyproject.toml's `features` extra (and
+# `features-test` for the tests); the lead's per-image locks replace this step.
+FEATURES_VENV := .venv-features
+FEATURES_PY   := $(FEATURES_VENV)/bin/python
+FEATURES_DIR  ?= build/features
+extra_reqs = $(PYTHON) -c 'import sys, tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))' $(1)
+.PHONY: features bench-features test-features
+
+$(FEATURES_PY):
+	$(PYTHON) -m venv $(FEATURES_VENV)
+
+$(FEATURES_VENV)/.installed-%: pyproject.toml | $(FEATURES_PY)
+	$(call extra_reqs,$*) > $(FEATURES_VENV)/requirements-$*.txt
+	$(FEATURES_PY) -m pip install -q --disable-pip-version-check -r $(FEATURES_VENV)/requirements-$*.txt
+	@touch $@
+
+# TRACKING_URI= (on the command line or in the environment) registers on that server;
+# otherwise a SQLite store under FEATURES_DIR. PORT= fixes the server's port (else a free one).
+features: $(FEATURES_VENV)/.installed-features ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict
+	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(FEATURES_DIR)' \
+		$(if $(filter-out file,$(origin TRACKING_URI)),--tracking-uri '$(TRACKING_URI)') \
+		$(if $(filter-out file,$(origin PORT)),--port '$(PORT)') $(ARGS))
+
+bench-features: $(FEATURES_VENV)/.installed-features ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
+	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))
+
+# --confcutdir: tests/conftest.py serves the plan tests and imports pulumi and moto,
+# which this image does not carry.
+test-features: $(FEATURES_VENV)/.installed-features $(FEATURES_VENV)/.installed-features-test ## the features image's tests (tests/features)
+	$(FEATURES_PY) -m pytest tests/features --confcutdir tests/features $(ARGS)

@@ -4,15 +4,14 @@ refused (nothing written)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 
-from workloads.features import data, model
 from tests.features.test_point_in_time import apply_store
+from workloads.features import data, model
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def test_onnx_probabilities_match_lightgbm(trained: tuple[Any, model.TrainingSet
 def test_a_changed_conversion_fails_the_export(
     trained: tuple[Any, model.TrainingSet], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import onnxmltools
+    import onnxmltools  # noqa: PLC0415 - the module whose function is replaced
 
     classifier, training = trained
     convert = onnxmltools.convert_lightgbm
@@ -78,5 +77,3 @@ def test_parity_bound_is_the_float32_worst_case(trained: tuple[Any, model.Traini
     total = sum(largest(t["tree_structure"]) for t in dump)
     assert trees == len(dump)
     assert bound == pytest.approx(0.25 * trees * 2.0**-24 * total + 4 * 2.0**-24)
-
-

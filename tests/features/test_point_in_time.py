@@ -140,7 +140,9 @@ def test_generated_data_has_no_leak(tmp_path: Path) -> None:
         np.testing.assert_array_equal(
             merged[name].to_numpy(dtype=float), merged[f"{name}_expected"].to_numpy(dtype=float)
         )
-    derived = repo.derive({name: merged[f"{name}_expected"].tolist() for name in repo.BASE_FEATURES})
+    derived = repo.derive(
+        {name: merged[f"{name}_expected"].tolist() for name in repo.BASE_FEATURES}
+    )
     for name in repo.DERIVED_FEATURES:
         np.testing.assert_allclose(merged[name].to_numpy(dtype=float), derived[name], rtol=1e-12)
     # The check has teeth: many events' *next* snapshot differs from the as-of one

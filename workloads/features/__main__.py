@@ -61,7 +61,7 @@ def quiet() -> None:
     os.environ.setdefault("FEAST_USAGE", "False")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import feast  # noqa: F401, PLC0415
+    import feast  # noqa: PLC0415
     import feast.batch_feature_view  # noqa: F401, PLC0415
 
     warnings.simplefilter("ignore")
@@ -130,7 +130,10 @@ def free_port() -> int:
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
-        url, data=data, headers={"content-type": "application/json"}, method="POST" if data else "GET"
+        url,
+        data=data,
+        headers={"content-type": "application/json"},
+        method="POST" if data else "GET",
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
@@ -274,8 +277,8 @@ def run(args: argparse.Namespace) -> int:
         say(
             "predict",
             f"POST /v2/models/{track.MODEL_NAME}/infer {repo.JOIN_KEY}={customer}: churn "
-            f"probability {outputs['churn_probability'][0]:.4f} (version {answer['model_version']}) "
-            f"from online features {values}",
+            f"probability {outputs['churn_probability'][0]:.4f} "
+            f"(version {answer['model_version']}) from online features {values}",
         )
     say("done", f"server stopped; all steps in {time.perf_counter() - started:.0f} s")
     return EXIT_OK
@@ -336,7 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def workdir_arg(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
-            "--workdir", type=Path, default=DEFAULT_WORKDIR, help="working directory (build/features)"
+            "--workdir",
+            type=Path,
+            default=DEFAULT_WORKDIR,
+            help="working directory (build/features)",
         )
 
     run_p = commands.add_parser("run", help="every step, printed (make features)")

@@ -97,7 +97,9 @@ def generate(customers: int = 1500, weeks: int = 26, seed: int = 7) -> Dataset:
         seats = int(rng.integers(seats_low, seats_high + 1))
         monthly = int(rng.random() < 0.6)
         # The profile as it was before the first snapshot (signed up some time ago).
-        profile_at = START - timedelta(days=int(rng.integers(1, 400)), minutes=int(rng.integers(0, 1440)))
+        profile_at = START - timedelta(
+            days=int(rng.integers(1, 400)), minutes=int(rng.integers(0, 1440))
+        )
         profiles = [(profile_at, price, seats, monthly)]
         # Some customers change plan once during the period.
         if rng.random() < 0.2:

@@ -68,7 +68,8 @@ class TrainingSet:
 
 def as_matrix(frame: pd.DataFrame) -> Matrix:
     """The model's input matrix of a frame with `MODEL_FEATURES` columns."""
-    return frame[list(MODEL_FEATURES)].to_numpy(dtype=np.float64).astype(np.float32)
+    matrix: Matrix = frame[list(MODEL_FEATURES)].to_numpy(dtype=np.float64).astype(np.float32)
+    return matrix
 
 
 def training_set(store: Any, labels: pd.DataFrame, valid_share: float = 0.2) -> TrainingSet:
@@ -87,7 +88,10 @@ def training_set(store: Any, labels: pd.DataFrame, valid_share: float = 0.2) -> 
         )
     split = int(len(frame) * (1 - valid_share))
     cutoff = frame["event_timestamp"].iloc[split]
-    train, valid = frame[frame["event_timestamp"] < cutoff], frame[frame["event_timestamp"] >= cutoff]
+    train, valid = (
+        frame[frame["event_timestamp"] < cutoff],
+        frame[frame["event_timestamp"] >= cutoff],
+    )
     return TrainingSet(
         frame=frame,
         requested=len(labels),

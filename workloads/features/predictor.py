@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,8 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from workloads.features.model import (
-    ModelError,
     Matrix,
+    ModelError,
     check_features,
     onnx_probability,
     onnx_session,
@@ -100,7 +100,9 @@ class TabularPredictor(Model):  # type: ignore[misc]  # kserve ships no types
                 (self.model_dir / "model.onnx").read_bytes(), threads=self.threads
             )
         except Exception as err:  # onnxruntime raises its own untyped errors
-            raise ModelError(f"{self.model_dir / 'model.onnx'}: not a loadable model ({err})") from err
+            raise ModelError(
+                f"{self.model_dir / 'model.onnx'}: not a loadable model ({err})"
+            ) from err
         self.version = model_version(self.model_dir, self.card)
         if self.feature_repo is not None:
             self.store = open_store(self.feature_repo, self.card)
@@ -160,9 +162,7 @@ class TabularPredictor(Model):  # type: ignore[misc]  # kserve ships no types
         # The online store is I/O (SQLite here, Redis on the cluster): off the event loop.
         values = await loop.run_in_executor(None, lookup, self.store, self.card, keys)
         missing = [
-            k
-            for i, k in enumerate(keys)
-            if any(values[name][i] is None for name in MODEL_FEATURES)
+            k for i, k in enumerate(keys) if any(values[name][i] is None for name in MODEL_FEATURES)
         ]
         if missing:
             raise InvalidInput(
@@ -198,7 +198,7 @@ def _column(tensor: Any, name: str) -> np.ndarray[Any, Any]:
         raise InvalidInput(f"{name!r}: data does not match shape {tensor.shape}") from err
 
 
-def _matrix(values: dict[str, Sequence[Any]]) -> Matrix:
+def _matrix(values: Mapping[str, Sequence[Any]]) -> Matrix:
     """Rows in `MODEL_FEATURES` order, as the model's float32 input."""
     columns = [np.asarray(values[name], dtype=np.float64) for name in MODEL_FEATURES]
     return np.stack(columns, axis=1).astype(np.float32)

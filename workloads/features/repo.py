@@ -20,6 +20,7 @@ bucket and Redis (`modules/k8s/features/`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -87,7 +88,7 @@ def derive(columns: Mapping[str, Sequence[Any]]) -> dict[str, list[float | None]
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)  # NaN
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def feature_refs() -> list[str]:

@@ -107,7 +107,10 @@ def register(
     flat = {f"lgbm.{k}": str(v) for k, v in card["params"].items()} | {
         f"data.{k}": str(v) for k, v in params.items()
     }
-    with contextlib.redirect_stderr(io.StringIO()), mlflow.start_run(experiment_id=experiment_id, run_name="smb-churn-lightgbm") as run:
+    with (
+        contextlib.redirect_stderr(io.StringIO()),
+        mlflow.start_run(experiment_id=experiment_id, run_name="smb-churn-lightgbm") as run,
+    ):
         mlflow.set_tags(
             {
                 "mlflow.source.git.commit": card["git_revision"],
@@ -126,7 +129,9 @@ def register(
             input_example={ONNX_INPUT: example},
             metadata=card,
             save_as_external_data=False,
-            onnx_execution_providers=["CPUExecutionProvider"],  # one small file: what the predictor loads
+            onnx_execution_providers=[
+                "CPUExecutionProvider"
+            ],  # one small file: what the predictor loads
             # Stated, not inferred: inference would import and probe the environment.
             pip_requirements=[
                 f"onnx=={onnx.__version__}",
@@ -138,8 +143,12 @@ def register(
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     for key, value in card["parity"].items():
         client.set_model_version_tag(MODEL_NAME, version, f"parity.{key}", f"{value:.3g}")
-    client.set_model_version_tag(MODEL_NAME, version, "feast.feature_service", card["feature_service"])
-    client.set_model_version_tag(MODEL_NAME, version, "valid_auc", f"{card['metrics']['valid_auc']:.4f}")
+    client.set_model_version_tag(
+        MODEL_NAME, version, "feast.feature_service", card["feature_service"]
+    )
+    client.set_model_version_tag(
+        MODEL_NAME, version, "valid_auc", f"{card['metrics']['valid_auc']:.4f}"
+    )
     return Registered(
         run_id=run.info.run_id,
         name=MODEL_NAME,

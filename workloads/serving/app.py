@@ -22,7 +22,7 @@ from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.server import RESTServer
 
-from workloads.serving.limits import ASGIApp, AdmissionControl, Limits, Receive, Scope, Send
+from workloads.serving.limits import AdmissionControl, ASGIApp, Limits, Receive, Scope, Send
 
 
 class JsonWithoutHeader:
