@@ -7,6 +7,7 @@ from policies.rules import (
     database,
     encryption,
     exposure,
+    features,
     fleet,
     identity,
     kubernetes,
@@ -36,6 +37,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         database,
         serving,
         fleet,
+        features,
     )
     for rule in _rules_of(module)
 )

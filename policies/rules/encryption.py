@@ -43,6 +43,8 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
         "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
+        # The feature store's online store (its rules: policies/rules/features.py).
+        "aws:elasticache/replicationGroup:ReplicationGroup": "kmsKeyId",
     }
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]

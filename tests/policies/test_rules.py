@@ -716,11 +716,12 @@ def test_the_broken_plan_fails_exactly_the_rule(
 
 
 def test_every_rule_has_a_failing_case() -> None:
-    # The database rules' cases live with their compliant plan (test_database_rules).
+    # The database and feature-store rules' cases live with their compliant plans.
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
+    from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
 
-    covered = {c[2] for c in (*CASES, *DATABASE_CASES)} | COVERED_RULE_IDS
+    covered = {c[2] for c in (*CASES, *DATABASE_CASES, *FEATURES_CASES)} | COVERED_RULE_IDS
     assert {r.id for r in ALL_RULES} - covered == set()
 
 
