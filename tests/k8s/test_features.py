@@ -20,7 +20,7 @@ from modules.k8s.features import spec as fs
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
-from tests.conftest import RunUnderMocks
+from tests.conftest import RunUnderMocks, shipped_plan
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
 
@@ -321,3 +321,80 @@ def test_on_premises_it_adds_valkey_and_a_registry_cluster(run_under_mocks: RunU
     secrets = {s.inputs["metadata"]["name"]: s for s in kinds["kubernetes:core/v1:Secret"]}
     assert secrets[fs.ONLINE_USERS_SECRET].inputs["stringData"] == {"default": "[secret]"}
     assert "kubernetes:batch/v1:Job" not in kinds
+
+
+# -- the shipped plans ------------------------------------------------------------------
+
+FEATURE_STACKS = ("smb-cpu", "onprem-ib")
+
+
+def shipped_objects(stack: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The feature store's plain objects and its Helm releases' inputs in a shipped plan."""
+    registrations, _ = shipped_plan(stack)
+    parent = next(r.urn for r in registrations.values() if r.type == "gpuplatform:k8s:FeatureStore")
+    children = [r for r in registrations.values() if r.parent == parent]
+    objects = [r.inputs for r in children if "apiVersion" in r.inputs]
+    releases = {r.inputs["chart"]: r.inputs for r in children if r.type.endswith(":Release")}
+    return objects, releases
+
+
+@pytest.mark.parametrize("stack", FEATURE_STACKS)
+def test_shipped_feature_store_values_match_the_pinned_charts(stack: str) -> None:
+    objects, releases = shipped_objects(stack)
+    server = releases["feast-feature-server"]
+    assert server["version"] == fs.FEATURE_SERVER_CHART.version
+    defaults = chart_defaults("feast-feature-server-0.66.0-values.yaml")
+    assert unknown_keys(server["values"], defaults) == []
+    if stack == "onprem-ib":
+        valkey = releases["valkey"]["values"]
+        defaults = chart_defaults("valkey-0.11.0-values.yaml")
+        schema = json.loads((VENDOR / "valkey-0.11.0-values.schema.json").read_text())
+        errors = jsonschema.Draft202012Validator(schema).iter_errors(merged(defaults, valkey))
+        assert [e.message for e in errors] == []
+    else:
+        assert "valkey" not in releases
+    assert schema_errors(objects, "1.33") == []
+    assert vendored_errors(objects) == []
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "Service", "CronJob", "NetworkPolicy", "Certificate", "Secret"} <= kinds
+
+
+def test_the_aws_stack_puts_the_online_store_on_elasticache() -> None:
+    registrations, _ = shipped_plan("smb-cpu")
+    (group,) = [
+        r for r in registrations.values() if r.type.endswith("replicationGroup:ReplicationGroup")
+    ]
+    (key,) = [
+        r
+        for r in registrations.values()
+        if r.type == "aws:kms/key:Key" and r.name == "keys-storage"
+    ]
+    assert group.property_dependencies["kmsKeyId"] == [key.urn]
+    assert group.inputs["authToken"] == "[secret]"
+    (eks,) = [r for r in registrations.values() if r.type == "aws:eks/cluster:Cluster"]
+    (rule,) = [
+        r
+        for r in registrations.values()
+        if r.type.endswith("SecurityGroupIngressRule") and r.name.startswith("features-online")
+    ]
+    assert rule.property_dependencies["referencedSecurityGroupId"] == [eks.urn]
+
+
+def test_a_stack_with_features_and_no_secret_stops_with_the_key_to_set() -> None:
+    from stacks.features_layer import REDIS_TOKEN_KEY, _secret  # noqa: PLC0415
+
+    def program() -> None:
+        _secret(REDIS_TOKEN_KEY, "the feature store's Redis password")
+
+    with pytest.raises(Exception, match="featuresRedisAuthToken: missing"):
+        RunUnderMocksOnce()(program)
+
+
+def RunUnderMocksOnce() -> Any:  # noqa: N802 - a factory named like the fixture it stands for
+    from stacks.config import PROJECT  # noqa: PLC0415
+    from stacks.offline_runtime import run_program  # noqa: PLC0415
+
+    def run(program: Any) -> Any:
+        return run_program(program, project=PROJECT, stack="t", config={}, secret_keys=[])
+
+    return run

@@ -6,11 +6,14 @@ missing twins)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from stacks.offline_plan import build_plan
 from tests.policies.builder import ECR, PlanBuilder, compliant_plan, find_step, key_arn
 from tests.policies.conftest import failing_rules, messages, review
 
@@ -188,3 +191,67 @@ def test_an_oci_reference_to_the_chart_is_recognised() -> None:
     )
     drop_value("tls")(plan)
     assert failing_rules(plan) == {ONPREM}
+
+
+# -- broken twins of the shipped plans ----------------------------------------------------
+
+
+@functools.cache
+def _shipped(stack: str) -> Plan:
+    return build_plan(stack)
+
+
+def _shipped_group(plan: Plan) -> dict[str, Any]:
+    (state,) = [s["newState"] for s in plan["steps"] if s["newState"]["type"] == GROUP]
+    return state["inputs"]  # type: ignore[no-any-return]
+
+
+def _shipped_valkey(plan: Plan) -> dict[str, Any]:
+    (state,) = [
+        s["newState"]
+        for s in plan["steps"]
+        if s["newState"]["type"] == RELEASE and s["newState"]["inputs"].get("chart") == "valkey"
+    ]
+    return state["inputs"]["values"]  # type: ignore[no-any-return]
+
+
+def _unencrypted(plan: Plan) -> None:
+    _shipped_group(plan)["transitEncryptionEnabled"] = False
+
+
+def _unauthenticated(plan: Plan) -> None:
+    del _shipped_group(plan)["authToken"]
+
+
+def _default_network(plan: Plan) -> None:
+    del _shipped_group(plan)["subnetGroupName"]
+
+
+def _no_snapshots(plan: Plan) -> None:
+    _shipped_group(plan)["snapshotRetentionLimit"] = 0
+
+
+def _valkey_open(plan: Plan) -> None:
+    _shipped_valkey(plan)["auth"]["enabled"] = False
+
+
+@pytest.mark.parametrize(
+    ("stack", "mutate", "rule_id"),
+    [
+        ("smb-cpu", _unencrypted, ENCRYPTED),
+        ("smb-cpu", _unauthenticated, AUTH),
+        ("smb-cpu", _default_network, PRIVATE),
+        ("smb-cpu", _no_snapshots, RECOVERABLE),
+        ("onprem-ib", _valkey_open, ONPREM),
+    ],
+    ids=["transit-off", "no-auth", "default-subnets", "no-snapshots", "valkey-open"],
+)
+def test_a_broken_twin_of_a_shipped_store_is_caught(
+    stack: str, mutate: Callable[[Plan], None], rule_id: str
+) -> None:
+    before = failing_rules(_shipped(stack))
+    assert rule_id not in before
+    plan = copy.deepcopy(_shipped(stack))
+    mutate(plan)
+    assert failing_rules(plan) - before == {rule_id}
+    assert not review(plan).passed
