@@ -29,6 +29,7 @@ RUNNERS = (
     "workloads/deploy/manifests.py",
     "workloads/Dockerfile",
     "workloads/serving/Dockerfile",
+    "workloads/features/Dockerfile",
 )
 
 
