@@ -107,6 +107,7 @@ def test_the_spec_reports_every_problem_at_once() -> None:
         ("has/a/slash/in/it/long", "'/'"),
         ("has a space in it long", "' '"),
         ('quote"and@at-long-enough', "'\"@'"),
+        ("comma,splits-feast-connection", "','"),
     ],
 )
 def test_auth_token_rules(token: str, fragment: str) -> None:

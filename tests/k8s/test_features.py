@@ -398,3 +398,28 @@ def RunUnderMocksOnce() -> Any:  # noqa: N802 - a factory named like the fixture
         return run_program(program, project=PROJECT, stack="t", config={}, secret_keys=[])
 
     return run
+
+
+def test_on_premises_feast_verifies_valkey_with_the_platform_ca() -> None:
+    values = fs.feature_server_values(SPEC, ONPREM)
+    config = yaml.safe_load(base64.b64decode(values["feature_store_yaml_base64"]))
+    assert config["online_store"]["connection_string"].endswith(
+        f",ssl_ca_certs={fs.ONLINE_CA_DIR}/ca.crt"
+    )
+    (volume,) = [v for v in values["volumes"] if v["name"] == "online-store-ca"]
+    assert volume["secret"] == {
+        "secretName": fs.ONLINE_TLS_SECRET,
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],  # never the server's private key
+    }
+    assert {"name": "online-store-ca", "mountPath": fs.ONLINE_CA_DIR, "readOnly": True} in values[
+        "volumeMounts"
+    ]
+    pod = fs.materialize_cronjob(SPEC, ONPREM)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert "online-store-ca" in {v["name"] for v in pod["volumes"]}
+    repo = yaml.safe_load(fs.repo_configmap(ONPREM)["data"]["feature_store.yaml"])
+    assert "ssl_ca_certs" in repo["online_store"]["connection_string"]
+    # ElastiCache's certificate is publicly trusted: the system store verifies it.
+    aws = yaml.safe_load(
+        base64.b64decode(fs.feature_server_values(SPEC, AWS)["feature_store_yaml_base64"])
+    )
+    assert "ssl_ca_certs" not in aws["online_store"]["connection_string"]

@@ -77,13 +77,13 @@ def auth_token_problem(token: str) -> str | None:
     """What is wrong with an ElastiCache AUTH token, or ``None``.
 
     ElastiCache takes 16 to 128 printable ASCII characters without ``@``, ``"`` or ``/``
-    (and no spaces).
+    (and no spaces); Feast's Redis connection string also splits on ``,``.
     """
     if not 16 <= len(token) <= 128:
         return f"the token has {len(token)} characters; use 16 to 128"
-    bad = sorted({c for c in token if not (33 <= ord(c) <= 126) or c in '@"/'})
+    bad = sorted({c for c in token if not (33 <= ord(c) <= 126) or c in '@"/,'})
     if bad:
-        return f'the token contains {"".join(bad)!r}; use printable ASCII without @, " and /'
+        return f'the token contains {"".join(bad)!r}; use printable ASCII without @, ", / and ,'
     return None
 
 

@@ -217,13 +217,21 @@ def redis_host_onprem() -> str:
     return f"{ONLINE_RELEASE}-valkey.{NAMESPACE}.svc.cluster.local"
 
 
-def feature_store_yaml(offline_uri: str) -> str:
+#: Where the online store's CA certificate is mounted on premises (the platform's CA,
+#: from the Valkey certificate's Secret); ElastiCache's certificate is publicly trusted.
+ONLINE_CA_DIR = "/etc/feast/online-store-ca"
+
+
+def feature_store_yaml(offline_uri: str, redis_ca: str | None = None) -> str:
     """The cluster's ``feature_store.yaml``: SQL registry, Redis over TLS, Parquet.
 
     Hosts and passwords are ``${...}`` references Feast expands from the environment
     (the Secret `CREDENTIALS_SECRET`), so the file itself holds no secret and the
-    chart's value (``feature_store_yaml_base64``) can be plain.
+    chart's value (``feature_store_yaml_base64``) can be plain. Feast hands the
+    connection string's options to redis-py: TLS verifies the server's certificate,
+    against ``redis_ca`` when given (on premises), else the system's trust store.
     """
+    verify = f",ssl_ca_certs={redis_ca}" if redis_ca else ""
     return (
         "project: smb_churn\n"
         "provider: local\n"
@@ -237,12 +245,25 @@ def feature_store_yaml(offline_uri: str) -> str:
         "online_store:\n"
         "  type: redis\n"
         f"  connection_string: ${{{ENV_REDIS_HOST}}}:{REDIS_PORT},ssl=true,"
-        f"password=${{{ENV_REDIS_PASSWORD}}}\n"
+        f"password=${{{ENV_REDIS_PASSWORD}}}{verify}\n"
         "offline_store:\n"
         "  type: file\n"
         "entity_key_serialization_version: 3\n"
         f"# offline sources: {offline_uri.rstrip('/')}/\n"
     )
+
+
+def online_ca(placement: Placement) -> tuple[str | None, list[Manifest], list[Manifest]]:
+    """On premises: the CA file Feast verifies Valkey with, its volume and mount (only
+    ``ca.crt`` of the server's certificate Secret); on AWS nothing."""
+    if placement.on_aws:
+        return None, [], []
+    volume = {
+        "name": "online-store-ca",
+        "secret": {"secretName": ONLINE_TLS_SECRET, "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+    }
+    mount = {"name": "online-store-ca", "mountPath": ONLINE_CA_DIR, "readOnly": True}
+    return f"{ONLINE_CA_DIR}/ca.crt", [volume], [mount]
 
 
 def credential_env() -> list[Manifest]:
@@ -262,7 +283,8 @@ def credential_env() -> list[Manifest]:
 def feature_server_values(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """Values of the ``feast-feature-server`` chart (every key exists in its values.yaml)."""
     amounts = {"cpu": f"{spec.cpu_millicores}m", "memory": f"{spec.memory_mib}Mi"}
-    config = feature_store_yaml(placement.offline_uri).encode()
+    ca_file, ca_volumes, ca_mounts = online_ca(placement)
+    config = feature_store_yaml(placement.offline_uri, ca_file).encode()
     return {
         "replicaCount": spec.server_replicas,
         "image": {
@@ -285,8 +307,8 @@ def feature_server_values(spec: FeaturesSpec, placement: Placement) -> Manifest:
         "podSecurityContext": pod_security(),
         "securityContext": restricted_container(),
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, *ca_volumes],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *ca_mounts],
         "nodeSelector": dict(placement.node_selector),
         "service": {"type": "ClusterIP", "port": SERVER_SERVICE_PORT},
         "metrics": {"enabled": False},
@@ -591,6 +613,7 @@ def client_egress_policy(namespace: str) -> Manifest:
 
 def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """``feast materialize-incremental`` up to now, on the schedule, one at a time."""
+    _, ca_volumes, ca_mounts = online_ca(placement)
     container = {
         "name": "materialize",
         "image": image(placement, "features", spec.image_tag),
@@ -611,6 +634,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
         "volumeMounts": [
             {"name": "feature-repo", "mountPath": "/feature_repo", "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
+            *ca_mounts,
         ],
     }
     return {
@@ -638,6 +662,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                             "volumes": [
                                 {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
                                 {"name": "tmp", "emptyDir": {}},
+                                *ca_volumes,
                             ],
                         }
                     },
@@ -653,7 +678,9 @@ def repo_configmap(placement: Placement) -> Manifest:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(REPO_CONFIGMAP),
-        "data": {"feature_store.yaml": feature_store_yaml(placement.offline_uri)},
+        "data": {
+            "feature_store.yaml": feature_store_yaml(placement.offline_uri, online_ca(placement)[0])
+        },
     }
 
 
