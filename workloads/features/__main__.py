@@ -178,12 +178,11 @@ def running_server(
 
 def run(args: argparse.Namespace) -> int:
     """``make features``: every step of the example, printed."""
+    workdir: Path = args.workdir
+    prepare_workdir(workdir)  # first: a refusal needs none of the slow imports
+    started = time.perf_counter()
     quiet()
     from workloads.features import data, model, repo, track  # noqa: PLC0415
-
-    workdir: Path = args.workdir
-    prepare_workdir(workdir)
-    started = time.perf_counter()
 
     dataset = data.generate(customers=args.customers, weeks=args.weeks, seed=args.seed)
     paths = dataset.write(workdir / "data")
@@ -286,14 +285,14 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """The V2 model server (foreground)."""
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be in 1-65535, got {args.port}")
     quiet()
-    from workloads.features.model import ModelError  # noqa: PLC0415
+    from workloads.features.errors import ModelError  # noqa: PLC0415
     from workloads.features.predictor import TabularPredictor  # noqa: PLC0415
     from workloads.serving.app import serve_models  # noqa: PLC0415
     from workloads.serving.limits import Limits  # noqa: PLC0415
 
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be in 1-65535, got {args.port}")
     predictor = TabularPredictor(args.model_name, args.model_dir, args.feature_repo, args.threads)
     try:
         predictor.load()
@@ -315,18 +314,18 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def materialize_command(args: argparse.Namespace) -> int:
-    quiet()
     require_workdir(args.workdir)
+    quiet()
     start, end = materialize(args.workdir)
     say("materialize", f"{start:%Y-%m-%d} .. {end:%Y-%m-%d %H:%M} UTC -> online store")
     return EXIT_OK
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    require_workdir(args.workdir)
     quiet()
     from workloads.features import bench  # noqa: PLC0415
 
-    require_workdir(args.workdir)
     return bench.main(args)
 
 
@@ -391,8 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from workloads.features.model import ModelError  # noqa: PLC0415
-    from workloads.features.track import TrackingError  # noqa: PLC0415
+    from workloads.features.errors import ModelError, TrackingError  # noqa: PLC0415
 
     try:
         code: int = args.handler(args)

@@ -30,7 +30,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from workloads.features.errors import ModelError
 from workloads.features.repo import LABEL, MODEL_FEATURES, feature_refs
+
+__all__ = ["ModelError"]
 
 #: ONNX graph input and the probability output's name.
 ONNX_INPUT = "features"
@@ -40,10 +43,6 @@ ONNX_OPSET = 15  # the highest opset onnxmltools 1.16 converts LightGBM to
 FLOAT32_U = 2.0**-24
 
 Matrix = npt.NDArray[np.float32]
-
-
-class ModelError(RuntimeError):
-    """Training or export cannot go on; the message says why and what to do."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from workloads.features.errors import TrackingError
 from workloads.features.model import (
     NATIVE_FILE,
     ONNX_FILE,
@@ -35,10 +36,6 @@ MODEL_NAME = "smb-churn"
 EXPERIMENT = "smb-churn"
 #: Same client settings as training's tracker: find out quickly that a server is down.
 _CLIENT_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-
-
-class TrackingError(RuntimeError):
-    """The tracking server cannot be used; the message says what to do."""
 
 
 @dataclass(frozen=True)
