@@ -22,11 +22,12 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving
+ENVS           := plan training lifecycle serving features
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
 VENV_serving   := .venv-serving
+VENV_features  := .venv-features
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -109,6 +110,7 @@ DEPS_plan      := $(VENV_plan)/.installed-plan
 DEPS_training  := $(VENV_training)/.installed-torch $(VENV_training)/.installed-training
 DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installed-lifecycle
 DEPS_serving   := $(VENV_serving)/.installed-serving
+DEPS_features  := $(VENV_features)/.installed-features
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -122,6 +124,7 @@ CODE_training  := workloads/training workloads/data workloads/horovod \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
+CODE_features  := workloads/features
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
@@ -131,6 +134,7 @@ TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py
 TESTS_serving  := tests/serving
+TESTS_features := tests/features
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -178,6 +182,7 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,training)
 	$(call mypy_in,lifecycle)
 	$(call mypy_in,serving)
+	$(call mypy_in,features)
 
 # pytest in each environment over its tests (TESTS_<env>); every environment runs even
 # when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
@@ -278,3 +283,19 @@ cost: $(DEPS_plan) ## monthly compute cost of STACK's pools at min and max size 
 
 prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+# --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
+# In its own environment (.venv-features, locks/features.txt): the features image.
+FEATURES_PY   := $(PY_features)
+FEATURES_DIR  ?= build/features
+.PHONY: features bench-features
+
+# TRACKING_URI= (on the command line or in the environment) registers on that server;
+# otherwise a SQLite store under FEATURES_DIR. PORT= fixes the server's port (else a free one).
+features: $(DEPS_features) ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict
+	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(FEATURES_DIR)' \
+		$(if $(filter-out file,$(origin TRACKING_URI)),--tracking-uri '$(TRACKING_URI)') \
+		$(if $(filter-out file,$(origin PORT)),--port '$(PORT)') $(ARGS))
+
+bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
+	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))

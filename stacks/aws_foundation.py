@@ -51,6 +51,7 @@ from .catalog import catalog_problems
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
+from .features_layer import FeaturesAws, build_features_aws
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
 
@@ -80,6 +81,8 @@ class AwsFoundation:
     tracking_store: TrackingStoreInputs | None = None
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
+    #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
+    features: FeaturesAws | None = None
 
 
 @dataclass(frozen=True)
@@ -406,6 +409,21 @@ def build_aws_foundation(
             opts=opts,
         )
 
+    features = None
+    if config.features.enabled:
+        features = build_features_aws(
+            name,
+            config,
+            vpc_id=network.vpc.id,
+            subnet_ids=[s.id for s in network.private_subnets.values()],
+            cluster_security_group_id=security_group_id,
+            cluster_name=cluster.cluster.name,
+            storage_key_arn=keys.arn("storage"),
+            bucket_arn=data.bucket.arn,
+            bucket_name=data.bucket.bucket,
+            opts=opts,
+        )
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -437,6 +455,7 @@ def build_aws_foundation(
         ready=[addons, *[p.node_group for p in pools]],
         tracking_store=tracking_store,
         serving_registry=serving_registry,
+        features=features,
     )
 
 

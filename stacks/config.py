@@ -23,6 +23,7 @@ from modules.aws.key_custody_spec import KeyCustodySpec, endpoint_service_region
 from modules.aws.node_pool_spec import NodePoolSpec
 from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
+from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.queueing.spec import QueueingSpec
@@ -53,7 +54,12 @@ KEY_STORE_SECRET_KEYS = ("keyStorePassword", "xksProxyAccessKeyId", "xksProxySec
 # Keys read outside the typed sections (secrets are never parsed into dataclasses); the
 # offline plan gives every stack a stand-in for these. A key store's secrets are only
 # needed by `hsm` stacks, whose files must hold them (`pulumi config set --secret`).
-SECRET_KEYS = ("kubeconfig", "trackingAdminPassword")
+SECRET_KEYS = (
+    "kubeconfig",
+    "trackingAdminPassword",
+    "featuresRegistryPassword",
+    "featuresRedisAuthToken",
+)
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -354,6 +360,9 @@ class StackConfig:
             installs none.
         example_service: the bundled example model service (`ExampleServiceSpec`),
             deployed stopped; ``null`` for none. Needs ``serving``.
+        features: the feature store (`FeaturesSpec`, docs/features.md), off by default;
+            needs ``serving`` and ``tracking``, and the secret config values
+            ``featuresRegistryPassword`` and ``featuresRedisAuthToken``.
         fleet: this stack is a MultiKueue manager bursting to the listed worker stacks
             (`FleetSpec`, see docs/fleet.md); ``null`` for none.
         fleet_worker: this stack is a MultiKueue worker of the named manager stack
@@ -398,6 +407,7 @@ class StackConfig:
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     serving: ServingSpec | None = None
     example_service: ExampleServiceSpec | None = None
+    features: FeaturesSpec = field(default_factory=FeaturesSpec)
     # -- fleet and cost sections (docs/fleet.md, docs/cost.md) --
     fleet: FleetSpec | None = None
     fleet_worker: FleetWorkerSpec | None = None

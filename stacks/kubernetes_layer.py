@@ -26,6 +26,7 @@ from .config_parsing import ConfigError, stack_key
 from .cost import cost_inputs
 from .example_job import build_example_job
 from .example_service import build_example_service
+from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
 from .pricing import load_snapshot, snapshot_path
 
@@ -228,6 +229,21 @@ def build_kubernetes_layer(
         # What the manager reads through its StackReference: a secret stays a secret.
         pulumi.export(KUBECONFIG_OUTPUT, platform.fleet_kubeconfig)
         pulumi.export(SITE_OUTPUT, vars(site_of(config)))
+    if config.features.enabled:
+        build_feature_store(
+            config,
+            provider,
+            registry=(foundation.serving_registry if foundation else None)
+            or (config.serving.registry if config.serving else None)
+            or "",
+            aws=foundation.features if foundation is not None else None,
+            registry_host=(
+                foundation.tracking_store.database_host
+                if foundation is not None and foundation.tracking_store is not None
+                else None
+            ),
+            depends_on=[platform],
+        )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job

@@ -298,6 +298,13 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.
     "workloads.layout": set(),
+    # The tabular example: its own features, model and export, served by the V2 server.
+    "workloads.features": {
+        "modules",
+        "workloads.inference",
+        "workloads.serving",
+        "workloads.training",
+    },
 }
 #: Modules of the workloads root that any stage may import.
 SHARED_WORKLOAD_MODULES = {"workloads.layout"}

@@ -9,6 +9,7 @@ from policies.rules import (
     database,
     encryption,
     exposure,
+    features,
     fleet,
     identity,
     kubernetes,
@@ -42,6 +43,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         site_link,
         custody,
         backup,
+        features,
     )
     for rule in _rules_of(module)
 )

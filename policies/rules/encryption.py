@@ -44,6 +44,8 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
         "aws:backup/vault:Vault": "kmsKeyArn",
+        # The feature store's online store (its rules: policies/rules/features.py).
+        "aws:elasticache/replicationGroup:ReplicationGroup": "kmsKeyId",
     }
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]

@@ -32,6 +32,7 @@ RUNNERS = (
     "modules/k8s/trainer/pods.py",
     "workloads/Dockerfile",
     "workloads/serving/Dockerfile",
+    "workloads/features/Dockerfile",
 )
 
 

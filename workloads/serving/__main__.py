@@ -5,11 +5,8 @@ with KServe's model server: ``<name>`` (fp32) and ``<name>-int8``, at
 ``http://<host>:<port>/v2/models/<model>/{ready,infer}`` and metadata at
 ``/v2/models/<model>``; Prometheus metrics at ``/metrics``.
 
-KServe's `ModelServer.start` binds every interface and parses the process's own command
-line; this entry reuses KServe's data plane, endpoints and error handlers but builds the
-server itself, so it binds where it is told (127.0.0.1 by default; 0.0.0.0 in a pod) and
-has admission control in front (`workloads.serving.limits`). gRPC is not started: the
-REST endpoints are the ones the InferenceService routes to.
+The server itself (KServe's data plane and endpoints, bound where it is told, admission
+control in front) is `workloads.serving.app.serve_models`.
 """
 
 from __future__ import annotations
@@ -22,15 +19,10 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
-from kserve.model_repository import ModelRepository
-from kserve.protocol.dataplane import DataPlane
-from kserve.protocol.model_repository_extension import ModelRepositoryExtension
-from kserve.protocol.rest.server import RESTServer
-
 from workloads.inference import ExportError, SessionSettings
 from workloads.inference.drift import DriftReferenceError
-from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.app import serve_models
+from workloads.serving.limits import Limits
 from workloads.serving.predictor import LanguageModelPredictor
 
 log = logging.getLogger("workloads.serving")
@@ -96,28 +88,10 @@ def build_models(args: argparse.Namespace) -> list[LanguageModelPredictor]:
 
 
 async def serve(models: list[LanguageModelPredictor], args: argparse.Namespace) -> None:
-    repository = ModelRepository()
-    for model in models:
-        repository.update(model)
-    dataplane = DataPlane(model_registry=repository)
-    rest = RESTServer(
-        "kserve.model_server:app",
-        dataplane,
-        ModelRepositoryExtension(model_registry=repository),
-        args.port,
-    )
-    rest.create_application()  # KServe's endpoints and error handlers on its app
-    from kserve.model_server import app as kserve_app  # noqa: PLC0415  (built just above)
-
     limits = Limits(args.max_body_bytes, args.max_in_flight, args.timeout_s)
-    app = AdmissionControl(kserve_app, limits, {m.name: m.version for m in models})
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
-    )
-    server = uvicorn.Server(config)
     names = ", ".join(m.name for m in models)
     print(f"serving {names} at http://{args.host}:{args.port}/v2/models/<model>/infer", flush=True)
-    await server.serve()
+    await serve_models(models, args.host, args.port, limits)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
