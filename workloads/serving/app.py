@@ -48,6 +48,8 @@ from starlette.routing import Route
 
 from workloads.serving.limits import AdmissionControl, Limits
 from workloads.serving.protocol import (
+    REPOSITORY_PARAMETERS_MESSAGE,
+    UNLOAD_PARAMETERS,
     ModelControl,
     ProtocolError,
     bad_request,
@@ -264,13 +266,13 @@ def build_app(served: ServedModels, control: ModelControl | None) -> Starlette:
 
     async def repository_load(request: Request) -> Response:
         authorize(request)
-        await _no_load_parameters(request)
+        await _repository_parameters(request, frozenset())
         served.load(request.path_params["model"])
         return json_response({})
 
     async def repository_unload(request: Request) -> Response:
         authorize(request)
-        await _no_load_parameters(request)
+        await _repository_parameters(request, UNLOAD_PARAMETERS)
         served.unload(request.path_params["model"])
         return json_response({})
 
@@ -317,9 +319,10 @@ def build_app(served: ServedModels, control: ModelControl | None) -> Starlette:
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-async def _no_load_parameters(request: Request) -> None:
-    """The extension's load/unload may carry parameters (a config override, files);
-    this server loads only what it was started with, so any is refused."""
+async def _repository_parameters(request: Request, allowed: frozenset[str]) -> None:
+    """The extension's load/unload may carry parameters (a config override, files); this
+    server loads only what it was started with, so load takes none and unload only
+    Triton's ``unload_dependents`` (a boolean)."""
     body = await request.body()
     if not body.strip():
         return
@@ -327,11 +330,14 @@ async def _no_load_parameters(request: Request) -> None:
         options = orjson.loads(body)
     except orjson.JSONDecodeError as err:
         raise bad_request(f"the request body is not valid JSON ({err})") from None
-    if not isinstance(options, dict) or options.get("parameters"):
-        raise bad_request(
-            "load/unload parameters are not supported: this server loads only the models "
-            "it was started with"
-        )
+    parameters = options.get("parameters", {}) if isinstance(options, dict) else None
+    if (
+        not isinstance(parameters, dict)
+        or set(options) - {"parameters"}
+        or set(parameters) - allowed
+        or not all(isinstance(v, bool) for v in parameters.values())
+    ):
+        raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -14,7 +14,9 @@ and are handled here:
   ``RepositoryIndex``. The repository methods therefore use Triton's message layout
   (`_triton_messages`, built in a private descriptor pool so that they never clash with
   KServe's or tritonclient's in the default pool), and exist only when model control
-  is enabled; they need ``authorization: Bearer <token>`` metadata.
+  is enabled; they need ``authorization: Bearer <token>`` metadata. Load takes no
+  parameters (no config override or files: the server loads only what it was started
+  with); unload takes Triton's ``unload_dependents`` (there are no dependents here).
 
 Every answer is counted in the predictor's metrics like an HTTP one (``code`` is the
 HTTP status the gRPC status corresponds to), in-flight requests share the HTTP side's
@@ -44,6 +46,8 @@ from workloads.serving.app import SERVER_NAME, server_version
 from workloads.serving.limits import AdmissionControl
 from workloads.serving.protocol import (
     GRPC_TO_HTTP,
+    REPOSITORY_PARAMETERS_MESSAGE,
+    UNLOAD_PARAMETERS,
     ModelControl,
     ProtocolError,
     bad_request,
@@ -107,9 +111,9 @@ def _triton_messages() -> dict[str, type[Message]]:
     def add(name: str, *fields: tuple[str, int, int, int, str]) -> descriptor_pb2.DescriptorProto:
         msg = proto.message_type.add(name=name)
         for field_name, number, kind, label, type_name in fields:
-            msg.field.add(
-                name=field_name, number=number, type=kind, label=label, type_name=type_name
-            )
+            field = msg.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = type_name
         return msg
 
     add("RepositoryIndexRequest", ("repository_name", 1, string, optional, ""),
@@ -121,9 +125,31 @@ def _triton_messages() -> dict[str, type[Message]]:
     entry = index.nested_type.add(name="ModelIndex")
     for number, field_name in enumerate(("name", "version", "state", "reason"), start=1):
         entry.field.add(name=field_name, number=number, type=string, label=optional)
+    parameter = add(
+        "ModelRepositoryParameter",
+        ("bool_param", 1, boolean, optional, ""),
+        ("int64_param", 2, descriptor_pb2.FieldDescriptorProto.TYPE_INT64, optional, ""),
+        ("string_param", 3, string, optional, ""),
+        ("bytes_param", 4, descriptor_pb2.FieldDescriptorProto.TYPE_BYTES, optional, ""),
+    )
+    parameter.oneof_decl.add(name="parameter_choice")
+    for field in parameter.field:
+        field.oneof_index = 0
     for verb in ("Load", "Unload"):
-        add(f"RepositoryModel{verb}Request", ("repository_name", 1, string, optional, ""),
-            ("model_name", 2, string, optional, ""))  # fmt: skip
+        request = add(
+            f"RepositoryModel{verb}Request",
+            ("repository_name", 1, string, optional, ""),
+            ("model_name", 2, string, optional, ""),
+            ("parameters", 3, message, repeated,
+             f".inference.RepositoryModel{verb}Request.ParametersEntry"),
+        )  # fmt: skip
+        entry_type = request.nested_type.add(name="ParametersEntry")
+        entry_type.options.map_entry = True
+        entry_type.field.add(name="key", number=1, type=string, label=optional)
+        entry_type.field.add(
+            name="value", number=2, type=message, label=optional,
+            type_name=".inference.ModelRepositoryParameter",
+        )  # fmt: skip
         add(f"RepositoryModel{verb}Response")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
@@ -222,12 +248,10 @@ class Servicer:
             raise unauthenticated("model control needs 'authorization: Bearer <token>' metadata")
 
     @staticmethod
-    def _no_parameters(request: Any) -> None:
-        if unknown_fields.UnknownFieldSet(request):
-            raise bad_request(
-                "load/unload parameters are not supported: this server loads only the models "
-                "it was started with"
-            )
+    def _parameters(request: Any, allowed: frozenset[str]) -> None:
+        given = set(request.parameters)
+        if given - allowed or unknown_fields.UnknownFieldSet(request):
+            raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:  # noqa: N802
         self._authorize(context)
@@ -241,13 +265,13 @@ class Servicer:
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:  # noqa: N802
         self._authorize(context)
-        self._no_parameters(request)
+        self._parameters(request, frozenset())
         self.served.load(request.model_name)
         return self.triton["RepositoryModelLoadResponse"]()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:  # noqa: N802
         self._authorize(context)
-        self._no_parameters(request)
+        self._parameters(request, UNLOAD_PARAMETERS)
         self.served.unload(request.model_name)
         return self.triton["RepositoryModelUnloadResponse"]()
 

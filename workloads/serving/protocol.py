@@ -49,6 +49,12 @@ INPUT_PARAMETERS = frozenset({"binary_data_size"})
 BINARY_EXTENSION = "binary_tensor_data"
 #: Triton's name of the model repository extension (index, load, unload).
 REPOSITORY_EXTENSION = "model_repository"
+#: Unload's one parameter (Triton's; a model here has no dependents to unload with it).
+UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
+REPOSITORY_PARAMETERS_MESSAGE = (
+    "load takes no parameters and unload only unload_dependents: this server loads only the "
+    "models it was started with (no configuration override or files)"
+)
 #: Where the control token may also come from (a file is preferred: `--control-token-file`).
 TOKEN_ENV = "MODEL_CONTROL_TOKEN"
 MIN_TOKEN_LENGTH = 16
