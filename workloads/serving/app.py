@@ -30,7 +30,6 @@ language-model code.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata as package_metadata
 from typing import Any
@@ -47,6 +46,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
     UNLOAD_PARAMETERS,
@@ -338,21 +338,6 @@ async def _repository_parameters(request: Request, allowed: frozenset[str]) -> N
         or not all(isinstance(v, bool) for v in parameters.values())
     ):
         raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port``; raises `OSError` (port taken, address
-    not ours) before anything is served, so the caller can say so in one line."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 async def serve_models(
