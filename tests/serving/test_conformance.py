@@ -32,7 +32,9 @@ def server(start_server: Callable[..., Server]) -> Server:
 
 
 @pytest.fixture(scope="module")
-def control_server(start_server: Callable[..., Server], tmp_path_factory: pytest.TempPathFactory) -> Server:
+def control_server(
+    start_server: Callable[..., Server], tmp_path_factory: pytest.TempPathFactory
+) -> Server:
     token_file = tmp_path_factory.mktemp("token") / "token"
     token_file.write_text(TOKEN + "\n")
     return start_server(
@@ -107,7 +109,7 @@ def test_json_tensors_without_content_type(server: Server, export_dir: Path) -> 
         {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["The "]}],
          "parameters": {"max_new_tokens": 4}}
     ).encode()  # fmt: skip
-    status, headers, answer = raw(server, "POST", "/v2/models/tiny/infer", body)
+    status, _, answer = raw(server, "POST", "/v2/models/tiny/infer", body)
     assert status == 200, answer
     assert json.loads(answer)["outputs"][0]["data"] == lm.generate_text(["The "], 4)
 
@@ -337,8 +339,11 @@ def test_ill_typed_tensor_data_is_refused(server: Server, case: str) -> None:
 
 @pytest.mark.parametrize(
     ("parameters", "expected"),
-    [({"max_tokens": 4}, "max_tokens"), ({"max_new_tokens": 1.5}, "integer"),
-     ({"temperature": "hot"}, "number")],  # fmt: skip
+    [
+        ({"max_tokens": 4}, "max_tokens"),
+        ({"max_new_tokens": 1.5}, "integer"),
+        ({"temperature": "hot"}, "number"),
+    ],
 )
 def test_grpc_refuses_them_too(server: Server, parameters: dict[str, Any], expected: str) -> None:
     """Check: the same refusals over gRPC (INVALID_ARGUMENT); a float temperature, which

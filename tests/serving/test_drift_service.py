@@ -59,7 +59,9 @@ def references(export_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> di
 
 
 @pytest.fixture(scope="module")
-def service(references: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def service(
+    references: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
     port, metrics_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("drift-log") / "drift.log"
     command = [
@@ -227,7 +229,7 @@ REFUSED = {
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_events_it_cannot_use_are_refused_and_counted(service: tuple[str, str], case: str) -> None:
-    events, metrics = service
+    events, _ = service
     status, answer = post(events, REFUSED[case]())
     assert status == 400 and set(answer) == {"error"}, answer
 
@@ -235,13 +237,17 @@ def test_events_it_cannot_use_are_refused_and_counted(service: tuple[str, str], 
 def test_response_events_are_counted_not_used(service: tuple[str, str]) -> None:
     events, metrics = service
     before = scores(metrics)
-    body = b'{"model_name": "m", "outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["x"]}]}'
+    body = (
+        b'{"model_name": "m", "outputs": [{"name": "text", "datatype": "BYTES", "shape": [1], '
+        b'"data": ["x"]}]}'
+    )
     assert post(events, logged_event(body, {}, "1", kind=drift_service.RESPONSE_EVENT))[0] == 200
     assert scores(metrics) == before
     with urllib.request.urlopen(metrics, timeout=30) as response:
         text = response.read().decode()
     assert re.search(
-        rf'uae_drift_events_total{{outcome="ignored",type="{drift_service.RESPONSE_EVENT}"}} 1', text
+        rf'uae_drift_events_total{{outcome="ignored",type="{drift_service.RESPONSE_EVENT}"}} 1',
+        text,
     ), text
 
 

@@ -146,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {flag} must be in 1-65535, got {port}", file=sys.stderr)
             return 2
     if args.grpc_port and args.grpc_port == args.port:
-        print(f"error: --port and --grpc-port are both {args.port}; give two ports", file=sys.stderr)
+        print(
+            f"error: --port and --grpc-port are both {args.port}; give two ports", file=sys.stderr
+        )
         return 2
     if args.drift_window < 0:
         print(f"error: --drift-window must be >= 0, got {args.drift_window}", file=sys.stderr)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import metadata as package_metadata
 from typing import Any
 
 import orjson
@@ -49,12 +48,14 @@ from workloads.serving.limits import AdmissionControl, Limits
 from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
+    SERVER_NAME,
     UNLOAD_PARAMETERS,
     ModelControl,
     ProtocolError,
     bad_request,
     error_status,
     extensions,
+    server_version,
     unauthenticated,
     unavailable,
 )
@@ -63,12 +64,7 @@ from workloads.serving.registry import ServedModels
 log = logging.getLogger("workloads.serving")
 
 BINARY_HEADER = "inference-header-content-length"
-SERVER_NAME = "kserve"
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def server_version() -> str:
-    return package_metadata.version("kserve")
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -242,7 +238,7 @@ def build_app(served: ServedModels, control: ModelControl | None) -> Starlette:
         return encode_response(response)
 
     async def metrics(request: Request) -> Response:
-        encoder, content_type = exposition.choose_encoder(request.headers.get("accept"))
+        encoder, content_type = exposition.choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(REGISTRY), headers={"content-type": content_type})
 
     def authorize(request: Request) -> None:

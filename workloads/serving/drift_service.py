@@ -394,7 +394,9 @@ async def serve(state: DriftState, host: str, port: int, metrics_port: int) -> N
     servers = [
         uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")) for app in apps
     ]
-    await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(servers, sockets, strict=True)))
+    await asyncio.gather(
+        *(s.serve(sockets=[sock]) for s, sock in zip(servers, sockets, strict=True))
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

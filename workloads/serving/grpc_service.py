@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
 from google.protobuf.message import Message
 from grpc import aio
@@ -42,17 +42,18 @@ from kserve.protocol.grpc.servicer import InferenceServicer
 from kserve.protocol.infer_type import InferRequest
 
 from workloads.serving import metrics
-from workloads.serving.app import SERVER_NAME, server_version
 from workloads.serving.limits import AdmissionControl
 from workloads.serving.protocol import (
     GRPC_TO_HTTP,
     REPOSITORY_PARAMETERS_MESSAGE,
+    SERVER_NAME,
     UNLOAD_PARAMETERS,
     ModelControl,
     ProtocolError,
     bad_request,
     error_status,
     extensions,
+    server_version,
     unauthenticated,
 )
 from workloads.serving.registry import ServedModels, version_of
@@ -260,7 +261,7 @@ class Servicer:
             entries = [e for e in entries if e["state"] == "READY"]
         response = self.triton["RepositoryIndexResponse"]()
         for entry in entries:
-            response.models.add(**entry)  # type: ignore[attr-defined]
+            response.models.add(**entry)
         return response
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -290,7 +291,9 @@ def _guarded(method: str, handler: Handler) -> Handler:
             status = error_status(err)
             if status is None:
                 log.exception("gRPC %s: server error", method)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}")
+                await context.abort(
+                    grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}"
+                )
             else:
                 log.warning("gRPC %s -> %s: %s", method, status.code.name, status.message)
                 await context.abort(status.code, status.message)
@@ -355,7 +358,11 @@ async def start_grpc(
         ]
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE, _handlers(Servicer(served, admission, control))),)
+        (
+            grpc.method_handlers_generic_handler(
+                SERVICE, _handlers(Servicer(served, admission, control))
+            ),
+        )
     )
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:

@@ -24,10 +24,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
+from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 from kserve.errors import (
     InferenceError,
     InvalidInput,
@@ -38,6 +39,14 @@ from kserve.errors import (
     UnsupportedProtocol,
 )
 from kserve.protocol.infer_type import InferRequest, InferResponse, RequestedOutput
+
+#: What server metadata names (KServe's model server, at its installed version).
+SERVER_NAME = "kserve"
+
+
+def server_version() -> str:
+    return package_metadata.version("kserve")
+
 
 #: Request parameters the protocol defines (not a model's): HTTP's binary output switch.
 PROTOCOL_PARAMETERS = frozenset({"binary_data_output"})
@@ -59,7 +68,9 @@ REPOSITORY_PARAMETERS_MESSAGE = (
 TOKEN_ENV = "MODEL_CONTROL_TOKEN"
 MIN_TOKEN_LENGTH = 16
 
-_INTEGER_TYPES = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
+_INTEGER_TYPES = frozenset(
+    {"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"}
+)
 _FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
 
 
