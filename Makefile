@@ -237,14 +237,16 @@ bench-infer: $(DEPS_lifecycle) ## CPU inference: PyTorch eager vs ONNX Runtime f
 	@$(PY_lifecycle) -m workloads.inference.bench $(ARGS)
 
 # --- serving (docs/lifecycle.md#serving): the CPU predictor, KServe's V2 protocol ---
-PORT ?= 8080
+# HTTP on 127.0.0.1:PORT and gRPC on 127.0.0.1:GRPC_PORT (KServe's default ports).
+PORT      ?= 8080
+GRPC_PORT ?= 8081
 .PHONY: serve bench-serve
 
-serve: $(DEPS_serving) ## serve MODEL=<export dir>'s fp32 and int8 models on 127.0.0.1:PORT (8080)
+serve: $(DEPS_serving) ## serve MODEL=<export dir>'s fp32 and int8 models: HTTP on 127.0.0.1:PORT (8080), gRPC on GRPC_PORT (8081)
 	@test -n "$(MODEL)" || { echo "serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
-	@$(PY_serving) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) $(ARGS)
+	@$(PY_serving) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) --grpc-port $(GRPC_PORT) $(ARGS)
 
-bench-serve: $(DEPS_serving) ## req/s and p50/p99 at 1, 8, 32 clients against MODEL=<export dir>
+bench-serve: $(DEPS_serving) ## req/s and p50/p99 at 1, 8, 32 clients over HTTP and gRPC against MODEL=<export dir> (ARGS=--protocol http|grpc)
 	@test -n "$(MODEL)" || { echo "bench-serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
 	@$(PY_serving) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
 

@@ -264,6 +264,8 @@ def build_kubernetes_layer(
             platform,
             provider=provider,
             bucket=bucket,
+            region=config.region if foundation is not None else None,
         )
         pulumi.export("exampleServiceEndpoint", service.endpoint)
+        pulumi.export("exampleServiceGrpcEndpoint", service.grpc_endpoint)
     return platform
