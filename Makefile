@@ -10,8 +10,9 @@
 #   .venv-training   training   train, bench (the trainer image's packages; torch's CPU build)
 #   .venv-lifecycle  lifecycle  track, register, export, bench-infer (torch, MLflow, ONNX)
 #   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
+#   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
 #
-# `make test` installs all four, each with its own test tools (locks/<env>-test.txt), and
+# `make test` installs all five, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
 #
 # Exit codes: make reports every failing recipe as 2. The commands behind the verbs
