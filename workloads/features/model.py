@@ -126,7 +126,7 @@ def train(data: TrainingSet, *, seed: int = 7, threads: int = 2) -> tuple[Any, d
         **PARAMS, random_state=seed, n_jobs=threads, deterministic=True, verbose=-1
     )
     model.fit(data.x_train, data.y_train)
-    probabilities = model.predict_proba(data.x_valid)[:, 1]
+    probabilities = np.asarray(model.predict_proba(data.x_valid))[:, 1]
     if len(set(data.y_valid.tolist())) < 2:
         raise ModelError("the validation rows have one class only; generate more data")
     metrics = {
