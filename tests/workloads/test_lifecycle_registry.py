@@ -23,20 +23,14 @@ import pytest
 from google.protobuf import text_format
 from mlflow.tracking import MlflowClient
 
-from modules.validation import InvalidArgsError
-from tests.conftest import shipped_plan
-from tests.k8s.fixtures import G6
 from tests.workloads.helpers import free_port
 from tests.workloads.lifecycle_helpers import model_config_class, tiny_config, train_tiny
-from workloads.deploy.inference_component import TYPE_TOKEN
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 from workloads.inference import OnnxLM, read_card
 from workloads.layout import TRITON_DIR, TRITON_STORAGE_PATH, triton_storage_path
 from workloads.tracking import promote, register
 from workloads.training.lineage import read_run_record
 
 ROOT = Path(__file__).resolve().parents[2]
-ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
 TOKENS = np.array([list(b"The falcon")], dtype=np.int64)
 
 
@@ -186,51 +180,8 @@ def test_the_triton_repository_is_where_the_stacks_triton_services_point(
         assert config.name == name and config.backend == "onnxruntime"
         assert (repo / name / "1" / "model.onnx").read_bytes() == (export / file).read_bytes()
 
-    # Every shipped stack that serves with Triton points at such a path in its bucket.
-    triton_stacks = 0
-    for stack in ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib"):
-        registrations, _ = shipped_plan(stack)
-        components = {r.urn for r in registrations.values() if r.type == TYPE_TOKEN}
-        (isvc,) = [
-            r.inputs for r in registrations.values() if r.type == ISVC and r.parent in components
-        ]
-        model = isvc["spec"]["predictor"]["model"]
-        if model["runtime"] != "uae-triton":
-            continue
-        triton_stacks += 1
-        uri = model["storageUri"]
-        if uri.startswith("s3://"):
-            assert TRITON_STORAGE_PATH.match(uri.split("/", 3)[3]), (stack, uri)
-        else:  # on premises: an export (or download) on the team's volume
-            assert uri.startswith("pvc://") and uri.endswith(f"/{TRITON_DIR}"), (stack, uri)
-    assert triton_stacks == 3
-
-
-def _triton_service(path: str, store: str = "s3") -> InferenceServiceSpec:
-    return InferenceServiceSpec(
-        name="uae-gpt",
-        namespace="team-nlp",
-        model_name="uae-gpt",
-        model=ModelVersion(1, path),
-        pool=G6,  # a GPU pool: Triton
-        client_namespaces=("team-nlp",),
-        store=store,
-        bucket="gpu-test-data" if store == "s3" else None,
-        claim="checkpoints" if store == "pvc" else None,
-    )
-
-
-def test_a_triton_service_must_name_a_triton_repository() -> None:
-    assert _triton_service(triton_storage_path("1", "m-0123abcd")).runtime == "uae-triton"
-    _triton_service("models/uae-gpt/1/triton", store="pvc")
-    for wrong, store in (
-        ("mlflow/1/models/m-0123abcd/artifacts", "s3"),  # the MLflow model, not Triton's
-        ("mlflow/1/models/m-0123abcd/artifacts/onnx", "s3"),
-        ("mlflow/1/0123abcd/artifacts/triton", "s3"),  # run artifacts: register writes none
-        ("models/uae-gpt/1", "pvc"),
-    ):
-        with pytest.raises(InvalidArgsError, match="a Triton model repository"):
-            _triton_service(wrong, store=store)
+    # The shipped stacks' Triton services point at paths of this same pattern
+    # (tests/k8s/test_triton_storage_paths.py, in the plan environment).
 
 
 def test_promote_and_rollback_move_the_aliases(
