@@ -10,8 +10,9 @@
 #   .venv-training   training   train, bench (the trainer image's packages; torch's CPU build)
 #   .venv-lifecycle  lifecycle  track, register, export, bench-infer (torch, MLflow, ONNX)
 #   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
+#   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
 #
-# `make test` installs all four, each with its own test tools (locks/<env>-test.txt), and
+# `make test` installs all five, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
 #
 # Exit codes: make reports every failing recipe as 2. The commands behind the verbs
@@ -22,11 +23,12 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving
+ENVS           := plan training lifecycle serving features
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
 VENV_serving   := .venv-serving
+VENV_features  := .venv-features
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -109,6 +111,7 @@ DEPS_plan      := $(VENV_plan)/.installed-plan
 DEPS_training  := $(VENV_training)/.installed-torch $(VENV_training)/.installed-training
 DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installed-lifecycle
 DEPS_serving   := $(VENV_serving)/.installed-serving
+DEPS_features  := $(VENV_features)/.installed-features
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -118,18 +121,21 @@ TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(en
 # another environment's artefact (a checkpoint, an export) makes it with that
 # environment's Python (tests/support/environments.py).
 CODE_plan      := stacks modules policies tools workloads/deploy
-CODE_training  := workloads/training workloads/data \
+CODE_training  := workloads/training workloads/data workloads/horovod \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
-TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/k8s tests/policies tests/stacks \
+CODE_features  := workloads/features
+TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
 TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
-	entry_points fabric fabric_check fast_path gpu_check health launch metrics model torchrun \
+	entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
 	tracking_client train))
-TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_tracking.py
+TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
+	tests/workloads/test_lifecycle_tracking.py
 TESTS_serving  := tests/serving
+TESTS_features := tests/features
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -177,6 +183,7 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,training)
 	$(call mypy_in,lifecycle)
 	$(call mypy_in,serving)
+	$(call mypy_in,features)
 
 # pytest in each environment over its tests (TESTS_<env>); every environment runs even
 # when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
@@ -209,15 +216,21 @@ bench-review: $(DEPS_plan) ## review time and peak memory on generated 1k/10k/10
 # --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
 TRACK_PORT   ?= 5000
 TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
-.PHONY: track register export bench-infer
+.PHONY: track register export promote rollback bench-infer
 
 track: $(DEPS_lifecycle) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
 	@$(PY_lifecycle) -m workloads.tracking.server --port $(TRACK_PORT)
 
-register: $(DEPS_lifecycle) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
+register: $(DEPS_lifecycle) ## register run RUN=<id> as MLflow ONNX models + Triton repository (server: TRACKING_URI= or TRACK_PORT=)
 	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
 
-export: $(DEPS_lifecycle) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+promote: $(DEPS_lifecycle) ## NAME=<model>: challenger -> champion (old champion kept as previous); ARGS=--dry-run
+	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+rollback: $(DEPS_lifecycle) ## NAME=<model>: champion back to previous; ARGS=--dry-run
+	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(DEPS_lifecycle) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card + triton/ in build/export/NAME (or OUT=: absent, empty or an earlier export)
 	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
 	@$(PY_lifecycle) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
 
@@ -225,14 +238,16 @@ bench-infer: $(DEPS_lifecycle) ## CPU inference: PyTorch eager vs ONNX Runtime f
 	@$(PY_lifecycle) -m workloads.inference.bench $(ARGS)
 
 # --- serving (docs/lifecycle.md#serving): the CPU predictor, KServe's V2 protocol ---
-PORT ?= 8080
+# HTTP on 127.0.0.1:PORT and gRPC on 127.0.0.1:GRPC_PORT (KServe's default ports).
+PORT      ?= 8080
+GRPC_PORT ?= 8081
 .PHONY: serve bench-serve
 
-serve: $(DEPS_serving) ## serve MODEL=<export dir>'s fp32 and int8 models on 127.0.0.1:PORT (8080)
+serve: $(DEPS_serving) ## serve MODEL=<export dir>'s fp32 and int8 models: HTTP on 127.0.0.1:PORT (8080), gRPC on GRPC_PORT (8081)
 	@test -n "$(MODEL)" || { echo "serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
-	@$(PY_serving) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) $(ARGS)
+	@$(PY_serving) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) --grpc-port $(GRPC_PORT) $(ARGS)
 
-bench-serve: $(DEPS_serving) ## req/s and p50/p99 at 1, 8, 32 clients against MODEL=<export dir>
+bench-serve: $(DEPS_serving) ## req/s and p50/p99 at 1, 8, 32 clients over HTTP and gRPC against MODEL=<export dir> (ARGS=--protocol http|grpc)
 	@test -n "$(MODEL)" || { echo "bench-serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
 	@$(PY_serving) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
 
@@ -271,3 +286,19 @@ cost: $(DEPS_plan) ## monthly compute cost of STACK's pools at min and max size 
 
 prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+# --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
+# In its own environment (.venv-features, locks/features.txt): the features image.
+FEATURES_PY   := $(PY_features)
+FEATURES_DIR  ?= build/features
+.PHONY: features bench-features
+
+# TRACKING_URI= (on the command line or in the environment) registers on that server;
+# otherwise a SQLite store under FEATURES_DIR. PORT= fixes the server's port (else a free one).
+features: $(DEPS_features) ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict
+	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(FEATURES_DIR)' \
+		$(if $(filter-out file,$(origin TRACKING_URI)),--tracking-uri '$(TRACKING_URI)') \
+		$(if $(filter-out file,$(origin PORT)),--port '$(PORT)') $(ARGS))
+
+bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
+	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))

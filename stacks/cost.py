@@ -26,21 +26,46 @@ from .pricing import HOURS_PER_MONTH, PriceSnapshot, PricingError, load_snapshot
 
 @dataclass(frozen=True)
 class PoolCost:
-    """One pool's hourly price per node and its monthly cost at min and max size."""
+    """One pool's hourly price per node (None: withheld, no real price) and its size.
+
+    Args:
+        pool: the pool's name.
+        priced_as: what the price is for (an instance type, or the site's node shape).
+        usd_per_node_hour: a real price, or None when the snapshot has none for the type.
+        min_size: fewest nodes.
+        max_size: most nodes.
+        gpus_per_node: GPUs per node (0 for CPU pools).
+    """
 
     pool: str
     priced_as: str
-    usd_per_node_hour: float
+    usd_per_node_hour: float | None
     min_size: int
     max_size: int
+    gpus_per_node: int = 0
 
     @property
-    def monthly_min_usd(self) -> float:
+    def monthly_min_usd(self) -> float | None:
+        if self.usd_per_node_hour is None:
+            return None
         return self.usd_per_node_hour * HOURS_PER_MONTH * self.min_size
 
     @property
-    def monthly_max_usd(self) -> float:
+    def monthly_max_usd(self) -> float | None:
+        if self.usd_per_node_hour is None:
+            return None
         return self.usd_per_node_hour * HOURS_PER_MONTH * self.max_size
+
+    @property
+    def node_hours(self) -> tuple[int, int]:
+        """Node-hours per month at min and max size."""
+        return HOURS_PER_MONTH * self.min_size, HOURS_PER_MONTH * self.max_size
+
+    @property
+    def gpu_hours(self) -> tuple[int, int]:
+        """GPU-hours per month at min and max size."""
+        low, high = self.node_hours
+        return low * self.gpus_per_node, high * self.gpus_per_node
 
 
 def onprem_node_hour(pricing: OnPremPricing, gpus: int, vcpus: int, memory_gib: int) -> float:
@@ -52,8 +77,23 @@ def onprem_node_hour(pricing: OnPremPricing, gpus: int, vcpus: int, memory_gib: 
     )
 
 
-def price_problems(config: StackConfig, snapshot: PriceSnapshot) -> list[str]:
-    """A price missing for a pool: one line per pool (empty: every pool is priced)."""
+def withheld_pools(config: StackConfig, snapshot: PriceSnapshot) -> list[str]:
+    """The AWS pools whose instance type has no real price in the snapshot (unverified
+    snapshot, or no price from its source): their dollar figures are withheld."""
+    if config.target != "aws":
+        return []
+    return [p.name for p in config.node_pools if snapshot.price(p.instance_type) is None]
+
+
+def price_problems(
+    config: StackConfig, snapshot: PriceSnapshot, *, budgets: bool = True
+) -> list[str]:
+    """What keeps the stack from being costed: one line each (empty: fine).
+
+    An AWS pool's instance type must be in the snapshot (its shape sizes quotas and
+    node-hours); a type there without a real price is not a problem by itself (its
+    figures are withheld), but budgets need real prices for every pool (left out with
+    ``budgets=False``: `make cost` reports withheld figures rather than refusing)."""
     problems = []
     if config.target == "aws":
         for i, pool in enumerate(config.node_pools):
@@ -68,19 +108,35 @@ def price_problems(config: StackConfig, snapshot: PriceSnapshot) -> list[str]:
             f"{PROJECT}:onpremPricing: missing; an onprem stack states its prices "
             "(gpuHourUsd, cpuHourUsd, memoryGibHourUsd) so OpenCost and `make cost` can price it"
         )
+    # Types missing from the snapshot are reported above; these are there, unpriced.
+    withheld = [
+        p.name
+        for p in config.node_pools
+        if config.target == "aws"
+        and p.instance_type in snapshot.instance_types
+        and snapshot.price(p.instance_type) is None
+    ]
+    if budgets and config.budgets and withheld:
+        problems.append(
+            f"{PROJECT}:budgets: the {snapshot.region} snapshot has no verified price for "
+            f"pool(s) {', '.join(withheld)}, and a budget needs real prices: run "
+            "`make prices-refresh` (AWS credentials), or remove the budgets"
+        )
     return problems
 
 
 def pool_costs(config: StackConfig, snapshot: PriceSnapshot) -> list[PoolCost]:
-    """Every pool of the stack, priced (call after `price_problems` found nothing)."""
+    """Every pool of the stack, priced where a real price exists (call after
+    `price_problems` found nothing)."""
     if config.target == "aws":
         return [
             PoolCost(
                 pool.name,
                 pool.instance_type,
-                snapshot.instance_types[pool.instance_type].usd_per_hour,
+                snapshot.price(pool.instance_type),
                 pool.min_size,
                 pool.max_size,
+                snapshot.instance_types[pool.instance_type].gpus,
             )
             for pool in config.node_pools
         ]
@@ -94,13 +150,15 @@ def pool_costs(config: StackConfig, snapshot: PriceSnapshot) -> list[PoolCost]:
             ),
             pool.min_size,
             pool.max_size,
+            pool.gpus_per_node,
         )
         for pool in config.onprem_node_pools
     ]
 
 
-def unit_prices(config: StackConfig, snapshot: PriceSnapshot) -> UnitPrices:
-    """The prices OpenCost applies to every node of the stack's cluster.
+def unit_prices(config: StackConfig, snapshot: PriceSnapshot) -> UnitPrices | None:
+    """The prices OpenCost applies to every node of the stack's cluster, or None when
+    a price they need is withheld (then OpenCost gets no prices at all).
 
     On premises: the site's own prices. On AWS, OpenCost's custom provider takes one
     price per vCPU-hour, GiB-hour and GPU-hour for the whole cluster, so they are
@@ -113,29 +171,45 @@ def unit_prices(config: StackConfig, snapshot: PriceSnapshot) -> UnitPrices:
         assert config.onprem_pricing is not None
         p = config.onprem_pricing
         return UnitPrices(p.cpu_hour_usd, p.memory_gib_hour_usd, p.gpu_hour_usd, "site prices")
+    if withheld_pools(config, snapshot):
+        return None
     types = snapshot.instance_types
     system = next(types[p.instance_type] for p in config.node_pools if p.role == "system")
-    cpu = system.usd_per_hour / 2 / system.vcpus
-    memory = system.usd_per_hour / 2 / system.memory_gib
+    system_price = snapshot.price(system.instance_type)
+    assert system_price is not None  # withheld_pools found none
+    cpu = system_price / 2 / system.vcpus
+    memory = system_price / 2 / system.memory_gib
     gpu_types = [types[p.instance_type] for p in config.node_pools if types[p.instance_type].gpus]
     gpu = 0.0
     if gpu_types:
-        big = max(gpu_types, key=lambda t: (t.gpus, t.usd_per_hour))
-        gpu = max(big.usd_per_hour - big.vcpus * cpu - big.memory_gib * memory, 0.0) / big.gpus
-    source = f"AWS {snapshot.region} snapshot of {snapshot.retrieved}"
-    return UnitPrices(cpu, memory, gpu, source + ("" if snapshot.verified else " (unverified)"))
+        big = max(gpu_types, key=lambda t: (t.gpus, snapshot.price(t.instance_type) or 0.0))
+        big_price = snapshot.price(big.instance_type) or 0.0
+        gpu = max(big_price - big.vcpus * cpu - big.memory_gib * memory, 0.0) / big.gpus
+    source = f"AWS {snapshot.region} on-demand, {snapshot.citation()}"
+    return UnitPrices(cpu, memory, gpu, source)
 
 
-def cost_inputs(config: StackConfig, snapshot: PriceSnapshot, cluster_id: str) -> CostInputs:
-    """Cost allocation's inputs for the stack (OpenCost prices, team budgets)."""
+def cost_inputs(config: StackConfig, snapshot: PriceSnapshot, cluster_id: str) -> CostInputs | None:
+    """Cost allocation's inputs for the stack (OpenCost prices, team budgets), or None
+    when prices are withheld: the cluster then gets no OpenCost, whose dollar figures
+    would not be real (budgets are refused by `price_problems` in that case)."""
+    prices = unit_prices(config, snapshot)
+    if prices is None:
+        return None
     return CostInputs(
         cluster_id=cluster_id,
-        prices=unit_prices(config, snapshot),
+        prices=prices,
         budgets=tuple((b.team, b.monthly_usd) for b in config.budgets),
     )
 
 
+def _usd(value: float | None) -> str:
+    return "withheld" if value is None else f"{value:,.2f}"
+
+
 def render(stack: str, costs: Sequence[PoolCost], snapshot: PriceSnapshot, onprem: bool) -> str:
+    """The `make cost` report: dollars only where every figure is a real price,
+    node-hours and GPU-hours always."""
     lines = [f"Monthly compute cost of stack {stack} ({HOURS_PER_MONTH} h/month, USD)", ""]
     header = (
         f"{'pool':<14} {'priced as':<32} {'$/node-h':>10} {'nodes':>7} "
@@ -143,28 +217,51 @@ def render(stack: str, costs: Sequence[PoolCost], snapshot: PriceSnapshot, onpre
     )
     lines += [header, "-" * len(header)]
     for c in costs:
+        rate = "withheld" if c.usd_per_node_hour is None else f"{c.usd_per_node_hour:.5f}"
         lines.append(
-            f"{c.pool:<14} {c.priced_as:<32} {c.usd_per_node_hour:>10.4f} "
+            f"{c.pool:<14} {c.priced_as:<32} {rate:>10} "
             f"{f'{c.min_size}-{c.max_size}':>7} "
-            f"{c.monthly_min_usd:>13,.2f} {c.monthly_max_usd:>13,.2f}"
+            f"{_usd(c.monthly_min_usd):>13} {_usd(c.monthly_max_usd):>13}"
         )
-    low = sum(c.monthly_min_usd for c in costs)
-    high = sum(c.monthly_max_usd for c in costs)
-    lines += ["-" * len(header), f"{'total':<67} {low:>13,.2f} {high:>13,.2f}", ""]
+    withheld = [c.pool for c in costs if c.usd_per_node_hour is None]
+    low = sum(c.monthly_min_usd or 0.0 for c in costs)
+    high = sum(c.monthly_max_usd or 0.0 for c in costs)
+    total_low, total_high = (None, None) if withheld else (low, high)
+    lines += [
+        "-" * len(header),
+        f"{'total':<67} {_usd(total_low):>13} {_usd(total_high):>13}",
+        "",
+    ]
+    capacity = (
+        f"{'pool':<14} {'node-h min/month':>18} {'node-h max/month':>18} "
+        f"{'GPU-h min':>12} {'GPU-h max':>12}"
+    )
+    lines += [capacity, "-" * len(capacity)]
+    for c in costs:
+        (nl, nh), (gl, gh) = c.node_hours, c.gpu_hours
+        lines.append(f"{c.pool:<14} {nl:>18,} {nh:>18,} {gl:>12,} {gh:>12,}")
+    lines.append("")
     if onprem:
         lines.append("Prices: the stack's onpremPricing (per GPU-hour, vCPU-hour, GiB-hour).")
+    elif snapshot.verified:
+        lines.append(
+            f"Prices: AWS {snapshot.region} on-demand (Linux, shared tenancy), from "
+            f"{snapshot.citation()}."
+        )
     else:
         lines.append(
-            f"Prices: {snapshot.region} snapshot of {snapshot.retrieved}: {snapshot.source}."
+            f"Prices: the {snapshot.region} snapshot is NOT verified (no cited source): "
+            "every dollar figure is withheld."
         )
-        if not snapshot.verified:
-            lines.append(
-                "WARNING: this snapshot is UNVERIFIED (see its note); refresh it with "
-                "`python -m stacks.pricing refresh` before relying on these figures."
-            )
+    if withheld:
+        lines.append(
+            f"Withheld: no real price for pool(s) {', '.join(withheld)}; node-hours and "
+            "GPU-hours only, until `make prices-refresh` (AWS credentials) writes verified "
+            "prices."
+        )
     lines.append(
         "Not included: storage, data transfer"
-        + ("." if onprem else ", EKS control plane, NAT gateways.")
+        + ("." if onprem else ", EKS control plane, NAT gateways, VPN or Direct Connect.")
     )
     return "\n".join(lines)
 
@@ -189,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PricingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    problems = price_problems(config, snapshot)
+    problems = price_problems(config, snapshot, budgets=False)
     if problems:
         print(f"error: {ConfigError(problems).render(options.stack)}", file=sys.stderr)
         return 2

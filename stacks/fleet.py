@@ -161,6 +161,15 @@ def fleet_problems(
         reason = outside_uae(site_of(config))
         if reason:
             problems.append(f"{key}fleetWorker: this worker is not a UAE cluster: {reason}")
+        if (
+            config.site_link is not None
+            and isinstance(manager, StackConfig)
+            and manager.target != "onprem"
+        ):
+            problems.append(
+                f"{key}siteLink: the manager {manager_name} is not an on-premises site: a "
+                "site link (VPN, Direct Connect) joins this VPC to a site's own network"
+            )
     return problems
 
 

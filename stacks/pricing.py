@@ -1,8 +1,12 @@
-"""AWS on-demand prices of the instance types the stacks use, as a dated snapshot.
+"""AWS on-demand prices of the instance types the stacks use, as a cited snapshot.
 
 The snapshot (``stacks/prices/<region>.json``) is what ``make cost``, the fleet's burst
-quotas and OpenCost's custom pricing read, offline. ``python -m stacks.pricing refresh``
-rewrites it from AWS's price list through the Pricing API (boto3, default credentials).
+quotas and OpenCost's custom pricing read, offline. It names where its figures come
+from (repository, path, commit, or the Pricing API) and their date; a figure is shown
+only when the snapshot is ``verified`` and the type's ``usdPerHour`` is set
+(`PriceSnapshot.price`): otherwise it is withheld and only node-hours and GPU-hours are
+reported. ``python -m stacks.pricing refresh`` rewrites the snapshot from AWS's price
+list through the Pricing API (boto3, default credentials).
 
 Residency note: the Pricing API has endpoints only outside the UAE (us-east-1,
 eu-central-1, ap-south-1). The refresh *reads public list prices* there; it sends
@@ -44,28 +48,69 @@ class InstancePrice:
 
     Args:
         instance_type: e.g. ``p5en.48xlarge``.
-        usd_per_hour: on-demand, Linux, shared tenancy, no pre-installed software.
+        usd_per_hour: on-demand, Linux, shared tenancy, no pre-installed software; None
+            when the snapshot has no price from its source for the type (the shape is
+            still known: quotas and node-hours need it).
         vcpus: vCPUs per instance.
         memory_gib: memory per instance in GiB.
         gpus: GPUs per instance (0 for none).
+        source_row: the source's record the price was copied from, verbatim (None for
+            the Pricing API, whose answer is not kept).
     """
 
     instance_type: str
-    usd_per_hour: float
+    usd_per_hour: float | None
     vcpus: int
     memory_gib: int
     gpus: int
+    source_row: str | None = None
 
 
 @dataclass(frozen=True)
 class PriceSnapshot:
-    """A dated set of prices for one region, with how they were obtained."""
+    """A set of prices for one region, with where and when they were obtained.
+
+    Args:
+        region: the AWS region the prices are for.
+        retrieved: when the snapshot was written (ISO date).
+        source: what the figures are, in words.
+        verified: true only when the figures come from a source the file cites;
+            an unverified snapshot's figures are never shown (`price`).
+        instance_types: each type's shape and price.
+        source_repository: the public repository the figures were copied from.
+        source_path: the file in it.
+        source_commit: the commit of that file.
+        data_date: the date the source gives its figures (ISO), None when it gives none.
+        data_date_note: why there is no date, or what the date is.
+    """
 
     region: str
     retrieved: str
     source: str
     verified: bool
     instance_types: dict[str, InstancePrice]
+    source_repository: str | None = None
+    source_path: str | None = None
+    source_commit: str | None = None
+    data_date: str | None = None
+    data_date_note: str | None = None
+
+    def price(self, instance_type: str) -> float | None:
+        """The type's real hourly price, or None: unknown type, no price for it in the
+        source, or an unverified snapshot. The only way figures leave the snapshot."""
+        entry = self.instance_types.get(instance_type)
+        if not self.verified or entry is None:
+            return None
+        return entry.usd_per_hour
+
+    def citation(self) -> str:
+        """Where the figures come from and of when, in one line (for `make cost`)."""
+        if self.source_repository:
+            where = f"{self.source_repository} {self.source_path} at commit {self.source_commit}"
+        else:
+            where = self.source
+        date = self.data_date or "not stated by the source"
+        return f"{where}; data date: {date}; copied {self.retrieved}"
 
 
 def snapshot_path(region: str = DEFAULT_REGION) -> Path:
@@ -80,19 +125,28 @@ def load_snapshot(path: Path | None = None) -> PriceSnapshot:
         types = {
             name: InstancePrice(
                 instance_type=name,
-                usd_per_hour=float(entry["usdPerHour"]),
+                usd_per_hour=_optional_float(entry["usdPerHour"]),
                 vcpus=int(entry["vcpus"]),
                 memory_gib=int(entry["memoryGib"]),
                 gpus=int(entry["gpus"]),
+                source_row=_optional_str(entry.get("sourceRow")),
             )
             for name, entry in document["instanceTypes"].items()
         }
+        verified = document["verified"]
+        if not isinstance(verified, bool):
+            raise TypeError(f"verified must be true or false, got {verified!r}")
         return PriceSnapshot(
             region=str(document["region"]),
             retrieved=str(document["retrieved"]),
             source=str(document["source"]),
-            verified=bool(document["verified"]),
+            verified=verified,
             instance_types=types,
+            source_repository=_optional_str(document.get("sourceRepository")),
+            source_path=_optional_str(document.get("sourcePath")),
+            source_commit=_optional_str(document.get("sourceCommit")),
+            data_date=_optional_str(document.get("dataDate")),
+            data_date_note=_optional_str(document.get("dataDateNote")),
         )
     except FileNotFoundError:
         raise PricingError(
@@ -100,6 +154,14 @@ def load_snapshot(path: Path | None = None) -> PriceSnapshot:
         ) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise PricingError(f"{path} is not a valid price snapshot ({err!r})") from None
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 # -- the Pricing API's answer ----------------------------------------------------------
@@ -157,11 +219,21 @@ def parse_price_list(items: Iterable[str]) -> dict[str, InstancePrice]:
     return prices
 
 
+def publication_date(items: Iterable[str]) -> str | None:
+    """The newest ``publicationDate`` (ISO date) among price-list products: the date
+    AWS gives its figures, which the snapshot records as its ``dataDate``."""
+    dates = sorted(str(json.loads(text).get("publicationDate", ""))[:10] for text in items)
+    dates = [d for d in dates if d]
+    return dates[-1] if dates else None
+
+
 def fetch_prices(
     client: Any, region: str, instance_types: Sequence[str]
-) -> dict[str, InstancePrice]:
-    """Ask the Pricing API for each type's on-demand Linux price in ``region``."""
+) -> tuple[dict[str, InstancePrice], str | None]:
+    """Ask the Pricing API for each type's on-demand Linux price in ``region``; also
+    the newest publication date of the answers."""
     prices: dict[str, InstancePrice] = {}
+    dates: list[str] = []
     for name in instance_types:
         filters = [
             {"Type": "TERM_MATCH", "Field": field, "Value": value}
@@ -185,12 +257,19 @@ def fetch_prices(
                 f"the price list has no on-demand Linux price for {name} in {region}"
             )
         prices[name] = found[name]
-    return prices
+        date = publication_date(items)
+        if date:
+            dates.append(date)
+    return prices, (max(dates) if dates else None)
 
 
 def snapshot_document(
-    region: str, prices: dict[str, InstancePrice], retrieved: dt.date
+    region: str,
+    prices: dict[str, InstancePrice],
+    retrieved: dt.date,
+    data_date: str | None = None,
 ) -> dict[str, Any]:
+    """The snapshot file the refresh writes (verified: the figures are the API's)."""
     return {
         "region": region,
         "retrieved": retrieved.isoformat(),
@@ -198,6 +277,12 @@ def snapshot_document(
             "AWS Price List Query API (pricing.get_products, ServiceCode AmazonEC2), "
             "on-demand, Linux, shared tenancy, refreshed with `python -m stacks.pricing refresh`"
         ),
+        "sourceRepository": None,
+        "sourcePath": None,
+        "sourceCommit": None,
+        "dataDate": data_date,
+        "dataDateNote": "the newest publicationDate of the Pricing API's answers",
+        "terms": "on-demand, Linux, shared tenancy, no pre-installed software",
         "verified": True,
         "currency": "USD",
         "instanceTypes": {
@@ -237,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = options.out or snapshot_path(options.region)
     try:
         client = boto3.client("pricing", region_name=PRICING_ENDPOINT_REGION)
-        prices = fetch_prices(client, options.region, stack_instance_types())
+        prices, data_date = fetch_prices(client, options.region, stack_instance_types())
     except botocore.exceptions.NoCredentialsError:
         print(
             "error: no AWS credentials: the Pricing API needs any signed-in identity",
@@ -250,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PricingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    document = snapshot_document(options.region, prices, dt.datetime.now(dt.UTC).date())
+    document = snapshot_document(options.region, prices, dt.datetime.now(dt.UTC).date(), data_date)
     out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out}: {len(prices)} instance types, retrieved {document['retrieved']}")
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from .aws_foundation import build_aws_foundation, region_provider
+from .aws_foundation import KeyStoreSecrets, build_aws_foundation, region_provider
 from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
 from .cost import price_problems
@@ -59,9 +59,20 @@ def main(state: StateResidency | None = None) -> None:
         if problems:
             raise ConfigError(problems)
         foundation = None
-        if config.target == "aws":
-            foundation = build_aws_foundation(stack, config, region_provider(config))
         secrets = pulumi.Config(PROJECT)
+        if config.target == "aws":
+            key_store_secrets = KeyStoreSecrets(
+                key_store_password=secrets.get_secret("keyStorePassword"),
+                xks_access_key_id=secrets.get_secret("xksProxyAccessKeyId"),
+                xks_secret_access_key=secrets.get_secret("xksProxySecretAccessKey"),
+            )
+            foundation = build_aws_foundation(
+                stack, config, region_provider(config), key_store_secrets
+            )
+            if foundation is None:
+                # Key custody before stage `keys`: no key exists yet, so nothing that
+                # needs one (no cluster, no Kubernetes layer) is declared.
+                return
         kubeconfig = secrets.get_secret("kubeconfig")
         build_kubernetes_layer(
             config, foundation, kubeconfig, secrets.get_secret("trackingAdminPassword")

@@ -91,12 +91,14 @@ ABSENT = {
     "training": ["pulumi", "kserve", "onnx", "onnxruntime", "flask", "sqlalchemy"],
     "lifecycle": ["pulumi", "kserve"],
     "serving": ["torch", "pulumi", "mlflow", "onnx"],
+    "features": ["torch", "pulumi"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
     "training": ["torch", "numpy", "pynvml", "prometheus_client", "mlflow"],
     "lifecycle": ["torch", "mlflow", "onnx", "onnxruntime", "onnxscript", "psutil"],
     "serving": ["kserve", "onnxruntime", "numpy", "scipy", "httpx"],
+    "features": ["feast", "lightgbm", "onnxmltools", "onnxruntime", "mlflow", "kserve"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

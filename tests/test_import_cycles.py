@@ -278,6 +278,97 @@ def test_k8s_layers_pure_modules_stay_below_the_aggregate_and_the_components() -
     assert not (wrong := layer_violations(graph)), "\n".join(wrong)
 
 
+#: What each room (and each workload stage) may import besides itself, as ARCHITECTURE.md
+#: states it. Workload stages import only the stages before them: data -> training ->
+#: inference -> tracking / serving; deploy (the Pulumi side of workloads) reads the
+#: trainer's config; the aliases at the workloads root run the trainer.
+ALLOWED_IMPORTS: dict[str, set[str]] = {
+    "modules": set(),
+    "stacks": {"modules", "workloads.deploy", "workloads.training"},
+    "policies": {"modules", "stacks"},
+    "tools": set(),
+    "workloads.data": {"modules"},
+    "workloads.training": {"modules", "workloads.data"},
+    "workloads.inference": {"modules", "workloads.data", "workloads.training"},
+    "workloads.tracking": {"modules", "workloads.training", "workloads.inference"},
+    "workloads.serving": {"modules", "workloads.inference"},
+    "workloads.deploy": {"modules", "workloads.training"},
+    "workloads.horovod": set(),
+    "workloads.aliases": {"workloads.training"},
+    # Where an export's and a registered version's files are: one pure module that the
+    # export, the registry commands and the InferenceService spec share.
+    "workloads.layout": set(),
+    # The tabular example: its own features, model and export, served by the V2 server.
+    "workloads.features": {
+        "modules",
+        "workloads.inference",
+        "workloads.serving",
+        "workloads.training",
+    },
+}
+#: Modules of the workloads root that any stage may import.
+SHARED_WORKLOAD_MODULES = {"workloads.layout"}
+
+
+def room_of(module: str) -> str | None:
+    """The room of ALLOWED_IMPORTS a module belongs to (None: tests, or not a room)."""
+    parts = module.split(".")
+    if parts[0] == "workloads":
+        if len(parts) == 1:
+            return None
+        stage = f"workloads.{parts[1]}"
+        if stage in ALLOWED_IMPORTS:
+            return stage
+        return "workloads.aliases"
+    return parts[0] if parts[0] in ALLOWED_IMPORTS else None
+
+
+def room_violations(graph: Mapping[str, list[Edge]]) -> list[str]:
+    wrong = []
+    for source, edges in graph.items():
+        room = room_of(source)
+        if room is None:
+            continue
+        for e in edges:
+            target = room_of(e.target)
+            if e.target == "workloads" or target in (None, room):
+                continue
+            if target in SHARED_WORKLOAD_MODULES and room.startswith("workloads"):
+                continue
+            allowed = ALLOWED_IMPORTS[room]
+            if target not in allowed and target.split(".")[0] not in allowed:
+                wrong.append(
+                    f"{room} may not import {target}: {e.source} -> {e.target} ({e.path}:{e.line})"
+                )
+    return wrong
+
+
+def test_rooms_and_workload_stages_import_only_what_they_may() -> None:
+    assert not (wrong := room_violations(project_graph())), "\n".join(wrong)
+
+
+def test_a_stage_importing_a_later_stage_is_refused(tmp_path: Path) -> None:
+    graph = _write(
+        tmp_path,
+        {
+            "workloads/__init__.py": "",
+            "workloads/training/__init__.py": "",
+            "workloads/training/train.py": "from workloads.serving import app\n",
+            "workloads/serving/__init__.py": "",
+            "workloads/serving/app.py": "from workloads.inference import runtime\n",
+            "workloads/inference/__init__.py": "",
+            "workloads/inference/runtime.py": "",
+        },
+        rooms=("workloads",),
+    )
+    wrong = room_violations(graph)
+    # The edge to the module and the one to its package: both from training to serving;
+    # serving -> inference is allowed.
+    assert wrong and all(
+        w.startswith("workloads.training may not import workloads.serving") for w in wrong
+    )
+
+
 # -- the walker itself: it must see every kind of import it claims to count --
 
 

@@ -43,9 +43,13 @@ NOT_OFFLINE: dict[str, str] = {
     "make serve": "a long-running server, tested in tests/serving",
     "curl ": "talks to a running `make serve`, tested in tests/serving",
     "make register": "needs a tracked run, tested in tests/workloads",
+    "make promote": "needs a registered model on a tracking server, tested in tests/workloads",
+    "make rollback": "needs a registered model on a tracking server, tested in tests/workloads",
     "make export": "needs a checkpoint, tested in tests/workloads",
     "make lock": "needs PyPI and rewrites locks/",
     "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
+    "make features": "installs .venv-features from PyPI; run by tests/features/test_serving.py",
+    "make bench-features": "minutes of benchmarking after make features; figures in BENCHMARKS.md",
 }
 
 #: Run although a NOT_OFFLINE prefix matches them: they touch nothing outside.

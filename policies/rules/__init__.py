@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from policies.model import Rule
 from policies.rules import (
+    backup,
+    custody,
     database,
     encryption,
     exposure,
+    features,
     fleet,
     identity,
     kubernetes,
     residency,
     serving,
+    site_link,
     stack,
     state,
     tags,
@@ -36,6 +40,10 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         database,
         serving,
         fleet,
+        site_link,
+        custody,
+        backup,
+        features,
     )
     for rule in _rules_of(module)
 )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import Severity
 
-from policies import controls
+from policies import controls, stackconfig
 from policies.documents import (
     InvalidDocumentError,
     names_everything,
@@ -228,4 +228,98 @@ def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple
                                 "an s3:prefix condition)"
                             ),
                         )
+    deferred.finish()
+
+
+ACCESS_ASSOCIATION_TYPE = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+ACCESS_ENTRY_TYPE = "aws:eks/accessEntry:AccessEntry"
+EKS_ACCESS_POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
+#: Access policies with rights over RBAC or the whole cluster: administrators only.
+EKS_ADMIN_POLICIES = (
+    f"{EKS_ACCESS_POLICY_PREFIX}AmazonEKSClusterAdminPolicy",
+    f"{EKS_ACCESS_POLICY_PREFIX}AmazonEKSAdminPolicy",
+)
+
+
+def _admin_role_arns() -> set[str]:
+    """The stack's administrators: ``uae-gpu-platform:cluster.adminRoleArns``."""
+    cluster = stackconfig.get("cluster")
+    arns = cluster.get("adminRoleArns") if isinstance(cluster, Mapping) else None
+    return {str(a) for a in as_list(arns)} if arns else set()
+
+
+def _association_principal(stack: StackView, association: ResourceView) -> str:
+    """The principal an association is for: its own ``principalArn``, or (during a real
+    preview, where it is the access entry's output) the access entry's input."""
+    value = association.props.get("principalArn")
+    if isinstance(value, str) and not is_unknown(value):
+        return value
+    index = stack.by_urn()
+    for urn in association.property_dependencies.get("principalArn", ()):
+        entry = index.get(urn)
+        if entry is None or entry.type != ACCESS_ENTRY_TYPE:
+            continue
+        arn = entry.props.get("principalArn")
+        if isinstance(arn, str) and not is_unknown(arn):
+            return arn
+    return str(known(value, f"{association.name}.principalArn"))
+
+
+@stack_rule(
+    id="aws-eks-access-scope",
+    description=(
+        "EKS access policies are scoped: cluster-wide access, and the admin access policies, "
+        "only for the stack's administrators (`cluster.adminRoleArns`); everyone else gets "
+        "policies scoped to named namespaces."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Associate team roles with AmazonEKSEditPolicy or AmazonEKSViewPolicy and "
+        "`accessScope: {type: namespace, namespaces: [team-<name>]}` (the stack's "
+        "`identity.teams`); list administrators in `cluster.adminRoleArns`."
+    ),
+    controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_2, controls.CIS_EKS_4_6_1),
+    applies_to=types_in(ACCESS_ASSOCIATION_TYPE),
+)
+def eks_access_scope(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+    deferred = Deferred()
+    admins = _admin_role_arns()
+    for association in stack.of_type(ACCESS_ASSOCIATION_TYPE):
+        with deferred.each():
+            scope = known(association.props.get("accessScope"), f"{association.name}.accessScope")
+            kind = known(dig(scope, "type"), f"{association.name}.accessScope.type")
+            policy = str(known(association.props.get("policyArn"), f"{association.name}.policyArn"))
+            if kind not in ("cluster", "namespace"):
+                yield (
+                    association.urn,
+                    f"access policy association {association.name} declares no access scope "
+                    "(accessScope.type cluster or namespace)",
+                )
+                continue
+            namespaces = as_list(known(dig(scope, "namespaces"), f"{association.name}.namespaces"))
+            if kind == "namespace" and not namespaces:
+                yield (
+                    association.urn,
+                    f"access policy association {association.name} is namespace-scoped but "
+                    "names no namespace",
+                )
+            if kind != "cluster" and policy not in EKS_ADMIN_POLICIES:
+                continue
+            principal = _association_principal(stack, association)
+            if principal in admins:
+                continue
+            if kind == "cluster":
+                yield (
+                    association.urn,
+                    f"access policy association {association.name} gives {principal} "
+                    f"cluster-wide access ({policy.removeprefix(EKS_ACCESS_POLICY_PREFIX)}), "
+                    "but it is not one of cluster.adminRoleArns",
+                )
+            else:
+                yield (
+                    association.urn,
+                    f"access policy association {association.name} grants "
+                    f"{policy.removeprefix(EKS_ACCESS_POLICY_PREFIX)} to {principal}, which "
+                    "is not one of cluster.adminRoleArns (admin policies can change RBAC)",
+                )
     deferred.finish()

@@ -81,18 +81,22 @@ def test_every_registry_is_immutable_scanned_and_expires_untagged_images() -> No
         assert rule["action"] == {"type": "expire"}, name
 
 
-def test_cluster_access_is_the_listed_admins_and_the_nodes_only() -> None:
+def test_cluster_access_is_the_listed_admins_the_teams_and_the_nodes_only() -> None:
     entries = {
         e.inputs["principalArn"]: e.inputs for e in of_type("aws:eks/accessEntry:AccessEntry")
     }
     admin = f"arn:aws:iam::{ACCOUNT}:role/platform-admin"  # the stack's adminRoleArns
-    assert entries[admin]["type"] == "STANDARD"
+    assert entries[admin]["type"] == "STANDARD" and "kubernetesGroups" not in entries[admin]
     nodes = [arn for arn, e in entries.items() if e["type"] == "EC2_LINUX"]
-    assert len(nodes) == 1 and set(entries) == {admin, nodes[0]}
-    (association,) = of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
-    assert association.inputs["principalArn"] == admin
-    assert association.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
-    assert association.inputs["accessScope"] == {"type": "cluster"}
+    # The teams' Identity Center roles (identity.teams; tests/aws/test_identity.py).
+    teams = {arn for arn, e in entries.items() if "AWSReservedSSO_" in arn}
+    assert len(nodes) == 1 and len(teams) == 3
+    assert set(entries) == {admin, nodes[0], *teams}
+    associations = of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    (cluster_wide,) = [a for a in associations if a.inputs["accessScope"]["type"] == "cluster"]
+    assert cluster_wide.inputs["principalArn"] == admin
+    assert cluster_wide.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    assert {a.inputs["principalArn"] for a in associations} == {admin, *teams}
 
 
 def test_each_team_and_the_autoscaler_get_their_own_pod_identity() -> None:

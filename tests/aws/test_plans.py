@@ -241,6 +241,8 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:SharedFileSystem$aws:fsx/lustreFileSystem:LustreFileSystem::shared-fs",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry",
         "gpuplatform:aws:TrackingDatabase$aws:rds/instance:Instance::tracking-db",
+        # The backup vault holds the recovery points (docs/recovery.md).
+        "gpuplatform:aws:StackBackups$aws:backup/vault:Vault::backup",
         # Model serving's image repositories (stacks/serving_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-predictor",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tritonserver",
@@ -257,6 +259,8 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
+        # The site VPN's tunnel logs (siteLink, docs/fleet.md): network evidence.
+        "gpuplatform:aws:SiteLink$aws:cloudwatch/logGroup:LogGroup::site-link-tunnels",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"
         "persistentvolumeclaim-team-llm-research-checkpoints",
         "gpuplatform:k8s:Tenancy$kubernetes:core/v1:PersistentVolumeClaim::"

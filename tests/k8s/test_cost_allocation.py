@@ -120,6 +120,7 @@ def test_a_gpu_node_is_priced_as_the_snapshot_lists_it() -> None:
     config = parse_stack_config(load_stack_file("uae-prod")[0])
     snapshot = load_snapshot()
     prices = unit_prices(config, snapshot)
+    assert prices is not None  # every shipped pool has a verified price
     p5en = snapshot.instance_types["p5en.48xlarge"]
     node = (
         p5en.vcpus * prices.cpu_usd

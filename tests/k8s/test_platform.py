@@ -86,6 +86,7 @@ def test_eks_installs_pinned_charts_into_platform_namespaces() -> None:
     assert set(found) == {
         "kube-prometheus-stack",
         "kueue",
+        "kubeflow-trainer",
         "gpu-operator",
         "aws-efa-k8s-device-plugin",
         "cluster-autoscaler",
@@ -106,6 +107,7 @@ def test_onprem_installs_no_aws_parts_and_no_autoscaler() -> None:
     assert set(releases(records)) == {
         "kube-prometheus-stack",
         "kueue",
+        "kubeflow-trainer",
         "gpu-operator",
         "network-operator",
     }

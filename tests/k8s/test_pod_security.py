@@ -25,6 +25,7 @@ PLATFORM_NAMESPACES = {
     "nvidia-network-operator",
     "kueue-system",
     "gpuplatform-storage",
+    "kubeflow-system",
 }
 
 

@@ -1,6 +1,6 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
-releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG; the
-READMEs there name sources, versions and commits).
+releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG,
+Kubeflow Trainer v2.3.0; the READMEs there name sources, versions and commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -31,6 +31,10 @@ FILES: dict[tuple[str, str], str] = {
     ("cert-manager.io", "Certificate"): "cert-manager/cert-manager.io_certificates.yaml",
     ("cert-manager.io", "ClusterIssuer"): "cert-manager/cert-manager.io_clusterissuers.yaml",
     ("postgresql.cnpg.io", "Cluster"): "cloudnative-pg/clusters.postgresql.cnpg.io.yaml",
+    ("trainer.kubeflow.org", "TrainJob"): "kubeflow-trainer/trainer.kubeflow.org_trainjobs.yaml",
+    ("trainer.kubeflow.org", "ClusterTrainingRuntime"): (
+        "kubeflow-trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"
+    ),
 }
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}
 

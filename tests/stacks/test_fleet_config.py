@@ -79,7 +79,10 @@ def test_a_worker_that_is_its_own_manager() -> None:
 def test_a_cycle_is_named() -> None:
     configs = shipped()
     configs["uae-prod"] = parsed(
-        "uae-prod", fleetWorker=None, fleet={"workers": [{"stack": "onprem-ib"}]}
+        "uae-prod",
+        fleetWorker=None,
+        siteLink=None,  # a site link belongs to a worker
+        fleet={"workers": [{"stack": "onprem-ib"}]},
     )
     problems = problems_for("onprem-ib", configs)
     assert any("cycle: onprem-ib -> uae-prod -> onprem-ib" in p for p in problems), problems

@@ -21,6 +21,7 @@ VENVS = {
     "training": ".venv-training",
     "lifecycle": ".venv-lifecycle",
     "serving": ".venv-serving",
+    "features": ".venv-features",
 }
 
 

@@ -42,7 +42,20 @@ DEFAULT_TESTS = (
     "tests/aws",
     "tests/k8s/test_shipped_stacks.py",
     "tests/k8s/test_plan_objects.py",
+    "tests/k8s/test_site_audit.py",
     "tests/policies/test_shipped_stacks.py",
+)
+
+#: Resources no shipped stack declares, that the plan tests register from edited stack
+#: files: key custody hsm (docs/compliance.md, tests/aws/test_key_custody.py). They are
+#: checked although absent from the shipped plans.
+EDITED_CONFIG_MUTATIONS = (
+    "aws:kms/customKeyStore:CustomKeyStore",
+    "aws:kms/customKeyStore:CustomKeyStore#xksProxyConnectivity",
+    "aws:cloudhsmv2/cluster:Cluster",
+    "aws:cloudhsmv2/hsm:Hsm",
+    "aws:kms/key:Key#customKeyStoreId",
+    "aws:kms/key:Key#xksKeyId",
 )
 
 #: Stateful and security-relevant resources of the shipped plans, and settings whose
@@ -76,7 +89,15 @@ DEFAULT_MUTATIONS = (
     "aws:eks/addon:Addon",
     "aws:eks/addon:Addon#configurationValues",
     "aws:eks/accessEntry:AccessEntry",
+    "aws:eks/accessEntry:AccessEntry#kubernetesGroups",
     "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation#accessScope",
+    "aws:ec2/customerGateway:CustomerGateway",
+    "aws:ec2/vpnGateway:VpnGateway",
+    "aws:ec2/vpnGatewayRoutePropagation:VpnGatewayRoutePropagation",
+    "aws:ec2/vpnConnection:VpnConnection",
+    "aws:ec2/vpnConnection:VpnConnection#tunnel1IkeVersions",
+    "aws:ec2/vpnConnection:VpnConnection#tunnel2LogOptions",
     "aws:eks/podIdentityAssociation:PodIdentityAssociation",
     "aws:ec2/launchTemplate:LaunchTemplate",
     "aws:ec2/launchTemplate:LaunchTemplate#metadataOptions",
@@ -86,6 +107,7 @@ DEFAULT_MUTATIONS = (
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation",
     "kubernetes:core/v1:Namespace",
     "kubernetes:core/v1:Namespace#metadata.labels",
+    "kubernetes:core/v1:ConfigMap#data",
     "kubernetes:networking.k8s.io/v1:NetworkPolicy",
     "kubernetes:core/v1:ResourceQuota",
     "kubernetes:core/v1:LimitRange",
@@ -102,6 +124,16 @@ DEFAULT_MUTATIONS = (
     "kubernetes:monitoring.coreos.com/v1:PodMonitor",
     "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
     "kubernetes:helm.sh/v3:Release",
+    # Backups (docs/recovery.md).
+    "aws:backup/vault:Vault",
+    "aws:backup/vault:Vault#kmsKeyArn",
+    "aws:backup/vaultLockConfiguration:VaultLockConfiguration",
+    "aws:backup/vaultLockConfiguration:VaultLockConfiguration#changeableForDays",
+    "aws:backup/plan:Plan",
+    "aws:backup/plan:Plan#rules",
+    "aws:backup/selection:Selection",
+    "aws:backup/selection:Selection#conditions",
+    *EDITED_CONFIG_MUTATIONS,
 )
 
 
@@ -217,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("the plan tests fail without any mutation: fix them first", file=sys.stderr)
         return 2
     for mutation in mutations:
-        if parse(mutation)[0] not in present:
+        if parse(mutation)[0] not in present and mutation not in EDITED_CONFIG_MUTATIONS:
             results.append((mutation, "absent from every shipped plan", 0.0))
             continue
         started = time.perf_counter()

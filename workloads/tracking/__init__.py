@@ -1,17 +1,7 @@
-"""Experiment tracking of training runs with MLflow, and the local tracking server.
+"""The model registry side of tracking: the local MLflow tracking server (`server`) and
+the registration of a tracked run's checkpoint as a model version (`register`).
 
-`start_tracking` is the one call the training loop makes: on rank 0, with a tracking
-URI configured (``--tracking-uri`` or ``MLFLOW_TRACKING_URI``), it returns an
-`MlflowTracker` whose MLflow calls all happen on a background thread; everywhere else a
-`NullTracker`. Either way training never waits for, or fails because of, the server.
+The trainer's own MLflow client (rank 0's background logger, `start_tracking`) lives
+with the trainer in `workloads.training.tracking`: the training image needs it, and the
+trainer must not import the stages that come after it.
 """
-
-from workloads.tracking.tracker import (
-    MlflowTracker,
-    NullTracker,
-    Tracker,
-    resolve_tracking_uri,
-    start_tracking,
-)
-
-__all__ = ["MlflowTracker", "NullTracker", "Tracker", "resolve_tracking_uri", "start_tracking"]

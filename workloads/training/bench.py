@@ -44,7 +44,6 @@ import torch
 from modules.validation import InvalidArgsError
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
-from workloads.tracking.overhead import overhead_lines
 from workloads.training import compat
 from workloads.training.config import TrainConfig, describe_problems, override, preset
 from workloads.training.distributed import Topology
@@ -61,6 +60,7 @@ from workloads.training.engine import (
 from workloads.training.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
 from workloads.training.model import flops_per_token
 from workloads.training.telemetry import NvmlUnavailableError, nvml_session
+from workloads.training.tracking_overhead import overhead_lines
 
 BASELINE: dict[str, str] = {
     "dtype": "fp32",

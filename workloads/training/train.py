@@ -31,7 +31,6 @@ import torch.distributed as dist
 from modules.validation import InvalidArgsError
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
-from workloads.tracking import start_tracking
 from workloads.training import distributed, fabric, telemetry
 from workloads.training.checkpoint import Checkpointer, CheckpointError
 from workloads.training.config import (
@@ -57,6 +56,7 @@ from workloads.training.metrics import (
     peak_bf16_tflops,
 )
 from workloads.training.model import flops_per_token
+from workloads.training.tracking import start_tracking
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2

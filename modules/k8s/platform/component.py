@@ -31,6 +31,7 @@ from modules.k8s.storage.component import Storage
 from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tenancy.component import Tenancy
 from modules.k8s.tracking.component import Tracking
+from modules.k8s.trainer.component import KubeflowTrainer
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
@@ -95,6 +96,16 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # -- Kubeflow Trainer (TrainJobs, the platform's runtimes) --
+        if args.trainer.enabled:
+            trainer = KubeflowTrainer(
+                f"{name}-trainer",
+                args,
+                tenancy.namespaces,
+                depends_on=[queueing.release],
+                opts=child,
+            )
+            self.platform_ready += [trainer.release, *trainer.runtimes]
         # -- fleet (MultiKueue, docs/fleet.md) --
         self.fleet_kubeconfig: pulumi.Output[str] | None = None
         self.burst_queues: dict[str, pulumi.Resource] = {}

@@ -6,6 +6,7 @@ from modules.k8s.cost.spec import OPENCOST
 from modules.k8s.fabric.spec import fabric_plugins
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.serving.spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
+from modules.k8s.trainer.spec import KUBEFLOW_TRAINER
 from modules.k8s.versions import (
     CLOUDNATIVE_PG,
     CLUSTER_AUTOSCALER,
@@ -40,6 +41,8 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
                 "prometheus-operator",
                 "kueue-controller",
             ]
+            if args.trainer.enabled:
+                plugins += ["trainer-controller", "jobset-controller"]
             if args.cost is not None:
                 plugins.append("opencost")
             if args.gpu_pools:
@@ -75,6 +78,8 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
 def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
     """Helm release name -> the pinned chart, for the charts this stack installs."""
     charts = {"kube-prometheus-stack": KUBE_PROMETHEUS_STACK, "kueue": KUEUE}
+    if args.trainer.enabled:
+        charts["kubeflow-trainer"] = KUBEFLOW_TRAINER
     if args.gpu_pools:
         charts["gpu-operator"] = GPU_OPERATOR
     if args.cost is not None:

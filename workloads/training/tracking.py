@@ -38,7 +38,7 @@ QUEUE_RECORDS = 4096
 FINISH_TIMEOUT_S = 30.0
 #: MLflow's HTTP client retries 7 times with backoff (minutes) by default; a training
 #: run only needs to find out that the server is down, so it retries less.
-_CLIENT_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+CLIENT_ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a parameter value
 _STOP = object()
 
@@ -121,7 +121,7 @@ class MlflowTracker:
         on_started: Callable[[str], None] | None = None,
         queue_records: int = QUEUE_RECORDS,
     ) -> None:
-        for key, value in _CLIENT_ENV_DEFAULTS.items():
+        for key, value in CLIENT_ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
         self.tracking_uri = tracking_uri
         self.run_id = ""

@@ -1,0 +1,190 @@
+"""The EKS access-scope rule and the VPN tunnel rule on a compliant twin (team access
+scoped to its namespace, an admin with cluster-wide access, a VPN with strong tunnels),
+on broken twins and on twins with the property left out: exactly the expected rule
+fails, with a message naming the problem."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from modules.aws.site_link import tunnel_options
+from policies.rules import RULES_BY_ID
+from policies.values import UNKNOWN_STRING
+from tests.policies.builder import PROJECT, compliant_plan, find_step
+from tests.policies.conftest import failing_rules, messages
+
+Plan = dict[str, Any]
+ENTRY = "aws:eks/accessEntry:AccessEntry"
+ASSOCIATION = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+VPN = "aws:ec2/vpnConnection:VpnConnection"
+POLICY = "arn:aws:eks::aws:cluster-access-policy/"
+ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
+TEAM = (
+    "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/me-central-1/"
+    "AWSReservedSSO_gpu-nlp_3c4d5e6f7a8b9c0d"
+)
+SCOPE = "aws-eks-access-scope"
+TUNNELS = "aws-vpn-strong-tunnels"
+
+
+def _add(plan: Plan, kind: str, name: str, inputs: dict[str, Any], **deps: list[str]) -> str:
+    provider = find_step(plan, "aws:eks/cluster:Cluster", "cluster")["provider"]
+    urn = f"urn:pulumi:test::{PROJECT}::{kind}::{name}"
+    state = {
+        "urn": urn,
+        "type": kind,
+        "custom": True,
+        "provider": provider,
+        "inputs": inputs,
+        "propertyDependencies": deps,
+        "dependencies": sorted({u for urns in deps.values() for u in urns}),
+    }
+    plan["steps"].append({"op": "create", "urn": urn, "provider": provider, "newState": state})
+    return urn
+
+
+def _vpn_inputs() -> dict[str, Any]:
+    """What `modules.aws.site_link` declares for the tunnels, in the engine's camelCase."""
+    options = tunnel_options("add", "arn:aws:logs:me-central-1:123456789012:log-group:vpn")
+    camel = {
+        key.replace("_ike_", "Ike")
+        .replace("_phase1_", "Phase1")
+        .replace("_phase2_", "Phase2")
+        .replace("encryption_algorithms", "EncryptionAlgorithms")
+        .replace("integrity_algorithms", "IntegrityAlgorithms")
+        .replace("dh_group_numbers", "DhGroupNumbers")
+        .replace("versions", "Versions"): value
+        for key, value in options.items()
+        if "log_options" not in key and "startup" not in key
+    }
+    return {"customerGatewayId": "cgw-1", "type": "ipsec.1", "vpnGatewayId": "vgw-1", **camel}
+
+
+def access_plan() -> Plan:
+    """The compliant plan plus an admin (cluster-wide) and a team (its namespace)."""
+    plan = compliant_plan()
+    plan["config"][f"{PROJECT}:cluster"] = {"adminRoleArns": [ADMIN]}
+    for name, principal in (("admin", ADMIN), ("team-nlp", TEAM)):
+        _add(plan, ENTRY, name, {"clusterName": "c", "principalArn": principal, "type": "STANDARD"})
+    _add(
+        plan,
+        ASSOCIATION,
+        "admin",
+        {
+            "clusterName": "c",
+            "principalArn": ADMIN,
+            "policyArn": f"{POLICY}AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        },
+    )
+    _add(
+        plan,
+        ASSOCIATION,
+        "team-nlp",
+        {
+            "clusterName": "c",
+            "principalArn": TEAM,
+            "policyArn": f"{POLICY}AmazonEKSEditPolicy",
+            "accessScope": {"type": "namespace", "namespaces": ["team-nlp"]},
+        },
+    )
+    _add(plan, VPN, "site-link", _vpn_inputs())
+    return plan
+
+
+def _inputs(plan: Plan, kind: str, name: str) -> dict[str, Any]:
+    return find_step(plan, kind, name)["inputs"]  # type: ignore[no-any-return]
+
+
+def team_scope(**scope: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, ASSOCIATION, "team-nlp")["accessScope"] = scope
+
+    return mutate
+
+
+def team_policy(name: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, ASSOCIATION, "team-nlp")["policyArn"] = f"{POLICY}{name}"
+
+    return mutate
+
+
+def drop(kind: str, name: str, key: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, kind, name).pop(key)
+
+    return mutate
+
+
+def tunnel(key: str, value: list[Any]) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, VPN, "site-link")[key] = value
+
+    return mutate
+
+
+def no_admins(plan: Plan) -> None:
+    plan["config"].pop(f"{PROJECT}:cluster")
+
+
+CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
+    ("team cluster-wide", team_scope(type="cluster"), SCOPE, "cluster-wide access"),
+    ("team admin policy", team_policy("AmazonEKSClusterAdminPolicy"), SCOPE, "can change RBAC"),
+    ("team namespace admin", team_policy("AmazonEKSAdminPolicy"), SCOPE, "AmazonEKSAdminPolicy"),
+    ("scope missing", drop(ASSOCIATION, "team-nlp", "accessScope"), SCOPE, "no access scope"),
+    ("no namespaces", team_scope(type="namespace", namespaces=[]), SCOPE, "names no namespace"),
+    ("admin not in config", no_admins, SCOPE, f"gives {ADMIN} cluster-wide"),
+    ("tunnel1 IKEv1", tunnel("tunnel1IkeVersions", ["ikev1", "ikev2"]), TUNNELS, "ikev1"),
+    ("tunnel2 IKE missing", drop(VPN, "site-link", "tunnel2IkeVersions"), TUNNELS, "not set"),
+    (
+        "AES-128",
+        tunnel("tunnel2Phase1EncryptionAlgorithms", ["AES128"]),
+        TUNNELS,
+        "tunnel2Phase1EncryptionAlgorithms` allows AES128",
+    ),
+    ("SHA-1", tunnel("tunnel1Phase2IntegrityAlgorithms", ["SHA1"]), TUNNELS, "allows SHA1"),
+    ("DH group 2", tunnel("tunnel1Phase1DhGroupNumbers", [2, 20]), TUNNELS, "allows 2"),
+    (
+        "phase 2 DH missing",
+        drop(VPN, "site-link", "tunnel1Phase2DhGroupNumbers"),
+        TUNNELS,
+        "tunnel1Phase2DhGroupNumbers` is not set",
+    ),
+]
+#: Rule ids these cases cover (tests/policies/test_rules.py counts them as covered).
+COVERED_RULE_IDS = frozenset(c[2] for c in CASES)
+
+
+def test_the_compliant_twin_passes() -> None:
+    assert failing_rules(access_plan()) == set()
+    assert {SCOPE, TUNNELS} <= set(RULES_BY_ID)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_the_broken_twin_fails_exactly_the_rule(
+    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+) -> None:
+    plan = copy.deepcopy(access_plan())
+    mutate(plan)
+    assert failing_rules(plan) == {rule_id}
+    found = messages(plan, rule_id)
+    assert any(fragment in message for message in found), found
+
+
+def test_a_principal_known_only_from_its_access_entry_is_still_judged() -> None:
+    """In a real preview an association's principalArn is the entry's output (unknown):
+    the rule reads the entry's input through the property dependency."""
+    plan = access_plan()
+    entry = find_step(plan, ENTRY, "team-nlp")["urn"]
+    state = find_step(plan, ASSOCIATION, "team-nlp")
+    state["inputs"]["principalArn"] = UNKNOWN_STRING
+    state["propertyDependencies"] = {"principalArn": [entry]}
+    state["inputs"]["accessScope"] = {"type": "cluster"}
+    assert any(TEAM in m for m in messages(plan, SCOPE))
