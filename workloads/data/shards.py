@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import struct
 import sys
 import warnings
 from collections.abc import Sequence
@@ -27,10 +26,29 @@ from pathlib import Path
 
 import torch
 
-MAGIC = 20240520
-VERSION = 1
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4
+from workloads.data.shard_format import (
+    HEADER_BYTES,
+    HEADER_INTS,
+    MAGIC,
+    VERSION,
+    pack_header,
+    read_header_bytes,
+    unpack_header,
+)
+
+__all__ = [
+    "HEADER_BYTES",
+    "HEADER_INTS",
+    "MAGIC",
+    "VERSION",
+    "LoaderState",
+    "ShardError",
+    "ShardInfo",
+    "ShardLoader",
+    "read_header",
+    "shard_files",
+    "write_shard",
+]
 
 
 class ShardError(ValueError):
@@ -51,7 +69,7 @@ def write_shard(path: Path, tokens: torch.Tensor | Sequence[int], vocab_size: in
     count = values.numel()
     if count and (int(values.min()) < 0 or int(values.max()) >= min(vocab_size, 65536)):
         raise ShardError(f"{path}: token ids must lie in [0, {vocab_size})")
-    header = struct.pack(f"<{HEADER_INTS}i", MAGIC, VERSION, count, vocab_size, *[0] * 252)
+    header = pack_header(count, vocab_size)
     # int16 holds the same 16 bits as the uint16 ids (ids >= 32768 wrap to negative).
     raw = values.to(torch.int32).to(torch.int16).contiguous()
     payload = ctypes.string_at(raw.data_ptr(), 2 * count) if count else b""
@@ -75,18 +93,23 @@ class ShardInfo:
 def read_header(path: Path) -> ShardInfo:
     """Check a shard's header against its size; `ShardError` naming the problem."""
     try:
-        raw = path.read_bytes()[:HEADER_BYTES]
+        header = unpack_header(read_header_bytes(path))
     except OSError as err:
         raise ShardError(f"{path}: cannot read ({err.strerror})") from err
-    if len(raw) < HEADER_BYTES:
+    if header is None:
         raise ShardError(f"{path}: shorter than the {HEADER_BYTES}-byte shard header")
-    magic, version, num_tokens, vocab_size = struct.unpack_from("<4i", raw)
-    if magic != MAGIC or version != VERSION:
+    magic, version, num_tokens, vocab_size = (
+        header.magic,
+        header.version,
+        header.num_tokens,
+        header.vocab_size,
+    )
+    if not header.is_shard:
         raise ShardError(
             f"{path}: not a token shard (magic {magic}, version {version}; "
             f"expected {MAGIC}, {VERSION}); make shards with `python -m workloads.data.tokenize`"
         )
-    expected = HEADER_BYTES + 2 * num_tokens
+    expected = header.expected_size
     actual = path.stat().st_size
     if actual != expected:
         raise ShardError(

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
+from workloads.data.shard_format import BYTE_VOCAB_SIZE
 from workloads.data.shards import ShardError, shard_files, write_shard
 
-BYTE_VOCAB_SIZE = 256
+__all__ = ["BYTE_VOCAB_SIZE", "decode_bytes", "encode_bytes", "ensure_shards", "tokenize_files"]
 DEFAULT_SHARD_TOKENS = 50_000_000
 DEFAULT_VAL_FRACTION = 0.05
 

@@ -1,0 +1,74 @@
+"""The token shard's on-disk layout, with the standard library only.
+
+A shard is a 1024-byte header of 256 little-endian int32 (``[0]`` magic 20240520,
+``[1]`` version 1, ``[2]`` token count, ``[3]`` vocabulary size or 0 when unknown)
+followed by the tokens as little-endian uint16: llm.c's layout. The trainer's loader
+(`workloads.data.shards`, which needs torch) and the Spark preprocessing job (which does
+not have torch) both write and read it through this module, so there is one definition.
+
+The byte-level tokenizer (vocabulary 256: a token is one UTF-8 byte) is defined here
+too: `workloads.data.tokenize` and the Spark job produce the same tokens for the same
+text.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = 20240520
+VERSION = 1
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+#: The byte-level tokenizer's vocabulary: one token per byte value.
+BYTE_VOCAB_SIZE = 256
+#: Shard file names the trainer reads: ``train_000000.bin``, ``val_000000.bin``.
+SHARD_SPLITS = ("train", "val")
+
+
+def pack_header(num_tokens: int, vocab_size: int) -> bytes:
+    """The 1024-byte header of a shard of ``num_tokens`` tokens."""
+    return struct.pack(f"<{HEADER_INTS}i", MAGIC, VERSION, num_tokens, vocab_size, *[0] * 252)
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a shard's first 16 bytes say."""
+
+    magic: int
+    version: int
+    num_tokens: int
+    vocab_size: int
+
+    @property
+    def is_shard(self) -> bool:
+        return self.magic == MAGIC and self.version == VERSION
+
+    @property
+    def expected_size(self) -> int:
+        """The file size this header promises."""
+        return HEADER_BYTES + 2 * self.num_tokens
+
+
+def unpack_header(raw: bytes) -> Header | None:
+    """The header of a shard's first bytes; ``None`` when they are too short."""
+    if len(raw) < HEADER_BYTES:
+        return None
+    return Header(*struct.unpack_from("<4i", raw))
+
+
+def read_header_bytes(path: Path) -> bytes:
+    """The first `HEADER_BYTES` of a file (fewer when it is shorter)."""
+    with path.open("rb") as handle:
+        return handle.read(HEADER_BYTES)
+
+
+def shard_name(split: str, index: int) -> str:
+    """``train_000003.bin``: the name the trainer's loader globs for."""
+    return f"{split}_{index:06d}.bin"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether the trainer would read a file of this name as a shard."""
+    return any(name.startswith(f"{split}_") and name.endswith(".bin") for split in SHARD_SPLITS)
