@@ -29,16 +29,20 @@ partition that process handles.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine, RecognizerResult
+
+K = TypeVar("K")
 
 #: Every entity the job can find, in report order.
 ENTITIES = (
@@ -209,8 +213,18 @@ def _recognizers() -> list[object]:
 
     offline_psl = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
+    # Presidio's pattern behind a lookahead that needs an "@" after a run of local-part
+    # characters: the same matches, without the pattern's backtracking at every word
+    # (it was the slowest recogniser by three times).
+    (email_pattern,) = EmailRecognizer.PATTERNS
+    local_run = r"\b(?=[!#$%&'*+\-/=?^_`{|}~.\w]++@)"
+    fast_email = Pattern(email_pattern.name, local_run + email_pattern.regex, email_pattern.score)
+
     class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc]
         """Presidio's e-mail recogniser, its domain check against the bundled list."""
+
+        def __init__(self, supported_language: str) -> None:
+            super().__init__(patterns=[fast_email], supported_language=supported_language)
 
         def validate_result(self, pattern_text: str) -> bool:
             return bool(offline_psl(pattern_text.rsplit("@", 1)[-1]).suffix)
@@ -223,6 +237,30 @@ def _recognizers() -> list[object]:
         OfflineEmailRecognizer(supported_language=LANGUAGE),
         CreditCardRecognizer(supported_language=LANGUAGE),
     ]
+
+
+def _no_context_enhancer() -> object:
+    from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer  # noqa: PLC0415
+
+    class NoContextEnhancer(ContextAwareEnhancer):  # type: ignore[misc]
+        """Leaves scores as the recognisers set them. Every pattern hit here is already
+        validated (checksum, numbering plan, domain) to the top score, so context words
+        cannot change a decision; skipping the step halves the analyzer's time."""
+
+        def __init__(self) -> None:
+            super().__init__(0.0, 0.0, 0, 0)
+
+        def enhance_using_context(
+            self,
+            text: str,
+            raw_results: list[RecognizerResult],
+            nlp_artifacts: object,
+            recognizers: list[object],
+            context: list[str] | None = None,
+        ) -> list[RecognizerResult]:
+            return raw_results
+
+    return NoContextEnhancer()
 
 
 def build_analyzer(settings: PiiSettings) -> AnalyzerEngine:
@@ -250,6 +288,7 @@ def build_analyzer(settings: PiiSettings) -> AnalyzerEngine:
         nlp_engine=nlp_engine,
         supported_languages=[LANGUAGE],
         default_score_threshold=settings.score_threshold,
+        context_aware_enhancer=_no_context_enhancer(),
     )
 
 
@@ -263,12 +302,18 @@ def engine_for(settings: PiiSettings) -> AnalyzerEngine:
 def resolve_overlaps(results: Iterable[RecognizerResult]) -> list[RecognizerResult]:
     """Non-overlapping hits, preferring the higher score, then the longer span; in text
     order. (Several recognisers can claim the same digits.)"""
+    starts: list[int] = []  # the kept hits' starts, sorted; they never overlap
     kept: list[RecognizerResult] = []
     ranked = sorted(results, key=lambda r: (-r.score, -(r.end - r.start), r.start))
     for result in ranked:
-        if all(result.end <= k.start or result.start >= k.end for k in kept):
-            kept.append(result)
-    return sorted(kept, key=lambda r: r.start)
+        index = bisect.bisect_left(starts, result.start)
+        if index < len(kept) and kept[index].start < result.end:
+            continue  # overlaps the next kept hit
+        if index > 0 and kept[index - 1].end > result.start:
+            continue  # overlaps the previous kept hit
+        starts.insert(index, result.start)
+        kept.insert(index, result)
+    return kept
 
 
 #: Arabic-Indic (U+0660..) and Extended Arabic-Indic (U+06F0..) digits to ASCII: one
@@ -292,6 +337,49 @@ def find(text: str, analyzer: AnalyzerEngine, settings: PiiSettings) -> list[Rec
     return resolve_overlaps(results)
 
 
+#: Between the documents of one analyzer call. No recogniser matches across a line
+#: break (the patterns' separators are spaces, dashes and dots).
+BATCH_SEPARATOR = "\n\n"
+#: Characters of text per analyzer call: Presidio's per-call overhead is paid once per
+#: batch rather than once per document.
+BATCH_CHARS = 64_000
+
+
+def find_many(
+    texts: Sequence[str], analyzer: AnalyzerEngine, settings: PiiSettings
+) -> list[list[RecognizerResult]]:
+    """The hits of each text (offsets into that text), scanning them in batches joined
+    by `BATCH_SEPARATOR`; a hit that would straddle two documents is cut at the end of
+    the one it starts in."""
+    from presidio_analyzer import RecognizerResult  # noqa: PLC0415
+
+    found: list[list[RecognizerResult]] = [[] for _ in texts]
+    start = 0
+    while start < len(texts):
+        stop, size = start, 0
+        while stop < len(texts) and (stop == start or size + len(texts[stop]) <= BATCH_CHARS):
+            size += len(texts[stop]) + len(BATCH_SEPARATOR)
+            stop += 1
+        offsets = []
+        position = 0
+        for text in texts[start:stop]:
+            offsets.append(position)
+            position += len(text) + len(BATCH_SEPARATOR)
+        joined = BATCH_SEPARATOR.join(texts[start:stop])
+        for hit in find(joined, analyzer, settings):
+            index = bisect.bisect_right(offsets, hit.start) - 1
+            base, length = offsets[index], len(texts[start + index])
+            if hit.start - base >= length:
+                continue  # inside the separator
+            found[start + index].append(
+                RecognizerResult(
+                    hit.entity_type, hit.start - base, min(hit.end - base, length), hit.score
+                )
+            )
+        start = stop
+    return found
+
+
 def replace(text: str, hits: Sequence[RecognizerResult]) -> str:
     """``text`` with each (non-overlapping, ordered) hit replaced by its placeholder."""
     pieces: list[str] = []
@@ -305,10 +393,20 @@ def replace(text: str, hits: Sequence[RecognizerResult]) -> str:
 
 
 def anonymise(
-    texts: Iterable[str], settings: PiiSettings
-) -> Iterator[tuple[str, dict[str, int]]]:
-    """Each text with its PII replaced, and its hit counts by entity type."""
+    items: Iterable[tuple[K, str]], settings: PiiSettings
+) -> Iterator[tuple[K, str, dict[str, int]]]:
+    """Each ``(key, text)`` as ``(key, text with its PII replaced, hit counts by type)``,
+    streamed: texts are scanned in batches of about `BATCH_CHARS` characters."""
     analyzer = engine_for(settings)
-    for text in texts:
-        hits = find(text, analyzer, settings)
-        yield replace(text, hits), dict(Counter(hit.entity_type for hit in hits))
+    batch: list[tuple[K, str]] = []
+    size = 0
+    for item in itertools.chain(items, [None]):
+        if item is not None:
+            batch.append(item)
+            size += len(item[1])
+            if size < BATCH_CHARS:
+                continue
+        texts = [text for _, text in batch]
+        for (key, text), hits in zip(batch, find_many(texts, analyzer, settings), strict=True):
+            yield key, replace(text, hits), dict(Counter(hit.entity_type for hit in hits))
+        batch, size = [], 0

@@ -23,6 +23,9 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 #: The byte-level tokenizer's vocabulary: one token per byte value.
 BYTE_VOCAB_SIZE = 256
+#: Tokens per shard and the held-out share, for `workloads.data.tokenize` and the Spark job.
+DEFAULT_SHARD_TOKENS = 50_000_000
+DEFAULT_VAL_FRACTION = 0.05
 #: Shard file names the trainer reads: ``train_000000.bin``, ``val_000000.bin``.
 SHARD_SPLITS = ("train", "val")
 
