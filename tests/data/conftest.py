@@ -20,8 +20,9 @@ for _module in ("pyspark", "presidio_analyzer", "pandera"):
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from workloads.data.java import find_java
-    from workloads.data.prepare import start_spark
+    # Imported here: only after the dependency check above.
+    from workloads.data.java import find_java  # noqa: PLC0415
+    from workloads.data.prepare import start_spark  # noqa: PLC0415
 
     local = Path(tempfile.mkdtemp(prefix="spark-test-"))
     session = start_spark(find_java(), 2, "2g", local)

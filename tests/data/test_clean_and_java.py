@@ -95,7 +95,9 @@ def test_shard_check_names_truncated_foreign_and_miscounted_files(tmp_path: Path
     ]
 
 
-def test_java_from_path_when_java_home_is_too_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_java_from_path_when_java_home_is_too_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     versions = {str(tmp_path / "old" / "bin" / "java"): 11, "/usr/lib/jvm/x/bin/java": 17}
     monkeypatch.setattr(java, "java_major", lambda path: versions.get(str(path)))
     monkeypatch.setattr(java.os.path, "realpath", lambda p: "/usr/lib/jvm/x/bin/java")

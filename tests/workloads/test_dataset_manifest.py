@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
+from workloads.data.make_corpus import generate
 from workloads.data.manifest import (
     MANIFEST,
     ManifestError,
@@ -20,7 +21,6 @@ from workloads.data.manifest import (
     verify_dataset,
     write_manifest,
 )
-from workloads.data.make_corpus import generate
 from workloads.data.tokenize import tokenize_files
 from workloads.training import train
 
@@ -118,7 +118,7 @@ def test_edited_manifest_is_refused(dataset: Path) -> None:
     body = json.loads((dataset / MANIFEST).read_text())
     body["shards"][0]["tokens"] += 1
     (dataset / MANIFEST).write_text(json.dumps(body))
-    with pytest.raises(ManifestError, match="manifest.json was edited"):
+    with pytest.raises(ManifestError, match=r"manifest\.json was edited"):
         verify_dataset(dataset)
 
 

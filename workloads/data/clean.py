@@ -40,9 +40,7 @@ RECORD_RULES = {
 
 # Unicode's control characters (category Cc) are exactly U+0000-001F and U+007F-009F.
 _CONTROL = {
-    code: None
-    for code in (*range(0x20), *range(0x7F, 0xA0))
-    if chr(code) not in "\t\n\r"
+    code: None for code in (*range(0x20), *range(0x7F, 0xA0)) if chr(code) not in "\t\n\r"
 } | {0xFEFF: None}
 _BREAKS = re.compile(r"\r\n?")
 _WHITESPACE_WITH_BREAK = re.compile(r"[^\S\n]*\n\s*")

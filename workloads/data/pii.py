@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from presidio_analyzer import AnalyzerEngine, RecognizerResult
+    from presidio_analyzer import AnalyzerEngine, EntityRecognizer, RecognizerResult
+    from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer
+    from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngine
 
 K = TypeVar("K")
 
@@ -127,7 +129,7 @@ def uae_phone_valid(text: str) -> bool:
         number = phonenumbers.parse(text, "AE")
     except phonenumbers.NumberParseException:
         return False
-    return number.country_code == 971 and phonenumbers.is_valid_number(number)
+    return bool(number.country_code == 971 and phonenumbers.is_valid_number(number))
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def check_ner_model(name: str) -> None:
         )
 
 
-def _recognizers() -> list[object]:
+def _recognizers() -> list[EntityRecognizer]:
     import tldextract  # noqa: PLC0415
     from presidio_analyzer import Pattern, PatternRecognizer  # noqa: PLC0415
     from presidio_analyzer.predefined_recognizers import (  # noqa: PLC0415
@@ -172,7 +174,7 @@ def _recognizers() -> list[object]:
         IbanRecognizer,
     )
 
-    class EmiratesIdRecognizer(PatternRecognizer):  # type: ignore[misc]
+    class EmiratesIdRecognizer(PatternRecognizer):
         def __init__(self) -> None:
             super().__init__(
                 supported_entity="EMIRATES_ID",
@@ -185,7 +187,7 @@ def _recognizers() -> list[object]:
         def validate_result(self, pattern_text: str) -> bool:
             return emirates_id_valid(pattern_text)
 
-    class UaePhoneRecognizer(PatternRecognizer):  # type: ignore[misc]
+    class UaePhoneRecognizer(PatternRecognizer):
         def __init__(self) -> None:
             super().__init__(
                 supported_entity="PHONE_NUMBER",
@@ -198,7 +200,7 @@ def _recognizers() -> list[object]:
         def validate_result(self, pattern_text: str) -> bool:
             return uae_phone_valid(pattern_text)
 
-    class AeIbanRecognizer(PatternRecognizer):  # type: ignore[misc]
+    class AeIbanRecognizer(PatternRecognizer):
         def __init__(self) -> None:
             super().__init__(
                 supported_entity="IBAN_CODE",
@@ -220,7 +222,7 @@ def _recognizers() -> list[object]:
     local_run = r"\b(?=[!#$%&'*+\-/=?^_`{|}~.\w]++@)"
     fast_email = Pattern(email_pattern.name, local_run + email_pattern.regex, email_pattern.score)
 
-    class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc]
+    class OfflineEmailRecognizer(EmailRecognizer):
         """Presidio's e-mail recogniser, its domain check against the bundled list."""
 
         def __init__(self, supported_language: str) -> None:
@@ -239,10 +241,10 @@ def _recognizers() -> list[object]:
     ]
 
 
-def _no_context_enhancer() -> object:
+def _no_context_enhancer() -> ContextAwareEnhancer:
     from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer  # noqa: PLC0415
 
-    class NoContextEnhancer(ContextAwareEnhancer):  # type: ignore[misc]
+    class NoContextEnhancer(ContextAwareEnhancer):
         """Leaves scores as the recognisers set them. Every pattern hit here is already
         validated (checksum, numbering plan, domain) to the top score, so context words
         cannot change a decision; skipping the step halves the analyzer's time."""
@@ -254,8 +256,8 @@ def _no_context_enhancer() -> object:
             self,
             text: str,
             raw_results: list[RecognizerResult],
-            nlp_artifacts: object,
-            recognizers: list[object],
+            nlp_artifacts: NlpArtifacts,
+            recognizers: list[EntityRecognizer],
             context: list[str] | None = None,
         ) -> list[RecognizerResult]:
             return raw_results
@@ -276,7 +278,7 @@ def build_analyzer(settings: PiiSettings) -> AnalyzerEngine:
     models = [{"lang_code": LANGUAGE, "model_name": settings.ner_model or "none"}]
     if settings.ner_model:
         check_ner_model(settings.ner_model)
-        nlp_engine: object = SpacyNlpEngine(models=models)
+        nlp_engine: NlpEngine = SpacyNlpEngine(models=models)
         registry.add_recognizer(
             SpacyRecognizer(supported_language=LANGUAGE, supported_entities=["PERSON"])
         )

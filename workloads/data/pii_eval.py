@@ -139,9 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bytes": size,
             "seconds": seconds,
             "ner_model": args.ner_model,
-            "types": [
-                asdict(s) | {"recall": s.recall, "precision": s.precision} for s in scores
-            ],
+            "types": [asdict(s) | {"recall": s.recall, "precision": s.precision} for s in scores],
         }
         args.json.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -55,7 +54,6 @@ from urllib.parse import unquote, urlparse
 from workloads.data import clean, pii
 from workloads.data.java import JavaError, JavaRuntime, find_java
 from workloads.data.manifest import (
-    MANIFEST,
     REPORT,
     ManifestError,
     describe_shards,
@@ -101,7 +99,7 @@ class UserError(Exception):
     """Something the user must fix (arguments, SOURCE, OUT, environment)."""
 
 
-class DatasetRefused(Exception):
+class DatasetRefusedError(Exception):
     """The raw records failed validation; ``report`` says why."""
 
     def __init__(self, text: str, report: Mapping[str, Any]) -> None:
@@ -308,7 +306,7 @@ def _write_part(
 def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
     """One row per raw line: file URI, split start, row id (ordered within a split),
     kind and the raw bytes (the text source's value cast to binary, undecoded)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
 
     frames = []
     for kind in ("txt", "jsonl"):
@@ -316,11 +314,11 @@ def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
         if paths:
             frames.append(
                 spark.read.text(paths).select(
-                    F.col("_metadata.file_path").alias("file"),
-                    F.col("_metadata.file_block_start").alias("block"),
-                    F.monotonically_increasing_id().alias("row"),
-                    F.lit(kind).alias("kind"),
-                    F.col("value").cast("binary").alias("raw"),
+                    sf.col("_metadata.file_path").alias("file"),
+                    sf.col("_metadata.file_block_start").alias("block"),
+                    sf.monotonically_increasing_id().alias("row"),
+                    sf.lit(kind).alias("kind"),
+                    sf.col("value").cast("binary").alias("raw"),
                 )
             )
     frame = frames[0]
@@ -374,7 +372,7 @@ def run_spark_job(
 ) -> dict[str, Any]:
     """Stages 1-6: the token stream in ``staging/parts``; returns the figures."""
     from pyspark import StorageLevel  # noqa: PLC0415
-    from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
     from pyspark.sql.types import (  # noqa: PLC0415
         IntegerType,
         LongType,
@@ -405,22 +403,22 @@ def run_spark_job(
     by_status = {
         row["status"]: (int(row["n"]), int(row["b"] or 0))
         for row in parsed.groupBy("status")
-        .agg(F.count("*").alias("n"), F.sum("raw_bytes").alias("b"))
+        .agg(sf.count("*").alias("n"), sf.sum("raw_bytes").alias("b"))
         .collect()
     }
     blank = by_status.pop(clean.BLANK, (0, 0))
     records_total = sum(n for n, _ in by_status.values())
     raw_bytes = sum(b for _, b in by_status.values()) + blank[1]
     usable = by_status.get(clean.OK, (0, 0))[0]
-    ok = parsed.filter(F.col("status") == clean.OK)
-    position = F.struct("file", "block", "row")
+    ok = parsed.filter(sf.col("status") == clean.OK)
+    position = sf.struct("file", "block", "row")
     groups = (
         ok.groupBy("hash")
         .agg(
-            F.count("*").alias("n"),
-            F.min(position).alias("first"),
-            F.max(position).alias("last"),
-            F.first("text").alias("text"),
+            sf.count("*").alias("n"),
+            sf.min(position).alias("first"),
+            sf.max(position).alias("last"),
+            sf.first("text").alias("text"),
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
@@ -429,7 +427,7 @@ def run_spark_job(
 
     splits = (
         parsed.groupBy("file", "block")
-        .agg(F.count("*").alias("n"), F.min("row").alias("first"))
+        .agg(sf.count("*").alias("n"), sf.min("row").alias("first"))
         .collect()
     )
     where = Positions(
@@ -441,7 +439,7 @@ def run_spark_job(
     for rule in clean.RECORD_RULES:
         if by_status.get(rule, (0, 0))[0]:
             rows = (
-                parsed.filter(F.col("status") == rule)
+                parsed.filter(sf.col("status") == rule)
                 .orderBy("file", "block", "row")
                 .select("file", "block", "row")
                 .limit(3)
@@ -449,9 +447,9 @@ def run_spark_job(
             )
             examples[rule] = [where(r["file"], r["block"], r["row"]) for r in rows]
     if duplicates:
-        rows = groups.filter(F.col("n") > 1).orderBy("last").select("first", "last").limit(3)
+        repeats = groups.filter(sf.col("n") > 1).orderBy("last").select("first", "last")
         examples[DUPLICATES] = [
-            f"{where(*r['last'])} repeats {where(*r['first'])}" for r in rows.collect()
+            f"{where(*r['last'])} repeats {where(*r['first'])}" for r in repeats.limit(3).collect()
         ]
     profile = Profile(
         records=records_total,
@@ -473,7 +471,7 @@ def run_spark_job(
         "rules": [r.as_dict() for r in results],
     }
     if not validation["passed"] or unique_count == 0:
-        raise DatasetRefused(refusal_text(results, records_total, unique_count), validation)
+        raise DatasetRefusedError(refusal_text(results, records_total, unique_count), validation)
     parsed.unpersist()
 
     # --- deduplication ----------------------------------------------------------------
@@ -494,9 +492,9 @@ def run_spark_job(
     )
     pii_settings = pii.PiiSettings(ner_model=settings.ner_model) if settings.anonymise else None
     anonymise = functools.partial(_anonymise_partition, settings=pii_settings)
-    cleaned = spark.createDataFrame(
-        unique.rdd.mapPartitions(anonymise), anonymised_schema
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    cleaned = spark.createDataFrame(unique.rdd.mapPartitions(anonymise), anonymised_schema).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     cleaned.count()  # the scan runs once, here; the sort below samples the cached rows
     groups.unpersist()
 
@@ -538,24 +536,24 @@ def drop_near_duplicates(unique: DataFrame, threshold: float) -> tuple[DataFrame
     count removed. Documents shorter than three words are kept."""
     from pyspark import StorageLevel  # noqa: PLC0415
     from pyspark.ml.feature import HashingTF, MinHashLSH, NGram, RegexTokenizer  # noqa: PLC0415
-    from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
 
-    keyed = unique.withColumn("key", F.struct("file", "block", "row")).persist(
+    keyed = unique.withColumn("key", sf.struct("file", "block", "row")).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     words = RegexTokenizer(inputCol="text", outputCol="words", pattern=r"\W+").transform(keyed)
     shingles = NGram(n=3, inputCol="words", outputCol="shingles").transform(words)
     features = HashingTF(
         inputCol="shingles", outputCol="features", numFeatures=1 << 20, binary=True
-    ).transform(shingles.filter(F.size("shingles") > 0))
+    ).transform(shingles.filter(sf.size("shingles") > 0))
     vectors = features.select("key", "features").persist(StorageLevel.MEMORY_AND_DISK)
     model = MinHashLSH(inputCol="features", outputCol="hashes", numHashTables=8, seed=971).fit(
         vectors
     )
     pairs = model.approxSimilarityJoin(vectors, vectors, 1.0 - threshold, distCol="distance")
     later = (
-        pairs.filter(F.col("datasetA.key") < F.col("datasetB.key"))
-        .select(F.col("datasetB.key").alias("key"))
+        pairs.filter(sf.col("datasetA.key") < sf.col("datasetB.key"))
+        .select(sf.col("datasetB.key").alias("key"))
         .distinct()
     )
     kept = keyed.join(later, on="key", how="left_anti").drop("key")
@@ -678,7 +676,7 @@ def prepare(
     driver_memory: str = "2g",
     spark: SparkSession | None = None,
 ) -> Outcome:
-    """The whole job. Raises `UserError`, `DatasetRefused` or Spark's errors.
+    """The whole job. Raises `UserError`, `DatasetRefusedError` or Spark's errors.
 
     Args:
         spark: a session to run in (kept running); by default one is started on the
@@ -716,9 +714,11 @@ def prepare(
         total = train_tokens + val_tokens
         shard_problems = check_shards(data_dir, total)
         if shard_problems:
-            raise RuntimeError("the written shards failed their check: " + "; ".join(shard_problems))
+            raise RuntimeError(
+                "the written shards failed their check: " + "; ".join(shard_problems)
+            )
         shards = describe_shards(data_dir)
-        body = {
+        body: dict[str, Any] = {
             "name": name or out.resolve().name,
             "pipeline": {"name": PIPELINE_NAME, "version": PIPELINE_VERSION, **versions()},
             "settings": settings.record(),
@@ -736,7 +736,7 @@ def prepare(
         }
         digest = write_manifest(data_dir, body)
         elapsed = time.perf_counter() - started
-        report = {
+        report: dict[str, Any] = {
             "dataset": {"name": body["name"], "digest": digest},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "source_root": str(source.resolve()),
@@ -860,7 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, JavaError, pii.PiiSetupError) as err:
         print(f"prepare: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except DatasetRefused as refused:
+    except DatasetRefusedError as refused:
         print(str(refused), file=sys.stderr)
         if args.refusal_report is not None:
             args.refusal_report.parent.mkdir(parents=True, exist_ok=True)
@@ -875,8 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_JOB_FAILED
     pii_line = (
-        "PII: "
-        + ", ".join(f"{k} {v}" for k, v in outcome.report["pii"]["hits_by_type"].items())
+        "PII: " + ", ".join(f"{k} {v}" for k, v in outcome.report["pii"]["hits_by_type"].items())
         if settings.anonymise
         else "PII: NOT anonymised (--no-anonymise)"
     )
