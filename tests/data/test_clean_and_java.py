@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.data.conftest import needs_data_set
+
+needs_data_set()
+
 from workloads.data import clean, java, validate
 from workloads.data.shard_format import pack_header
 

@@ -20,6 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.data.conftest import needs_data_set
+
+needs_data_set()
+
 from workloads.data import clean, java, make_pii_sample, pii
 from workloads.data import prepare as job
 from workloads.data.manifest import MANIFEST, REPORT, verify_dataset

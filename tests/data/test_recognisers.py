@@ -8,6 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.data.conftest import needs_data_set
+
+needs_data_set()
+
 import spacy
 
 from workloads.data import make_pii_sample, pii, pii_eval

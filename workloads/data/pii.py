@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine, EntityRecognizer, RecognizerResult
+    from presidio_anonymizer import AnonymizerEngine
+    from presidio_anonymizer.entities import OperatorConfig
     from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer
     from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngine
 
@@ -382,16 +384,25 @@ def find_many(
     return found
 
 
+@functools.lru_cache(maxsize=1)
+def _anonymizer() -> tuple[AnonymizerEngine, dict[str, OperatorConfig]]:
+    from presidio_anonymizer import AnonymizerEngine  # noqa: PLC0415
+    from presidio_anonymizer.entities import OperatorConfig  # noqa: PLC0415
+
+    operators = {e: OperatorConfig("replace", {"new_value": placeholder(e)}) for e in ENTITIES}
+    return AnonymizerEngine(), operators
+
+
 def replace(text: str, hits: Sequence[RecognizerResult]) -> str:
-    """``text`` with each (non-overlapping, ordered) hit replaced by its placeholder."""
-    pieces: list[str] = []
-    position = 0
-    for hit in hits:
-        pieces.append(text[position : hit.start])
-        pieces.append(placeholder(hit.entity_type))
-        position = hit.end
-    pieces.append(text[position:])
-    return "".join(pieces)
+    """``text`` with each hit replaced by its typed placeholder, by Presidio's
+    anonymizer (``replace`` operator); a text without hits is returned as it is."""
+    if not hits:
+        return text
+    from presidio_anonymizer.entities import RecognizerResult as Span  # noqa: PLC0415
+
+    engine, operators = _anonymizer()
+    spans = [Span(hit.entity_type, hit.start, hit.end, hit.score) for hit in hits]
+    return str(engine.anonymize(text=text, analyzer_results=spans, operators=operators).text)
 
 
 def anonymise(
