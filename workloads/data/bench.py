@@ -17,7 +17,8 @@ included):
 
 Usage::
 
-    python -m workloads.data.bench --mb 50 --builder-python .venv/bin/python --json build/bench-data.json
+    python -m workloads.data.bench --mb 50 --builder-python .venv/bin/python \\
+        --json build/bench-data.json
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine, EntityRecognizer, RecognizerResult
-    from presidio_anonymizer import AnonymizerEngine
-    from presidio_anonymizer.entities import OperatorConfig
     from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer
     from presidio_analyzer.nlp_engine import NlpArtifacts, NlpEngine
+    from presidio_anonymizer import AnonymizerEngine
+    from presidio_anonymizer.entities import OperatorConfig
 
 K = TypeVar("K")
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import secrets
 import shutil
@@ -258,15 +259,37 @@ def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: 
     return spark
 
 
-_PARSED_COLUMNS = ("file", "block", "row", "status", "text", "raw_bytes", "hash")
+#: The parsed records (Arrow batches between the JVM and the Python workers).
+PARSED_SCHEMA = (
+    "file string, block long, row long, status string, text string, raw_bytes long, hash string"
+)
+PART_SCHEMA = "part long, tokens long, documents long, with_pii long, hits string"
 
 
-def _parse_partition(
-    rows: Iterable[Any], max_doc_bytes: int
-) -> Iterator[tuple[str, int, int, str, str | None, int, str | None]]:
-    for file, block, row, kind, raw in rows:
-        record = clean.parse_record(kind, bytes(raw), max_doc_bytes)
-        yield file, block, row, record.status, record.text, record.raw_bytes, record.hash
+def _parse_batches(batches: Iterable[Any], max_doc_bytes: int) -> Iterator[Any]:
+    """Stage 2 over Arrow batches of raw lines (`read_records`)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    names = [field.split()[0] for field in PARSED_SCHEMA.split(", ")]
+    for batch in batches:
+        columns = batch.to_pydict()
+        out: dict[str, list[Any]] = {name: [] for name in names}
+        for file, block, row, kind, raw in zip(
+            columns["file"],
+            columns["block"],
+            columns["row"],
+            columns["kind"],
+            columns["raw"],
+            strict=True,
+        ):
+            record = clean.parse_record(kind, raw, max_doc_bytes)
+            for name, value in zip(
+                names,
+                (file, block, row, record.status, record.text, record.raw_bytes, record.hash),
+                strict=True,
+            ):
+                out[name].append(value)
+        yield pa.RecordBatch.from_pydict(out)
 
 
 def _anonymise_partition(
@@ -281,26 +304,39 @@ def _anonymise_partition(
         yield file, block, row, text, hits
 
 
-def _write_part(
-    index: int, rows: Iterable[Any], parts_dir: str
-) -> Iterator[tuple[int, int, int, int, dict[str, int]]]:
-    """Write this partition's documents as little-endian uint16 byte tokens, in order;
-    yield (index, tokens, documents, documents with PII, hits by type)."""
+def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
+    """Write this partition's documents (in order) as little-endian uint16 byte tokens to
+    ``part-<partition>.u16``; yield one row: the partition, tokens, documents, documents
+    with PII and the hits by type (JSON)."""
     import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+    from pyspark import TaskContext  # noqa: PLC0415
 
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
     tokens = documents = with_pii = 0
     hits: Counter[str] = Counter()
-    separator = clean.DOCUMENT_SEPARATOR.encode("utf-8")
+    separator = clean.DOCUMENT_SEPARATOR
     with open(os.path.join(parts_dir, f"part-{index:06d}.u16"), "wb") as handle:
-        for text, found in rows:
-            data = text.encode("utf-8") + separator
+        for batch in batches:
+            texts = batch.column("text").to_pylist()
+            data = "".join(text + separator for text in texts).encode("utf-8")
             handle.write(np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes())
             tokens += len(data)
-            documents += 1
-            if found:
-                with_pii += 1
-                hits.update(found)
-    yield index, tokens, documents, with_pii, dict(hits)
+            documents += len(texts)
+            for found in batch.column("hits").to_pylist():
+                if found:
+                    with_pii += 1
+                    hits.update(dict(found))
+    yield pa.RecordBatch.from_pydict(
+        {
+            "part": [index],
+            "tokens": [tokens],
+            "documents": [documents],
+            "with_pii": [with_pii],
+            "hits": [json.dumps(hits)],
+        }
+    )
 
 
 def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
@@ -382,22 +418,9 @@ def run_spark_job(
         StructType,
     )
 
-    parsed_schema = StructType(
-        [
-            StructField("file", StringType(), False),
-            StructField("block", LongType(), False),
-            StructField("row", LongType(), False),
-            StructField("status", StringType(), False),
-            StructField("text", StringType(), True),
-            StructField("raw_bytes", LongType(), False),
-            StructField("hash", StringType(), True),
-        ]
-    )
     records = read_records(spark, sources)
-    parse = functools.partial(_parse_partition, max_doc_bytes=settings.max_doc_bytes)
-    parsed = spark.createDataFrame(records.rdd.mapPartitions(parse), parsed_schema).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    parse = functools.partial(_parse_batches, max_doc_bytes=settings.max_doc_bytes)
+    parsed = records.mapInArrow(parse, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
 
     # --- validation of the raw records -------------------------------------------
     by_status = {
@@ -492,9 +515,11 @@ def run_spark_job(
     )
     pii_settings = pii.PiiSettings(ner_model=settings.ner_model) if settings.anonymise else None
     anonymise = functools.partial(_anonymise_partition, settings=pii_settings)
-    cleaned = spark.createDataFrame(unique.rdd.mapPartitions(anonymise), anonymised_schema).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    # The rows travel as Python tuples here (Spark's mapPartitions); the schema is ours,
+    # so Spark need not check every row against it.
+    cleaned = spark.createDataFrame(
+        unique.rdd.mapPartitions(anonymise), anonymised_schema, verifySchema=False
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     cleaned.count()  # the scan runs once, here; the sort below samples the cached rows
     groups.unpersist()
 
@@ -502,8 +527,11 @@ def run_spark_job(
     parts_dir = staging / "parts"
     parts_dir.mkdir()
     ordered = cleaned.orderBy("file", "block", "row").select("text", "hits")
-    write = functools.partial(_write_part, parts_dir=str(parts_dir))
-    parts = sorted(ordered.rdd.mapPartitionsWithIndex(write).collect())
+    write = functools.partial(_write_batches, parts_dir=str(parts_dir))
+    parts = sorted(
+        (r["part"], r["tokens"], r["documents"], r["with_pii"], json.loads(r["hits"]))
+        for r in ordered.mapInArrow(write, PART_SCHEMA).collect()
+    )
     cleaned.unpersist()
     hits = _pii_counts(parts)
     return {
