@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 NOT_IN_DATA_IMAGE = ("torch", "mlflow")
 NOT_IN_TRAINING_IMAGE = ("pyspark", "pandas", "pandera", "presidio_analyzer", "spacy")
@@ -50,6 +52,7 @@ def test_the_data_job_imports_no_torch() -> None:
 
 
 def test_the_trainers_manifest_check_needs_no_data_set() -> None:
+    pytest.importorskip("torch", reason="the trainer's environment (torch)")
     code = (
         "import workloads.data.manifest, workloads.data.shard_format; "
         "import workloads.training.train"
