@@ -293,12 +293,10 @@ def _parse_batches(batches: Iterable[Any], max_doc_bytes: int) -> Iterator[Any]:
 
 
 def _anonymise_partition(
-    rows: Iterable[Any], settings: pii.PiiSettings | None
+    rows: Iterable[Any], settings: pii.PiiSettings
 ) -> Iterator[tuple[str, int, int, str, dict[str, int]]]:
-    if settings is None:
-        for file, block, row, text in rows:
-            yield file, block, row, text, {}
-        return
+    """Stage 5 over one partition: Presidio's analyzer is built (or reused) once for
+    the partition, not per document."""
     keyed = (((file, block, row), text) for file, block, row, text in rows)
     for (file, block, row), text, hits in pii.anonymise(keyed, settings):
         yield file, block, row, text, hits
@@ -514,12 +512,16 @@ def run_spark_job(
         ]
     )
     pii_settings = pii.PiiSettings(ner_model=settings.ner_model) if settings.anonymise else None
-    anonymise = functools.partial(_anonymise_partition, settings=pii_settings)
-    # The rows travel as Python tuples here (Spark's mapPartitions); the schema is ours,
-    # so Spark need not check every row against it.
-    cleaned = spark.createDataFrame(
-        unique.rdd.mapPartitions(anonymise), anonymised_schema, verifySchema=False
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    if pii_settings is None:  # --no-anonymise: no Python pass at all
+        empty = sf.create_map().cast(MapType(StringType(), IntegerType()))
+        cleaned = unique.withColumn("hits", empty).persist(StorageLevel.MEMORY_AND_DISK)
+    else:
+        anonymise = functools.partial(_anonymise_partition, settings=pii_settings)
+        # The rows travel as Python tuples here (Spark's mapPartitions); the schema is
+        # ours, so Spark need not check every row against it.
+        cleaned = spark.createDataFrame(
+            unique.rdd.mapPartitions(anonymise), anonymised_schema, verifySchema=False
+        ).persist(StorageLevel.MEMORY_AND_DISK)
     cleaned.count()  # the scan runs once, here; the sort below samples the cached rows
     groups.unpersist()
 
