@@ -254,6 +254,7 @@ def test_no_anonymise_is_recorded_and_near_duplicates_dropped(
     root, facts = source
     settings = dataclasses.replace(SETTINGS, anonymise=False, near_dup=0.7)
     out = tmp_path / "plain"
+    out.mkdir()  # an empty OUT is taken as it is
     outcome = job.prepare(root, out, settings, spark=spark)
     manifest = json.loads((out / MANIFEST).read_text())
     report = outcome.report
