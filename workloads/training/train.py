@@ -8,6 +8,9 @@ from the newest complete checkpoint there, checkpoints every ``--ckpt-every`` st
 and at the end, and on SIGTERM (a spot interruption or a preemption) saves a final
 checkpoint before exiting with status 143 so that the job is retried, not completed.
 
+A data directory with a ``manifest.json`` (`make data`) is verified before step one: a
+changed, missing or extra shard stops the run, naming it.
+
 Exit status: 0 done, 2 bad configuration or data (one message, no traceback), 143
 stopped by SIGTERM after its checkpoint.
 """
@@ -29,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from modules.validation import InvalidArgsError
+from workloads.data.manifest import DatasetRef, ManifestError, verify_dataset
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
 from workloads.training import distributed, fabric, telemetry
@@ -176,7 +180,16 @@ def run(config: TrainConfig, topology: Topology) -> int:
     ckpt_group = distributed.cpu_group()
     stop = StopRequest(config.stop_check_every)
 
+    dataset: DatasetRef | None = None
     if topology.local_rank == 0:
+        # A versioned dataset (`make data`) is checked shard by shard before anything
+        # reads it, and before ensure_shards could fill a directory whose shards vanished.
+        dataset = verify_dataset(Path(config.data_dir))
+        if dataset is not None:
+            log.line(
+                f"data: dataset {dataset.name} version {dataset.digest}: "
+                f"{len(dataset.shards)} shard(s) match its manifest"
+            )
         ensure_shards(Path(config.data_dir), Path(config.corpus))
     if topology.distributed:
         dist.barrier(group=control)
@@ -239,6 +252,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
         world_size=topology.world_size,
         num_params=num_params,
         shards=[info.path for info in loader.infos],
+        dataset=dataset,
     )
     exporter = _start_exporter(config.metrics_port, topology, log)
     if exporter is not None:
@@ -353,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgsError as err:
         print(describe_problems(err), file=sys.stderr)
         return EXIT_USER_ERROR
-    except (ShardError, CheckpointError) as err:
+    except (ShardError, ManifestError, CheckpointError) as err:
         print(f"train: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     finally:
