@@ -31,7 +31,7 @@ NPROC  ?= 2
 TORCH_VERSION := 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: tools-check help setup plan plan-all review review-all audit train bench lint typecheck test \
+.PHONY: tools-check help setup plan plan-all review review-all audit train bench profile lint typecheck test \
 	lock clean
 
 help: ## list the verbs
@@ -95,6 +95,9 @@ train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) wit
 
 bench: $(WORKLOADS_DEPS) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
 	@$(PY) -m workloads.training.bench $(ARGS)
+
+profile: $(WORKLOADS_DEPS) ## a few steps of PRESET under torch.profiler -> build/profile/PRESET/{trace.json,operators.md}
+	@$(PY) -m workloads.training.profile --preset '$(PRESET)' $(ARGS)
 
 lint: $(DEV_DEPS) ## ruff
 	$(VENV)/bin/ruff check .
