@@ -52,7 +52,7 @@ NPROC  ?= 2
 TORCH_VERSION := 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: tools-check help setup plan plan-all review review-all audit train bench lint typecheck test \
+.PHONY: tools-check help setup plan plan-all review review-all audit train bench profile lint typecheck test \
 	lock clean print-environments
 
 help: ## list the verbs
@@ -137,10 +137,9 @@ CODE_data      := $(DATA_JOB)
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
-TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
-	entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
-	trainer_image_boundary \
-	tracking_client train))
+TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \
+	compat config data elastic engines entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
+	profile trainer_image_boundary tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py
 TESTS_serving  := tests/serving
@@ -179,6 +178,9 @@ train: $(DEPS_training) ## short real training run of PRESET (default tiny) with
 
 bench: $(DEPS_training) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
 	@$(PY_training) -m workloads.training.bench $(ARGS)
+
+profile: $(DEPS_training) ## a few steps of PRESET under torch.profiler -> build/profile/PRESET/{trace.json,operators.md}
+	@$(PY_training) -m workloads.training.profile --preset '$(PRESET)' $(ARGS)
 
 lint: $(VENV_plan)/.installed-plan-test ## ruff, once over the whole tree (from the plan environment)
 	$(VENV_plan)/bin/ruff check .
