@@ -116,7 +116,7 @@ def test_deepspeed_missing_is_a_configuration_error(
 
 def test_the_deepspeed_requirement_is_the_training_images() -> None:
     groups = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    assert deepspeed_engine.REQUIREMENT in groups["optional-dependencies"]["workloads"]
+    assert deepspeed_engine.REQUIREMENT in groups["optional-dependencies"]["training"]
     dockerfile = (REPO_ROOT / "workloads" / "Dockerfile").read_text()
     assert f'"{deepspeed_engine.REQUIREMENT}"' in dockerfile
 
