@@ -161,7 +161,9 @@ def _training(
 ) -> FeatureTrainingArgs | None:
     """The TrainJob's settings, checked against the stack's teams and pools."""
     spec = config.features
-    if not spec.training_team:
+    # The job is a TrainJob: without Kubeflow Trainer (trainer.enabled: false) there is
+    # none (docs/features.md).
+    if not spec.training_team or not config.trainer.enabled:
         return None
     key = f"{PROJECT}:features"
     problems: list[str] = []
@@ -176,8 +178,6 @@ def _training(
             f"{key}.trainingPool: {spec.training_pool!r} is not a cpu-training pool of the "
             f"stack (those: {', '.join(cpu)})"
         )
-    if not config.trainer.enabled:
-        problems.append(f"{key}.trainingTeam: the job is a TrainJob; enable the trainer section")
     if problems:
         raise ConfigError(problems)
     assert pool is not None
