@@ -23,7 +23,6 @@ from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
 from modules.k8s.names import LOCAL_QUEUE_NAME
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL
-from modules.k8s.trainer.spec import TRAINER_API
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
