@@ -33,8 +33,7 @@ def test_feast_loads_the_cluster_config(
     assert type(online).__name__ == "RedisOnlineStoreConfig"
     verify = f",ssl_ca_certs={ca}" if ca else ""
     assert online.connection_string == (
-        "master.features.cache.amazonaws.com:6379,ssl=true,password=t0ken-of-sixteen-chars"
-        + verify
+        "master.features.cache.amazonaws.com:6379,ssl=true,password=t0ken-of-sixteen-chars" + verify
     )
     # Feast 0.67 implements `type: file` with its Dask offline store.
     assert type(config.offline_store).__name__ == "DaskOfflineStoreConfig"
