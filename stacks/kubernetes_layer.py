@@ -243,6 +243,7 @@ def build_kubernetes_layer(
                 else None
             ),
             depends_on=[platform],
+            pools=args.pools,
         )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
