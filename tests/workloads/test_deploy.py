@@ -312,6 +312,21 @@ def test_torch_runtimes_restart_after_lost_pods_and_end_with_pod_0() -> None:
     assert not [j for j in mpi["replicatedJobs"] if "successPolicy" in j["template"]["spec"]]
 
 
+@pytest.mark.parametrize("version", ["1.31", "1.33"])
+def test_the_torch_runtimes_node_job_is_a_valid_job_on_every_supported_release(
+    version: str,
+) -> None:
+    """The success policy is beta (on by default) in 1.31 and GA in 1.33: the node Job
+    Trainer makes from the runtime (completions = parallelism = numNodes) passes the
+    release's own Job schema."""
+    (node,) = runtime(make_spec())["spec"]["template"]["spec"]["replicatedJobs"]
+    spec = {**node["template"]["spec"], "completions": 2, "parallelism": 2}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": spec}
+    assert schema_errors([job], version) == []
+    spec["successPolicy"] = {"rules": [{"succeededIndex": "0"}]}
+    assert schema_errors([job], version)
+
+
 def test_pod_failure_policy_fails_fast_on_config_errors_and_ignores_disruptions() -> None:
     jobs = runtime(make_spec())["spec"]["template"]["spec"]["replicatedJobs"]
     rules = jobs[0]["template"]["spec"]["podFailurePolicy"]["rules"]
