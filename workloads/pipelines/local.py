@@ -96,9 +96,7 @@ def check_source(source: Path) -> None:
     if source.is_file():
         found = source.suffix in SOURCE_SUFFIXES
     else:
-        found = any(
-            p.is_file() and p.suffix in SOURCE_SUFFIXES for p in source.rglob("*")
-        )
+        found = any(p.is_file() and p.suffix in SOURCE_SUFFIXES for p in source.rglob("*"))
     if not found:
         raise UserError(
             f"SOURCE {source} holds no .txt or .jsonl file; the pipeline reads .txt files (one "

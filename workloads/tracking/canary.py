@@ -136,7 +136,8 @@ def plan(
     version = _version_of_run(client, uri, name, run_id)
     number = str(version.version)
     aliases = {
-        alias: str(v) for alias, v in dict(call(uri, lambda: client.get_registered_model(name)).aliases).items()
+        alias: str(v)
+        for alias, v in dict(call(uri, lambda: client.get_registered_model(name)).aliases).items()
     }
     path = str(version.tags.get(STORAGE_TAGS[runtime], ""))
     shown_path = path or "<the version's storage path>"
