@@ -146,7 +146,8 @@ TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat
 	trainer_image_boundary \
 	tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
-	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py
+	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
+	tests/workloads/test_lifecycle_pipeline_steps.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
