@@ -13,7 +13,7 @@
 #   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
 #   .venv-pipelines  pipelines  pipeline, pipeline-ir (the KFP SDK only; each step runs in its stage's env)
 #
-# `make test` installs all five, each with its own test tools (locks/<env>-test.txt), and
+# `make test` installs all of them, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
 #
 # Exit codes: make reports every failing recipe as 2. The commands behind the verbs
