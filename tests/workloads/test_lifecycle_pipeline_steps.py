@@ -160,6 +160,9 @@ def test_what_the_gate_cannot_measure_is_one_message(
     )
     assert code == evaluate.EXIT_USER_ERROR
     assert "no such file or directory" in capsys.readouterr().err
+    code, _ = gate(runs, "good", tmp_path, "--name", "my model")
+    assert code == evaluate.EXIT_USER_ERROR
+    assert "'my model' cannot name a Triton model" in capsys.readouterr().err
 
 
 def test_the_first_version_is_planned_as_the_stable_one(

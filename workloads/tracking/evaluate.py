@@ -51,6 +51,7 @@ from workloads.inference.errors import ExportError
 from workloads.inference.export import checkpoint_root
 from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER, BYTE_VOCAB_SIZE
+from workloads.inference.triton import check_model_name
 from workloads.tracking.registry import CHAMPION, RegistryError, call, make_client
 from workloads.training.config import TrainConfig
 from workloads.training.lineage import read_run_record
@@ -285,6 +286,10 @@ def evaluate(
         )
     config = dataclasses.replace(record.config, data_dir=str(data_dir))
     name = name or config.preset
+    # The name registration will give the model and its Triton models: refused here,
+    # before anything is measured, rather than after the export.
+    check_model_name(name)
+    check_model_name(f"{name}-int8")
     client = make_client(uri)
     scratch = Path(tempfile.mkdtemp(prefix="evaluate-"))
     try:
