@@ -7,7 +7,7 @@ the add-ons that run on them); everything else is expressed through Outputs.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -32,9 +32,10 @@ from modules.aws.storage import (
     SharedFileSystem,
     SharedFileSystemArgs,
 )
+from modules.aws.tracking_users import TrackingUserSecrets, TrackingUserSecretsArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
 from modules.k8s.tracking import manifests as k8s_tracking
-from modules.k8s.tracking.spec import TrackingStoreInputs
+from modules.k8s.tracking.spec import TrackingStoreInputs, team_password
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
@@ -70,6 +71,8 @@ class AwsFoundation:
     file_system: SharedFileSystem | None
     ready: list[pulumi.Resource]
     tracking_store: TrackingStoreInputs | None = None
+    #: Team name -> its MLflow password as its Secrets Manager secret holds it.
+    tracking_team_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
 
@@ -90,13 +93,20 @@ def region_provider(config: StackConfig) -> aws.Provider:
     )
 
 
-def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider) -> AwsFoundation:
+def build_aws_foundation(
+    stack: str,
+    config: StackConfig,
+    provider: aws.Provider,
+    tracking_admin_password: pulumi.Input[str] | None = None,
+) -> AwsFoundation:
     """Declare the AWS foundation; raises `ConfigError` if the catalog rejects a pool.
 
     Args:
         stack: the stack name (used in resource names: ``gpu-<stack>``).
         config: the validated stack config.
         provider: the region-pinned AWS provider.
+        tracking_admin_password: the MLflow admin password (a Pulumi secret); each
+            team's MLflow password, kept in Secrets Manager, is derived from it.
     """
     invoke = pulumi.InvokeOptions(provider=provider)
     account_id = aws.get_caller_identity(opts=invoke).account_id
@@ -267,6 +277,11 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
     )
 
     tracking_store = None
+    team_passwords: dict[str, pulumi.Output[str]] = {}
+    if config.tracking.enabled and tracking_admin_password is not None and config.teams:
+        team_passwords = _tracking_users(
+            config, name, keys.arn("secrets"), tracking_admin_password, provider
+        )
     if config.tracking.enabled:
         tracking_store = _tracking_store(
             config,
@@ -322,8 +337,37 @@ def build_aws_foundation(stack: str, config: StackConfig, provider: aws.Provider
         file_system=file_system,
         ready=[addons, *[p.node_group for p in pools]],
         tracking_store=tracking_store,
+        tracking_team_passwords=team_passwords,
         serving_registry=serving_registry,
     )
+
+
+def _tracking_users(
+    config: StackConfig,
+    name: str,
+    secrets_key_arn: pulumi.Input[str],
+    admin_password: pulumi.Input[str],
+    provider: aws.Provider,
+) -> dict[str, pulumi.Output[str]]:
+    """Each team's MLflow credentials in Secrets Manager (the stack's secrets key)."""
+    admin = pulumi.Output.from_input(admin_password)
+    users = TrackingUserSecrets(
+        "tracking-users",
+        TrackingUserSecretsArgs(
+            name_prefix=name,
+            secrets_key_arn=secrets_key_arn,
+            teams=[
+                (
+                    team.name,
+                    k8s_tracking.team_username(team.name),
+                    admin.apply(lambda a, t=team.name: team_password(a, t)),
+                )
+                for team in config.teams
+            ],
+        ),
+        pulumi.ResourceOptions(provider=provider),
+    )
+    return users.passwords
 
 
 def _tracking_store(

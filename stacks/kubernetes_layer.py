@@ -45,7 +45,10 @@ def _tracking_inputs(
             ]
         )
     store = foundation.tracking_store if foundation is not None else None
-    return TrackingInputs(admin_password=admin_password, store=store)
+    # On AWS each team's password comes from its Secrets Manager secret; on premises
+    # the tracking layer derives it from the admin password (the stack's secret).
+    passwords = foundation.tracking_team_passwords if foundation is not None else {}
+    return TrackingInputs(admin_password=admin_password, store=store, team_passwords=passwords)
 
 
 def _fleet_inputs(

@@ -58,13 +58,14 @@ def main(state: StateResidency | None = None) -> None:
             problems += price_problems(config, snapshot)
         if problems:
             raise ConfigError(problems)
+        secrets = pulumi.Config(PROJECT)
+        admin_password = secrets.get_secret("trackingAdminPassword")
         foundation = None
         if config.target == "aws":
-            foundation = build_aws_foundation(stack, config, region_provider(config))
-        secrets = pulumi.Config(PROJECT)
+            foundation = build_aws_foundation(
+                stack, config, region_provider(config), admin_password
+            )
         kubeconfig = secrets.get_secret("kubeconfig")
-        build_kubernetes_layer(
-            config, foundation, kubeconfig, secrets.get_secret("trackingAdminPassword")
-        )
+        build_kubernetes_layer(config, foundation, kubeconfig, admin_password)
     except ConfigError as err:
         raise pulumi.RunError(err.render(stack)) from None

@@ -43,6 +43,8 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
         "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
+        # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
+        "aws:secretsmanager/secret:Secret": "kmsKeyId",
     }
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
@@ -117,6 +119,7 @@ ENCRYPTED_TYPES = (
     "aws:ebs/snapshotCopy:SnapshotCopy",
     "aws:ec2/amiCopy:AmiCopy",
     "aws:ec2/instance:Instance",
+    "aws:secretsmanager/secret:Secret",
     *RDS_STORAGE_TYPES,
 )
 

@@ -3,9 +3,9 @@
 `KubernetesPlatform` composes the concerns in dependency order (each a component of its
 own, every object through ``args.provider``):
 
-    site -> storage -> tenancy (team namespaces) -> monitoring (CRDs for monitors)
-         -> GPU operator -> fabric -> queueing (Kueue, queues) -> autoscaler (EKS)
-         -> serving (cert-manager, KServe, runtimes; where configured)
+    site -> storage -> PKI (cert-manager, the cluster CA) -> tenancy (team namespaces)
+         -> monitoring (CRDs for monitors) -> GPU operator -> fabric -> queueing (Kueue,
+         queues) -> autoscaler (EKS) -> serving (KServe, runtimes; where configured)
 
 and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
 together with the resources to ``depends_on``.
@@ -22,6 +22,7 @@ from modules.k8s.fleet.component import FleetManager, FleetWorker
 from modules.k8s.gpu.component import GpuEnablement
 from modules.k8s.monitoring.component import Monitoring
 from modules.k8s.names import TeamPlacement, team_placement
+from modules.k8s.pki.component import Pki
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.platform.summary import installed_charts, pool_plugins
 from modules.k8s.queueing.component import Queueing
@@ -56,19 +57,29 @@ class KubernetesPlatform(pulumi.ComponentResource):
         super().__init__("gpuplatform:k8s:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        site = SiteDeclaration(f"{name}-site", args.site, args.provider, child)
+        oidc = args.onprem.oidc if args.onprem is not None else None
+        site = SiteDeclaration(
+            f"{name}-site",
+            args.site,
+            args.provider,
+            child,
+            oidc=oidc,
+            kubernetes_version=args.kubernetes_version,
+        )
         storage = Storage(f"{name}-storage", args, child)
+        pki = Pki(f"{name}-pki", args, child)
         tenancy = Tenancy(
             f"{name}-tenancy",
             args,
             storage_ready=[*storage.ready.classes, *storage.ready.team_directories],
             opts=child,
+            pki_ready=[pki.issuer],
         )
         monitoring = Monitoring(
             f"{name}-monitoring",
             args,
             platform_storage_class(args),
-            depends_on=storage.ready.classes,
+            depends_on=[*storage.ready.classes, pki.issuer],
             opts=child,
         )
         self.platform_ready: list[pulumi.Resource] = [site.configmap]
@@ -79,6 +90,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 args.cost,
                 args.provider,
                 args.kubernetes_version,
+                args.network,
                 depends_on=[monitoring.release],
                 opts=child,
             )
@@ -127,7 +139,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 f"{name}-tracking",
                 args,
                 tenancy.namespaces,
-                depends_on=[monitoring.release, *storage.ready.classes],
+                depends_on=[monitoring.release, pki.issuer, *storage.ready.classes],
                 opts=child,
             )
         # Model serving: KServe, its runtimes and monitoring (InferenceServices wait on it).
@@ -139,6 +151,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 tenancy.namespaces,
                 monitoring.release,
                 child,
+                pki_ready=[pki.issuer],
             )
             self.serving_ready = serving.ready
 

@@ -18,6 +18,7 @@ from modules.k8s.cost.spec import CostInputs
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.fleet.spec import FleetInputs
 from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.queueing.spec import QueueingSpec
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.eks import EksInputs
@@ -119,6 +120,17 @@ class KubernetesPlatformArgs:
         )
         self._check_tracking(check)
         check.done()
+
+    @property
+    def network(self) -> ClusterNetwork:
+        """Where the API server and the nodes are (NetworkPolicies name them by address):
+        on EKS the VPC (the private endpoint's interfaces and the nodes are in it), on
+        premises the addresses the site declares."""
+        if self.eks is not None:
+            return ClusterNetwork((self.eks.vpc_cidr,), (self.eks.vpc_cidr,))
+        if self.onprem is not None:
+            return ClusterNetwork(self.onprem.api_server_cidrs, self.onprem.node_cidrs)
+        raise ValueError("a platform needs EksInputs or OnPremSpec")  # checked above
 
     @property
     def tracking_enabled(self) -> bool:
@@ -224,6 +236,14 @@ class KubernetesPlatformArgs:
         for name in sorted({n for n in names if names.count(n) > 1}):
             check.require(False, "teams", name, "team names must be unique")
         has_fabric = any(p.fabric != "none" for p in self.pools)
+        oidc = self.onprem.oidc if self.onprem is not None else None
+        for team in sorted(oidc.team_groups if oidc is not None else ()):
+            check.require(
+                team in names,
+                f"onprem.oidc.team_groups.{team}",
+                team,
+                f"must be one of the teams: {', '.join(names) or '(none declared)'}",
+            )
         for team in self.teams:
             check.require(
                 team.pod_security == "restricted" or has_fabric,

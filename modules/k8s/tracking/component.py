@@ -1,5 +1,6 @@
 """`Tracking`: installs the MLflow tracking server (and on premises its CloudNativePG
-database) with the values and objects that `manifests` builds."""
+database) with the values and objects that `manifests` builds: its certificate and TLS
+Service, its fences, the teams' MLflow users and their credentials."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from modules.k8s.tracking.manifests import (
     artifact_claim,
     cloudnative_pg_values,
     cnpg_namespace,
+    cnpg_network_policies,
     credentials_secret,
     database_cluster,
     database_host,
@@ -32,10 +34,17 @@ from modules.k8s.tracking.manifests import (
     mlflow_values,
     server_network_policies,
     service_monitor,
+    team_credentials_secret,
     team_egress_policy,
+    team_users_secret,
+    tls_certificate,
+    tls_service,
     tracking_namespace,
     url_safe,
+    user_sync_configmap,
+    users_json,
 )
+from modules.k8s.tracking.spec import team_password
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 
 
@@ -55,7 +64,15 @@ class Tracking(pulumi.ComponentResource):
         if spec is None or inputs is None:  # KubernetesPlatformArgs checks the pair
             raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
         ns = register(tracking_namespace(args.kubernetes_version), self, provider)
-        ready: list[pulumi.Resource] = [ns, *depends_on]
+        vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
+        fences = [
+            register(manifest, self, provider, depends_on=[ns])
+            for manifest in server_network_policies(args.network, vpc_cidr)
+        ]
+        # The endpoint's certificate (the cluster CA's issuer is among ``depends_on``):
+        # the server pods mount it, so it exists before the release waits for them.
+        certificate = register(tls_certificate(), self, provider, depends_on=[ns, *depends_on])
+        ready: list[pulumi.Resource] = [ns, certificate, *fences, *depends_on]
         admin = pulumi.Output.from_input(inputs.admin_password)
         ready += [
             register(
@@ -114,6 +131,10 @@ class Tracking(pulumi.ComponentResource):
             if onprem is None:  # checked by KubernetesPlatformArgs
                 raise ValueError("an on-premises tracking server needs OnPremSpec")
             cnpg_ns = register(cnpg_namespace(args.kubernetes_version), self, provider)
+            cnpg_fences = [
+                register(m, self, provider, depends_on=[cnpg_ns])
+                for m in cnpg_network_policies(args.network)
+            ]
             operator = helm_release(
                 "cloudnative-pg",
                 CLOUDNATIVE_PG,
@@ -121,7 +142,7 @@ class Tracking(pulumi.ComponentResource):
                 values=cloudnative_pg_values(),
                 parent=self,
                 provider=provider,
-                depends_on=[cnpg_ns, *depends_on],
+                depends_on=[cnpg_ns, *cnpg_fences, *depends_on],
             )
             # The database and the artifacts are data: protected like checkpoint claims.
             ready.append(
@@ -153,11 +174,9 @@ class Tracking(pulumi.ComponentResource):
                     ssl_mode="require",
                 ),
             )
-        vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
-        for manifest in server_network_policies(vpc_cidr):
-            register(manifest, self, provider, depends_on=[ns])
         for team, team_ns in team_namespaces.items():
             register(team_egress_policy(team), self, provider, depends_on=[team_ns])
+        ready += self._team_users(args, inputs.team_passwords, admin, team_namespaces, ns)
         self.release = helm_release(
             RELEASE,
             MLFLOW,
@@ -167,10 +186,43 @@ class Tracking(pulumi.ComponentResource):
             provider=provider,
             depends_on=ready,
         )
+        endpoint = register(tls_service(), self, provider, depends_on=[ns])
         register(
             service_monitor(args.monitoring.scrape_interval_seconds),
             self,
             provider,
-            depends_on=[self.release, *depends_on],
+            depends_on=[self.release, endpoint, *depends_on],
         )
         self.register_outputs({"trackingUri": TRACKING_URI})
+
+    def _team_users(
+        self,
+        args: KubernetesPlatformArgs,
+        given: Mapping[str, pulumi.Input[str]],
+        admin: pulumi.Output[str],
+        team_namespaces: Mapping[str, pulumi.Resource],
+        ns: pulumi.Resource,
+    ) -> list[pulumi.Resource]:
+        """Each team's MLflow credentials in its namespace, and what the server pod's
+        user-sync sidecar mounts: every team's password and the script. Returns the
+        latter (the release waits for them)."""
+        provider = args.provider
+        passwords: dict[str, pulumi.Output[str]] = {}
+        for team in args.teams:
+            password = given.get(team.name)
+            passwords[team.name] = pulumi.Output.secret(
+                pulumi.Output.from_input(password)
+                if password is not None
+                else admin.apply(lambda a, name=team.name: team_password(a, name))
+            )
+            register(
+                team_credentials_secret(team.name, passwords[team.name]),
+                self,
+                provider,
+                depends_on=[team_namespaces[team.name]],
+            )
+        users = pulumi.Output.all(**passwords).apply(users_json)
+        return [
+            register(team_users_secret(users), self, provider, depends_on=[ns]),
+            register(user_sync_configmap(), self, provider, depends_on=[ns]),
+        ]
