@@ -360,7 +360,7 @@ def _tracking_users(
                 (
                     team.name,
                     k8s_tracking.team_username(team.name),
-                    admin.apply(lambda a, t=team.name: team_password(a, t)),
+                    admin.apply(functools.partial(_team_password, team.name)),
                 )
                 for team in config.teams
             ],
@@ -426,3 +426,7 @@ def _tracking_store(
         artifact_prefix=TRACKING_ARTIFACT_PREFIX,
         storage_key_arn=keys.arn("storage"),
     )
+
+
+def _team_password(team: str, admin_password: str) -> str:
+    return team_password(admin_password, team)

@@ -53,6 +53,8 @@ def build_example_job(
             # start it). A user releases it by setting exampleJob.suspended: false.
             hold=job.suspended,
             cpu_training=not pool.has_gpus,
+            tracking=placement.tracking,
+            cloud_identity=placement.cloud_identity,
         )
     except InvalidArgsError as err:
         raise ConfigError(

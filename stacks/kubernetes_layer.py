@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -198,7 +198,7 @@ def build_kubernetes_layer(
     platform = KubernetesPlatform("platform", args)
     if config.api_audit is not None:
         SiteAuditPolicy("site-audit", config.api_audit, provider)
-    pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    pulumi.export("teams", {t: asdict(p) for t, p in platform.placements.items()})
     if args.tracking_enabled:
         pulumi.export("trackingUri", TRACKING_URI)
     if platform.fleet_kubeconfig is not None:

@@ -12,6 +12,7 @@ that stays put) and never in git.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,11 @@ def secret_document(username: str, password: str) -> str:
     return json.dumps({"username": username, "password": password}, sort_keys=True)
 
 
-def password_of(document: str) -> str:
+def _document_for(username: str, password: str) -> str:
+    return secret_document(username, password)
+
+
+def password_of(document: str | None) -> str:
     """The password a secret's value holds (empty for a value that holds none)."""
     return str(json.loads(document or "{}").get("password", ""))
 
@@ -86,19 +91,18 @@ class TrackingUserSecrets(pulumi.ComponentResource):
                 recovery_window_in_days=RECOVERY_WINDOW_DAYS,
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            # A secret from the start: what is computed from it stays secret.
+            document: pulumi.Output[str] = pulumi.Output.secret(password).apply(
+                functools.partial(_document_for, username)
+            )
             version = aws.secretsmanager.SecretVersion(
                 f"{name}-{team}",
                 secret_id=secret.id,
-                secret_string=pulumi.Output.secret(
-                    pulumi.Output.from_input(password).apply(
-                        lambda p, u=username: secret_document(u, p)
-                    )
-                ),
+                secret_string=document,
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            self.passwords[team] = pulumi.Output.secret(
-                version.secret_string.apply(lambda s: password_of(s or ""))
-            )
+            readback: pulumi.Output[str] = version.secret_string.apply(password_of)
+            self.passwords[team] = pulumi.Output.secret(readback)
         self.register_outputs(
             {"secrets": [secret_name(args.name_prefix, t) for t, _, _ in args.teams]}
         )

@@ -295,17 +295,17 @@ def namespace_default_deny(
     deferred = Deferred()
     for policy in stack.of_type(NETWORK_POLICY_TYPE):
         with deferred.each():
-            namespace = _denies_all(policy)
-            if namespace is not None:
-                denied.add(namespace)
-    for namespace in stack.of_type(NAMESPACE_TYPE):
+            target = _denies_all(policy)
+            if target is not None:
+                denied.add(target)
+    for resource in stack.of_type(NAMESPACE_TYPE):
         with deferred.each():
-            name = known(metadata(namespace).get("name"), "metadata.name")
+            name = known(metadata(resource).get("name"), "metadata.name")
             if not isinstance(name, str) or not name:
-                yield namespace.urn, f"namespace {namespace.name} sets no metadata.name"
+                yield resource.urn, f"namespace {resource.name} sets no metadata.name"
             elif name not in denied:
                 yield (
-                    namespace.urn,
+                    resource.urn,
                     f"namespace {name} has no default-deny NetworkPolicy: every pod in it "
                     "may reach, and be reached from, anything the network routes",
                 )

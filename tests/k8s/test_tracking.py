@@ -16,10 +16,15 @@ import jsonschema
 import pytest
 import yaml
 
+from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
 from modules.k8s.platform.spec import KubernetesPlatformArgs
-from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tracking import manifests as tracking
-from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
+from modules.k8s.tracking.spec import (
+    TrackingInputs,
+    TrackingSpec,
+    TrackingStoreInputs,
+    team_password,
+)
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config
@@ -28,6 +33,7 @@ from stacks.kubernetes_layer import _tracking_inputs
 from stacks.offline_plan import load_stack_file
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
+from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
@@ -153,8 +159,8 @@ def test_on_premises_artifacts_are_on_the_claimed_volume() -> None:
     values = tracking.mlflow_values(SPEC, ONPREM_STORE)
     assert "s3" not in values["artifactRoot"]
     assert values["artifactRoot"]["defaultArtifactsDestination"] == tracking.ARTIFACT_MOUNT
-    (volume,) = values["extraVolumes"]
-    assert volume["persistentVolumeClaim"]["claimName"] == tracking.ARTIFACT_CLAIM
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["artifacts"]["persistentVolumeClaim"]["claimName"] == tracking.ARTIFACT_CLAIM
     assert values["backendStore"]["postgres"]["host"] == "mlflow-db-rw.mlflow.svc"
     assert values["backendStore"]["existingDatabaseSecret"]["name"] == "mlflow-db-app"
 
@@ -181,8 +187,17 @@ def test_the_vendored_crd_refuses_a_misspelled_or_mistyped_field() -> None:
 # -- fences -----------------------------------------------------------------------
 
 
-def test_the_server_admits_only_team_namespaces_and_prometheus() -> None:
-    (policy,) = tracking.server_network_policies("10.42.0.0/16")
+NETWORK = ClusterNetwork(("10.20.0.10/32",), ("10.20.0.0/22",))
+
+
+def _by_name(policies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in policies}
+
+
+def test_the_server_admits_only_team_namespaces_and_prometheus_on_tls() -> None:
+    policies = _by_name(tracking.server_network_policies(NETWORK, "10.42.0.0/16"))
+    assert is_default_deny(policies[DEFAULT_DENY])
+    policy = policies["mlflow-server"]
     (rule,) = policy["spec"]["ingress"]
     team, monitoring = rule["from"]
     assert team == {
@@ -193,37 +208,114 @@ def test_the_server_admits_only_team_namespaces_and_prometheus() -> None:
     assert monitoring["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
-    assert rule["ports"] == [{"protocol": "TCP", "port": tracking.SERVER_PORT}]
+    # Only the TLS proxy's port: MLflow's own 5000 admits no one but the kubelet.
+    assert rule["ports"] == [{"protocol": "TCP", "port": tracking.TLS_PORT}]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     egress_ports = {p["port"] for e in policy["spec"]["egress"] for p in e["ports"]}
-    assert egress_ports == {53, 5432, 443, 80}  # DNS, RDS, S3/STS endpoints, Pod Identity
+    assert egress_ports == {5432, 443, 80}  # RDS, S3/STS endpoints, Pod Identity
+    # DNS for every pod of the namespace, nothing else (no API server on AWS).
+    assert set(policies) == {DEFAULT_DENY, "allow-dns", "mlflow-server"}
 
 
 def test_on_premises_the_database_admits_only_the_server_its_peers_and_the_operator() -> None:
-    server, database = tracking.server_network_policies(None)
-    assert {p["port"] for e in server["spec"]["egress"] for p in e["ports"]} == {53, 5432}
+    policies = _by_name(tracking.server_network_policies(NETWORK, None))
+    server, database = policies["mlflow-server"], policies["mlflow-database"]
+    assert {p["port"] for e in server["spec"]["egress"] for p in e["ports"]} == {5432}
     peers = [peer for rule in database["spec"]["ingress"] for peer in rule["from"]]
     assert {"podSelector": {"matchLabels": tracking.SERVER_POD_LABELS}} in peers
     assert not any("ipBlock" in peer for peer in peers)
+    # The instances replicate between themselves and their managers watch the API.
+    (egress,) = database["spec"]["egress"]
+    assert egress["to"] == [{"podSelector": {"matchLabels": {"cnpg.io/cluster": "mlflow-db"}}}]
+    api = policies["mlflow-database-api-server"]
+    assert api["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.20.0.10/32"}}]
+
+
+def test_the_cloudnative_pg_operator_reaches_the_instances_and_serves_its_webhook() -> None:
+    policies = _by_name(tracking.cnpg_network_policies(NETWORK))
+    assert is_default_deny(policies[DEFAULT_DENY])
+    webhook = policies["allow-webhooks"]["spec"]["ingress"][0]
+    assert webhook["from"] == [{"ipBlock": {"cidr": "10.20.0.10/32"}}]
+    assert webhook["ports"] == [{"protocol": "TCP", "port": tracking.CNPG_WEBHOOK_PORT}]
+    (rule,) = policies["allow-database-instances"]["spec"]["egress"]
+    assert {p["port"] for p in rule["ports"]} == {tracking.CNPG_STATUS_PORT, 5432}
 
 
 @pytest.mark.parametrize("on_aws", [True, False])
 def test_the_fences_pass_the_strict_schema(on_aws: bool) -> None:
     objects = [
-        *tracking.server_network_policies("10.42.0.0/16" if on_aws else None),
+        *tracking.server_network_policies(NETWORK, "10.42.0.0/16" if on_aws else None),
+        *tracking.cnpg_network_policies(NETWORK),
         tracking.team_egress_policy("nlp"),
         tracking.tracking_namespace("1.33"),
         tracking.artifact_claim(SPEC, "cephfs-encrypted", "ReadWriteMany"),
+        tracking.tls_service(),
+        tracking.user_sync_configmap(),
     ]
     assert schema_errors(objects, "1.33") == []
 
 
-def test_the_service_monitor_logs_in_with_the_admin_secret() -> None:
+def test_the_service_monitor_logs_in_over_tls_with_the_admin_secret() -> None:
     monitor = tracking.service_monitor(30)
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics" and endpoint["interval"] == "30s"
     assert endpoint["basicAuth"]["password"] == {"name": tracking.ADMIN_SECRET, "key": "password"}
-    assert monitor["spec"]["selector"]["matchLabels"] == tracking.SERVER_POD_LABELS
+    # It selects the platform's TLS Service (not the chart's plain one) by its port name,
+    # and verifies the certificate with the CA its Secret carries, for the Service's name.
+    service = tracking.tls_service()
+    assert all(
+        service["metadata"]["labels"][k] == v
+        for k, v in monitor["spec"]["selector"]["matchLabels"].items()
+    )
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": tracking.TLS_SECRET, "key": "ca.crt"}
+    certificate = tracking.tls_certificate()
+    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+    assert crd_errors([monitor]) == []
+
+
+def test_the_tls_proxy_serves_the_certificate_and_forwards_to_the_loopback_only() -> None:
+    values = tracking.mlflow_values(SPEC, ONPREM_STORE)
+    proxy, sync = values["extraContainers"]
+    args = proxy["args"]
+    assert args[0] == "server"
+    assert f"--listen=0.0.0.0:{tracking.TLS_PORT}" in args
+    assert f"--target=127.0.0.1:{tracking.SERVER_PORT}" in args
+    assert "--disable-authentication" in args  # MLflow's basic auth authenticates
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    (mount,) = proxy["volumeMounts"]
+    assert volumes[mount["name"]]["secret"]["secretName"] == tracking.TLS_SECRET
+    assert f"--cert={mount['mountPath']}/tls.crt" in args
+    assert f"--key={mount['mountPath']}/tls.key" in args
+    # The Service targets the proxy's port by name.
+    service = tracking.tls_service()
+    assert service["spec"]["ports"][0]["targetPort"] == proxy["ports"][0]["name"]
+    assert service["spec"]["selector"] == tracking.SERVER_POD_LABELS
+    assert tracking.TRACKING_URI == (
+        f"https://{service['metadata']['name']}.{tracking.TRACKING_NAMESPACE}.svc.cluster.local"
+    )
+    host = tracking.TRACKING_URI.split("//")[1]
+    assert host in tracking.tls_certificate()["spec"]["dnsNames"]
+    # The user-sync sidecar mounts the users Secret and the script, and logs in as admin.
+    mounts = {m["name"]: m for m in sync["volumeMounts"]}
+    assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
+    assert volumes["user-sync-script"]["configMap"]["name"] == tracking.USER_SYNC_CONFIGMAP
+    env = {e["name"]: e for e in sync["env"]}
+    assert env["USERS_FILE"]["value"] == f"{mounts['team-users']['mountPath']}/users.json"
+    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": tracking.ADMIN_SECRET,
+        "key": "password",
+    }
+    assert env["MLFLOW_TRACKING_URI"]["value"] == f"http://127.0.0.1:{tracking.SERVER_PORT}"
+
+
+def test_team_passwords_are_distinct_stable_and_not_the_admins() -> None:
+    first = team_password("correct horse battery staple", "nlp")
+    assert first == team_password("correct horse battery staple", "nlp")
+    assert first != team_password("correct horse battery staple", "vision")
+    assert first != team_password("another admin password", "nlp")
+    assert len(first) == 43 and "correct" not in first  # 256 bits, url-safe base64
 
 
 # -- typed config and args ------------------------------------------------------------
@@ -264,7 +356,7 @@ def test_eks_needs_the_rds_store_and_onprem_refuses_it() -> None:
 def test_replicas_on_premises_need_a_shared_artifact_volume() -> None:
     base = onprem_args(provider=NO_PROVIDER)
     assert base.onprem is not None
-    single = OnPremSpec(storage_class="local-encrypted", checkpoint_access_mode="ReadWriteOnce")
+    single = replace(base.onprem, checkpoint_storage_class="", checkpoint_access_mode="ReadWriteOnce")
     with pytest.raises(InvalidArgsError, match="ReadWriteMany"):
         replace(
             base,

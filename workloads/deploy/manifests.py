@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modules.k8s.names import TRAINER_UID, TrackingAccess
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
@@ -29,10 +30,12 @@ APP_LABELS = {"app.kubernetes.io/name": "training", "app.kubernetes.io/part-of":
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-RUN_AS_USER = 1000  # the image's non-root "trainer" user
+RUN_AS_USER = TRAINER_UID  # the images' non-root user (10001)
 EXIT_CONFIG_ERROR = 2  # workloads.train's status for a bad config: retrying cannot help
 EXIT_FABRIC_BELOW_THRESHOLD = 1  # workloads.fabric_check's status below its threshold
 DATA_DIR = "/scratch/data"
+#: Where the trainer finds the cluster CA it verifies the tracking server with.
+TRACKING_CA_DIR = "/etc/gpuplatform/ca"
 
 
 def service_name(spec: TrainingJobSpec) -> str:
@@ -111,6 +114,42 @@ def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
     return [{"name": name, "value": value} for name, value in sorted(env.items())]
+
+
+def tracking_wiring(
+    tracking: TrackingAccess | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The trainer's MLflow settings: environment entries, pod volumes and container
+    mounts. The trainer (`workloads.training.tracking`) and MLflow's client read
+    ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` (from the team's
+    Secret, never in the manifest) and ``MLFLOW_TRACKING_SERVER_CERT_PATH`` (the cluster
+    CA, mounted read-only). Nothing where the cluster has no tracking server."""
+    if tracking is None:
+        return [], [], []
+    credentials = [
+        {
+            "name": f"MLFLOW_TRACKING_{key.upper()}",
+            "valueFrom": {"secretKeyRef": {"name": tracking.credentials_secret, "key": key}},
+        }
+        for key in ("username", "password")
+    ]
+    env: list[dict[str, Any]] = [
+        {"name": "MLFLOW_TRACKING_URI", "value": tracking.uri},
+        *credentials,
+        {
+            "name": "MLFLOW_TRACKING_SERVER_CERT_PATH",
+            "value": f"{TRACKING_CA_DIR}/{tracking.ca_key}",
+        },
+    ]
+    volume = {
+        "name": "tracking-ca",
+        "secret": {
+            "secretName": tracking.ca_secret,
+            "items": [{"key": tracking.ca_key, "path": tracking.ca_key}],
+        },
+    }
+    mount = {"name": "tracking-ca", "mountPath": TRACKING_CA_DIR, "readOnly": True}
+    return env, [volume], [mount]
 
 
 def workload_args(spec: TrainingJobSpec) -> list[str]:
@@ -258,6 +297,10 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     pool = spec.pool
     resources = container_resources(spec)
     volumes, mounts = _volumes(spec)
+    tracking_env, tracking_volumes, tracking_mounts = tracking_wiring(
+        spec.tracking if spec.workload == "train" else None
+    )
+    volumes += tracking_volumes
     ports = [{"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"}]
     if spec.workload == "train":
         ports.insert(
@@ -269,11 +312,11 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["torchrun"],
         "args": torchrun_args(spec),
-        "env": environment(spec),
+        "env": [*environment(spec), *tracking_env],
         "ports": ports,
         "resources": resources,
         "securityContext": restricted_container_security(),
-        "volumeMounts": mounts,
+        "volumeMounts": [*mounts, *tracking_mounts],
     }
     pod_labels = {**_labels(spec)}
     annotations: dict[str, str] = {}
@@ -288,8 +331,9 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "subdomain": service_name(spec),
         "serviceAccountName": spec.service_account,
-        # EKS Pod Identity authenticates with the service account's token.
-        "automountServiceAccountToken": True,
+        # EKS Pod Identity authenticates with the service account's token; on premises
+        # nothing uses it, so none is mounted.
+        "automountServiceAccountToken": spec.cloud_identity,
         "priorityClassName": spec.priority_class,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
         "securityContext": {

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from modules.k8s.names import TrackingAccess
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 from workloads.training.config import PRESETS
@@ -94,6 +95,12 @@ class TrainingJobSpec:
             Service ``<name>-rdzv``.
         expect_nvlink: the health check requires every NVLink up (default: on for
             8-GPU boards of NVLink accelerators).
+        tracking: the cluster's MLflow server as the team reaches it (URI, the team's
+            credentials Secret, the CA): the trainer logs its run there. ``None``: not
+            tracked (no tracking server on the cluster).
+        cloud_identity: the service account carries a cloud identity (EKS Pod
+            Identity authenticates with its token, so the token is mounted); ``False``
+            on premises, where no token is mounted.
     """
 
     name: str
@@ -127,6 +134,8 @@ class TrainingJobSpec:
     health_check: bool = True
     expect_nvlink: bool | None = None
     rendezvous_service: str | None = None
+    tracking: TrackingAccess | None = None
+    cloud_identity: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()

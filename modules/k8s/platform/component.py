@@ -32,6 +32,7 @@ from modules.k8s.storage.component import Storage
 from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tenancy.component import Tenancy
 from modules.k8s.tracking.component import Tracking
+from modules.k8s.tracking.manifests import team_tracking_access
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
@@ -159,7 +160,11 @@ class KubernetesPlatform(pulumi.ComponentResource):
         self.team_ready: dict[str, list[pulumi.Resource]] = {}
         for team in args.teams:
             self.placements[team.name] = team_placement(
-                team.name, args.secondary_network, team.allowed_priorities
+                team.name,
+                args.secondary_network,
+                team.allowed_priorities,
+                tracking=team_tracking_access() if args.tracking_enabled else None,
+                cloud_identity=args.eks is not None,
             )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],

@@ -237,11 +237,11 @@ class KubernetesPlatformArgs:
             check.require(False, "teams", name, "team names must be unique")
         has_fabric = any(p.fabric != "none" for p in self.pools)
         oidc = self.onprem.oidc if self.onprem is not None else None
-        for team in sorted(oidc.team_groups if oidc is not None else ()):
+        for grouped in sorted(oidc.team_groups if oidc is not None else ()):
             check.require(
-                team in names,
-                f"onprem.oidc.team_groups.{team}",
-                team,
+                grouped in names,
+                f"onprem.oidc.team_groups.{grouped}",
+                grouped,
                 f"must be one of the teams: {', '.join(names) or '(none declared)'}",
             )
         for team in self.teams:

@@ -46,9 +46,10 @@ from modules.k8s.serving.spec import (
     ServingSpec,
 )
 
-#: The runtimes' containers run as this non-root user (Triton's image has it as
-#: ``triton-server``; the predictor image creates it).
-RUNTIME_UID = 1000
+#: The runtimes' containers run as this non-root user: the predictor image creates it
+#: (``USER 10001``); Triton's image runs as any UID (its ``triton-server`` user is 1000,
+#: below the 10000 at which a container user can no longer be a node's user).
+RUNTIME_UID = 10001
 #: KServe's storage initializer downloads the model here; runtimes read it from here.
 MODEL_DIR = "/mnt/models"
 DEPLOYMENT_MODE = "Standard"

@@ -4,6 +4,7 @@ Service, its fences, the teams' MLflow users and their credentials."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -213,7 +214,7 @@ class Tracking(pulumi.ComponentResource):
             passwords[team.name] = pulumi.Output.secret(
                 pulumi.Output.from_input(password)
                 if password is not None
-                else admin.apply(lambda a, name=team.name: team_password(a, name))
+                else admin.apply(functools.partial(_derived, team.name))
             )
             register(
                 team_credentials_secret(team.name, passwords[team.name]),
@@ -226,3 +227,7 @@ class Tracking(pulumi.ComponentResource):
             register(team_users_secret(users), self, provider, depends_on=[ns]),
             register(user_sync_configmap(), self, provider, depends_on=[ns]),
         ]
+
+
+def _derived(team: str, admin_password: str) -> str:
+    return team_password(admin_password, team)

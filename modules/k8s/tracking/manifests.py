@@ -43,8 +43,8 @@ import pulumi
 
 from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
-from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, team_namespace
-from modules.k8s.pki.spec import CA_KEY, service_dns_names, serving_certificate
+from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.spec import TrackingSpec
 from modules.k8s.versions import CLOUDNATIVE_PG_POSTGRES_IMAGE
@@ -560,7 +560,7 @@ def service_monitor(scrape_interval_seconds: int) -> Manifest:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": metadata(SERVER_NAME, TRACKING_NAMESPACE),
+        "metadata": metadata(TLS_SERVICE, TRACKING_NAMESPACE),
         "spec": {
             "selector": {"matchLabels": dict(TLS_SERVICE_LABELS)},
             "namespaceSelector": {"matchNames": [TRACKING_NAMESPACE]},
@@ -597,6 +597,12 @@ def database_pod_monitor() -> Manifest:
 
 
 # -- the teams' MLflow users --------------------------------------------------------
+
+
+def team_tracking_access() -> TrackingAccess:
+    """What a team's job is given to reach the server: the URI, the team's credentials
+    Secret and the cluster CA (both in the team's namespace)."""
+    return TrackingAccess(TRACKING_URI, TEAM_CREDENTIALS_SECRET, CA_BUNDLE_SECRET, CA_KEY)
 
 
 def team_username(team: str) -> str:
