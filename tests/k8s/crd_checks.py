@@ -165,6 +165,7 @@ def _ipoib_network(m: Mapping[str, Any]) -> Iterable[str]:
 
 
 def _service_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+    yield from vendored_crd_errors(m)
     spec = m.get("spec", {})
     if "selector" not in spec:
         yield "spec.selector: required"

@@ -73,7 +73,9 @@ def test_opencost_uses_the_platform_prometheus_and_local_prices_only() -> None:
     assert env["SSL_CERT_FILE"] == f"{mount['mountPath']}/{volume['secret']['items'][0]['path']}"
     assert volume["secret"]["items"][0]["key"] == CA_KEY
     # The certificate Prometheus serves carries the URL's host.
-    (prometheus,) = [c for c in monitoring_certificates() if c["metadata"]["name"] == PROMETHEUS_TLS]
+    (prometheus,) = [
+        c for c in monitoring_certificates() if c["metadata"]["name"] == PROMETHEUS_TLS
+    ]
     host = values["prometheus"]["external"]["url"].split("//")[1].split(":")[0]
     assert host in prometheus["spec"]["dnsNames"]
     assert {"name": "USE_CUSTOM_PROVIDER", "value": "true"} in values["exporter"]["env"]

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from modules.k8s.monitoring.dashboards import dashboard_queries
-from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.pki.spec import CLUSTER_CA_ISSUER, cert_manager_values, certificate_authority
+from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.serving.manifests import (
     api_server_egress,
     auth_delegation,
@@ -332,9 +332,7 @@ def test_the_layer_installs_kserve_after_the_cluster_ca_and_the_runtimes() -> No
     assert releases["kserve-crd"].inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-crd"
     kserve = releases["kserve"]
     assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
-    assert {urns[d].inputs.get("name") for d in kserve.dependencies if d in urns} >= {
-        "kserve-crd"
-    }
+    assert {urns[d].inputs.get("name") for d in kserve.dependencies if d in urns} >= {"kserve-crd"}
     # Its webhooks' certificates come from the cluster CA: the issuer exists first.
     issuers = {
         urns[d].inputs["metadata"]["name"]

@@ -292,9 +292,9 @@ def test_the_tls_proxy_serves_the_certificate_and_forwards_to_the_loopback_only(
     service = tracking.tls_service()
     assert service["spec"]["ports"][0]["targetPort"] == proxy["ports"][0]["name"]
     assert service["spec"]["selector"] == tracking.SERVER_POD_LABELS
-    assert tracking.TRACKING_URI == (
+    assert (
         f"https://{service['metadata']['name']}.{tracking.TRACKING_NAMESPACE}.svc.cluster.local"
-    )
+    ) == tracking.TRACKING_URI
     host = tracking.TRACKING_URI.split("//")[1]
     assert host in tracking.tls_certificate()["spec"]["dnsNames"]
     # The user-sync sidecar mounts the users Secret and the script, and logs in as admin.
@@ -356,7 +356,9 @@ def test_eks_needs_the_rds_store_and_onprem_refuses_it() -> None:
 def test_replicas_on_premises_need_a_shared_artifact_volume() -> None:
     base = onprem_args(provider=NO_PROVIDER)
     assert base.onprem is not None
-    single = replace(base.onprem, checkpoint_storage_class="", checkpoint_access_mode="ReadWriteOnce")
+    single = replace(
+        base.onprem, checkpoint_storage_class="", checkpoint_access_mode="ReadWriteOnce"
+    )
     with pytest.raises(InvalidArgsError, match="ReadWriteMany"):
         replace(
             base,
@@ -475,3 +477,160 @@ def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:
     assert "trackingAdminPassword" in problem and "pulumi config set --secret" in problem
     disabled = replace(config, tracking=TrackingSpec(enabled=False))
     assert _tracking_inputs(disabled, None, None) is None
+
+
+# -- a cluster job reaches the tracking server: each reference followed in the plan ------
+
+
+def _release_values(stack: str, name: str) -> dict[str, Any]:
+    (release,) = [
+        r for r in _by_type(stack, "kubernetes:helm.sh/v3:Release") if r.inputs["name"] == name
+    ]
+    values: dict[str, Any] = release.inputs["values"]
+    return values
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> None:
+    """Follow every reference of the trainer's tracking settings to the object it names
+    in the same plan: a renamed Service, Secret, key, certificate or port breaks it."""
+    (job,) = [j for j in _objects(stack, "Job") if j["metadata"]["name"].startswith("example-")]
+    ns = job["metadata"]["namespace"]
+    pod = job["spec"]["template"]["spec"]
+    (trainer,) = [c for c in pod["containers"] if c["name"] == "trainer"]
+    env = {e["name"]: e for e in trainer["env"]}
+
+    # The URI names the platform's TLS Service, on a port it serves.
+    uri = urlsplit(env["MLFLOW_TRACKING_URI"]["value"])
+    assert uri.scheme == "https"
+    service_name, service_ns = uri.hostname.split(".")[:2]  # type: ignore[union-attr]
+    (service,) = [
+        s
+        for s in _objects(stack, "Service")
+        if (s["metadata"]["name"], s["metadata"].get("namespace")) == (service_name, service_ns)
+    ]
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == (uri.port or 443)]
+    # ...whose target is the TLS proxy's container port in the server's pods.
+    values = _release_values(stack, tracking.RELEASE)
+    proxy_ports = {
+        p["name"]: p["containerPort"] for c in values["extraContainers"] for p in c.get("ports", [])
+    }
+    assert port["targetPort"] in proxy_ports
+    assert _selects(service["spec"]["selector"], tracking.SERVER_POD_LABELS)
+    # ...and whose certificate names the URI's host.
+    (certificate,) = [
+        c
+        for c in _objects(stack, "Certificate")
+        if c["metadata"].get("namespace") == service_ns
+        and c["spec"]["secretName"] == tracking.TLS_SECRET
+    ]
+    assert uri.hostname in certificate["spec"]["dnsNames"]
+
+    # The credentials come from a Secret of the job's namespace with those keys.
+    secrets = {
+        s["metadata"]["name"]: s
+        for s in _objects(stack, "Secret")
+        if s["metadata"]["namespace"] == ns
+    }
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        ref = env[name]["valueFrom"]["secretKeyRef"]
+        assert ref["key"] in secrets[ref["name"]]["stringData"], (name, ref)
+    team = ns.removeprefix("team-")
+    assert secrets[env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"]["name"]][
+        "stringData"
+    ]["username"] == tracking.team_username(team)
+
+    # The CA file is the ca.crt of a certificate issued in the job's namespace.
+    ca_path = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]["value"]
+    mounts = {m["name"]: m for m in trainer["volumeMounts"]}
+    (volume,) = [
+        v
+        for v in pod["volumes"]
+        if v["name"] in mounts and ca_path.startswith(mounts[v["name"]]["mountPath"] + "/")
+    ]
+    bundles = [
+        c
+        for c in _objects(stack, "Certificate")
+        if c["metadata"].get("namespace") == ns
+        and c["spec"]["secretName"] == volume["secret"]["secretName"]
+    ]
+    assert bundles and bundles[0]["spec"]["issuerRef"] == certificate["spec"]["issuerRef"]
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_path.rsplit("/", 1)[1]}]
+
+    # The job's namespace lets its pods reach exactly the server pods on the proxy port.
+    reach = [
+        rule
+        for p in _objects(stack, "NetworkPolicy")
+        if p["metadata"]["namespace"] == ns
+        for rule in p["spec"].get("egress", [])
+        for peer in rule.get("to", [])
+        if peer.get("namespaceSelector", {}).get("matchLabels")
+        == {"kubernetes.io/metadata.name": service_ns}
+    ]
+    (rule,) = reach
+    (peer,) = rule["to"]
+    assert _selects(peer["podSelector"]["matchLabels"], service["spec"]["selector"])
+    assert [p["port"] for p in rule["ports"]] == [proxy_ports[port["targetPort"]]]
+    # ...and the server's own fence admits the team namespace on that port.
+    (server,) = [
+        p
+        for p in _objects(stack, "NetworkPolicy")
+        if (p["metadata"]["namespace"], p["metadata"]["name"]) == (service_ns, "mlflow-server")
+    ]
+    (ingress,) = server["spec"]["ingress"]
+    assert [p["port"] for p in ingress["ports"]] == [proxy_ports[port["targetPort"]]]
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
+    """The users Secret the server's sidecar reads holds each team's user; each team
+    namespace holds that user's credentials."""
+    (users,) = [
+        s for s in _objects(stack, "Secret") if s["metadata"]["name"] == tracking.TEAM_USERS_SECRET
+    ]
+    assert users["metadata"]["namespace"] == tracking.TRACKING_NAMESPACE
+    assert users["stringData"][tracking.USERS_FILE] == "[secret]"
+    config = parse_stack_config(load_stack_file(stack)[0])
+    credentials = {
+        s["metadata"]["namespace"]: s["stringData"]
+        for s in _objects(stack, "Secret")
+        if s["metadata"]["name"] == tracking.TEAM_CREDENTIALS_SECRET
+    }
+    assert set(credentials) == {f"team-{t.name}" for t in config.teams}
+    for team in config.teams:
+        data = credentials[f"team-{team.name}"]
+        assert data == {"username": tracking.team_username(team.name), "password": "[secret]"}
+    values = _release_values(stack, tracking.RELEASE)
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
+    (script,) = [
+        c
+        for c in _objects(stack, "ConfigMap")
+        if c["metadata"]["name"] == tracking.USER_SYNC_CONFIGMAP
+    ]
+    assert volumes["user-sync-script"]["configMap"]["name"] == script["metadata"]["name"]
+    assert set(script["data"]) == {tracking.SYNC_SCRIPT.name}
+
+
+@pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if s != "onprem-ib"])
+def test_aws_team_credentials_are_secrets_manager_secrets_under_the_stack_key(stack: str) -> None:
+    config = parse_stack_config(load_stack_file(stack)[0])
+    secrets = {
+        s.inputs["name"]: s.inputs for s in _by_type(stack, "aws:secretsmanager/secret:Secret")
+    }
+    for team in config.teams:
+        secret = secrets[f"gpu-{stack}/mlflow/team-{team.name}"]
+        assert secret["kmsKeyId"].startswith("arn:aws:kms:me-central-1:")
+        assert "replicas" not in secret  # in the region only
+    (key,) = [
+        k.inputs["targetKeyId"]
+        for k in _by_type(stack, "aws:kms/alias:Alias")
+        if k.inputs["name"].endswith("-secrets")
+    ]
+    assert key  # the stack's secrets key exists; the CMK rule checks which key is used
+    versions = _by_type(stack, "aws:secretsmanager/secretVersion:SecretVersion")
+    assert len(versions) == len(config.teams)

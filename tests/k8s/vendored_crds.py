@@ -1,6 +1,7 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
-releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG; the
-READMEs there name sources, versions and commits).
+releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG, the
+Prometheus Operator's ServiceMonitor; the READMEs there name sources, versions and
+commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -31,6 +32,9 @@ FILES: dict[tuple[str, str], str] = {
     ("cert-manager.io", "Certificate"): "cert-manager/cert-manager.io_certificates.yaml",
     ("cert-manager.io", "ClusterIssuer"): "cert-manager/cert-manager.io_clusterissuers.yaml",
     ("postgresql.cnpg.io", "Cluster"): "cloudnative-pg/clusters.postgresql.cnpg.io.yaml",
+    ("monitoring.coreos.com", "ServiceMonitor"): (
+        "charts/prometheus-operator-v0.93.1-servicemonitors-crd.yaml"
+    ),
 }
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}
 

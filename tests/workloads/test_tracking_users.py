@@ -249,11 +249,11 @@ def test_a_wrong_password_or_an_unknown_ca_is_refused(server: dict[str, Any]) ->
     passwords = {"nlp": team_password(ADMIN_PASSWORD, "nlp")}
     assert _sync(server, passwords) == 0
     wrong = _job_environment(server, "nlp", "not-the-team-password")
-    with pytest.raises(PermissionError, match="401|Unauthorized|credentials"):
+    with pytest.raises(PermissionError, match=r"401|Unauthorized|credentials"):
         _log_run(wrong, "nlp-refused")
     unknown_ca = {**_job_environment(server, "nlp", passwords["nlp"])}
     unknown_ca.pop("MLFLOW_TRACKING_SERVER_CERT_PATH")  # system CAs do not know ours
-    with pytest.raises(PermissionError, match="CERTIFICATE_VERIFY_FAILED|SSL"):
+    with pytest.raises(PermissionError, match=r"CERTIFICATE_VERIFY_FAILED|SSL"):
         _log_run(unknown_ca, "nlp-unverified")
 
 

@@ -330,10 +330,10 @@ def tls_proxy_container() -> dict[str, Any]:
 
 
 def tls_certificate() -> Manifest:
-    """The tracking endpoint's certificate (the names of the platform's Service)."""
-    return serving_certificate(
-        TLS_SECRET, TRACKING_NAMESPACE, service_dns_names(TLS_SERVICE, TRACKING_NAMESPACE)
-    )
+    """The tracking endpoint's certificate: the names of the platform's Service, and
+    ``localhost`` for ``kubectl port-forward`` (a laptop's client checks the name)."""
+    names = [*service_dns_names(TLS_SERVICE, TRACKING_NAMESPACE), "localhost"]
+    return serving_certificate(TLS_SECRET, TRACKING_NAMESPACE, names)
 
 
 def tls_service() -> Manifest:
