@@ -148,7 +148,10 @@ def test_prometheus_scrapes_and_reads_only_what_it_should(stack: str) -> None:
     c = config(stack)
     node_cidrs = list(c.onprem.node_cidrs) if c.onprem else [c.network.vpc_cidr]
     assert nodes["to"] == [{"ipBlock": {"cidr": n}} for n in node_cidrs]
-    assert {p["port"] for p in nodes["ports"]} == {10250, 9100}
+    # The kubelets and node exporters; on premises also the control plane's components
+    # (kube-proxy, controller manager, scheduler, etcd), which EKS does not expose.
+    control_plane = {10249, 10257, 10259, 2381} if c.onprem else set()
+    assert {p["port"] for p in nodes["ports"]} == {10250, 9100} | control_plane
     for name in ("cert-manager", "opencost", "kueue-system", "gpu-operator"):
         if "allow-metrics-scrape" not in fenced.get(name, {}):
             continue

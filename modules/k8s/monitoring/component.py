@@ -47,6 +47,7 @@ class Monitoring(pulumi.ComponentResource):
                 args.network,
                 args.monitoring.grafana_access,
                 OPENCOST_NAMESPACE if args.cost is not None else None,
+                managed_control_plane=args.eks is not None,
             )
         ]
         # The servers' certificates (``depends_on`` carries the cluster CA's issuer):

@@ -81,6 +81,12 @@ OWN_PORTS: tuple[tuple[str, int], ...] = (
     ("TCP", 10250),
 )
 OPERATOR_WEBHOOK_PORT = 10250
+#: What kube-prometheus-stack scrapes on the nodes' own addresses (host network): the
+#: kubelet and the node exporter everywhere; where the control plane is the cluster's
+#: own (on premises), also kube-proxy (10249), the controller manager (10257), the
+#: scheduler (10259) and etcd's metrics (2381), on the control-plane nodes.
+NODE_SCRAPE_PORTS = (netpol.KUBELET_PORT, netpol.NODE_EXPORTER_PORT)
+CONTROL_PLANE_SCRAPE_PORTS = (10249, 10257, 10259, 2381)
 TRAINING_POD_MONITOR = "training-jobs"
 # Read by the AWS Load Balancer Controller; the last one by the legacy in-tree
 # controller, so the load balancer is internal whichever controller creates it.
@@ -368,11 +374,13 @@ def monitoring_network_policies(
     network: netpol.ClusterNetwork,
     grafana_access: str,
     opencost_namespace: str | None,
+    managed_control_plane: bool = True,
 ) -> list[Manifest]:
     """Default deny, DNS and the API server (the operator, kube-state-metrics, Prometheus'
     service discovery and Grafana's sidecars watch the API); the namespace's own ports;
     Prometheus scrapes every pod (each target's namespace admits it on its metrics port
-    only) and the nodes' kubelets and node exporters; the API server calls the
+    only) and the nodes' kubelets and node exporters (on premises also the control
+    plane's components, `CONTROL_PLANE_SCRAPE_PORTS`); the API server calls the
     operator's webhook; OpenCost reads Prometheus; on EKS with an internal load
     balancer, the VPC reaches Grafana."""
     ns = MONITORING_NAMESPACE
@@ -390,7 +398,10 @@ def monitoring_network_policies(
                     {"to": [{"namespaceSelector": {}}]},
                     {
                         "to": netpol.cidr_peers(network.node_cidrs),
-                        "ports": netpol.tcp(netpol.KUBELET_PORT, netpol.NODE_EXPORTER_PORT),
+                        "ports": netpol.tcp(
+                            *NODE_SCRAPE_PORTS,
+                            *(() if managed_control_plane else CONTROL_PLANE_SCRAPE_PORTS),
+                        ),
                     },
                 ],
             },

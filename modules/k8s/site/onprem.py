@@ -40,8 +40,9 @@ class OnPremSpec:
             nodes or their load balancer). Required: every namespace of the platform
             denies egress by default, and its operators reach the API server only
             there; the API server's calls to admission webhooks come from there too.
-        node_cidrs: the nodes' addresses (IPv4 CIDRs). Required: Prometheus scrapes the
-            kubelets and node exporters there.
+        node_cidrs: the nodes' addresses, control-plane nodes included (IPv4 CIDRs).
+            Required: Prometheus scrapes the kubelets, node exporters and the control
+            plane's components there.
         oidc: the API server's OpenID Connect settings (`OidcSpec`): how people sign in,
             and which identity-provider group each team is; ``null`` for none.
     """
