@@ -114,6 +114,63 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
         assert set(fenced[name]) - {DEFAULT_DENY} == expected, name
 
 
+def _team_allows(stack: str, team: str) -> set[str]:
+    """What a team namespace allows besides its default deny, from the stack file."""
+    c = config(stack)
+    allows = {"allow-dns", "allow-same-namespace", "allow-metrics-scrape"}
+    if c.target == "aws":
+        allows |= {"allow-pod-identity-agent", "allow-https-endpoints"}
+    elif c.onprem is not None and c.onprem.egress_cidrs:
+        allows.add("allow-https-endpoints")
+    if c.tracking.enabled:
+        allows.add("allow-mlflow")
+    if c.serving is not None:
+        allows.add("allow-inference-api-server")
+    service = c.example_service
+    if service is not None and service.team == team:
+        allows.add(f"example-{service.model_name}-clients")
+    return allows
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_team_namespaces_allow_exactly_what_their_jobs_need(stack: str) -> None:
+    fenced = policies(stack)
+    for team in config(stack).teams:
+        ns = f"team-{team.name}"
+        assert set(fenced[ns]) - {DEFAULT_DENY} == _team_allows(stack, team.name), ns
+        same = fenced[ns]["allow-same-namespace"]["spec"]
+        assert same["ingress"] == [{"from": [{"podSelector": {}}]}]
+        assert same["egress"] == [{"to": [{"podSelector": {}}]}]
+        if "allow-pod-identity-agent" in fenced[ns]:
+            (rule,) = fenced[ns]["allow-pod-identity-agent"]["spec"]["egress"]
+            assert rule["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
+        if "allow-https-endpoints" in fenced[ns]:
+            (rule,) = fenced[ns]["allow-https-endpoints"]["spec"]["egress"]
+            assert rule["ports"] == [{"protocol": "TCP", "port": 443}]
+        if "allow-inference-api-server" in fenced[ns]:
+            spec = fenced[ns]["allow-inference-api-server"]["spec"]
+            assert spec["podSelector"]["matchExpressions"][0]["key"] == (
+                "serving.kserve.io/inferenceservice"
+            )
+            (rule,) = spec["egress"]
+            cidrs = [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
+            assert rule["to"][: len(cidrs)] == cidrs
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_the_tracking_namespace_allows_exactly_the_server_and_its_database(stack: str) -> None:
+    fenced = policies(stack)["mlflow"]
+    expected = {"allow-dns", "mlflow-server"}
+    if config(stack).onprem is not None:
+        expected |= {"mlflow-database", "mlflow-database-api-server"}
+        database = fenced["mlflow-database"]["spec"]
+        assert database["podSelector"] == {"matchLabels": {"cnpg.io/cluster": "mlflow-db"}}
+        assert {p["port"] for r in database["ingress"] for p in r["ports"]} == {5432, 8000, 9187}
+        (api,) = fenced["mlflow-database-api-server"]["spec"]["egress"]
+        assert api["to"] == [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
+    assert set(fenced) - {DEFAULT_DENY} == expected
+
+
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_the_api_server_is_reached_and_calls_webhooks_only_at_its_addresses(stack: str) -> None:
     cidrs = [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
@@ -231,10 +288,22 @@ def test_clients_in_other_namespaces_get_the_cluster_ca(stack: str) -> None:
         bundle = certificates[(ns, CA_BUNDLE_SECRET)]
         assert bundle["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
         assert "server auth" not in bundle["spec"]["usages"]
-    (issuer,) = [i for i in objects(stack, "ClusterIssuer") if i["spec"].get("ca")]
-    assert issuer["metadata"]["name"] == CLUSTER_CA_ISSUER
+    issuers = {i["metadata"]["name"]: i for i in objects(stack, "ClusterIssuer")}
+    issuer = issuers[CLUSTER_CA_ISSUER]
     (ca,) = [c for c in objects(stack, "Certificate") if c["spec"].get("isCA")]
     assert ca["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    # The CA certificate is signed by a self-signed issuer of the same plan.
+    assert issuers[ca["spec"]["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_prometheus_scrapes_cert_manager_where_its_namespace_admits_it(stack: str) -> None:
+    (monitor,) = [
+        m for m in objects(stack, "PodMonitor") if m["metadata"].get("namespace") == "cert-manager"
+    ]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (rule,) = policies(stack)["cert-manager"]["allow-metrics-scrape"]["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [endpoint["port"]]
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
@@ -250,8 +319,18 @@ def test_the_tracking_server_is_only_reachable_over_tls(stack: str) -> None:
 def test_the_inference_proxy_requires_tls_1_3(stack: str) -> None:
     services = objects(stack, "InferenceService")
     assert services, "every shipped stack has an example service"
+    certificates = _certificates(stack)
     for service in services:
-        (proxy,) = [
-            c for c in service["spec"]["predictor"]["containers"] if c["name"] == "kube-rbac-proxy"
-        ]
+        predictor = service["spec"]["predictor"]
+        (proxy,) = [c for c in predictor["containers"] if c["name"] == "kube-rbac-proxy"]
         assert "--tls-min-version=VersionTLS13" in proxy["args"]
+        # It serves the certificate the plan issues for it, from the cluster CA.
+        volumes = {v["name"]: v for v in predictor["volumes"]}
+        (tls,) = [
+            m
+            for m in proxy["volumeMounts"]
+            if f"--tls-cert-file={m['mountPath']}/tls.crt" in proxy["args"]
+        ]
+        secret = volumes[tls["name"]]["secret"]["secretName"]
+        certificate = certificates[(service["metadata"]["namespace"], secret)]
+        assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
