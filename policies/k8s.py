@@ -60,6 +60,8 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "ClusterPolicy",
         "NVIDIADriver",
         "NodeFeatureRule",
+        # Kubeflow Trainer
+        "ClusterTrainingRuntime",
         # KServe, cert-manager
         "ClusterServingRuntime",
         "ClusterStorageContainer",
@@ -132,6 +134,23 @@ def pod_specs(resource: ResourceView) -> list[PodSpec]:
 
 def has_pod_spec(resource: ResourceView) -> bool:
     return bool(pod_specs(resource))
+
+
+def job_images(resource: ResourceView) -> list[tuple[str, Any]]:
+    """(path, image) of the images an object names outside any pod spec: a Kubeflow
+    Trainer ``TrainJob``'s ``spec.trainer.image``, which Trainer puts into the trainer
+    container of its runtime's pods (the runtime's own pods are ordinary pod specs)."""
+    if not is_kubernetes_object(resource) or kind_of(resource) != "TrainJob":
+        return []
+    trainer = dig(resource.props, "spec", "trainer")
+    if not isinstance(trainer, Mapping) or "image" not in trainer:
+        return []
+    return [("spec.trainer.image", trainer["image"])]
+
+
+def names_images(resource: ResourceView) -> bool:
+    """The object runs images: it has a pod spec, or names a job image (`job_images`)."""
+    return has_pod_spec(resource) or bool(job_images(resource))
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,22 @@ def get(key: str) -> Any:
 
 @contextmanager
 def loaded(config: Mapping[str, Any]) -> Iterator[None]:
-    """Make ``config`` (a plan's ``config`` map) the runtime config while inside."""
+    """Make ``config`` (a plan's ``config`` map) the runtime config while inside.
+
+    The plan's map is the stack's whole configuration: values of this project left in
+    the runtime by an earlier program run in the same process (another stack's
+    ``keys`` or ``target``) are dropped, not merged with it.
+    """
     values = {
         str(key): value if isinstance(value, str) else json.dumps(value)
         for key, value in config.items()
     }
-    token = runtime_config.CONFIG.set({**runtime_config.CONFIG.get(), **values})
+    others = {
+        key: value
+        for key, value in runtime_config.CONFIG.get().items()
+        if not key.startswith(f"{PROJECT}:")
+    }
+    token = runtime_config.CONFIG.set({**others, **values})
     try:
         yield
     finally:

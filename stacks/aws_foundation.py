@@ -13,6 +13,12 @@ import pulumi
 import pulumi_aws as aws
 
 from modules.aws import iam, instance_types
+from modules.aws.backup import (
+    BackupTarget,
+    StackBackups,
+    StackBackupsArgs,
+    checkpoint_volume_targets,
+)
 from modules.aws.cluster import ClusterAddons, ClusterAddonsArgs, EksCluster, EksClusterArgs
 from modules.aws.database import (
     DATABASE_NAME,
@@ -21,7 +27,8 @@ from modules.aws.database import (
     TrackingDatabase,
     TrackingDatabaseArgs,
 )
-from modules.aws.kms import RegionalKeys, RegionalKeysArgs
+from modules.aws.key_custody import KeyCustody, KeyCustodyArgs
+from modules.aws.kms import KEY_PURPOSES, RegionalKeys, RegionalKeysArgs
 from modules.aws.network import Network, NetworkArgs
 from modules.aws.node_pool import NodePool, NodePoolArgs, pool_zones
 from modules.aws.storage import (
@@ -34,6 +41,7 @@ from modules.aws.storage import (
 )
 from modules.aws.tracking_users import TrackingUserSecrets, TrackingUserSecretsArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
+from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
 from modules.k8s.tracking import manifests as k8s_tracking
 from modules.k8s.tracking.spec import TrackingStoreInputs, team_password
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
@@ -41,9 +49,10 @@ from modules.pools import NodePoolProfile
 
 from .access_foundation import build_access_and_link
 from .catalog import catalog_problems
-from .config import StackConfig
+from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
+from .features_layer import FeaturesAws, build_features_aws
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
 
@@ -75,6 +84,18 @@ class AwsFoundation:
     tracking_team_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
+    #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
+    features: FeaturesAws | None = None
+
+
+@dataclass(frozen=True)
+class KeyStoreSecrets:
+    """The secret config values of a custom key store (`stacks.config.KEY_STORE_SECRET_KEYS`),
+    as the program reads them; None where unset."""
+
+    key_store_password: pulumi.Input[str] | None = None
+    xks_access_key_id: pulumi.Input[str] | None = None
+    xks_secret_access_key: pulumi.Input[str] | None = None
 
 
 def _training_policy(prefix: str, region: str, bucket_arn: str, key_arn: str) -> iam.Document:
@@ -97,16 +118,23 @@ def build_aws_foundation(
     stack: str,
     config: StackConfig,
     provider: aws.Provider,
+    key_store_secrets: KeyStoreSecrets | None = None,
     tracking_admin_password: pulumi.Input[str] | None = None,
-) -> AwsFoundation:
+) -> AwsFoundation | None:
     """Declare the AWS foundation; raises `ConfigError` if the catalog rejects a pool.
 
     Args:
         stack: the stack name (used in resource names: ``gpu-<stack>``).
         config: the validated stack config.
         provider: the region-pinned AWS provider.
+        key_store_secrets: the custom key store's secrets (key custody ``hsm``).
         tracking_admin_password: the MLflow admin password (a Pulumi secret); each
             team's MLflow password, kept in Secrets Manager, is derived from it.
+
+    Returns:
+        The foundation, or None while a key store the stack creates is not ready for
+        keys yet (stage ``cluster`` or ``key-store``): then only the key custody's
+        resources (and the VPC of a CloudHSM cluster) exist, and nothing that needs a key.
     """
     invoke = pulumi.InvokeOptions(provider=provider)
     account_id = aws.get_caller_identity(opts=invoke).account_id
@@ -128,26 +156,75 @@ def build_aws_foundation(
 
     name = f"gpu-{stack}"
     opts = pulumi.ResourceOptions(provider=provider)
+    custody = config.key_custody
+    network: Network | None = None
+    store_id: pulumi.Input[str] | None = None
+    if custody.key_store is not None:
+        store = custody.key_store
+        secrets = key_store_secrets or KeyStoreSecrets()
+        _check_key_store_secrets(store.type, store.created_by_stack, custody.stage, secrets)
+        if store.create_cluster:
+            # The cluster's HSMs live in the stack's private subnets; the flow logs
+            # follow once the logs key exists (below).
+            network = _network(
+                config, name, zones=vpc_zones, account_id=account_id, logs_key_arn=None, opts=opts
+            )
+        key_custody = KeyCustody(
+            "key-custody",
+            KeyCustodyArgs(
+                spec=store,
+                stage=custody.stage,
+                store_name=store.name or name,
+                subnet_ids_by_zone=(
+                    {z: s.id for z, s in network.private_subnets.items()} if network else None
+                ),
+                key_store_password=secrets.key_store_password,
+                xks_access_key_id=secrets.xks_access_key_id,
+                xks_secret_access_key=secrets.xks_secret_access_key,
+            ),
+            opts,
+        )
+        store_id = key_custody.key_store_id
+        pulumi.export(
+            "keyCustody",
+            {
+                "custody": custody.custody,
+                "stage": custody.stage,
+                "keyStoreType": store.type,
+                "keyStoreId": store_id,
+                "cloudHsmClusterId": (
+                    key_custody.cluster.cluster_id if key_custody.cluster else store.cluster_id
+                ),
+            },
+        )
+        if not custody.complete:
+            return None
     keys = RegionalKeys(
         "keys",
-        RegionalKeysArgs(name_prefix=name, account_id=account_id, region=config.region),
-        opts,
-    )
-    network = Network(
-        "network",
-        NetworkArgs(
+        RegionalKeysArgs(
             name_prefix=name,
-            vpc_cidr=config.network.vpc_cidr,
-            zones=vpc_zones,
-            region=config.region,
             account_id=account_id,
-            nat_gateway_per_zone=config.network.nat_gateway_per_zone,
-            logs_key_arn=keys.arn("logs"),
-            flow_log_retention_days=config.network.flow_log_retention_days,
-            cluster_name=name,
+            region=config.region,
+            custom_key_store_id=store_id,
+            xks_key_ids={
+                p: custody.key_store.external_key_ids[p]
+                for p in KEY_PURPOSES
+                if custody.key_store is not None and p in custody.key_store.external_key_ids
+            },
         ),
         opts,
     )
+    if network is None:
+        network = _network(
+            config,
+            name,
+            zones=vpc_zones,
+            account_id=account_id,
+            logs_key_arn=keys.arn("logs"),
+            opts=opts,
+        )
+    else:
+        network.enable_flow_logs(keys.arn("logs"))
     cluster = EksCluster(
         "cluster",
         EksClusterArgs(
@@ -276,14 +353,14 @@ def build_aws_foundation(
         opts,
     )
 
-    tracking_store = None
+    tracking_store, database = None, None
     team_passwords: dict[str, pulumi.Output[str]] = {}
     if config.tracking.enabled and tracking_admin_password is not None and config.teams:
         team_passwords = _tracking_users(
             config, name, keys.arn("secrets"), tracking_admin_password, provider
         )
     if config.tracking.enabled:
-        tracking_store = _tracking_store(
+        tracking_store, database = _tracking_store(
             config,
             name=name,
             network=network,
@@ -292,6 +369,42 @@ def build_aws_foundation(
             data=data,
             cluster=cluster,
             provider=provider,
+        )
+
+    if config.backups.enabled:
+        # What survives a deletion or a ransomware run: the database, the bucket and,
+        # where checkpoints are EBS volumes (no FSx), the teams' checkpoint volumes. An
+        # FSx file system linked to the bucket cannot be backed up (backup_spec); what
+        # its linked path holds is the bucket's.
+        targets = [BackupTarget("data-bucket", [data.bucket.arn])]
+        if database is not None:
+            targets.append(BackupTarget("tracking-db", [database.instance.arn]))
+        if file_system is None:
+            targets += checkpoint_volume_targets(
+                [team_namespace(t.name) for t in config.teams],
+                CHECKPOINT_CLAIM_NAME,
+                config.region,
+                account_id,
+            )
+        backups = StackBackups(
+            "backup",
+            StackBackupsArgs(
+                name_prefix=name,
+                account_id=account_id,
+                spec=config.backups,
+                key_arn=keys.arn("storage"),
+                targets=targets,
+            ),
+            opts,
+        )
+        pulumi.export(
+            "backup",
+            {
+                "vault": backups.vault.name,
+                "planId": backups.plan.id,
+                "backupRoleArn": backups.backup_role.arn,
+                "restoreRoleArn": backups.restore_role.arn,
+            },
         )
 
     # Model serving: image repositories and the inference pods' read-only model access.
@@ -304,6 +417,21 @@ def build_aws_foundation(
             cluster_name=cluster.cluster.name,
             bucket_arn=data.bucket.arn,
             storage_key_arn=keys.arn("storage"),
+            opts=opts,
+        )
+
+    features = None
+    if config.features.enabled:
+        features = build_features_aws(
+            name,
+            config,
+            vpc_id=network.vpc.id,
+            subnet_ids=[s.id for s in network.private_subnets.values()],
+            cluster_security_group_id=security_group_id,
+            cluster_name=cluster.cluster.name,
+            storage_key_arn=keys.arn("storage"),
+            bucket_arn=data.bucket.arn,
+            bucket_name=data.bucket.bucket,
             opts=opts,
         )
 
@@ -339,6 +467,7 @@ def build_aws_foundation(
         tracking_store=tracking_store,
         tracking_team_passwords=team_passwords,
         serving_registry=serving_registry,
+        features=features,
     )
 
 
@@ -370,6 +499,61 @@ def _tracking_users(
     return users.passwords
 
 
+def _network(
+    config: StackConfig,
+    name: str,
+    *,
+    zones: tuple[str, ...],
+    account_id: str,
+    logs_key_arn: pulumi.Input[str] | None,
+    opts: pulumi.ResourceOptions,
+) -> Network:
+    return Network(
+        "network",
+        NetworkArgs(
+            name_prefix=name,
+            vpc_cidr=config.network.vpc_cidr,
+            zones=zones,
+            region=config.region,
+            account_id=account_id,
+            nat_gateway_per_zone=config.network.nat_gateway_per_zone,
+            logs_key_arn=logs_key_arn,
+            flow_log_retention_days=config.network.flow_log_retention_days,
+            cluster_name=name,
+        ),
+        opts,
+    )
+
+
+def _check_key_store_secrets(
+    store_type: str, created_by_stack: bool, stage: str, secrets: KeyStoreSecrets
+) -> None:
+    """A `ConfigError` naming each secret the key store the stack creates needs and does
+    not have (none are needed for an existing store, or before stage key-store)."""
+    if not created_by_stack or stage == "cluster":
+        return
+    if store_type == "cloudhsm":
+        wanted = {"key_store_password": ("keyStorePassword", "the CloudHSM kmsuser's password")}
+    else:
+        wanted = {
+            "xks_access_key_id": (
+                "xksProxyAccessKeyId",
+                "the XKS proxy credential's access key id",
+            ),
+            "xks_secret_access_key": (
+                "xksProxySecretAccessKey",
+                "the XKS proxy credential's secret access key (43 to 64 characters)",
+            ),
+        }
+    missing = [
+        f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key}"
+        for field_name, (key, what) in wanted.items()
+        if getattr(secrets, field_name) is None
+    ]
+    if missing:
+        raise ConfigError(missing)
+
+
 def _tracking_store(
     config: StackConfig,
     *,
@@ -380,7 +564,7 @@ def _tracking_store(
     data: DataStore,
     cluster: EksCluster,
     provider: aws.Provider,
-) -> TrackingStoreInputs:
+) -> tuple[TrackingStoreInputs, TrackingDatabase]:
     """MLflow's RDS database and its artifact role (the bucket's ``mlflow/`` prefix)."""
     spec = config.tracking
     database = TrackingDatabase(
@@ -416,7 +600,7 @@ def _tracking_store(
         ),
         pulumi.ResourceOptions(provider=provider),
     )
-    return TrackingStoreInputs(
+    inputs = TrackingStoreInputs(
         database_host=database.instance.address,
         database_port=POSTGRES_PORT,
         database_name=DATABASE_NAME,
@@ -426,6 +610,7 @@ def _tracking_store(
         artifact_prefix=TRACKING_ARTIFACT_PREFIX,
         storage_key_arn=keys.arn("storage"),
     )
+    return inputs, database
 
 
 def _team_password(team: str, admin_password: str) -> str:

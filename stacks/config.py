@@ -17,10 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from modules.aws.backup_spec import BackupSpec
 from modules.aws.identity_spec import IdentitySpec, identity_problems
+from modules.aws.key_custody_spec import KeyCustodySpec, endpoint_service_region
 from modules.aws.node_pool_spec import NodePoolSpec
 from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
+from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.queueing.spec import QueueingSpec
@@ -31,6 +34,7 @@ from modules.k8s.site_audit.spec import ApiAuditSpec
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
@@ -42,9 +46,20 @@ from .cost_config import OnPremPricing, TeamBudget
 
 PROJECT = "uae-gpu-platform"
 
+#: Secret config values of a custom key store (``keys``): the CloudHSM ``kmsuser``
+#: password, and the external key store proxy's credential.
+KEY_STORE_SECRET_KEYS = ("keyStorePassword", "xksProxyAccessKeyId", "xksProxySecretAccessKey")
 
-# Keys read outside the typed sections (secrets are never parsed into dataclasses).
-SECRET_KEYS = ("kubeconfig", "trackingAdminPassword")
+
+# Keys read outside the typed sections (secrets are never parsed into dataclasses); the
+# offline plan gives every stack a stand-in for these. A key store's secrets are only
+# needed by `hsm` stacks, whose files must hold them (`pulumi config set --secret`).
+SECRET_KEYS = (
+    "kubeconfig",
+    "trackingAdminPassword",
+    "featuresRegistryPassword",
+    "featuresRedisAuthToken",
+)
 
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
@@ -345,6 +360,9 @@ class StackConfig:
             installs none.
         example_service: the bundled example model service (`ExampleServiceSpec`),
             deployed stopped; ``null`` for none. Needs ``serving``.
+        features: the feature store (`FeaturesSpec`, docs/features.md), off by default;
+            needs ``serving`` and ``tracking``, and the secret config values
+            ``featuresRegistryPassword`` and ``featuresRedisAuthToken``.
         fleet: this stack is a MultiKueue manager bursting to the listed worker stacks
             (`FleetSpec`, see docs/fleet.md); ``null`` for none.
         fleet_worker: this stack is a MultiKueue worker of the named manager stack
@@ -358,6 +376,13 @@ class StackConfig:
         site_link: a fleet worker's private link to its manager's on-premises site
             (`SiteLinkSpec`: Site-to-Site VPN or Direct Connect; docs/fleet.md).
         api_audit: an on-premises site's API audit-log policy (`ApiAuditSpec`).
+        keys: key custody (`KeyCustodySpec`, docs/compliance.md "Key custody"): AWS
+            KMS's own HSMs (default) or a custom key store (CloudHSM or external);
+            AWS stacks only.
+        backup: AWS Backup of the stack's data (`BackupSpec`, docs/recovery.md); AWS
+            stacks get the defaults when unset; ``enabled: false`` for none.
+        trainer: Kubeflow Trainer and the platform's training runtimes (`TrainerSpec`,
+            see docs/workloads.md), installed by default.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -382,6 +407,7 @@ class StackConfig:
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     serving: ServingSpec | None = None
     example_service: ExampleServiceSpec | None = None
+    features: FeaturesSpec = field(default_factory=FeaturesSpec)
     # -- fleet and cost sections (docs/fleet.md, docs/cost.md) --
     fleet: FleetSpec | None = None
     fleet_worker: FleetWorkerSpec | None = None
@@ -391,12 +417,17 @@ class StackConfig:
     identity: IdentitySpec | None = None
     site_link: SiteLinkSpec | None = None
     api_audit: ApiAuditSpec | None = None
+    # -- key custody and backup sections (docs/compliance.md, docs/recovery.md) --
+    keys: KeyCustodySpec | None = None
+    backup: BackupSpec | None = None
+    trainer: TrainerSpec = field(default_factory=TrainerSpec)
 
     def __post_init__(self) -> None:
         check = Checker()
         self._check_target(check)
         self._check_fleet_and_cost(check)
         self._check_access_and_link(check)
+        self._check_keys_and_backup(check)
         for i, region in enumerate(self.allowed_regions):
             check.require(
                 region in UAE_AWS_REGIONS,
@@ -630,6 +661,47 @@ class StackConfig:
                     "ambiguous",
                 )
 
+    def _check_keys_and_backup(self, check: Checker) -> None:
+        """Key custody and backups are AWS settings; they must fit this stack's VPC and
+        region."""
+        if self.target == "onprem":
+            for name, value in (("keys", self.keys), ("backup", self.backup)):
+                check.require(
+                    value is None,
+                    name,
+                    "(given)",
+                    "only for target aws (an onprem site holds its own keys and backups)",
+                )
+            return
+        store = self.keys.key_store if self.keys is not None else None
+        if store is None:
+            return
+        if store.create_cluster:
+            check.require(
+                store.hsm_count <= self.network.zone_count,
+                "keys.key_store.hsm_count",
+                store.hsm_count,
+                f"one HSM per zone: at most network.zoneCount ({self.network.zone_count})",
+            )
+        if store.type == "external" and store.proxy_vpc_endpoint_service_name:
+            region = endpoint_service_region(store.proxy_vpc_endpoint_service_name)
+            check.require(
+                region in (None, self.region),
+                "keys.key_store.proxy_vpc_endpoint_service_name",
+                store.proxy_vpc_endpoint_service_name,
+                f"the endpoint service must be in the stack's region {self.region}",
+            )
+
+    @property
+    def key_custody(self) -> KeyCustodySpec:
+        """The stack's key custody (standard when the section is unset)."""
+        return self.keys or KeyCustodySpec()
+
+    @property
+    def backups(self) -> BackupSpec:
+        """The stack's backup settings (the defaults when the section is unset)."""
+        return self.backup or BackupSpec()
+
     @property
     def all_tags(self) -> dict[str, str]:
         """The stack's tags plus the residency tag every resource carries."""
@@ -673,7 +745,10 @@ def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[s
     sections: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in flat_config.items():
-        if not key.startswith(prefix) or key[len(prefix) :] in SECRET_KEYS:
+        if not key.startswith(prefix) or key[len(prefix) :] in (
+            *SECRET_KEYS,
+            *KEY_STORE_SECRET_KEYS,
+        ):
             continue
         text = str(value)
         if text[:1] in ("[", "{") or text == "null":

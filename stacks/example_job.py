@@ -21,6 +21,8 @@ def build_example_job(
     platform: KubernetesPlatform,
     provider: k8s.Provider,
     image: str,
+    *,
+    trainer: bool = True,
 ) -> TrainingJob:
     """Queue the example job in its team's namespace, on its pool, suspended.
 
@@ -30,6 +32,9 @@ def build_example_job(
         platform: the Kubernetes layer (team placements and readiness).
         provider: the cluster's Kubernetes provider.
         image: the training image reference (tagged, in the UAE).
+        trainer: the stack runs Kubeflow Trainer (a TrainJob on the platform's
+            runtime); without it (``trainer.enabled: false``) the job is the platform's
+            own Indexed Job.
     """
     pool = next(p for p in pools if p.name == job.pool)
     placement = platform.placements[job.team]
@@ -53,6 +58,7 @@ def build_example_job(
             # start it). A user releases it by setting exampleJob.suspended: false.
             hold=job.suspended,
             cpu_training=not pool.has_gpus,
+            launcher="trainer" if trainer else "indexed-job",
             tracking=placement.tracking,
             cloud_identity=placement.cloud_identity,
         )

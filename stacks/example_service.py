@@ -9,6 +9,7 @@ from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.serving.spec import ServingSpec
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
+from workloads.deploy.drift_manifests import DriftImages
 from workloads.deploy.inference_component import InferenceService
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 
@@ -83,8 +84,10 @@ def build_example_service(
     *,
     provider: k8s.Provider,
     bucket: pulumi.Input[str] | None,
+    region: str | None = None,
 ) -> InferenceService:
-    """Deploy the example service in its team's namespace, stopped unless released."""
+    """Deploy the example service in its team's namespace, stopped unless released, with
+    its drift service (fed by KServe's request logger; ``region``: the data bucket's)."""
     spec = example_service_spec(service, pools, platform, bucket)
     return InferenceService(
         "example-service",
@@ -92,4 +95,5 @@ def build_example_service(
         serving.rbac_proxy_image,
         provider,
         depends_on=[*platform.serving_ready, *platform.team_ready[service.team]],
+        drift=DriftImages(serving.predictor_image, serving.storage_initializer_image, region),
     )

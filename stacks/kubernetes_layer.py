@@ -15,7 +15,10 @@ from modules.k8s.site.spec import SiteSpec
 from modules.k8s.site_audit.component import SiteAuditPolicy
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.tracking.spec import TrackingInputs
+from modules.k8s.trainer.spec import TrainerInputs
+from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
+from workloads.deploy.manifests import trainer_inputs
 
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig
@@ -23,6 +26,7 @@ from .config_parsing import ConfigError, stack_key
 from .cost import cost_inputs
 from .example_job import build_example_job
 from .example_service import build_example_service
+from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
 from .pricing import load_snapshot, snapshot_path
 
@@ -104,6 +108,8 @@ def _platform_args(
                 serving=config.serving,
                 fleet=fleet,
                 cost=cost,
+                trainer=config.trainer,
+                trainer_inputs=_trainer_inputs(config, config.onprem_node_pools, None),
             )
         fsx = None
         if foundation.file_system is not None:
@@ -142,11 +148,32 @@ def _platform_args(
             ),
             fleet=fleet,
             cost=cost,
+            trainer=config.trainer,
+            trainer_inputs=_trainer_inputs(config, foundation.pools, foundation),
         )
     except InvalidArgsError as err:
         raise ConfigError(
             [p.describe(_config_key(config, p.field)) for p in err.problems]
         ) from None
+
+
+def _trainer_inputs(
+    config: StackConfig, pools: tuple[NodePoolProfile, ...], foundation: AwsFoundation | None
+) -> TrainerInputs | None:
+    """The runtimes' image and per-pool environment; an onprem stack names its training
+    image (``trainingImage``), an AWS stack's is in its own ECR repository."""
+    if not config.trainer.enabled:
+        return None
+    image = foundation.training_image if foundation is not None else config.training_image
+    if image is None:
+        raise ConfigError(
+            [
+                f"{PROJECT}:trainingImage: missing; the training runtimes of Kubeflow Trainer "
+                "run the training image: set it to the image in the UAE registry (or set "
+                "trainer.enabled: false)"
+            ]
+        )
+    return trainer_inputs(pools, image)
 
 
 def _config_key(config: StackConfig, field: str) -> str:
@@ -205,10 +232,32 @@ def build_kubernetes_layer(
         # What the manager reads through its StackReference: a secret stays a secret.
         pulumi.export(KUBECONFIG_OUTPUT, platform.fleet_kubeconfig)
         pulumi.export(SITE_OUTPUT, vars(site_of(config)))
+    if config.features.enabled:
+        build_feature_store(
+            config,
+            provider,
+            registry=(foundation.serving_registry if foundation else None)
+            or (config.serving.registry if config.serving else None)
+            or "",
+            aws=foundation.features if foundation is not None else None,
+            registry_host=(
+                foundation.tracking_store.database_host
+                if foundation is not None and foundation.tracking_store is not None
+                else None
+            ),
+            depends_on=[platform],
+        )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job
-        build_example_job(config.example_job, args.pools, platform, provider, image)
+        build_example_job(
+            config.example_job,
+            args.pools,
+            platform,
+            provider,
+            image,
+            trainer=config.trainer.enabled,
+        )
     if config.example_service is not None and args.serving is not None:
         bucket = foundation.bucket_name if foundation is not None else None
         service = build_example_service(
@@ -218,6 +267,8 @@ def build_kubernetes_layer(
             platform,
             provider=provider,
             bucket=bucket,
+            region=config.region if foundation is not None else None,
         )
         pulumi.export("exampleServiceEndpoint", service.endpoint)
+        pulumi.export("exampleServiceGrpcEndpoint", service.grpc_endpoint)
     return platform

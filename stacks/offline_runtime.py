@@ -395,6 +395,25 @@ def computed_outputs(
             "id": given_name,
             "arn": f"arn:aws:logs:{region}:{ACCOUNT_ID}:log-group:{given_name}",
         }
+    elif type_token == "aws:backup/vault:Vault":
+        out |= {
+            "id": given_name,
+            "name": given_name,
+            "arn": f"{arn_base}:backup-vault:{given_name}",
+        }
+    elif type_token == "aws:backup/plan:Plan":
+        plan_id = str(uuid.uuid5(uuid.NAMESPACE_URL, key))
+        out |= {"id": plan_id, "arn": f"{arn_base}:backup-plan:{plan_id}", "version": hexid}
+    elif type_token == "aws:kms/customKeyStore:CustomKeyStore":
+        out |= {"id": f"cks-{hexid}"}
+    elif type_token == "aws:cloudhsmv2/cluster:Cluster":
+        # Cluster ids are "cluster-" and 11 to 16 characters of a-z and 2-7.
+        cluster = "cluster-" + "".join(
+            "abcdefghijklmnopqrstuvwxyz234567"[int(c, 16) * 2] for c in hexid[:11]
+        )
+        out |= {"id": cluster, "clusterId": cluster, "securityGroupId": f"sg-{hexid}"}
+    elif type_token == "aws:cloudhsmv2/hsm:Hsm":
+        out |= {"id": f"hsm-{hexid[:11]}", "hsmId": f"hsm-{hexid[:11]}", "hsmEniId": f"eni-{hexid}"}
     elif type_token == "aws:ec2/eip:Eip":
         out |= {"id": f"eipalloc-{hexid}", "allocationId": f"eipalloc-{hexid}"}
     elif type_token == "aws:ec2/placementGroup:PlacementGroup":

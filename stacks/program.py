@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from .aws_foundation import build_aws_foundation, region_provider
+from .aws_foundation import KeyStoreSecrets, build_aws_foundation, region_provider
 from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
 from .cost import price_problems
@@ -62,9 +62,18 @@ def main(state: StateResidency | None = None) -> None:
         admin_password = secrets.get_secret("trackingAdminPassword")
         foundation = None
         if config.target == "aws":
-            foundation = build_aws_foundation(
-                stack, config, region_provider(config), admin_password
+            key_store_secrets = KeyStoreSecrets(
+                key_store_password=secrets.get_secret("keyStorePassword"),
+                xks_access_key_id=secrets.get_secret("xksProxyAccessKeyId"),
+                xks_secret_access_key=secrets.get_secret("xksProxySecretAccessKey"),
             )
+            foundation = build_aws_foundation(
+                stack, config, region_provider(config), key_store_secrets, admin_password
+            )
+            if foundation is None:
+                # Key custody before stage `keys`: no key exists yet, so nothing that
+                # needs one (no cluster, no Kubernetes layer) is declared.
+                return
         kubeconfig = secrets.get_secret("kubeconfig")
         build_kubernetes_layer(config, foundation, kubeconfig, admin_password)
     except ConfigError as err:

@@ -4,25 +4,31 @@
 registered resource with its type, parent, provider, protect flag and inputs as the
 engine would see them. Each call gets a fresh runtime, so nothing leaks between tests.
 Plans of the shipped stacks are built once per session and shared.
+
+This conftest is loaded in every environment's test run (Makefile, TESTS_<env>), but
+only the plan environment has Pulumi: the stacks' modules are imported where they are
+used, not here at the top.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from stacks.config import PROJECT
-from stacks.offline_plan import load_stack_file, plan_document, plan_registrations
-from stacks.offline_runtime import Registration, run_program
+if TYPE_CHECKING:
+    from stacks.offline_runtime import Registration
 
-RunUnderMocks = Callable[..., dict[str, Registration]]
+RunUnderMocks = Callable[..., dict[str, "Registration"]]
 SHIPPED_STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
 
 
 @pytest.fixture
 def run_under_mocks() -> RunUnderMocks:
+    from stacks.config import PROJECT  # noqa: PLC0415  (plan environment only)
+    from stacks.offline_runtime import run_program  # noqa: PLC0415
+
     def run(
         program: Callable[[], None], *, stack: str = "test", config: Mapping[str, str] | None = None
     ) -> dict[str, Registration]:
@@ -39,6 +45,12 @@ _PLANS: dict[str, tuple[dict[str, Registration], dict[str, Any]]] = {}
 
 def shipped_plan(stack: str) -> tuple[dict[str, Registration], dict[str, Any]]:
     """(registrations, plan document) of a shipped stack, built once per session."""
+    from stacks.offline_plan import (  # noqa: PLC0415  (plan environment only)
+        load_stack_file,
+        plan_document,
+        plan_registrations,
+    )
+
     if stack not in _PLANS:
         config, secret_keys = load_stack_file(stack)
         registrations = plan_registrations(stack, config, secret_keys)

@@ -1,7 +1,9 @@
-"""The locks in locks/ match pyproject.toml: every install set has a lock, every
-requirement of the set is pinned there at a version the requirement admits, with hashes,
-and a package pinned in two locks is pinned at the same version (the sets share one
-environment). A dependency added to pyproject.toml without `make lock` fails here."""
+"""The locks in locks/ match pyproject.toml: every extra has a lock of its name, every
+requirement of the extra is pinned there at a version the requirement admits, with hashes;
+each runtime lock was resolved alone and each test lock against its own environment's
+runtime lock only (one environment per image: no lock holds another back); the model
+server's lock runs a KServe no older than the cluster's; each image installs its own lock.
+A dependency added to pyproject.toml without `make lock` fails here."""
 
 from __future__ import annotations
 
@@ -14,15 +16,20 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from modules.k8s.serving.spec import KSERVE_VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s;\\]+)", re.MULTILINE)
+#: uv's annotation of a pin that a constraint file shaped (`# via -c <file>`).
+CONSTRAINT = re.compile(r"^\s*#\s+(?:via )?-c (\S+)$", re.MULTILINE)
+TEST_SUFFIX = "-test"
+RUNTIME_SETS = sorted(n for n in PROJECT["optional-dependencies"] if not n.endswith(TEST_SUFFIX))
+TEST_SETS = sorted(n for n in PROJECT["optional-dependencies"] if n.endswith(TEST_SUFFIX))
 
 
 def install_sets() -> dict[str, list[str]]:
-    sets: dict[str, list[str]] = {k: list(v) for k, v in PROJECT["optional-dependencies"].items()}
-    sets["plan"] = [*PROJECT["dependencies"], *sets.get("plan", [])]
-    return sets
+    return {k: list(v) for k, v in PROJECT["optional-dependencies"].items()}
 
 
 def pins(lock: Path) -> dict[str, Version]:
@@ -33,9 +40,26 @@ def pins(lock: Path) -> dict[str, Version]:
     }
 
 
+def lock_of(name: str) -> Path:
+    return ROOT / "locks" / f"{name}.txt"
+
+
+def test_nothing_is_shared_between_the_environments() -> None:
+    # [project] dependencies would be part of every extra's environment.
+    assert PROJECT.get("dependencies", []) == []
+    assert {"plan", "training", "lifecycle", "serving"} <= set(RUNTIME_SETS)
+    for name in TEST_SETS:
+        assert name.removesuffix(TEST_SUFFIX) in RUNTIME_SETS, name
+
+
+def test_every_lock_belongs_to_an_extra() -> None:
+    locks = {p.name for p in (ROOT / "locks").iterdir()}
+    assert locks == {f"{name}.txt" for name in install_sets()}, "run `make lock`"
+
+
 @pytest.mark.parametrize("name", sorted(install_sets()))
 def test_every_requirement_is_pinned_in_its_lock(name: str) -> None:
-    lock = ROOT / "locks" / f"{name}.txt"
+    lock = lock_of(name)
     assert lock.is_file(), f"no {lock.relative_to(ROOT)}: run `make lock`"
     pinned = pins(lock)
     for line in install_sets()[name]:
@@ -60,12 +84,47 @@ def test_every_pin_has_hashes() -> None:
                 assert "--hash=sha256:" in entry, f"{lock.name}: {entry.splitlines()[0]}"
 
 
-def test_the_sets_agree_on_versions() -> None:
-    seen: dict[str, tuple[Version, str]] = {}
-    for lock in sorted((ROOT / "locks").glob("*.txt")):
-        for package, version in pins(lock).items():
-            first = seen.setdefault(package, (version, lock.name))
-            assert first[0] == version, f"{package}: {first} vs {version} in {lock.name}"
+@pytest.mark.parametrize("name", RUNTIME_SETS)
+def test_each_runtime_lock_was_resolved_alone(name: str) -> None:
+    text = lock_of(name).read_text()
+    assert CONSTRAINT.findall(text) == [], f"{name}.txt was resolved against another lock"
+    assert f"pyproject.toml's [{name}] extra, resolved alone" in text
+
+
+@pytest.mark.parametrize("name", TEST_SETS)
+def test_each_test_lock_follows_its_own_environment_only(name: str) -> None:
+    runtime = name.removesuffix(TEST_SUFFIX)
+    text = lock_of(name).read_text()
+    assert set(CONSTRAINT.findall(text)) <= {f"locks/{runtime}.txt"}
+    # Installed into the same environment: the packages both pin agree.
+    runtime_pins = pins(lock_of(runtime))
+    for package, version in pins(lock_of(name)).items():
+        if package in runtime_pins:
+            assert runtime_pins[package] == version, f"{package} in {name}.txt and {runtime}.txt"
+
+
+def test_the_model_server_runs_a_kserve_no_older_than_the_cluster() -> None:
+    served = pins(lock_of("serving"))["kserve"]
+    assert served >= Version(KSERVE_VERSION.removeprefix("v")), (served, KSERVE_VERSION)
+
+
+def test_protobuf_5_stays_with_the_pulumi_sdks() -> None:
+    # pulumi-policy needs protobuf 5; the images without Pulumi are not held to it.
+    assert pins(lock_of("plan"))["protobuf"].major == 5
+    for name in ("lifecycle", "serving"):
+        assert pins(lock_of(name))["protobuf"].major > 5, name
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "lock"),
+    [("workloads/Dockerfile", "training"), ("workloads/serving/Dockerfile", "serving")],
+)
+def test_each_image_installs_its_own_lock(dockerfile: str, lock: str) -> None:
+    text = (ROOT / dockerfile).read_text()
+    assert set(re.findall(r"locks/[\w.-]+", text)) == {f"locks/{lock}.txt"}
+    copied = re.search(rf"^COPY locks/{lock}\.txt (\S+)$", text, re.MULTILINE)
+    assert copied, f"{dockerfile} copies no locks/{lock}.txt"
+    assert f"--require-hashes --no-deps -r {copied[1]}" in text
 
 
 def test_the_makefile_installs_the_torch_version_pyproject_pins() -> None:

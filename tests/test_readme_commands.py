@@ -38,14 +38,18 @@ NOT_OFFLINE: dict[str, str] = {
     "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
     "make prices-refresh": "reads AWS's Pricing API (needs credentials)",
     ".venv/bin/python -m stacks.bootstrap": "changes an AWS account",
-    ".venv/bin/python -m workloads.training.gpu_check": "needs an NVIDIA GPU (dry run tested)",
+    ".venv-training/bin/python -m workloads.training.gpu_check": "needs an NVIDIA GPU (dry run)",
     "make track": "a long-running server, tested in tests/workloads",
     "make serve": "a long-running server, tested in tests/serving",
     "curl ": "talks to a running `make serve`, tested in tests/serving",
     "make register": "needs a tracked run, tested in tests/workloads",
+    "make promote": "needs a registered model on a tracking server, tested in tests/workloads",
+    "make rollback": "needs a registered model on a tracking server, tested in tests/workloads",
     "make export": "needs a checkpoint, tested in tests/workloads",
     "make lock": "needs PyPI and rewrites locks/",
     "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
+    "make features": "installs .venv-features from PyPI; run by tests/features/test_serving.py",
+    "make bench-features": "minutes of benchmarking after make features; figures in BENCHMARKS.md",
 }
 
 #: Run although a NOT_OFFLINE prefix matches them: they touch nothing outside.
@@ -64,7 +68,7 @@ NO_CREDENTIALS = {
 
 def readme_commands() -> list[str]:
     """Commands of the README's ```sh blocks (continuation lines joined, comments and
-    blank lines dropped) and its inline `make ...` / `.venv/bin/python ...` commands
+    blank lines dropped) and its inline `make ...` / `.venv*/bin/python ...` commands
     that name no placeholder (`<stack>`), each once, in order."""
     text = README.read_text()
     commands: list[str] = []
@@ -75,7 +79,7 @@ def readme_commands() -> list[str]:
             if command:
                 commands.append(command)
     prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
-    for span in re.findall(r"`((?:make|\.venv/bin/python) [^`]*)`", prose):
+    for span in re.findall(r"`((?:make|\.venv[\w-]*/bin/python) [^`]*)`", prose):
         if "<" not in span and "..." not in span:
             commands.append(span.strip())
     return list(dict.fromkeys(commands))
@@ -92,8 +96,8 @@ def test_every_readme_command_is_classified() -> None:
         words = shlex.split(command)
         assert words, command
         if offline(command):
-            assert words[0] in {"make", ".venv/bin/python"}, (
-                f"README command {command!r}: run it here (make or .venv/bin/python) or "
+            assert words[0] == "make" or re.fullmatch(r"\.venv[\w-]*/bin/python", words[0]), (
+                f"README command {command!r}: run it here (make or .venv*/bin/python) or "
                 "add it to NOT_OFFLINE with the reason"
             )
 

@@ -154,18 +154,26 @@ def key_grant_access(key_arn: str) -> Document:
 
 
 def flow_log_delivery(log_group_arn: str) -> Document:
-    """VPC Flow Logs writing to one log group."""
+    """VPC Flow Logs writing to one log group.
+
+    ``logs:DescribeLogGroups`` lists the account's groups: it is authorised against
+    ``*``, not against one group's ARN, so a statement scoped to the group does not
+    grant it. It gets ``*`` in a statement of its own (read-only, nothing else in it);
+    everything that writes stays on the one group.
+    """
     return document(
         {
+            "Sid": "WriteOwnLogGroup",
             "Effect": "Allow",
-            "Action": [
-                "logs:CreateLogStream",
-                "logs:PutLogEvents",
-                "logs:DescribeLogGroups",
-                "logs:DescribeLogStreams",
-            ],
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             "Resource": [log_group_arn, f"{log_group_arn}:*"],
-        }
+        },
+        {
+            "Sid": "ListLogGroups",
+            "Effect": "Allow",
+            "Action": "logs:DescribeLogGroups",
+            "Resource": "*",
+        },
     )
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pulumi
@@ -111,16 +112,23 @@ class RegionalKeysArgs:
         account_id: the AWS account the keys belong to.
         region: the stack's region (the provider pins the keys there).
         deletion_window_days: waiting period before a scheduled deletion (7-30, default 30).
+        custom_key_store_id: create every key in this KMS custom key store (key custody
+            ``hsm``); None keeps them in AWS KMS's own HSMs.
+        xks_key_ids: for an external key store, the external key manager's key id
+            bound to each purpose's key.
     """
 
     name_prefix: str
     account_id: str
     region: str
     deletion_window_days: int = 30
+    custom_key_store_id: pulumi.Input[str] | None = None
+    xks_key_ids: Mapping[KeyPurpose, str] = field(default_factory=dict)
 
 
 class RegionalKeys(pulumi.ComponentResource):
-    """One rotating, single-region, protected CMK per purpose, with an alias each."""
+    """One single-region, protected CMK per purpose, with an alias each: rotating in AWS
+    KMS, or held in a custom key store (where KMS cannot rotate them automatically)."""
 
     keys: dict[KeyPurpose, aws.kms.Key]
 
@@ -129,11 +137,19 @@ class RegionalKeys(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpuplatform:aws:RegionalKeys", name, None, opts)
         self.keys = {}
+        in_store = args.custom_key_store_id is not None
         for purpose in KEY_PURPOSES:
+            custody = "custom key store" if in_store else "customer-managed"
             key = aws.kms.Key(
                 f"{name}-{purpose}",
-                description=f"{args.name_prefix}: {purpose} (customer-managed, {args.region} only)",
-                enable_key_rotation=True,
+                description=f"{args.name_prefix}: {purpose} ({custody}, {args.region} only)",
+                # Keys in a custom key store are symmetric encryption keys that KMS does
+                # not rotate automatically (docs/compliance.md, "Key custody").
+                enable_key_rotation=not in_store,
+                custom_key_store_id=args.custom_key_store_id,
+                xks_key_id=args.xks_key_ids.get(purpose),
+                customer_master_key_spec="SYMMETRIC_DEFAULT" if in_store else None,
+                key_usage="ENCRYPT_DECRYPT" if in_store else None,
                 multi_region=False,
                 deletion_window_in_days=args.deletion_window_days,
                 policy=json.dumps(

@@ -57,7 +57,9 @@ class NetworkArgs:
         region: the stack's region (endpoint service names are regional).
         account_id: the account (flow-log delivery is limited to it).
         nat_gateway_per_zone: one NAT gateway per zone (else one shared).
-        logs_key_arn: CMK for the flow-log group.
+        logs_key_arn: CMK for the flow-log group; None defers the flow logs to
+            `Network.enable_flow_logs` (a stack whose keys live in a CloudHSM cluster
+            inside this VPC gets its logs key only after the VPC exists).
         flow_log_retention_days: flow-log retention.
         cluster_name: EKS cluster name, for the subnet discovery tags.
     """
@@ -68,7 +70,7 @@ class NetworkArgs:
     region: str
     account_id: str
     nat_gateway_per_zone: bool
-    logs_key_arn: pulumi.Input[str]
+    logs_key_arn: pulumi.Input[str] | None
     flow_log_retention_days: int
     cluster_name: str
 
@@ -85,6 +87,7 @@ class Network(pulumi.ComponentResource):
         self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("gpuplatform:aws:Network", name, None, opts)
+        self._name, self._args = name, args
         child = pulumi.ResourceOptions(parent=self)
         self.vpc = aws.ec2.Vpc(
             name,
@@ -118,7 +121,8 @@ class Network(pulumi.ComponentResource):
             target[plan.zone] = subnet
         self.private_route_tables = private_route_tables = self._routing(name, args)
         self._endpoints(name, args, private_route_tables)
-        self._flow_logs(name, args)
+        if args.logs_key_arn is not None:
+            self.enable_flow_logs(args.logs_key_arn)
         self.register_outputs(
             {
                 "vpc_id": self.vpc.id,
@@ -228,12 +232,14 @@ class Network(pulumi.ComponentResource):
                 opts=child,
             )
 
-    def _flow_logs(self, name: str, args: NetworkArgs) -> None:
+    def enable_flow_logs(self, logs_key_arn: pulumi.Input[str]) -> None:
+        """Flow logs of all traffic into a log group encrypted with ``logs_key_arn``."""
+        name, args = self._name, self._args
         child = pulumi.ResourceOptions(parent=self)
         log_group = encrypted_log_group(
             f"{name}-flow-logs",
             f"/gpuplatform/{args.name_prefix}/vpc-flow-logs",
-            args.logs_key_arn,
+            logs_key_arn,
             args.flow_log_retention_days,
             self,
         )

@@ -11,8 +11,13 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from .backup_spec import lustre_backups_supported
 from .iam import Document, document, json_document
 
+#: The file system's deployment type: persistent, replicated within its zone.
+LUSTRE_DEPLOYMENT_TYPE = "PERSISTENT_2"
+#: FSx's own daily backups, kept this long where FSx can take them at all.
+LUSTRE_BACKUP_RETENTION_DAYS = 7
 # Lustre traffic: 988 for the servers, 1018-1023 for the clients' replies.
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
@@ -277,9 +282,14 @@ class SharedFileSystem(pulumi.ComponentResource):
             description="Lustre server-to-client traffic inside the VPC",
             opts=child,
         )
+        # The file system is linked to the data bucket (the association below), and FSx
+        # backs up no file system linked to S3 (`lustre_backups_supported`): automatic
+        # backups are off rather than a setting FSx cannot honour. What the linked path
+        # holds is exported to the bucket, which AWS Backup protects (docs/recovery.md).
+        backups = lustre_backups_supported(LUSTRE_DEPLOYMENT_TYPE, linked_to_s3=True)
         self.file_system = aws.fsx.LustreFileSystem(
             name,
-            deployment_type="PERSISTENT_2",
+            deployment_type=LUSTRE_DEPLOYMENT_TYPE,
             storage_type="SSD",
             storage_capacity=args.storage_capacity_gib,
             per_unit_storage_throughput=args.throughput_mib_per_tib,
@@ -288,8 +298,8 @@ class SharedFileSystem(pulumi.ComponentResource):
             kms_key_id=args.storage_key_arn,
             data_compression_type="LZ4",
             file_system_type_version="2.15",
-            automatic_backup_retention_days=7,
-            copy_tags_to_backups=True,
+            automatic_backup_retention_days=LUSTRE_BACKUP_RETENTION_DAYS if backups else 0,
+            copy_tags_to_backups=backups,
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
         aws.fsx.DataRepositoryAssociation(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from policies.model import Rule
 from policies.rules import (
+    backup,
+    custody,
     database,
     encryption,
     exposure,
+    features,
     fleet,
     identity,
     kubernetes,
@@ -38,6 +41,9 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         serving,
         fleet,
         site_link,
+        custody,
+        backup,
+        features,
     )
     for rule in _rules_of(module)
 )

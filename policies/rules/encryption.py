@@ -45,6 +45,9 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
         # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
         "aws:secretsmanager/secret:Secret": "kmsKeyId",
+        "aws:backup/vault:Vault": "kmsKeyArn",
+        # The feature store's online store (its rules: policies/rules/features.py).
+        "aws:elasticache/replicationGroup:ReplicationGroup": "kmsKeyId",
     }
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
@@ -120,6 +123,7 @@ ENCRYPTED_TYPES = (
     "aws:ec2/amiCopy:AmiCopy",
     "aws:ec2/instance:Instance",
     "aws:secretsmanager/secret:Secret",
+    "aws:backup/vault:Vault",
     *RDS_STORAGE_TYPES,
 )
 
@@ -150,9 +154,9 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
 @resource_rule(
     id="aws-encryption-customer-managed-key",
     description=(
-        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets, ECR and RDS "
-        "(storage, Performance Insights, the managed master secret) are encrypted with a "
-        "customer-managed KMS key in the resource's own region."
+        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets, ECR, RDS "
+        "(storage, Performance Insights, the managed master secret) and AWS Backup vaults "
+        "are encrypted with a customer-managed KMS key in the resource's own region."
     ),
     severity=Severity.HIGH,
     remediation=(
@@ -161,7 +165,8 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
         "with resources [secrets], ECR `encryptionType=KMS`); node groups need a launch "
         "template whose block device mappings set `encrypted` and `kmsKeyId`; RDS needs "
         "`storageEncrypted` with `kmsKeyId`, and `performanceInsightsKmsKeyId` / "
-        "`masterUserSecretKmsKeyId` where those features are on."
+        "`masterUserSecretKmsKeyId` where those features are on; a backup vault needs "
+        "`kmsKeyArn` (else AWS Backup uses its AWS-managed key)."
     ),
     controls=(*controls.CRYPTO, controls.CIS_EKS_5_3_1),
     applies_to=types_in(*ENCRYPTED_TYPES),
@@ -251,13 +256,22 @@ def _symmetric(resource: ResourceView) -> bool:
     return spec in (None, "", "SYMMETRIC_DEFAULT") and usage in (None, "", "ENCRYPT_DECRYPT")
 
 
+def _in_custom_key_store(resource: ResourceView) -> bool:
+    """A key in a custom key store (an unknown id counts: it is set, to a store made in
+    the same run). KMS does not rotate such keys automatically."""
+    return resource.props.get("customKeyStoreId") not in (None, "")
+
+
 @resource_rule(
     id="aws-kms-key-rotation",
-    description="Symmetric customer-managed KMS keys rotate their key material automatically.",
+    description=(
+        "Symmetric customer-managed KMS keys rotate their key material automatically (keys "
+        "in a custom key store excepted: KMS cannot rotate those)."
+    ),
     severity=Severity.MEDIUM,
     remediation="Set `enableKeyRotation: true` on the key (optionally `rotationPeriodInDays`).",
     controls=(controls.ISO_8_24, controls.PDPL_20_SECURITY),
-    applies_to=lambda r: r.type == KEY_TYPE and _symmetric(r),
+    applies_to=lambda r: r.type == KEY_TYPE and _symmetric(r) and not _in_custom_key_store(r),
 )
 def kms_key_rotation(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if known(resource.props.get("enableKeyRotation"), "enableKeyRotation") is not True:

@@ -19,8 +19,10 @@ from policies.k8s import (
     containers,
     has_pod_spec,
     is_kubernetes_object,
+    job_images,
     kind_of,
     metadata,
+    names_images,
     parse_image,
     pod_specs,
 )
@@ -157,17 +159,22 @@ def resource_limits(resource: ResourceView, settings: Settings) -> Iterator[str]
     severity=Severity.MEDIUM,
     remediation="Reference images as repository:version or repository@sha256:digest.",
     controls=(controls.ISO_8_9, controls.ISO_8_19),
-    applies_to=has_pod_spec,
+    applies_to=names_images,
     annotation_exceptions=True,
 )
 def no_latest_tag(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        image = known(container.spec.get("image"), f"{container.path}.image")
+    named = [
+        (f"container {c.name}", c.spec.get("image"), f"{c.path}.image")
+        for c in containers(resource)
+    ]
+    named += [(f"`{path}`", value, path) for path, value in job_images(resource)]
+    for who, value, path in named:
+        image = known(value, path)
         if not isinstance(image, str):
             continue
         ref = parse_image(image)
         if ref.digest is None and ref.tag in (None, "latest"):
-            yield f"container {container.name} uses {image}, which floats with `latest`"
+            yield f"{who} uses {image}, which floats with `latest`"
 
 
 @resource_rule(

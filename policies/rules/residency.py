@@ -21,8 +21,9 @@ from policies.k8s import (
     HELM_RELEASE_TYPE,
     K8S_PROVIDER_TYPE,
     containers,
-    has_pod_spec,
     is_kubernetes_object,
+    job_images,
+    names_images,
     parse_image,
 )
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
@@ -123,7 +124,6 @@ def _indexed(items: Any) -> Iterator[tuple[int, Any]]:
 COPY_TYPES = (
     "aws:ecr/replicationConfiguration:ReplicationConfiguration",
     "aws:dlm/lifecyclePolicy:LifecyclePolicy",
-    "aws:backup/plan:Plan",
     "aws:ebs/snapshotCopy:SnapshotCopy",
     "aws:ec2/amiCopy:AmiCopy",
     "aws:dynamodb/table:Table",
@@ -141,9 +141,10 @@ COPY_TYPES = (
 @resource_rule(
     id="uae-no-cross-region-copies",
     description=(
-        "No copy of data leaves the allowed regions: ECR replication, backup copy actions, "
-        "DLM cross-region copies, snapshot and AMI copies, DynamoDB and Secrets Manager "
-        "replicas, EFS replication, cross-region log and observability links."
+        "No copy of data leaves the allowed regions: ECR replication, DLM cross-region "
+        "copies, snapshot and AMI copies, DynamoDB and Secrets Manager replicas, EFS "
+        "replication, cross-region log and observability links (AWS Backup copies are "
+        "`uae-backup-copies-in-region`'s)."
     ),
     severity=Severity.CRITICAL,
     remediation=(
@@ -171,11 +172,6 @@ def no_cross_region_copies(resource: ResourceView, settings: Settings) -> Iterat
             for j, copy in _indexed(dig(action, "crossRegionCopies")):
                 path = f"policyDetails.actions[{i}].crossRegionCopies[{j}].target"
                 yield from _foreign(dig(copy, "target"), path, settings)
-    elif kind == "aws:backup/plan:Plan":
-        for i, rule in _indexed(props.get("rules")):
-            for j, action in _indexed(dig(rule, "copyActions")):
-                path = f"rules[{i}].copyActions[{j}].destinationVaultArn"
-                yield from _foreign_arn(dig(action, "destinationVaultArn"), path, settings)
     elif kind == "aws:ebs/snapshotCopy:SnapshotCopy":
         yield from _foreign(props.get("sourceRegion"), "sourceRegion", settings)
     elif kind == "aws:ec2/amiCopy:AmiCopy":
@@ -261,7 +257,7 @@ def _allowed_summary(settings: Settings) -> str:
         "UAE registry) and reference it there, pinned by tag or digest."
     ),
     controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=has_pod_spec,
+    applies_to=names_images,
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )
 def container_image_registry(resource: ResourceView, settings: Settings) -> Iterator[str]:
@@ -272,6 +268,15 @@ def container_image_registry(resource: ResourceView, settings: Settings) -> Iter
         elif not registry_allowed(image, settings):
             yield (
                 f"container {container.name} pulls {image} from {parse_image(image).registry}, "
+                f"not from {_allowed_summary(settings)}"
+            )
+    for path, value in job_images(resource):
+        image = known(value, path)
+        if not isinstance(image, str) or not image:
+            yield f"`{path}` names no image"
+        elif not registry_allowed(image, settings):
+            yield (
+                f"`{path}` pulls {image} from {parse_image(image).registry}, "
                 f"not from {_allowed_summary(settings)}"
             )
 

@@ -29,6 +29,9 @@ from .steps import LOG_RETENTION_DAYS, Bootstrap, BootstrapError, Change, Option
 
 STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+_KEY_STORE_ID = re.compile(r"^cks-[0-9a-f]{17}$")
+_XKS_KEY_ID = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+KEY_PURPOSES = ("state", "secrets", "trail")
 _TARGET = re.compile(r"^(\d{12}|r-[0-9a-z]{4,32}|ou-[0-9a-z]{4,32}-[a-z0-9]{8,32})$")
 _DENIED = {
     "AccessDenied",
@@ -95,7 +98,37 @@ def parser() -> argparse.ArgumentParser:
         help="create the region-deny SCP (from the organisation's management account)",
     )
     p.add_argument("--target", help="OU, root or account id the guardrail is attached to")
+    p.add_argument(
+        "--custom-key-store-id",
+        metavar="CKS_ID",
+        help="create the keys in this connected KMS custom key store (key custody hsm)",
+    )
+    p.add_argument(
+        "--xks-key-id",
+        action="append",
+        default=[],
+        metavar="PURPOSE=ID",
+        help="external key store only: the external key of state, secrets and trail",
+    )
     return p
+
+
+def xks_key_ids(values: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``PURPOSE=ID`` arguments by purpose, and a problem for each unusable one."""
+    ids: dict[str, str] = {}
+    problems = []
+    for value in values:
+        purpose, sep, key_id = value.partition("=")
+        if not sep or purpose not in KEY_PURPOSES or not _XKS_KEY_ID.match(key_id):
+            problems.append(
+                f"--xks-key-id {value!r} is not PURPOSE=ID with PURPOSE one of "
+                f"{', '.join(KEY_PURPOSES)} and ID 1-128 of a-z A-Z 0-9 _ . -"
+            )
+        elif purpose in ids:
+            problems.append(f"--xks-key-id names {purpose} twice")
+        else:
+            ids[purpose] = key_id
+    return ids, problems
 
 
 def argument_problems(args: argparse.Namespace) -> list[str]:
@@ -129,6 +162,16 @@ def argument_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--target is only used with --org-guardrail")
     if args.target and not _TARGET.match(args.target):
         problems.append(f"--target {args.target!r} is not an OU id, root id or account id")
+    store = args.custom_key_store_id
+    if store is not None and not _KEY_STORE_ID.match(store):
+        problems.append(f"--custom-key-store-id {store!r} is not a key store id (cks-<17 hex>)")
+    ids, id_problems = xks_key_ids(args.xks_key_id)
+    problems += id_problems
+    if ids and store is None:
+        problems.append("--xks-key-id is only used with --custom-key-store-id")
+    if ids and not id_problems and set(ids) != set(KEY_PURPOSES):
+        missing = ", ".join(p for p in KEY_PURPOSES if p not in ids)
+        problems.append(f"--xks-key-id: give every key's external key; missing {missing}")
     return problems
 
 
@@ -150,7 +193,13 @@ def _explain_without_credentials(names: Names, options: Options) -> str:
         "dry run without AWS credentials: cannot read what already exists, so this is what "
         f"a first run creates in {names.region} (account id shown as <account-id>):",
         f"  kms key           {names.state_key_alias}, {names.secrets_key_alias}, "
-        f"{names.trail_key_alias} (single-region, rotation on)",
+        f"{names.trail_key_alias} ("
+        + (
+            f"single-region, in custom key store {options.custom_key_store_id}, "
+            "no automatic rotation)"
+            if options.custom_key_store_id
+            else "single-region, rotation on)"
+        ),
         f"  s3 bucket         {names.trail_bucket} (object lock compliance "
         f"{options.trail_retention_days} days, versioning, TLS only, no public access)",
         f"  s3 bucket         {names.state_bucket} (versioning, SSE-KMS state key, TLS and "
@@ -199,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         noncurrent_days=args.noncurrent_days,
         data_buckets=tuple(args.data_bucket),
         guardrail_target=args.target if args.org_guardrail else None,
+        custom_key_store_id=args.custom_key_store_id,
+        xks_key_ids=tuple(sorted(xks_key_ids(args.xks_key_id)[0].items())),
     )
     try:
         session = boto3.session.Session()

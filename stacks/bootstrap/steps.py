@@ -42,6 +42,10 @@ class Options:
         noncurrent_days: how long the state bucket keeps noncurrent versions.
         data_buckets: further buckets whose object-level events the trail records.
         guardrail_target: OU, root or account the region guardrail is attached to.
+        custom_key_store_id: create the keys in this connected KMS custom key store
+            (key custody ``hsm``, docs/compliance.md); None keeps them in AWS KMS.
+        xks_key_ids: for an external key store, the external key bound to each key
+            (``state``, ``secrets``, ``trail``).
     """
 
     admin_roles: tuple[str, ...] = ()
@@ -51,6 +55,8 @@ class Options:
     noncurrent_days: int = 90
     data_buckets: tuple[str, ...] = ()
     guardrail_target: str | None = None
+    custom_key_store_id: str | None = None
+    xks_key_ids: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,20 +82,70 @@ class Bootstrap:
     def client(self, service: str) -> BaseClient:
         return self.session.client(service, region_name=self.names.region)
 
-    def record(self, kind: str, name: str, fixes: Sequence[str], created: bool = False) -> None:
+    def record(
+        self,
+        kind: str,
+        name: str,
+        fixes: Sequence[str],
+        created: bool = False,
+        detail: str = "",
+    ) -> None:
         if created:
             action = "would create" if self.dry_run else "created"
         elif fixes:
             action = "would update" if self.dry_run else "updated"
         else:
             action = "unchanged"
-        self.changes.append(Change(kind, name, action, ", ".join(fixes)))
+        self.changes.append(Change(kind, name, action, ", ".join(fixes) or detail))
 
     # -- KMS ---------------------------------------------------------------------------
 
-    def ensure_key(self, alias: str, description: str, policy: dict[str, Any]) -> str:
-        """A symmetric, single-region CMK with rotation and ``policy``; returns its ARN."""
+    def key_store_origin(self) -> str | None:
+        """The ``Origin`` of keys in the custom key store (None without one); the store
+        must be connected, or KMS cannot create keys in it."""
+        store_id = self.options.custom_key_store_id
+        if store_id is None:
+            return None
+        stores = self.client("kms").describe_custom_key_stores(CustomKeyStoreId=store_id)
+        found = stores.get("CustomKeyStores", [])
+        if len(found) != 1:
+            raise BootstrapError(
+                f"custom key store {store_id} was not found in {self.names.region}: create it "
+                "in this account and region (docs/compliance.md, Key custody) and run again"
+            )
+        store = found[0]
+        state = store.get("ConnectionState")
+        if state != "CONNECTED":
+            raise BootstrapError(
+                f"custom key store {store_id} is {state}, not CONNECTED: connect it "
+                f"(aws kms connect-custom-key-store --custom-key-store-id {store_id}), wait "
+                "until describe-custom-key-stores shows CONNECTED, and run again"
+            )
+        external = store.get("CustomKeyStoreType") == "EXTERNAL_KEY_STORE"
+        if external and not self.options.xks_key_ids:
+            raise BootstrapError(
+                f"custom key store {store_id} is an external key store: pass "
+                "--xks-key-id state=<id> --xks-key-id secrets=<id> --xks-key-id trail=<id>"
+            )
+        if not external and self.options.xks_key_ids:
+            raise BootstrapError(
+                f"custom key store {store_id} is a CloudHSM key store: --xks-key-id is only "
+                "for an external key store"
+            )
+        return "EXTERNAL_KEY_STORE" if external else "AWS_CLOUDHSM"
+
+    def ensure_key(
+        self,
+        alias: str,
+        description: str,
+        policy: dict[str, Any],
+        purpose: str = "",
+        origin: str | None = None,
+    ) -> str:
+        """A symmetric, single-region CMK with ``policy``: rotating in AWS KMS, or in the
+        custom key store (``origin`` set), where KMS does not rotate keys; returns its ARN."""
         kms = self.client("kms")
+        store_id = self.options.custom_key_store_id if origin else None
         key_id = None
         for page in kms.get_paginator("list_aliases").paginate():
             for entry in page.get("Aliases", []):
@@ -99,6 +155,11 @@ class Bootstrap:
             if self.dry_run:
                 self.record("kms key", alias, [], created=True)
                 return f"{alias} {PENDING}"
+            store: dict[str, str] = {}
+            if store_id is not None and origin is not None:
+                store = {"CustomKeyStoreId": store_id, "Origin": origin}
+                if origin == "EXTERNAL_KEY_STORE":
+                    store["XksKeyId"] = dict(self.options.xks_key_ids)[purpose]
             meta = kms.create_key(
                 Description=description,
                 KeySpec="SYMMETRIC_DEFAULT",
@@ -106,10 +167,15 @@ class Bootstrap:
                 MultiRegion=False,  # a multi-region key's material can be copied abroad
                 Policy=json.dumps(policy),
                 Tags=[{"TagKey": "residency", "TagValue": self.names.region}],
+                **store,
             )["KeyMetadata"]
             kms.create_alias(AliasName=alias, TargetKeyId=meta["KeyId"])
-            kms.enable_key_rotation(KeyId=meta["KeyId"])
-            self.record("kms key", alias, [], created=True)
+            if store_id is None:
+                # KMS cannot rotate keys in a custom key store (EnableKeyRotation).
+                kms.enable_key_rotation(KeyId=meta["KeyId"])
+            self.record(
+                "kms key", alias, [], created=True, detail=f"in {store_id}" if store_id else ""
+            )
             return str(meta["Arn"])
         meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
         if meta.get("MultiRegion") or meta.get("KeyState") != "Enabled":
@@ -118,8 +184,18 @@ class Bootstrap:
                 f"{' and multi-region' if meta.get('MultiRegion') else ''}; point the alias at "
                 "an enabled single-region key (or delete the alias) and run the bootstrap again"
             )
+        if meta.get("CustomKeyStoreId") != store_id:
+            where = meta.get("CustomKeyStoreId") or "AWS KMS"
+            wanted = store_id or "AWS KMS"
+            raise BootstrapError(
+                f"the key behind {alias} ({meta['Arn']}) is held in {where}, not in {wanted}; "
+                "a key cannot move between AWS KMS and a custom key store: point the alias "
+                "at a key in the wanted place (or delete the alias) and run again"
+            )
         fixes = []
-        if not kms.get_key_rotation_status(KeyId=key_id).get("KeyRotationEnabled"):
+        if store_id is None and not kms.get_key_rotation_status(KeyId=key_id).get(
+            "KeyRotationEnabled"
+        ):
             fixes.append("rotation on")
             if not self.dry_run:
                 kms.enable_key_rotation(KeyId=key_id)
@@ -541,15 +617,20 @@ class Bootstrap:
 
     def run(self) -> list[Change]:
         names, options = self.names, self.options
+        origin = self.key_store_origin()
         state_key = self.ensure_key(
             names.state_key_alias,
             "Pulumi state bucket (uae-gpu-platform)",
             documents.key_policy(names, options.admin_roles, options.ci_roles, None),
+            "state",
+            origin,
         )
         self.ensure_key(
             names.secrets_key_alias,
             "Pulumi stack secrets, awskms secrets provider (uae-gpu-platform)",
             documents.key_policy(names, options.admin_roles, options.ci_roles, None),
+            "secrets",
+            origin,
         )
         trail_key = self.ensure_key(
             names.trail_key_alias,
@@ -557,6 +638,8 @@ class Bootstrap:
             documents.key_policy(
                 names, options.admin_roles, (), documents.trail_key_services(names)
             ),
+            "trail",
+            origin,
         )
         self.ensure_trail_bucket()
         self.ensure_state_bucket(state_key)

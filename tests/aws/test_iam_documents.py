@@ -149,3 +149,27 @@ def test_data_bucket_policy_refuses_plain_http_and_other_keys() -> None:
             Bucket="data", CreateBucketConfiguration={"LocationConstraint": "me-central-1"}
         )
         s3.put_bucket_policy(Bucket="data", Policy=json.dumps(document))
+
+
+def test_flow_log_role_lists_groups_on_star_and_writes_only_its_group() -> None:
+    """``logs:DescribeLogGroups`` is authorised against ``*`` (issue 23's finding): it
+    sits alone in a statement on ``*``; the writes stay on the flow-log group."""
+    (document,) = [
+        json.loads(reg.inputs["policy"])
+        for reg in shipped_plan("uae-prod")[0].values()
+        if reg.type == "aws:iam/rolePolicy:RolePolicy" and reg.name == "network-flow-logs-deliver"
+    ]
+    by_sid = {s["Sid"]: s for s in statements(document)}
+    assert set(by_sid) == {"WriteOwnLogGroup", "ListLogGroups"}
+    assert by_sid["ListLogGroups"]["Action"] == "logs:DescribeLogGroups"
+    assert by_sid["ListLogGroups"]["Resource"] == "*"
+    write = by_sid["WriteOwnLogGroup"]
+    assert "logs:DescribeLogGroups" not in write["Action"]
+    group = (
+        "arn:aws:logs:me-central-1:123456789012:log-group:/gpuplatform/gpu-uae-prod/vpc-flow-logs"
+    )
+    assert write["Resource"] == [group, f"{group}:*"]
+    with mock_aws():
+        boto3.client("iam", region_name="us-east-1").create_policy(
+            PolicyName="flow-logs", PolicyDocument=json.dumps(document)
+        )

@@ -134,7 +134,11 @@ def test_a_team_member_is_followed_from_the_group_to_the_permissions() -> None:
         if {"kind": "Group", "name": "team:nlp", "apiGroup": RBAC_GROUP} in b.inputs["subjects"]
     ]
     assert {b.inputs["metadata"].get("namespace") for b in bound} == {"team-nlp"}
-    assert {b.inputs["metadata"]["name"] for b in bound} == {"team-edit", "team-queue-viewer"}
+    assert {b.inputs["metadata"]["name"] for b in bound} == {
+        "team-edit",
+        "team-queue-viewer",
+        "team-trainjob-editor",
+    }
 
     member = access.role_arn
     for verb in WRITE:

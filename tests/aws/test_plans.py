@@ -241,6 +241,8 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:SharedFileSystem$aws:fsx/lustreFileSystem:LustreFileSystem::shared-fs",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry",
         "gpuplatform:aws:TrackingDatabase$aws:rds/instance:Instance::tracking-db",
+        # The backup vault holds the recovery points (docs/recovery.md).
+        "gpuplatform:aws:StackBackups$aws:backup/vault:Vault::backup",
         # Model serving's image repositories (stacks/serving_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-predictor",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tritonserver",

@@ -261,10 +261,15 @@ def test_direct_connect_associates_the_gateway_and_advertises_only_the_vpc(
     assert association.inputs["allowedPrefixes"] == ["10.40.0.0/16"]
     assert "VpnConnection" not in made and "CustomerGateway" not in made
     rules = made["SecurityGroupIngressRule"]
-    assert [(r.inputs["cidrIpv4"], r.inputs["fromPort"], r.inputs["toPort"]) for r in rules] == [
-        (SITE, 443, 443),
-        ("192.168.10.0/24", 443, 443),
-    ]
+    # Registered concurrently under the mocks: their order is not fixed.
+    assert sorted(
+        (r.inputs["cidrIpv4"], r.inputs["fromPort"], r.inputs["toPort"]) for r in rules
+    ) == sorted(
+        [
+            (SITE, 443, 443),
+            ("192.168.10.0/24", 443, 443),
+        ]
+    )
 
 
 def test_a_site_link_reports_every_problem_at_once() -> None:

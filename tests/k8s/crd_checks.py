@@ -198,6 +198,61 @@ def _vendored_kueue_schema(m: Mapping[str, Any]) -> Iterable[str]:
     return [e.removeprefix(prefix) for e in kueue_errors([m])]
 
 
+_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
+def _train_job(m: Mapping[str, Any]) -> Iterable[str]:
+    """The vendored TrainJob schema, and the CEL rules of that CRD an object can break on
+    creation (``oldSelf`` rules only bind updates): the name is an RFC 1035 label of at
+    most 63 characters; ``managedBy`` is Trainer's or MultiKueue's."""
+    yield from vendored_crd_errors(m)
+    name = m.get("metadata", {}).get("name", "")
+    if not _RFC1035.match(name) or len(name) > 63:
+        yield f"metadata.name: {name!r} is not an RFC 1035 label of at most 63 characters"
+    managed = m.get("spec", {}).get("managedBy")
+    if managed is not None and managed not in (
+        "trainer.kubeflow.org/trainjob-controller",
+        "kueue.x-k8s.io/multikueue",
+    ):
+        yield f"spec.managedBy: {managed!r} is neither Trainer's nor MultiKueue's"
+
+
+def _cluster_training_runtime(m: Mapping[str, Any]) -> Iterable[str]:
+    """The vendored ClusterTrainingRuntime schema, its creation-time CEL rules (one ML
+    policy at most; JobSet's startupPolicy InOrder excludes dependsOn), and what Trainer
+    needs of a runtime: exactly one replicated job labelled as the trainer step, with a
+    container ``node``; an MPI runtime running its launcher as a node has ``launcher``
+    and ``node`` jobs."""
+    yield from vendored_crd_errors(m)
+    spec = m.get("spec", {})
+    policy = spec.get("mlPolicy", {})
+    sources = [k for k in ("torch", "mpi", "jax", "xgboost", "flux") if k in policy]
+    if len(sources) > 1:
+        yield f"spec.mlPolicy: only one policy may be configured, got {sources}"
+    template = spec.get("template", {}).get("spec", {})
+    jobs = template.get("replicatedJobs", [])
+    in_order = template.get("startupPolicy", {}).get("startupPolicyOrder") == "InOrder"
+    if in_order and any("dependsOn" in j for j in jobs):
+        yield "spec.template.spec: startupPolicy InOrder and dependsOn are mutually exclusive"
+    ancestors = [
+        j
+        for j in jobs
+        if j.get("template", {}).get("metadata", {}).get("labels", {}).get(_ANCESTOR) == "trainer"
+    ]
+    if len(ancestors) != 1:
+        yield f"replicatedJobs: {len(ancestors)} labelled {_ANCESTOR}=trainer, expected one"
+    for job in ancestors:
+        names = [c.get("name") for c in job["template"]["spec"]["template"]["spec"]["containers"]]
+        if "node" not in names:
+            yield f"replicatedJobs[{job.get('name')}]: no container 'node' for the trainer"
+    if policy.get("mpi", {}).get("runLauncherAsNode") and {j.get("name") for j in jobs} != {
+        "launcher",
+        "node",
+    }:
+        yield "an MPI runtime with runLauncherAsNode needs the jobs launcher and node"
+
+
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ServiceMonitor": _service_monitor,
     "Cluster": _vendored_crd,
@@ -218,6 +273,9 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ClusterServingRuntime": vendored_crd_errors,
     "Certificate": vendored_crd_errors,
     "ClusterIssuer": vendored_crd_errors,
+    # Kubeflow Trainer: the vendored CRDs strictly, and their creation-time CEL rules.
+    "TrainJob": _train_job,
+    "ClusterTrainingRuntime": _cluster_training_runtime,
 }
 
 

@@ -9,12 +9,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 import workloads.deploy
 from stacks.offline_runtime import Registration
 from tests.conftest import shipped_plan
+from tests.k8s.crd_checks import crd_errors
 from tests.support.pools import P5EN
-from workloads.deploy import TrainingJobSpec
+from workloads.deploy import TrainingJobSpec, training_job_manifests
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 STACK = "uae-prod"
@@ -99,3 +101,40 @@ def test_uae_dev_gpu_sharing_is_what_docs_kubernetes_says() -> None:
     }
     assert "nvidia.com/device-plugin.config" not in groups["l4"]
     assert groups["l4-shared"]["nvidia.com/device-plugin.config"] == "l4-shared"
+
+
+def test_the_examples_trainjob_names_a_runtime_the_stack_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec, _ = run_example(monkeypatch)
+    (job,) = training_job_manifests(spec)
+    registrations, _ = shipped_plan(STACK)
+    assert named(registrations, "ClusterTrainingRuntime", job["spec"]["runtimeRef"]["name"], None)
+
+
+def doc_trainjobs() -> list[dict[str, Any]]:
+    """The TrainJobs of the doc's "How a team submits each kind of job"."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    docs = [yaml.safe_load(b) for b in blocks]
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == "TrainJob"]
+
+
+def test_the_docs_trainjobs_are_valid_and_name_what_the_stack_creates() -> None:
+    jobs = doc_trainjobs()
+    runtimes = {j["spec"]["runtimeRef"]["name"].split("-", 1)[0] for j in jobs}
+    assert runtimes == {"torch", "deepspeed", "mpi"}  # one example of each kind
+    assert crd_errors(jobs) == []
+    registrations, _ = shipped_plan(STACK)
+    for job in jobs:
+        ns = job["metadata"]["namespace"]
+        assert named(registrations, "Namespace", ns, None), ns
+        queue = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+        assert named(registrations, "LocalQueue", queue, ns), queue
+        runtime = job["spec"]["runtimeRef"]["name"]
+        assert named(registrations, "ClusterTrainingRuntime", runtime, None), runtime
+        trainer = job["spec"]["trainer"]
+        if runtime.startswith("mpi-"):
+            assert trainer["numNodes"] >= 2
+        else:
+            assert "--rdzv_endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)" in trainer["args"]
+            assert ("--engine=deepspeed" in trainer["args"]) == runtime.startswith("deepspeed")

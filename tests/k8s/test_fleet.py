@@ -233,7 +233,9 @@ def test_the_offline_outputs_fixture_matches_what_the_worker_exports() -> None:
 
 def test_a_burst_training_job_finds_its_rendezvous_on_the_worker() -> None:
     """The same TrainingJob, submitted to `burst` with the fleet's shared rendezvous
-    Service: its pods are selected by the Service every worker has in the namespace."""
+    Service: its pods are selected by the Service every worker has in the namespace.
+    A burst job is an Indexed Job (MultiKueue dispatches it; a TrainJob needs its
+    runtime on the manager, which holds runtimes for its own pools only)."""
     assert TRAINING_POD_LABELS == APP_LABELS and RENDEZVOUS_PORT == RDZV_PORT
     spec = TrainingJobSpec(
         name="burst-350m",
@@ -246,6 +248,7 @@ def test_a_burst_training_job_finds_its_rendezvous_on_the_worker() -> None:
         checkpoint_claim=CHECKPOINT_CLAIM_NAME,
         nodes=2,
         rendezvous_service=RENDEZVOUS_SERVICE,
+        launcher="indexed-job",
     )
     (job,) = training_job_manifests(spec)  # no per-job Service: the worker has one
     pod = job["spec"]["template"]

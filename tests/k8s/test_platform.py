@@ -87,6 +87,7 @@ def test_eks_installs_pinned_charts_into_platform_namespaces() -> None:
         "cert-manager",
         "kube-prometheus-stack",
         "kueue",
+        "kubeflow-trainer",
         "gpu-operator",
         "aws-efa-k8s-device-plugin",
         "cluster-autoscaler",
@@ -108,6 +109,7 @@ def test_onprem_installs_no_aws_parts_and_no_autoscaler() -> None:
         "cert-manager",
         "kube-prometheus-stack",
         "kueue",
+        "kubeflow-trainer",
         "gpu-operator",
         "network-operator",
     }

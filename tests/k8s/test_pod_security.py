@@ -26,6 +26,7 @@ PLATFORM_NAMESPACES = {
     "nvidia-network-operator",
     "kueue-system",
     "gpuplatform-storage",
+    "kubeflow-system",
 }
 
 

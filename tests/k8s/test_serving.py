@@ -31,6 +31,7 @@ from modules.k8s.serving.manifests import (
     serving_runtimes,
 )
 from modules.k8s.serving.observability import (
+    drift_pod_monitor,
     inference_pod_monitor,
     serving_alert_rules,
     serving_dashboard,
@@ -185,7 +186,10 @@ def test_only_named_client_namespaces_reach_the_authenticated_endpoint() -> None
     clients, scrape = policy["spec"]["ingress"]
     selector = clients["from"][0]["namespaceSelector"]["matchExpressions"][0]
     assert selector["values"] == ["apps", "team-nlp"]
-    assert clients["ports"] == [{"protocol": "TCP", "port": 8443}]
+    assert clients["ports"] == [
+        {"protocol": "TCP", "port": 8443},
+        {"protocol": "TCP", "port": 8444},
+    ]
     assert scrape["ports"] == [{"protocol": "TCP", "port": 8080}]
     # The client namespace outside the team gets its egress to the endpoint.
     egress = [
@@ -206,7 +210,7 @@ def test_only_named_client_namespaces_reach_the_authenticated_endpoint() -> None
         "component": "predictor",
     }
     (isvc,) = by_kind(manifests, "InferenceService")
-    (proxy,) = isvc["spec"]["predictor"]["containers"]
+    proxy, _grpc_proxy = isvc["spec"]["predictor"]["containers"]
     assert "--upstream=http://127.0.0.1:8080/" in proxy["args"]
     (config,) = by_kind(manifests, "ConfigMap")
     assert "subresource: proxy" in config["data"]["config.yaml"]
@@ -370,8 +374,8 @@ def test_the_endpoint_ca_and_certificates_pass_the_cert_manager_crds() -> None:
     assert "uae-gpt-endpoint.team-nlp.svc" in certificate["spec"]["dnsNames"]
     assert certificate["spec"]["issuerRef"]["name"] == authority[-1]["metadata"]["name"]
     (isvc,) = by_kind(manifests, "InferenceService")
-    (proxy,) = isvc["spec"]["predictor"]["containers"]
-    assert "--tls-cert-file=/etc/tls/private/tls.crt" in proxy["args"]
+    for proxy in isvc["spec"]["predictor"]["containers"]:
+        assert "--tls-cert-file=/etc/tls/private/tls.crt" in proxy["args"]
     volumes = {v["name"]: v for v in isvc["spec"]["predictor"]["volumes"]}
     assert volumes["endpoint-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
 
@@ -394,7 +398,8 @@ def test_identity_objects_are_valid() -> None:
 
 
 def test_monitoring_objects_pass_their_crd_checks() -> None:
-    assert crd_errors([inference_pod_monitor(["nlp"]), serving_prometheus_rule(SPEC)]) == []
+    monitors = [inference_pod_monitor(["nlp"]), drift_pod_monitor(["nlp"])]
+    assert crd_errors([*monitors, serving_prometheus_rule(SPEC)]) == []
 
 
 def test_the_drift_alert_uses_the_configured_thresholds() -> None:

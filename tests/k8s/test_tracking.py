@@ -447,7 +447,13 @@ def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -
     }
     assert releases["cloudnative-pg"]["version"] == CLOUDNATIVE_PG.version
     registrations, _ = shipped_plan("onprem-ib")
-    (cluster,) = [r for r in registrations.values() if r.inputs.get("kind") == "Cluster"]
+    # (The feature store's registry is a second CloudNativePG cluster, in `feast`.)
+    (cluster,) = [
+        r
+        for r in registrations.values()
+        if r.inputs.get("kind") == "Cluster"
+        and r.inputs["metadata"]["name"] == tracking.DATABASE_CLUSTER
+    ]
     assert cluster.protect
     assert cluster.inputs["spec"]["storage"]["storageClass"] == "ceph-rbd-encrypted"
     assert cluster.inputs["spec"]["instances"] == 3

@@ -186,6 +186,27 @@ def _image(image: str) -> Callable[[Plan], None]:
     return mutate
 
 
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
+
+
+def _train_job(image: str | None) -> Callable[[Plan], None]:
+    """Add a Kubeflow Trainer TrainJob (its image replaces its runtime's trainer image)."""
+    trainer: dict[str, Any] = {"numNodes": 2}
+    if image is not None:
+        trainer["image"] = image
+    return add_resource(
+        TRAINJOB,
+        "tj",
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "tj", "namespace": "team-a"},
+            "spec": {"runtimeRef": {"name": "torch-h200-research"}, "trainer": trainer},
+        },
+        package="kubernetes",
+    )
+
+
 def _no_limits(plan: Plan) -> None:
     del job_container(plan)["resources"]["limits"]["memory"]
 
@@ -328,7 +349,7 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
                 ]
             },
         ),
-        "uae-no-cross-region-copies",
+        "uae-backup-copies-in-region",
         "eu-central-1",
     ),
     (
@@ -392,6 +413,12 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
         "replica",
     ),
     ("image-docker-hub", _image("python:3.11-slim"), "uae-container-image-registry", "docker.io"),
+    (
+        "trainjob-image-docker-hub",
+        _train_job("pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"),
+        "uae-container-image-registry",
+        "`spec.trainer.image` pulls pytorch/pytorch",
+    ),
     (
         "image-foreign-ecr",
         _image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/trainer:1.0"),
@@ -627,6 +654,12 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ),
     ("no-memory-limit", _no_limits, "k8s-resource-limits", "memory"),
     ("latest-tag", _image(f"{ECR}/trainer:latest"), "k8s-no-latest-tag", "latest"),
+    (
+        "trainjob-latest-tag",
+        _train_job(f"{ECR}/trainer:latest"),
+        "k8s-no-latest-tag",
+        "spec.trainer.image",
+    ),
     ("untagged-image", _image(f"{ECR}/trainer"), "k8s-no-latest-tag", "latest"),
     (
         "writable-root",
@@ -715,19 +748,35 @@ def test_the_broken_plan_fails_exactly_the_rule(
     assert any(fragment in message for message in messages(plan, rule_id)), messages(plan, rule_id)
 
 
+@pytest.mark.parametrize("image", [f"{ECR}/training:0.1.0", None], ids=["ecr", "runtime"])
+def test_a_trainjob_with_an_in_region_image_or_its_runtimes_passes(image: str | None) -> None:
+    plan = compliant_plan()
+    _train_job(image)(plan)
+    assert failing_rules(plan) == set()
+
+
 def test_every_rule_has_a_failing_case() -> None:
     # The database rules' cases live with their compliant plan (test_database_rules).
     from tests.policies.test_access_and_link_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as ACCESS_AND_LINK,
     )
+    from tests.policies.test_custody_backup_rules import (  # noqa: PLC0415
+        BACKUP_CASES,
+        CUSTODY_CASES,
+    )
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
+    from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
     from tests.policies.test_segmentation_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as SEGMENTATION,
     )
 
-    covered = {c[2] for c in (*CASES, *DATABASE_CASES)} | COVERED_RULE_IDS | ACCESS_AND_LINK
-    covered |= SEGMENTATION
+    covered = (
+        {c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES, *FEATURES_CASES)}
+        | COVERED_RULE_IDS
+        | ACCESS_AND_LINK
+        | SEGMENTATION
+    )
     assert {r.id for r in ALL_RULES} - covered == set()
 
 

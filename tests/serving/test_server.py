@@ -1,7 +1,10 @@
 """The CPU predictor served locally (`python -m workloads.serving`, bound to 127.0.0.1,
 killed at the end): V2 ready/metadata/infer equal to the inference library, batching of
 concurrent requests, a 4xx for every bad input with the server staying up and the error
-counted, load shed with 429 instead of unbounded queueing."""
+counted, load shed with 429 instead of unbounded queueing.
+
+Runs in the serving environment, which has no torch, as the predictor image has none:
+the model it serves is trained and exported by the training and lifecycle environments."""
 
 from __future__ import annotations
 
@@ -20,25 +23,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.serving.conftest import run_kserve_snippet
+from tests.support.environments import run_in
 from tests.workloads.helpers import free_port
-from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
 from workloads.inference import OnnxLM, drift
-from workloads.inference import export as export_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 4096
 MAX_IN_FLIGHT = 4
-
-
-@pytest.fixture(scope="module")
-def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("serving")
-    train_tiny(tiny_config(tmp, steps="20"))
-    out = tmp / "export" / "tiny"
-    assert export_cli.main([str(tmp / "ckpt"), "--out", str(out)]) == 0
-    # The export stores the training data's statistics with the model version.
-    assert (out / drift.REFERENCE_FILE).is_file()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,7 @@ def server(export_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "timeout", "600", sys.executable, "-m", "workloads.serving",
         "--model-dir", str(export_dir), "--port", str(port),
         "--max-body-bytes", str(MAX_BODY), "--max-in-flight", str(MAX_IN_FLIGHT),
-        "--timeout-s", "60", "--threads", "1",
+        "--timeout-s", "60", "--threads", "1", "--grpc-port", "0",
     ]  # fmt: skip
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
@@ -171,7 +163,7 @@ def one_input(name: str, datatype: str, shape: list[int], data: list[Any]) -> di
 
 
 BAD_REQUESTS: dict[str, tuple[bytes | dict[str, Any], int]] = {
-    "malformed JSON": (b'{"inputs": [', 422),
+    "malformed JSON": (b'{"inputs": [', 400),
     "no inputs": ({"inputs": []}, 400),
     "unknown input name": (one_input("x", "INT64", [1, 1], [1]), 400),
     "wrong dtype": (ids_request([[1, 2]], "FP32"), 400),
@@ -191,7 +183,7 @@ def test_every_bad_input_is_a_4xx_and_counted(server: str, case: str) -> None:
     before = metric(server, "uae_predictor_requests_total", model="tiny", code=str(code))
     status, answer = post(f"{server}/v2/models/tiny/infer", body)
     assert status == code, answer
-    assert answer and (answer.get("error") or answer.get("detail")), answer
+    assert set(answer) == {"error"} and answer["error"], answer
     assert (
         metric(server, "uae_predictor_requests_total", model="tiny", code=str(code)) == before + 1
     )
@@ -241,13 +233,36 @@ def test_a_missing_export_is_one_message_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_kserve_runtime_arguments_are_understood() -> None:
-    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py)."""
-    from modules.k8s.serving.manifests import MODEL_DIR, cpu_runtime  # noqa: PLC0415
-    from modules.k8s.serving.spec import ServingSpec  # noqa: PLC0415
-    from workloads.serving.__main__ import build_parser  # noqa: PLC0415
+    """The ServingRuntime passes KServe's conventions (modules/k8s/serving/manifests.py),
+    read from the plan environment (the only one with Pulumi), and the server's parser
+    (in a subprocess: it imports KServe) understands them."""
+    runtime = json.loads(run_in("plan", "-c", RUNTIME_ARGS))
+    args = [a.replace("{{.Name}}", "uae-gpt") for a in runtime["args"]]
+    parsed = json.loads(run_kserve_snippet(PARSE, [json.dumps(args)]))
+    assert parsed == {
+        "model_name": "uae-gpt",
+        "model_dir": runtime["model_dir"],
+        "port": 8080,
+        "grpc_port": runtime["grpc_port"],
+        "grpc_host": "127.0.0.1",
+        "drift_window": 0,
+    }
 
-    runtime = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))
-    container = runtime["spec"]["containers"][0]
-    args = [a.replace("{{.Name}}", "uae-gpt") for a in container["args"]]
-    parsed = build_parser().parse_args(args)
-    assert (parsed.model_name, str(parsed.model_dir), parsed.port) == ("uae-gpt", MODEL_DIR, 8080)
+
+PARSE = """
+import json, sys
+from workloads.serving.__main__ import build_parser
+a = build_parser().parse_args(json.loads(sys.argv[1]))
+print(json.dumps({"model_name": a.model_name, "model_dir": str(a.model_dir), "port": a.port,
+                  "grpc_port": a.grpc_port, "grpc_host": a.grpc_host,
+                  "drift_window": a.drift_window}))
+"""
+
+RUNTIME_ARGS = """
+import json
+from modules.k8s.serving.manifests import MODEL_DIR, PREDICTOR_GRPC_PORT, cpu_runtime
+from modules.k8s.serving.spec import ServingSpec
+container = cpu_runtime(ServingSpec(registry="registry.example.ae/gpu"))["spec"]["containers"][0]
+print(json.dumps({"args": container["args"], "model_dir": MODEL_DIR,
+                  "grpc_port": PREDICTOR_GRPC_PORT}))
+"""

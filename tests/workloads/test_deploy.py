@@ -1,5 +1,8 @@
-"""The TrainingJob: spec validation, the manifests (schema-valid, requesting what the
-pool offers, tolerating its taints), and the component under Pulumi mocks."""
+"""The TrainingJob: spec validation, the TrainJob it emits (valid against the vendored
+Trainer CRD, naming the runtime of its framework, pool and PriorityClass, queued and
+suspended), what the runtime it names carries for it (the pool's devices, fabric
+environment, preflight, security context, checkpoint volume), the Indexed Job path kept
+for fleet burst jobs, and the component under Pulumi mocks."""
 
 from __future__ import annotations
 
@@ -9,18 +12,24 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
+from modules.k8s.trainer.runtimes import cluster_training_runtime
+from modules.k8s.trainer.spec import TrainerSpec
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
 from tests.conftest import RunUnderMocks
+from tests.k8s.crd_checks import crd_errors
 from tests.support.k8s_schema import schema_errors
 from tests.support.pools import P5EN
 from workloads.deploy import TYPE_TOKEN, TrainingJob, TrainingJobSpec, training_job_manifests
 from workloads.deploy.manifests import (
     METRICS_LABEL,
+    PATCH_MANAGER,
     QUEUE_LABEL,
     cpu_request_millicores,
     memory_request_mib,
     rendezvous_endpoint,
+    runtime_env,
+    trainer_inputs,
 )
 
 EFA_POOL = P5EN
@@ -66,7 +75,7 @@ def make_spec(pool: NodePoolProfile = EFA_POOL, **changes: Any) -> TrainingJobSp
         "namespace": "team-a",
         "pool": pool,
         "local_queue": "team-a-queue",
-        "priority_class": "training-normal",
+        "priority_class": "research",
         "service_account": "team-a-training",
         "image": IMAGE,
         "checkpoint_claim": "fsx-checkpoints",
@@ -78,32 +87,59 @@ def make_spec(pool: NodePoolProfile = EFA_POOL, **changes: Any) -> TrainingJobSp
     return TrainingJobSpec(**values)
 
 
-def pod_spec(manifests: list[dict[str, Any]]) -> dict[str, Any]:
-    job = next(m for m in manifests if m["kind"] == "Job")
-    spec: dict[str, Any] = job["spec"]["template"]["spec"]
-    return spec
+def train_job(spec: TrainingJobSpec) -> dict[str, Any]:
+    (job,) = training_job_manifests(spec)
+    assert job["kind"] == "TrainJob"
+    return job
 
 
-def trainer(manifests: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(c for c in pod_spec(manifests)["containers"] if c["name"] == "trainer")
+def runtime(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The ClusterTrainingRuntime the job names, as the platform builds it for the pool."""
+    inputs = trainer_inputs([spec.pool], IMAGE)
+    built = cluster_training_runtime(
+        spec.framework, spec.pool, spec.priority_class, inputs, TrainerSpec()
+    )
+    assert built["metadata"]["name"] == train_job(spec)["spec"]["runtimeRef"]["name"]
+    return built
+
+
+def runtime_pod(spec: TrainingJobSpec, job: str = "node") -> dict[str, Any]:
+    jobs = runtime(spec)["spec"]["template"]["spec"]["replicatedJobs"]
+    (found,) = [j for j in jobs if j["name"] == job]
+    pod: dict[str, Any] = found["template"]["spec"]["template"]["spec"]
+    return pod
+
+
+def runtime_container(spec: TrainingJobSpec, job: str = "node") -> dict[str, Any]:
+    (container,) = runtime_pod(spec, job)["containers"]
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+# --- the TrainJob and the runtime it names -------------------------------------------
 
 
 @pytest.mark.parametrize("pool", [EFA_POOL, IB_POOL, L4_POOL, CPU_POOL], ids=lambda p: p.name)
-def test_manifests_pass_the_kubernetes_1_33_schema(pool: NodePoolProfile) -> None:
-    manifests = training_job_manifests(make_spec(pool, nodes=min(2, pool.max_size)))
-    assert [m["kind"] for m in manifests] == ["Service", "Job"]
-    assert schema_errors(manifests, "1.33") == []
+@pytest.mark.parametrize("framework", ["torch", "deepspeed", "mpi"])
+def test_trainjob_and_its_runtime_pass_the_vendored_crds(
+    pool: NodePoolProfile, framework: str
+) -> None:
+    spec = make_spec(pool, nodes=2, framework=framework)
+    assert crd_errors([train_job(spec), runtime(spec)]) == []
 
 
-def test_schema_check_catches_a_misspelled_field() -> None:
-    manifests = training_job_manifests(make_spec())
-    manifests[1]["spec"]["completionsMode"] = "Indexed"
-    assert schema_errors(manifests, "1.33")
+def test_crd_check_catches_a_misspelled_field() -> None:
+    job = train_job(make_spec())
+    job["spec"]["trainer"]["numNode"] = 2
+    assert crd_errors([job])
 
 
-def test_efa_pod_requests_every_gpu_and_efa_device_and_tolerates_the_taints() -> None:
-    manifests = training_job_manifests(make_spec())
-    resources = trainer(manifests)["resources"]
+def test_trainjob_requests_every_gpu_and_efa_device_of_the_node() -> None:
+    spec = make_spec()
+    resources = train_job(spec)["spec"]["trainer"]["resourcesPerNode"]
     for section in ("requests", "limits"):
         assert resources[section]["nvidia.com/gpu"] == "8"
         assert resources[section]["vpc.amazonaws.com/efa"] == "16"
@@ -112,79 +148,93 @@ def test_efa_pod_requests_every_gpu_and_efa_device_and_tolerates_the_taints() ->
     assert resources["requests"] == resources["limits"]  # Guaranteed QoS
     assert cpu_request_millicores(EFA_POOL) < 192_000
     assert memory_request_mib(EFA_POOL) < 2048 * 1024
-    tolerations = pod_spec(manifests)["tolerations"]
+    # The runtime asks for the same (a TrainJob without resourcesPerNode gets them too).
+    assert runtime_container(spec)["resources"] == resources
+    pod = runtime_pod(spec)
     for taint in EFA_POOL.taints:
         assert {
             "key": taint.key,
             "operator": "Equal",
             "value": taint.value,
             "effect": taint.effect,
-        } in tolerations
-    terms = pod_spec(manifests)["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
+        } in pod["tolerations"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     selected = {e["key"]: e["values"] for e in terms[0]["matchExpressions"]}
     assert selected == {k: [v] for k, v in EFA_POOL.labels.items()}
 
 
-def test_infiniband_pod_requests_the_rdma_resource_and_no_efa() -> None:
-    resources = trainer(training_job_manifests(make_spec(IB_POOL)))["resources"]
-    assert resources["limits"]["rdma/ib"] == "8"
-    assert resources["limits"]["nvidia.com/gpu"] == "8"
-    assert "vpc.amazonaws.com/efa" not in resources["limits"]
-    env = {
-        e["name"]: e["value"] for e in trainer(training_job_manifests(make_spec(IB_POOL)))["env"]
-    }
-    assert env["NCCL_NET"] == "IB"
+def test_infiniband_runtime_requests_the_rdma_resource_and_no_efa() -> None:
+    spec = make_spec(IB_POOL)
+    limits = train_job(spec)["spec"]["trainer"]["resourcesPerNode"]["limits"]
+    assert limits["rdma/ib"] == "8" and limits["nvidia.com/gpu"] == "8"
+    assert "vpc.amazonaws.com/efa" not in limits
+    assert env_of(runtime_container(spec))["NCCL_NET"] == "IB"
+    assert "env" not in train_job(spec)["spec"]["trainer"]  # nothing differs from the runtime
 
 
-def test_cpu_pod_requests_no_accelerators_and_runs_one_process() -> None:
-    manifests = training_job_manifests(make_spec(CPU_POOL, preset="tiny"))
-    container = trainer(manifests)
-    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
-    assert "--nproc_per_node=1" in container["args"]
-    assert "initContainers" not in pod_spec(manifests)
-    assert pod_spec(manifests)["tolerations"] == []
+def test_cpu_job_requests_no_accelerators_and_runs_one_process() -> None:
+    spec = make_spec(CPU_POOL, preset="tiny")
+    trainer = train_job(spec)["spec"]["trainer"]
+    assert set(trainer["resourcesPerNode"]["limits"]) == {"cpu", "memory"}
+    # Trainer's "auto" would start one process per CPU: the job asks for one.
+    assert trainer["numProcPerNode"] == 1
+    assert "initContainers" not in runtime_pod(spec)
+    assert runtime_pod(spec)["tolerations"] == []
 
 
-def test_job_is_an_indexed_queued_torchrun_job() -> None:
+def test_trainjob_is_a_queued_suspended_torchrun_job_on_its_runtime() -> None:
     spec = make_spec(max_restarts=5)
-    manifests = training_job_manifests(spec)
-    service, job = manifests
-    assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["publishNotReadyAddresses"] is True
+    job = train_job(spec)
     assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a-queue"
     assert job["spec"]["suspend"] is True
-    assert job["spec"]["completionMode"] == "Indexed"
-    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
-    pod = pod_spec(manifests)
-    assert pod["subdomain"] == service["metadata"]["name"]
-    assert pod["priorityClassName"] == "training-normal"
-    assert pod["serviceAccountName"] == "team-a-training"
-    assert pod["restartPolicy"] == "Never"
-    args = trainer(manifests)["args"]
-    assert args[:6] == [
-        "--nnodes=2",
-        "--nproc_per_node=8",
+    assert job["spec"]["runtimeRef"] == {
+        "name": "torch-gpu-p5en-research",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    trainer = job["spec"]["trainer"]
+    assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 8
+    assert trainer["image"] == IMAGE
+    assert trainer["command"] == ["torchrun"]
+    assert trainer["args"][:4] == [
         "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={rendezvous_endpoint(spec)}",
+        "--rdzv_endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)",
         "--rdzv_id=team-a-gpt2-124m",
         "--max_restarts=5",
     ]
-    assert rendezvous_endpoint(spec) == "gpt2-124m-0.gpt2-124m-rdzv:29500"
-    assert "--ckpt-dir=/checkpoints/gpt2-124m" in args
-    selector = service["spec"]["selector"]
-    assert all(pod_labels(manifests).get(k) == v for k, v in selector.items())
+    assert "--ckpt-dir=/checkpoints/gpt2-124m" in trainer["args"]
+    pod = runtime_pod(spec)
+    assert pod["priorityClassName"] == "research"
+    assert pod["restartPolicy"] == "Never"
+    assert runtime(spec)["spec"]["template"]["spec"]["network"]["publishNotReadyAddresses"]
 
 
-def pod_labels(manifests: list[dict[str, Any]]) -> dict[str, str]:
-    labels: dict[str, str] = manifests[1]["spec"]["template"]["metadata"]["labels"]
-    return labels
+def test_the_teams_claim_and_service_account_reach_the_pods_by_a_runtime_patch() -> None:
+    job = train_job(make_spec(termination_grace_period_s=300))
+    (patch,) = job["spec"]["runtimePatches"]
+    assert patch["manager"] == PATCH_MANAGER
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["name"] == "node"
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "team-a-training"
+    assert pod["volumes"] == [
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}}
+    ]
+    assert pod["terminationGracePeriodSeconds"] == 300
+    # A job on the runtime's own names patches nothing.
+    plain = make_spec(service_account="trainer", checkpoint_claim="checkpoints")
+    assert "runtimePatches" not in train_job(plain)["spec"]
+    runtime_volumes = {v["name"] for v in runtime_pod(plain)["volumes"]}
+    assert "checkpoints" in runtime_volumes and runtime_pod(plain)["serviceAccountName"] == (
+        "trainer"
+    )
 
 
-def test_pod_is_non_root_with_a_read_only_root_and_writable_scratch() -> None:
-    manifests = training_job_manifests(make_spec())
-    pod = pod_spec(manifests)
+def test_pods_are_non_root_with_a_read_only_root_and_writable_scratch() -> None:
+    spec = make_spec()
+    pod = runtime_pod(spec)
     assert pod["securityContext"]["runAsNonRoot"] is True
     for container in pod["containers"] + pod["initContainers"]:
         security = container["securityContext"]
@@ -195,42 +245,121 @@ def test_pod_is_non_root_with_a_read_only_root_and_writable_scratch() -> None:
         assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "fsx-checkpoints"
-    mounts = {m["mountPath"] for m in trainer(manifests)["volumeMounts"]}
+    mounts = {m["mountPath"] for m in runtime_container(spec)["volumeMounts"]}
     assert {"/dev/shm", "/tmp", "/scratch", "/checkpoints"} <= mounts
+    # The TrainJob patches no container: it cannot loosen the runtime's security.
+    assert "containers" not in str(train_job(spec)["spec"].get("runtimePatches", ""))
 
 
 def test_metrics_port_is_named_and_scrapable() -> None:
-    manifests = training_job_manifests(make_spec())
-    ports = {p["name"]: p["containerPort"] for p in trainer(manifests)["ports"]}
+    spec = make_spec()
+    ports = {p["name"]: p["containerPort"] for p in runtime_container(spec)["ports"]}
     assert ports["metrics"] == 9500
-    assert pod_labels(manifests)[METRICS_LABEL] == "training"
-    assert "--metrics-port=9500" in trainer(manifests)["args"]
+    jobs = runtime(spec)["spec"]["template"]["spec"]["replicatedJobs"]
+    assert jobs[0]["template"]["spec"]["template"]["metadata"]["labels"][METRICS_LABEL] == (
+        "training"
+    )
+    assert "--metrics-port=9500" in train_job(spec)["spec"]["trainer"]["args"]
 
 
-def test_fabric_env_and_restart_safety_reach_the_container() -> None:
+def test_fabric_env_is_the_runtimes_and_a_job_adds_only_what_differs() -> None:
     spec = make_spec(fabric_env_overrides={"NCCL_BUFFSIZE": "4194304"}, fabric_debug=True)
-    env = {e["name"]: e["value"] for e in trainer(training_job_manifests(spec))["env"]}
+    env = env_of(runtime_container(spec))
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
-    assert env["NCCL_BUFFSIZE"] == "4194304" and env["NCCL_DEBUG"] == "INFO"
+    assert env["NCCL_NET"] == "AWS Libfabric"
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env == runtime_env(EFA_POOL)
+    added = {e["name"]: e["value"] for e in train_job(spec)["spec"]["trainer"]["env"]}
+    assert added == {
+        "NCCL_BUFFSIZE": "4194304",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV",
+    }
 
 
 def test_preflight_health_check_expects_the_pools_gpus() -> None:
-    init = pod_spec(training_job_manifests(make_spec()))["initContainers"][0]
+    init = runtime_pod(make_spec())["initContainers"][0]
     assert init["args"] == ["-m", "workloads.health", "--expect-gpus=8", "--expect-nvlink"]
     assert init["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    l4_init = pod_spec(training_job_manifests(make_spec(L4_POOL)))["initContainers"][0]
+    assert init["image"] == IMAGE
+    l4_init = runtime_pod(make_spec(L4_POOL))["initContainers"][0]
     assert "--expect-nvlink" not in l4_init["args"]
 
 
 def test_pod_failure_policy_fails_fast_on_config_errors_and_ignores_disruptions() -> None:
-    rules = training_job_manifests(make_spec())[1]["spec"]["podFailurePolicy"]["rules"]
+    jobs = runtime(make_spec())["spec"]["template"]["spec"]["replicatedJobs"]
+    rules = jobs[0]["template"]["spec"]["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "FailJob" and rules[0]["onExitCodes"]["values"] == [2]
+    assert rules[0]["onExitCodes"]["containerName"] == "node"
     assert rules[1] == {
         "action": "Ignore",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
+
+
+def test_deepspeed_job_runs_the_trainers_deepspeed_engine_on_its_runtime() -> None:
+    job = train_job(make_spec(framework="deepspeed"))
+    assert job["spec"]["runtimeRef"]["name"] == "deepspeed-gpu-p5en-research"
+    assert job["spec"]["trainer"]["command"] == ["torchrun"]
+    assert "--engine=deepspeed" in job["spec"]["trainer"]["args"]
+    assert "--engine=deepspeed" not in train_job(make_spec())["spec"]["trainer"]["args"]
+
+
+def test_mpi_job_runs_horovod_under_mpirun_forwarding_the_environment() -> None:
+    spec = make_spec(framework="mpi", extra_args=("--steps=20",))
+    trainer = train_job(spec)["spec"]["trainer"]
+    command = trainer["command"]
+    assert command[0] == "mpirun" and "args" not in trainer
+    forwarded = {command[i + 1] for i, word in enumerate(command) if word == "-x"}
+    assert set(runtime_env(EFA_POOL)) <= forwarded
+    assert command[-3:] == [
+        "/app/workloads/horovod/train.py",
+        "--ckpt-dir=/checkpoints/gpt2-124m",
+        "--steps=20",
+    ]
+    assert trainer["numProcPerNode"] == 8
+    # The launcher is a node: the runtime gives it a node's resources, not the TrainJob.
+    assert "resourcesPerNode" not in trainer
+    (patch,) = train_job(spec)["spec"]["runtimePatches"]
+    jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert {j["name"] for j in jobs} == {"node", "launcher"}
+
+
+def test_fabric_check_job_runs_the_check_across_the_pool() -> None:
+    spec = make_spec(
+        name="fabric-check", workload="fabric-check", checkpoint_claim=None, max_restarts=0
+    )
+    job = train_job(spec)
+    assert crd_errors([job]) == []
+    args = job["spec"]["trainer"]["args"]
+    assert args[-3:] == ["-m", "workloads.fabric_check", "--instance-type=p5en.48xlarge"]
+    assert job["spec"]["trainer"]["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == "16"
+
+
+def test_fabric_check_needs_two_nodes_and_a_threshold() -> None:
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(IB_POOL, workload="fabric-check", nodes=1)
+    assert {p.field for p in err.value.problems} == {"nodes", "min_busbw_gbps"}
+    onprem = make_spec(IB_POOL, workload="fabric-check", min_busbw_gbps=150.0)
+    assert "--min-busbw-gbps=150.0" in train_job(onprem)["spec"]["trainer"]["args"]
+
+
+def test_training_needs_a_checkpoint_claim() -> None:
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(checkpoint_claim=None)
+    assert {p.field for p in err.value.problems} == {"checkpoint_claim"}
+
+
+def test_held_job_is_suspended_and_not_queued_until_released() -> None:
+    held = train_job(make_spec(hold=True, suspend=False))
+    assert held["spec"]["suspend"] is True
+    assert QUEUE_LABEL not in held["metadata"]["labels"]
+    released = train_job(make_spec(hold=False))
+    assert released["metadata"]["labels"][QUEUE_LABEL] == "team-a-queue"
+    assert released["spec"]["suspend"] is True  # Kueue unsuspends it on admission
+
+
+# --- validation -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -244,6 +373,18 @@ def test_pod_failure_policy_fails_fast_on_config_errors_and_ignores_disruptions(
         ({"preset": "gpt9", "metrics_port": 9400}, {"preset", "metrics_port"}),
         ({"termination_grace_period_s": 30}, {"termination_grace_period_s"}),
         ({"fabric_env_overrides": {"BAD-NAME": "1"}}, {"fabric_env_overrides"}),
+        # What the TrainJob path takes from the runtime, or selects it by.
+        ({"name": "1st-job"}, {"name"}),
+        ({"priority_class": "training-normal"}, {"priority_class"}),
+        ({"metrics_port": 9600, "backoff_limit": 5}, {"metrics_port", "backoff_limit"}),
+        ({"health_check": False, "expect_nvlink": False}, {"health_check", "expect_nvlink"}),
+        ({"checkpoint_mount_path": "/ckpt"}, {"checkpoint_mount_path"}),
+        ({"fabric_env_overrides": {"NCCL_SOCKET_IFNAME": ""}}, {"fabric_env_overrides"}),
+        ({"rendezvous_service": "fleet-rdzv"}, {"rendezvous_service"}),
+        ({"framework": "mpi", "nodes": 1}, {"nodes"}),
+        ({"framework": "mpi", "workload": "fabric-check"}, {"workload"}),
+        ({"framework": "deepspeed", "launcher": "indexed-job"}, {"framework"}),
+        ({"framework": "jax"}, {"framework"}),
     ],
 )
 def test_spec_validation_names_every_bad_field(changes: dict[str, Any], fields: set[str]) -> None:
@@ -261,11 +402,76 @@ def test_spec_refuses_pools_it_cannot_train_on() -> None:
     shared = dataclasses.replace(L4_POOL, gpu_sharing="time-slicing", gpu_replicas=4)
     with pytest.raises(InvalidArgsError, match="whole GPUs"):
         make_spec(shared)
+    preprocess = dataclasses.replace(CPU_POOL, role="preprocess")
+    with pytest.raises(InvalidArgsError, match="a pool with runtimes"):
+        make_spec(preprocess)
+    make_spec(preprocess, launcher="indexed-job", priority_class="training-normal")
 
 
 def test_image_digest_is_accepted() -> None:
     digest = "sha256:" + "a" * 64
     make_spec(image=IMAGE.replace(":2025.06.1", "@" + digest))
+
+
+# --- the Indexed Job path (fleet burst jobs) -------------------------------------------
+
+
+def indexed(pool: NodePoolProfile = EFA_POOL, **changes: Any) -> list[dict[str, Any]]:
+    return training_job_manifests(make_spec(pool, launcher="indexed-job", **changes))
+
+
+def job_pod(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    job = next(m for m in manifests if m["kind"] == "Job")
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
+@pytest.mark.parametrize("pool", [EFA_POOL, IB_POOL, L4_POOL, CPU_POOL], ids=lambda p: p.name)
+def test_indexed_job_manifests_pass_the_kubernetes_1_33_schema(pool: NodePoolProfile) -> None:
+    manifests = indexed(pool, nodes=min(2, pool.max_size))
+    assert [m["kind"] for m in manifests] == ["Service", "Job"]
+    assert schema_errors(manifests, "1.33") == []
+    manifests[1]["spec"]["completionsMode"] = "Indexed"
+    assert schema_errors(manifests, "1.33")
+
+
+def test_indexed_job_is_a_queued_torchrun_job_with_its_own_rendezvous() -> None:
+    spec = make_spec(max_restarts=5, launcher="indexed-job", priority_class="training-normal")
+    service, job = training_job_manifests(spec)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a-queue"
+    assert job["spec"]["suspend"] is True
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    pod = job_pod([service, job])
+    assert pod["subdomain"] == service["metadata"]["name"]
+    assert pod["priorityClassName"] == "training-normal"
+    assert pod["serviceAccountName"] == "team-a-training"
+    (trainer,) = pod["containers"]
+    assert trainer["args"][:6] == [
+        "--nnodes=2",
+        "--nproc_per_node=8",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rendezvous_endpoint(spec)}",
+        "--rdzv_id=team-a-gpt2-124m",
+        "--max_restarts=5",
+    ]
+    assert rendezvous_endpoint(spec) == "gpt2-124m-0.gpt2-124m-rdzv:29500"
+    assert trainer["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
+    assert {e["name"]: e["value"] for e in trainer["env"]}["FI_PROVIDER"] == "efa"
+    (preflight,) = pod["initContainers"]
+    assert preflight["args"][-1] == "--expect-nvlink"
+    selector = service["spec"]["selector"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_indexed_fabric_check_fails_fast_below_its_threshold() -> None:
+    manifests = indexed(name="fabric-check", workload="fabric-check", checkpoint_claim=None)
+    assert "checkpoints" not in {v["name"] for v in job_pod(manifests)["volumes"]}
+    rules = manifests[1]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0]["onExitCodes"]["values"] == [1, 2]  # below threshold: do not retry
 
 
 # --- the component under Pulumi mocks (the project's run_under_mocks fixture) --------
@@ -276,19 +482,27 @@ def example_program(spec: TrainingJobSpec, with_provider: bool = True) -> None:
     TrainingJob("example", spec, provider=provider)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("launcher", "types", "service"),
+    [
+        ("trainer", ["kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"], "gpt2-124m"),
+        (
+            "indexed-job",
+            ["kubernetes:batch/v1:Job", "kubernetes:core/v1:Service"],
+            "gpt2-124m-rdzv",
+        ),
+    ],
+)
 def test_component_registers_every_object_with_the_explicit_provider(
-    run_under_mocks: RunUnderMocks,
+    run_under_mocks: RunUnderMocks, launcher: str, types: list[str], service: str
 ) -> None:
-    spec = make_spec()
+    spec = make_spec(launcher=launcher)
     registrations = run_under_mocks(lambda: example_program(spec))
     (component,) = [r for r in registrations.values() if r.type == TYPE_TOKEN]
     (provider,) = [r for r in registrations.values() if r.type == "pulumi:providers:kubernetes"]
     objects = [r for r in registrations.values() if r.parent == component.urn]
     expected = training_job_manifests(spec)
-    assert sorted(r.type for r in objects) == [
-        "kubernetes:batch/v1:Job",
-        "kubernetes:core/v1:Service",
-    ]
+    assert sorted(r.type for r in objects) == types
     for record in objects:
         assert record.custom
         assert record.provider.startswith(provider.urn), record.provider
@@ -297,7 +511,7 @@ def test_component_registers_every_object_with_the_explicit_provider(
         assert record.inputs["spec"] == manifest["spec"]
     assert component.component_outputs == {
         "job_name": "gpt2-124m",
-        "service_name": "gpt2-124m-rdzv",
+        "service_name": service,
         "namespace": "team-a",
     }
 
@@ -305,44 +519,3 @@ def test_component_registers_every_object_with_the_explicit_provider(
 def test_component_refuses_to_run_without_a_provider(run_under_mocks: RunUnderMocks) -> None:
     with pytest.raises(ValueError, match="explicit provider"):
         run_under_mocks(lambda: example_program(make_spec(), with_provider=False))
-
-
-def test_fabric_check_job_runs_the_check_across_the_pool() -> None:
-    spec = make_spec(
-        name="fabric-check", workload="fabric-check", checkpoint_claim=None, max_restarts=0
-    )
-    manifests = training_job_manifests(spec)
-    assert schema_errors(manifests, "1.33") == []
-    container = trainer(manifests)
-    assert container["args"][-3:] == [
-        "-m",
-        "workloads.fabric_check",
-        "--instance-type=p5en.48xlarge",
-    ]
-    assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == "16"
-    assert "checkpoints" not in {v["name"] for v in pod_spec(manifests)["volumes"]}
-    assert METRICS_LABEL not in pod_labels(manifests)
-    rules = manifests[1]["spec"]["podFailurePolicy"]["rules"]
-    assert rules[0]["onExitCodes"]["values"] == [1, 2]  # below threshold: do not retry
-
-
-def test_fabric_check_needs_two_nodes_and_a_threshold() -> None:
-    with pytest.raises(InvalidArgsError) as err:
-        make_spec(IB_POOL, workload="fabric-check", nodes=1)
-    assert {p.field for p in err.value.problems} == {"nodes", "min_busbw_gbps"}
-    onprem = make_spec(IB_POOL, workload="fabric-check", min_busbw_gbps=150.0)
-    assert "--min-busbw-gbps=150.0" in trainer(training_job_manifests(onprem))["args"]
-
-
-def test_training_needs_a_checkpoint_claim() -> None:
-    with pytest.raises(InvalidArgsError) as err:
-        make_spec(checkpoint_claim=None)
-    assert {p.field for p in err.value.problems} == {"checkpoint_claim"}
-
-
-def test_held_job_is_suspended_and_not_queued_until_released() -> None:
-    held = training_job_manifests(make_spec(hold=True, suspend=False))[1]
-    assert held["spec"]["suspend"] is True
-    assert QUEUE_LABEL not in held["metadata"]["labels"]
-    released = training_job_manifests(make_spec(hold=False))[1]
-    assert released["metadata"]["labels"][QUEUE_LABEL] == "team-a-queue"

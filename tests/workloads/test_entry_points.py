@@ -23,12 +23,16 @@ ALIASES = {
     "workloads.fabric_check": "workloads.training.fabric_check",
 }
 
-#: The files that name the modules containers run: the TrainingJob's manifests (the
-#: plans' commands) and the images' default commands.
+#: The files that name the modules containers run: the TrainingJob's manifests and the
+#: platform's training runtimes and pod conventions (the plans' commands, the preflight)
+#: and the images' default commands.
 RUNNERS = (
     "workloads/deploy/manifests.py",
+    "modules/k8s/trainer/runtimes.py",
+    "modules/k8s/trainer/pods.py",
     "workloads/Dockerfile",
     "workloads/serving/Dockerfile",
+    "workloads/features/Dockerfile",
 )
 
 

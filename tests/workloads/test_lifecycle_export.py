@@ -1,17 +1,29 @@
 """Export to ONNX with parity checks, and the inference library against PyTorch, on a
-tiny model trained in the test; every bad input is one message and nothing written."""
+tiny model trained in the test; every bad input is one message and nothing written; the
+export never destroys a folder it did not make, and its Triton repository is Triton's
+own ``ModelConfig`` and matches the ONNX graph."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
+from google.protobuf import text_format
 
-from tests.workloads.lifecycle_helpers import tiny_config, torch_greedy, train_tiny
+from tests.workloads.lifecycle_helpers import (
+    model_config_class,
+    tiny_config,
+    torch_greedy,
+    train_tiny,
+    tree_digests,
+)
 from workloads.data.tokenize import decode_bytes, encode_bytes
 from workloads.inference import (
     ByteTokenizer,
@@ -26,6 +38,7 @@ from workloads.inference import (
 from workloads.inference import export as export_cli
 from workloads.inference.export import ExportOptions, export_checkpoint
 from workloads.inference.source import load_model
+from workloads.inference.triton import MAX_BATCH_SIZE, max_batch_size
 from workloads.training.checkpoint import complete_checkpoints
 
 
@@ -48,6 +61,7 @@ def test_export_passes_parity_and_writes_a_model_card(trained: tuple[Path, Path]
         "model.int8.onnx",
         "model.onnx",
         "model_card.json",
+        "triton",  # the same two models as a Triton model repository
     ]
     assert card.files == {"fp32": "model.onnx", "int8": "model.int8.onnx"}
     assert card.tokenizer == "byte-utf8" and card.vocab_size == 256 and card.opset >= 18
@@ -161,3 +175,164 @@ def test_library_tokenizer_is_the_training_tokenizer() -> None:
     tokenizer = ByteTokenizer()
     assert tokenizer.encode(text) == [int(t) for t in encode_bytes(text)]
     assert tokenizer.decode(tokenizer.encode(text)) == decode_bytes(encode_bytes(text)) == text
+
+
+def _enum_name(message: Any, field: str) -> str:
+    """The name of an enum field's value, read from the message's own descriptor."""
+    enum = message.DESCRIPTOR.fields_by_name[field].enum_type
+    return str(enum.values_by_number[getattr(message, field)].name)
+
+
+_TRITON_TYPE = {onnx.TensorProto.INT64: "TYPE_INT64", onnx.TensorProto.FLOAT: "TYPE_FP32"}
+
+
+def test_the_triton_repository_is_a_model_config_matching_the_graph(
+    trained: tuple[Path, Path],
+) -> None:
+    _, out = trained
+    model_config = model_config_class()  # Triton's own message, from tritonclient
+    repo = out / "triton"
+    assert sorted(p.name for p in repo.iterdir()) == ["tiny", "tiny-int8"]  # make serve's names
+    for name, onnx_file in (("tiny", "model.onnx"), ("tiny-int8", "model.int8.onnx")):
+        model_dir = repo / name
+        assert sorted(str(p.relative_to(model_dir)) for p in model_dir.rglob("*")) == [
+            "1",
+            "1/model.onnx",
+            "config.pbtxt",
+        ]
+        served = model_dir / "1" / "model.onnx"
+        assert served.is_file() and not served.is_symlink()
+        assert os.path.samefile(served, out / onnx_file)  # a hard link: no second copy
+        config = text_format.Parse((model_dir / "config.pbtxt").read_text(), model_config())
+        assert config.name == name and config.backend == "onnxruntime" and not config.platform
+        # 128-token context x 256 logit rows is small: the full batch of 32 applies.
+        assert config.max_batch_size == max_batch_size(128, 256) == MAX_BATCH_SIZE
+        assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+        assert config.dynamic_batching.max_queue_delay_microseconds == 5000
+        (group,) = config.instance_group
+        assert group.count == 1 and _enum_name(group, "kind") == "KIND_GPU"
+        graph = onnx.load(str(served)).graph
+        initializers = {i.name for i in graph.initializer}
+        graph_inputs = [v for v in graph.input if v.name not in initializers]
+        pairs = [
+            *zip(config.input, graph_inputs, strict=True),
+            *zip(config.output, graph.output, strict=True),
+        ]
+        for declared, value in pairs:
+            shape = [
+                d.dim_value if d.HasField("dim_value") else -1
+                for d in value.type.tensor_type.shape.dim
+            ]
+            assert declared.name == value.name
+            assert (
+                _enum_name(declared, "data_type") == _TRITON_TYPE[value.type.tensor_type.elem_type]
+            )
+            assert shape[0] == -1  # the batch axis Triton's dynamic batching fills ...
+            assert list(declared.dims) == shape[1:]  # ... is left out of the declaration
+        assert [(t.name, list(t.dims)) for t in config.input] == [("token_ids", [-1])]
+        assert [(t.name, list(t.dims)) for t in config.output] == [("logits", [-1, 256])]
+        # What dynamic batching does, done by hand: two requests joined along the batch
+        # axis. fp32 rows never see each other; the int8 model quantises activations
+        # with one scale per tensor, so a companion moves its logits slightly.
+        session = ort.InferenceSession(str(served), providers=["CPUExecutionProvider"])
+        rows = np.array([list(b"The fal"), list(b"and the")], dtype=np.int64)
+        joined = session.run(None, {"token_ids": rows})[0]
+        for i in range(2):
+            alone = session.run(None, {"token_ids": rows[i : i + 1]})[0]
+            assert np.abs(joined[i] - alone[0]).max() <= (1e-5 if name == "tiny" else 2e-2)
+
+
+def test_export_refuses_a_foreign_folder_and_the_checkpoint_itself(
+    trained: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt, out = trained
+    foreign = tmp_path / "mine"
+    (foreign / "sub").mkdir(parents=True)
+    (foreign / "notes.txt").write_text("my notes")
+    (foreign / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    step = complete_checkpoints(ckpt)[-1][1]
+    before = {p: tree_digests(p) for p in (foreign, ckpt)}
+    before_file = a_file.read_text()
+
+    _fails([str(ckpt), "--out", str(foreign)], capsys, f"OUT {foreign} is not an earlier export")
+    _fails([str(ckpt), "--out", str(ckpt)], capsys, f"OUT {ckpt} is the checkpoint directory")
+    # Given one step, the checkpoint directory is still the run's whole --ckpt-dir.
+    _fails([str(step), "--out", str(ckpt)], capsys, "is the checkpoint directory")
+    _fails([str(ckpt), "--out", str(step)], capsys, "is inside the checkpoint directory")
+    _fails([str(ckpt), "--out", str(ckpt / "export")], capsys, "is inside the checkpoint")
+    _fails([str(ckpt), "--out", str(ckpt.parent)], capsys, "contains the checkpoint directory")
+    _fails([str(ckpt), "--out", str(a_file)], capsys, "it is a file, not a directory")
+    assert {p: tree_digests(p) for p in (foreign, ckpt)} == before
+    assert a_file.read_text() == before_file
+    assert not (ckpt / "export").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs
+
+    # An earlier export (here one from before Triton repositories, and of another step)
+    # is replaced whole.
+    earlier = tmp_path / "exports" / "tiny"
+    shutil.copytree(out, earlier, ignore=shutil.ignore_patterns("triton"))
+    card = read_card(earlier)
+    stale = card.to_json().replace(f'"step": "{card.source["step"]}"', '"step": "0"')
+    (earlier / "model_card.json").write_text(stale)
+    assert export_cli.main([str(ckpt), "--out", str(earlier)]) == 0
+    assert read_card(earlier).source["step"] == "30"
+    assert (earlier / "triton" / "tiny-int8" / "config.pbtxt").is_file()
+    assert [p.name for p in earlier.parent.iterdir()] == ["tiny"]  # nothing left aside
+    capsys.readouterr()
+
+    # A file the user put into an export makes it theirs: refused, kept as it is.
+    (earlier / "notes.txt").write_text("mine now")
+    (earlier / "triton" / "tiny" / "README").write_text("mine too")
+    before_user = tree_digests(earlier)
+    _fails([str(ckpt), "--out", str(earlier)], capsys, "files an export does not write")
+    assert tree_digests(earlier) == before_user
+
+
+def test_export_into_an_empty_folder(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ckpt, _ = trained
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert export_cli.main([str(ckpt), "--out", str(empty)]) == 0
+    assert read_card(empty).name == "empty"
+    assert (empty / "triton" / "empty" / "1" / "model.onnx").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["empty"]
+
+
+def test_a_failure_mid_export_leaves_the_earlier_export_whole(
+    trained: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ckpt, out = trained
+    earlier = tmp_path / "tiny"
+    shutil.copytree(out, earlier)
+    before = tree_digests(earlier)
+
+    # The disk fills while the Triton repository is half written.
+    def disk_full(root: Path, *args: object, **kwargs: object) -> None:
+        (root / "tiny" / "1").mkdir(parents=True)
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export_cli, "write_repository", disk_full)
+        _fails([str(ckpt), "--out", str(earlier)], capsys, "No space left on device")
+    assert tree_digests(earlier) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+    # Renaming the new export in fails after the earlier one was moved aside: it is
+    # renamed back.
+    rename = Path.rename
+
+    def failing_rename(self: Path, target: Any) -> Path:
+        if self.name.startswith(".tiny.partial-"):
+            raise OSError(5, "Input/output error")
+        return rename(self, target)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "rename", failing_rename)
+        _fails([str(ckpt), "--out", str(earlier)], capsys, "Input/output error")
+    assert tree_digests(earlier) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]

@@ -12,6 +12,8 @@ interrupted run would have read.
 
 Only torch and the standard library are used (no numpy), so training runs on a
 machine that has nothing but a preinstalled PyTorch (`workloads.training.gpu_check`).
+The header and its reader are in `workloads.data.shard_format` (no torch), re-exported
+here.
 """
 
 from __future__ import annotations
@@ -27,14 +29,30 @@ from pathlib import Path
 
 import torch
 
-MAGIC = 20240520
-VERSION = 1
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4
+from workloads.data.shard_format import (
+    HEADER_BYTES,
+    HEADER_INTS,
+    MAGIC,
+    VERSION,
+    ShardError,
+    ShardInfo,
+    read_header,
+    shard_files,
+)
 
-
-class ShardError(ValueError):
-    """A shard file or shard directory that cannot be used, with what to do about it."""
+__all__ = [
+    "HEADER_BYTES",
+    "HEADER_INTS",
+    "MAGIC",
+    "VERSION",
+    "LoaderState",
+    "ShardError",
+    "ShardInfo",
+    "ShardLoader",
+    "read_header",
+    "shard_files",
+    "write_shard",
+]
 
 
 def _require_little_endian() -> None:
@@ -61,44 +79,6 @@ def write_shard(path: Path, tokens: torch.Tensor | Sequence[int], vocab_size: in
         handle.write(header)
         handle.write(payload)
     tmp.replace(path)
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """What a shard's header says."""
-
-    path: Path
-    num_tokens: int
-    vocab_size: int
-
-
-def read_header(path: Path) -> ShardInfo:
-    """Check a shard's header against its size; `ShardError` naming the problem."""
-    try:
-        raw = path.read_bytes()[:HEADER_BYTES]
-    except OSError as err:
-        raise ShardError(f"{path}: cannot read ({err.strerror})") from err
-    if len(raw) < HEADER_BYTES:
-        raise ShardError(f"{path}: shorter than the {HEADER_BYTES}-byte shard header")
-    magic, version, num_tokens, vocab_size = struct.unpack_from("<4i", raw)
-    if magic != MAGIC or version != VERSION:
-        raise ShardError(
-            f"{path}: not a token shard (magic {magic}, version {version}; "
-            f"expected {MAGIC}, {VERSION}); make shards with `python -m workloads.data.tokenize`"
-        )
-    expected = HEADER_BYTES + 2 * num_tokens
-    actual = path.stat().st_size
-    if actual != expected:
-        raise ShardError(
-            f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
-            f"{actual} bytes; it is truncated or corrupt, re-create it"
-        )
-    return ShardInfo(path, num_tokens, vocab_size)
-
-
-def shard_files(data_dir: Path, split: str) -> list[Path]:
-    """The ``{split}_*.bin`` shards of a directory, in name order."""
-    return sorted(data_dir.glob(f"{split}_*.bin"))
 
 
 @dataclass(frozen=True)

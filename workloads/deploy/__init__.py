@@ -1,4 +1,4 @@
-"""Deploying the training workloads as Kueue-queued Indexed Jobs (`TrainingJob`)."""
+"""Deploying the training workloads as Kueue-queued Kubeflow Trainer TrainJobs (`TrainingJob`)."""
 
 from workloads.deploy.component import TYPE_TOKEN, TrainingJob
 from workloads.deploy.manifests import training_job_manifests

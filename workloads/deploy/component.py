@@ -1,7 +1,8 @@
 """`TrainingJob`: a training job's Kubernetes objects as one Pulumi component.
 
 The component only registers what `workloads.deploy.manifests.training_job_manifests`
-decides, each object through the cluster's explicit Kubernetes provider.
+decides (a Kubeflow Trainer TrainJob, or an Indexed Job and its Service), each object
+through the cluster's explicit Kubernetes provider.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class TrainingJob(pulumi.ComponentResource):
         provider: the cluster's Kubernetes provider (default providers are disabled).
         opts: options of the component itself.
 
-    Outputs: ``job_name``, ``service_name``, ``namespace``.
+    Outputs: ``job_name``, ``service_name`` (the headless Service pods resolve each
+    other by: the JobSet's, named after the TrainJob, or the Indexed Job's), ``namespace``.
     """
 
     def __init__(
@@ -46,7 +48,8 @@ class TrainingJob(pulumi.ComponentResource):
                 )
             )
         self.job_name = pulumi.Output.from_input(spec.name)
-        self.service_name = pulumi.Output.from_input(service_name(spec))
+        headless = spec.name if spec.launcher == "trainer" else service_name(spec)
+        self.service_name = pulumi.Output.from_input(headless)
         self.namespace = pulumi.Output.from_input(spec.namespace)
         self.register_outputs(
             {

@@ -13,7 +13,12 @@ import pulumi
 
 from modules.k8s.common import resource_name
 from modules.k8s.objects import KubernetesObject
-from workloads.deploy.inference_manifests import endpoint_url, inference_service_manifests
+from workloads.deploy.drift_manifests import DriftImages
+from workloads.deploy.inference_manifests import (
+    endpoint_url,
+    grpc_endpoint,
+    inference_service_manifests,
+)
 from workloads.deploy.inference_spec import InferenceServiceSpec
 
 TYPE_TOKEN = "gpuplatform:workloads:InferenceService"
@@ -28,9 +33,11 @@ class InferenceService(pulumi.ComponentResource):
         proxy_image: the kube-rbac-proxy image in the in-region registry.
         provider: the cluster's Kubernetes provider (default providers are disabled).
         depends_on: what must exist first (KServe, its runtimes, the team namespace).
+        drift: the drift service's images: with them, the request logger feeds a drift
+            service (`workloads.deploy.drift_manifests`); without, no drift is measured.
         opts: options of the component itself.
 
-    Outputs: ``name``, ``namespace``, ``endpoint``.
+    Outputs: ``name``, ``namespace``, ``endpoint`` (HTTPS), ``grpc_endpoint`` (gRPC, TLS).
     """
 
     def __init__(
@@ -41,11 +48,12 @@ class InferenceService(pulumi.ComponentResource):
         provider: pulumi.ProviderResource,
         *,
         depends_on: Sequence[pulumi.Resource] = (),
+        drift: DriftImages | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(TYPE_TOKEN, resource_name_, None, opts)
         self.objects: list[KubernetesObject] = []
-        for manifest in inference_service_manifests(spec, proxy_image):
+        for manifest in inference_service_manifests(spec, proxy_image, drift):
             self.objects.append(
                 KubernetesObject(
                     f"{resource_name_}-{resource_name(manifest)}",
@@ -58,6 +66,12 @@ class InferenceService(pulumi.ComponentResource):
         self.name = pulumi.Output.from_input(spec.name)
         self.namespace = pulumi.Output.from_input(spec.namespace)
         self.endpoint = pulumi.Output.from_input(endpoint_url(spec))
+        self.grpc_endpoint = pulumi.Output.from_input(grpc_endpoint(spec))
         self.register_outputs(
-            {"name": self.name, "namespace": self.namespace, "endpoint": self.endpoint}
+            {
+                "name": self.name,
+                "namespace": self.namespace,
+                "endpoint": self.endpoint,
+                "grpc_endpoint": self.grpc_endpoint,
+            }
         )

@@ -3,20 +3,31 @@
 * An ``InferenceService`` (KServe v0.20, ``Standard`` = RawDeployment mode): the stable
   version as the predictor named ``v<version>``, and a canary version, when there is
   one, in ``spec.canary`` with its ``trafficPercent``. KServe runs each as its own
-  Deployment; the canary gets ``ceil(minReplicas * trafficPercent / 100)`` pods.
+  Deployment; the canary gets ``ceil(minReplicas * trafficPercent / 100)`` pods. With
+  drift (`workloads.deploy.drift_manifests`), the predictor's ``logger`` sends every
+  request to the service's drift service, and each predictor carries its registered
+  version as a pod annotation the logger forwards.
 * Authentication: upstream KServe offers none in RawDeployment mode (the
   ``security.opendatahub.io/enable-auth`` annotation is OpenDataHub's fork only), so each
   predictor pod carries a kube-rbac-proxy sidecar (the project KServe itself uses for
   its controller): it checks the caller's ServiceAccount token (TokenReview) and its
   RBAC permission on ``inferenceservices/proxy`` of this service (SubjectAccessReview),
-  then forwards to the model server on 127.0.0.1:8080. It serves TLS with a certificate
-  cert-manager issues from the platform's CA.
-* The endpoint: a Service ``<name>-endpoint`` on the proxy's port 8443, selecting every
-  predictor pod of the service (stable and canary): requests spread over the pods, so
-  the canary's share of traffic is its share of the pods.
-* A NetworkPolicy admitting only the named client namespaces, on the proxy's port only,
-  and the monitoring namespace on the metrics ports; a Role and RoleBinding granting the
-  client namespaces' ServiceAccounts the right to call.
+  then forwards to the model server on 127.0.0.1:8080 (with drift: to KServe's agent on
+  127.0.0.1:9081, which logs the request and forwards it to 8080). It serves TLS with a
+  certificate cert-manager issues from the platform's CA.
+* gRPC: a second kube-rbac-proxy on 8444 (TLS; HTTP/2 negotiated by ALPN, as gRPC
+  needs) forwards to the model server's gRPC port in cleartext HTTP/2 over the pod's
+  loopback (``--upstream-force-h2c``, kube-rbac-proxy's flag for gRPC upstreams): the
+  CPU predictor's 127.0.0.1:8081 or Triton's 9000. The same token and RBAC check
+  apply (a gRPC call is an HTTP/2 POST: RBAC verb ``create``). KServe's logger sees
+  HTTP only: gRPC requests do not reach the drift service.
+* The endpoint: a Service ``<name>-endpoint`` on the proxies' ports 8443 (HTTPS) and
+  8444 (gRPC over TLS), selecting every predictor pod of the service (stable and
+  canary): requests spread over the pods, so the canary's share of traffic is its share
+  of the pods.
+* A NetworkPolicy admitting only the named client namespaces, on the proxies' ports
+  only, and the monitoring namespace on the metrics ports; a Role and RoleBinding
+  granting the client namespaces' ServiceAccounts the right to call.
 """
 
 from __future__ import annotations
@@ -25,8 +36,15 @@ from typing import Any
 
 from modules.k8s.common import toleration
 from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT
 from modules.k8s.serving.observability import ISVC_POD_LABEL
 from modules.k8s.serving.spec import SERVING_CA_ISSUER
+from workloads.deploy.drift_manifests import (
+    VERSION_ANNOTATION,
+    DriftImages,
+    drift_manifests,
+    logger_spec,
+)
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER, restricted_container_security
 
@@ -43,6 +61,10 @@ MODEL_SERVER_PORT = 8080
 TRITON_METRICS_PORT = 8002
 PROXY_PORT = 8443
 PROXY_HEALTH_PORT = 8643
+GRPC_PROXY_PORT = 8444
+GRPC_PROXY_HEALTH_PORT = 8644
+#: KServe's agent sidecar (injected with the logger) listens here and forwards to 8080.
+AGENT_PORT = 9081
 PROXY_CONFIG_PATH = "/etc/kube-rbac-proxy"
 PROXY_CONFIG_FILE = "config.yaml"
 PROXY_SUBRESOURCE = "proxy"
@@ -94,6 +116,15 @@ def endpoint_url(spec: InferenceServiceSpec) -> str:
     return f"https://{endpoint_service_name(spec)}.{spec.namespace}.svc:{PROXY_PORT}"
 
 
+def grpc_endpoint(spec: InferenceServiceSpec) -> str:
+    """Where client applications send V2 gRPC calls (TLS, ``authorization`` metadata)."""
+    return f"{endpoint_service_name(spec)}.{spec.namespace}.svc:{GRPC_PROXY_PORT}"
+
+
+def model_grpc_port(spec: InferenceServiceSpec) -> int:
+    return TRITON_GRPC_PORT if spec.pool.has_gpus else PREDICTOR_GRPC_PORT
+
+
 def model_resources(spec: InferenceServiceSpec) -> dict[str, dict[str, str]]:
     """Requests equal to limits (Guaranteed QoS), sized from the pool."""
     amounts = {"cpu": f"{spec.cpu}m", "memory": f"{spec.memory}Mi"}
@@ -130,16 +161,45 @@ def proxy_configmap(spec: InferenceServiceSpec) -> dict[str, Any]:
     }
 
 
-def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
-    """The kube-rbac-proxy sidecar in front of the model server."""
+def proxy_container(
+    spec: InferenceServiceSpec, image: str, upstream_port: int = MODEL_SERVER_PORT
+) -> dict[str, Any]:
+    """The kube-rbac-proxy sidecar in front of the model server's REST port (or of
+    KServe's agent, ``upstream_port``, when the logger is on)."""
+    return _proxy(
+        "kube-rbac-proxy", image, (PROXY_PORT, "https"), (PROXY_HEALTH_PORT, "proxy-health"),
+        f"http://127.0.0.1:{upstream_port}/", [],
+    )  # fmt: skip
+
+
+def grpc_proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
+    """The kube-rbac-proxy sidecar in front of the model server's gRPC port: TLS with
+    HTTP/2 to the client, cleartext HTTP/2 (h2c) to the server on the pod's loopback."""
+    return _proxy(
+        "kube-rbac-proxy-grpc", image, (GRPC_PROXY_PORT, "grpcs"),
+        (GRPC_PROXY_HEALTH_PORT, "grpc-health"), f"http://127.0.0.1:{model_grpc_port(spec)}/",
+        ["--upstream-force-h2c"],
+    )  # fmt: skip
+
+
+def _proxy(  # noqa: PLR0917  (each proxy's six facts, named at the two call sites)
+    name: str,
+    image: str,
+    listen: tuple[int, str],
+    health: tuple[int, str],
+    upstream: str,
+    extra: list[str],
+) -> dict[str, Any]:
+    (port, port_name), (health_port, health_name) = listen, health
     return {
-        "name": "kube-rbac-proxy",
+        "name": name,
         "image": image,
         "args": [
-            f"--secure-listen-address=0.0.0.0:{PROXY_PORT}",
-            f"--upstream=http://127.0.0.1:{MODEL_SERVER_PORT}/",
+            f"--secure-listen-address=0.0.0.0:{port}",
+            f"--upstream={upstream}",
+            *extra,
             f"--config-file={PROXY_CONFIG_PATH}/{PROXY_CONFIG_FILE}",
-            f"--proxy-endpoints-port={PROXY_HEALTH_PORT}",
+            f"--proxy-endpoints-port={health_port}",
             # cert-manager's certificate; the proxy reloads it when it is renewed.
             f"--tls-cert-file={TLS_PATH}/tls.crt",
             f"--tls-private-key-file={TLS_PATH}/tls.key",
@@ -148,12 +208,10 @@ def proxy_container(spec: InferenceServiceSpec, image: str) -> dict[str, Any]:
             "--tls-min-version=VersionTLS13",
         ],
         "ports": [
-            {"name": "https", "containerPort": PROXY_PORT, "protocol": "TCP"},
-            {"name": "proxy-health", "containerPort": PROXY_HEALTH_PORT, "protocol": "TCP"},
+            {"name": port_name, "containerPort": port, "protocol": "TCP"},
+            {"name": health_name, "containerPort": health_port, "protocol": "TCP"},
         ],
-        "readinessProbe": {
-            "httpGet": {"path": "/healthz", "port": PROXY_HEALTH_PORT, "scheme": "HTTPS"}
-        },
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": health_port, "scheme": "HTTPS"}},
         "resources": {
             "requests": {"cpu": "100m", "memory": "64Mi"},
             "limits": {"cpu": "500m", "memory": "128Mi"},
@@ -195,8 +253,11 @@ def _placement(spec: InferenceServiceSpec) -> dict[str, Any]:
     return placement
 
 
-def inference_service_manifest(spec: InferenceServiceSpec, proxy_image: str) -> dict[str, Any]:
-    """The InferenceService, stable predictor and (optional) canary."""
+def inference_service_manifest(
+    spec: InferenceServiceSpec, proxy_image: str, drift: DriftImages | None = None
+) -> dict[str, Any]:
+    """The InferenceService, stable predictor and (optional) canary; with ``drift``, the
+    request logger feeding the drift service."""
     annotations = {DEPLOYMENT_MODE_ANNOTATION: DEPLOYMENT_MODE}
     # Held: KServe keeps the object but runs no pods until the annotation goes.
     annotations[STOP_ANNOTATION] = "false" if spec.released else "true"
@@ -217,12 +278,18 @@ def inference_service_manifest(spec: InferenceServiceSpec, proxy_image: str) -> 
         **_placement(spec),
         "labels": {VERSION_LABEL: str(spec.model.version)},
         "model": _model(spec, spec.model),
-        "containers": [proxy_container(spec, proxy_image)],
+        "containers": [
+            proxy_container(spec, proxy_image, AGENT_PORT if drift else MODEL_SERVER_PORT),
+            grpc_proxy_container(spec, proxy_image),
+        ],
         "volumes": [
             {"name": "auth-config", "configMap": {"name": f"{spec.name}-auth"}},
             {"name": "endpoint-tls", "secret": {"secretName": tls_secret_name(spec)}},
         ],
     }
+    if drift is not None:
+        predictor["logger"] = logger_spec(spec)
+        predictor["annotations"] = {VERSION_ANNOTATION: str(spec.model.version)}
     isvc_spec: dict[str, Any] = {"predictor": predictor}
     if spec.canary is not None:
         isvc_spec["canary"] = [
@@ -232,6 +299,11 @@ def inference_service_manifest(spec: InferenceServiceSpec, proxy_image: str) -> 
                 "predictor": {
                     "name": spec.canary.predictor_name,
                     "labels": {VERSION_LABEL: str(spec.canary.version)},
+                    **(
+                        {"annotations": {VERSION_ANNOTATION: str(spec.canary.version)}}
+                        if drift is not None
+                        else {}
+                    ),
                     "model": _model(spec, spec.canary),
                 },
             }
@@ -263,7 +335,13 @@ def endpoint_service(spec: InferenceServiceSpec) -> dict[str, Any]:
             "type": "ClusterIP",
             "selector": {ISVC_POD_LABEL: spec.name, COMPONENT_LABEL: "predictor"},
             "ports": [
-                {"name": "https", "port": PROXY_PORT, "targetPort": "https", "protocol": "TCP"}
+                {"name": "https", "port": PROXY_PORT, "targetPort": "https", "protocol": "TCP"},
+                {
+                    "name": "grpcs",
+                    "port": GRPC_PROXY_PORT,
+                    "targetPort": "grpcs",
+                    "protocol": "TCP",
+                },
             ],
         },
     }
@@ -297,7 +375,10 @@ def network_policy(spec: InferenceServiceSpec) -> dict[str, Any]:
             "ingress": [
                 {
                     "from": [_namespaces(sorted(spec.client_namespaces))],
-                    "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                    "ports": [
+                        {"protocol": "TCP", "port": PROXY_PORT},
+                        {"protocol": "TCP", "port": GRPC_PROXY_PORT},
+                    ],
                 },
                 {
                     "from": [_namespaces([MONITORING_NAMESPACE])],
@@ -332,7 +413,10 @@ def client_egress_policies(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
                                 "podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}},
                             }
                         ],
-                        "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                        "ports": [
+                            {"protocol": "TCP", "port": PROXY_PORT},
+                            {"protocol": "TCP", "port": GRPC_PROXY_PORT},
+                        ],
                     }
                 ],
             },
@@ -390,9 +474,10 @@ def caller_binding(spec: InferenceServiceSpec) -> dict[str, Any]:
 
 
 def inference_service_manifests(
-    spec: InferenceServiceSpec, proxy_image: str
+    spec: InferenceServiceSpec, proxy_image: str, drift: DriftImages | None = None
 ) -> list[dict[str, Any]]:
-    """Every object of the served model, in apply order."""
+    """Every object of the served model, in apply order; with ``drift``, its drift
+    service (before the InferenceService, whose logger sends to it)."""
     return [
         proxy_configmap(spec),
         endpoint_certificate(spec),
@@ -401,5 +486,6 @@ def inference_service_manifests(
         network_policy(spec),
         *client_egress_policies(spec),
         endpoint_service(spec),
-        inference_service_manifest(spec, proxy_image),
+        *(drift_manifests(spec, drift) if drift is not None else []),
+        inference_service_manifest(spec, proxy_image, drift),
     ]

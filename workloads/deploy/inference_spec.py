@@ -18,12 +18,13 @@ from modules.k8s.serving.spec import (
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 from workloads.deploy.manifests import cpu_request_millicores, memory_request_mib
+from workloads.layout import ARTIFACT_PREFIX, TRITON_DIR, TRITON_STORAGE_PATH
 
 #: KServe names the predictor Deployment ``<isvc>-<predictor name>-predictor`` (a DNS
 #: label of at most 63 characters); the predictor name is ``v<version>``.
 MAX_NAME_LENGTH = 36
 #: The MLflow tracking server keeps artifacts under this prefix of the data bucket.
-MLFLOW_PREFIX = "mlflow/"
+MLFLOW_PREFIX = ARTIFACT_PREFIX
 #: A canary's real share of traffic is its share of the pods (see `canary_replicas`);
 #: refuse a split that would land further than this from the one asked for.
 MAX_SPLIT_ERROR_PERCENT = 5
@@ -41,8 +42,11 @@ class ModelVersion:
         storage_path: the version's artifact directory, relative to the model store: on
             AWS a key prefix of the stack's data bucket below ``mlflow/`` (MLflow's
             artifact location); on premises a path on the team's volume claim. The
-            directory holds the int8 export (CPU pools) or a Triton model repository
-            with the ONNX export (GPU pools).
+            directory holds the int8 export (CPU pools: the int8 MLflow model `make
+            register` logs, ``mlflow/<experiment>/models/<model id>/artifacts``) or a
+            Triton model repository (GPU pools: the ``triton/`` directory `make register`
+            logs with the version's fp32 model, ``.../artifacts/triton``; on premises any
+            path ending in ``triton``, e.g. a copied export's).
     """
 
     version: int
@@ -171,6 +175,22 @@ class InferenceServiceSpec:
                     f"{field_name}.storage_path",
                     path,
                     f"a registered model's artifacts, below {MLFLOW_PREFIX} in the data bucket",
+                )
+            if self.pool.has_gpus:  # Triton loads a model repository, nothing else
+                triton = (
+                    bool(TRITON_STORAGE_PATH.match(path))
+                    if self.store == "s3"
+                    else path.rstrip("/").split("/")[-1] == TRITON_DIR
+                )
+                check.require(
+                    triton,
+                    f"{field_name}.storage_path",
+                    path,
+                    "a Triton model repository: the version's "
+                    f"{MLFLOW_PREFIX}<experiment>/models/<model id>/artifacts/{TRITON_DIR} "
+                    "(`make register` prints it)"
+                    if self.store == "s3"
+                    else f"a Triton model repository: an export's {TRITON_DIR} directory",
                 )
 
     def _check_versions(self, check: Checker) -> None:

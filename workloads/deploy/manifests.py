@@ -1,44 +1,105 @@
 """The Kubernetes objects of a training job, as plain manifests (pure functions).
 
-A job is a headless Service (stable DNS names for torchrun's c10d rendezvous) and an
-Indexed Job with one pod per node. Pod ``<job>-0`` hosts the rendezvous at
-``<job>-0.<job>-rdzv:29500``; every pod runs ``torchrun`` with one process per GPU
-and restarts its worker group up to ``max_restarts`` times. The Job is labelled for
-the team's Kueue LocalQueue, created suspended when asked (Kueue admits a queued
-job by unsuspending it), and its pod failure policy does not count preemptions and
-node disruptions against ``backoffLimit`` while failing at once on a configuration
-error (exit status 2).
+On the ``trainer`` launcher (the default) a job is one Kubeflow Trainer ``TrainJob``
+(`train_job_manifest`) naming the platform's ClusterTrainingRuntime for its framework,
+pool and PriorityClass (`modules.k8s.trainer.runtimes`). The runtime brings what the
+pool decides; the TrainJob brings the job: its node count and processes per node, its
+image, command and arguments, the environment that differs from the runtime's (a
+fabric override, ``NCCL_DEBUG``), the queue label of the team's Kueue LocalQueue, and
+``runtimePatches`` where the job's claim, ServiceAccount, grace period or volume sizes
+differ from the runtime's. It is created suspended: Kueue admits a labelled TrainJob by
+unsuspending it (after writing its own runtime patch with the flavor's node selector);
+a held job has no queue label, so nothing starts it.
+
+On the ``indexed-job`` launcher (jobs dispatched by a fleet manager, see
+`workloads.deploy.spec.TrainingJobSpec.launcher`) a job is a headless Service (stable
+DNS names for torchrun's c10d rendezvous) and an Indexed Job with one pod per node:
+pod ``<job>-0`` hosts the rendezvous at ``<job>-0.<job>-rdzv:29500``, every pod runs
+``torchrun`` with one process per GPU and restarts its worker group up to
+``max_restarts`` times, and the pod failure policy does not count preemptions and node
+disruptions against ``backoffLimit`` while failing at once on a configuration error.
+
+Both paths build their pods from the same conventions (`modules.k8s.trainer.pods`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from modules.k8s.names import TRAINER_UID, TrackingAccess
-from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
+from modules.k8s.names import CHECKPOINT_CLAIM_NAME, TRAINER_SERVICE_ACCOUNT
+from modules.k8s.trainer.pods import (
+    CHECKPOINT_VOLUME,
+    DEFAULT_SCRATCH_GIB,
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    RUN_AS_USER,
+    checkpoint_volume,
+    cpu_request_millicores,
+    default_shm_size_gib,
+    is_training_pool,
+    memory_request_mib,
+    one_pod_per_node,
+    pod_security_context,
+    pool_node_affinity,
+    pool_tolerations,
+    preflight_container,
+    restricted_container_security,
+    scratch_volumes,
+    tracking_wiring,
+)
+from modules.k8s.trainer.pods import (
+    container_resources as pool_resources,
+)
+from modules.k8s.trainer.runtimes import (
+    DEFAULT_GRACE_PERIOD_S,
+    TRAINING_POD_LABELS,
+    default_horovod_program,
+    mpirun_command,
+    runtime_name,
+    torchrun_rendezvous_args,
+)
+from modules.k8s.trainer.runtimes import (
+    checkpoint_dir as runtime_checkpoint_dir,
+)
+from modules.k8s.trainer.spec import TRAINER_API, TrainerInputs
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
-from workloads.training.fabric import fabric_env, supports_gpudirect_rdma
+from workloads.training.fabric import BOOTSTRAP_EXCLUDE, fabric_env, supports_gpudirect_rdma
 from workloads.training.metrics_endpoint import METRICS_PORT_NAME
+
+__all__ = [
+    "APP_LABELS",
+    "EFA_RESOURCE",
+    "GPU_RESOURCE",
+    "QUEUE_LABEL",
+    "RUN_AS_USER",
+    "cpu_request_millicores",
+    "memory_request_mib",
+    "restricted_container_security",
+    "runtime_env",
+    "train_job_manifest",
+    "trainer_inputs",
+    "training_job_manifests",
+]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_LABEL = "gpuplatform.ae/training-job"
 #: Pods carrying this label are scraped by the monitoring layer's PodMonitor.
 METRICS_LABEL = "gpuplatform.ae/metrics"
 METRICS_LABEL_VALUE = "training"
-APP_LABELS = {"app.kubernetes.io/name": "training", "app.kubernetes.io/part-of": "gpuplatform"}
+APP_LABELS = dict(TRAINING_POD_LABELS)
+#: The manager name of the platform's runtime patch on a TrainJob (Kueue writes its
+#: own, ``kueue.x-k8s.io/manager``).
+PATCH_MANAGER = "gpuplatform.ae/training-job"
 
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-RUN_AS_USER = TRAINER_UID  # the images' non-root user (10001)
 EXIT_CONFIG_ERROR = 2  # workloads.train's status for a bad config: retrying cannot help
 EXIT_FABRIC_BELOW_THRESHOLD = 1  # workloads.fabric_check's status below its threshold
 DATA_DIR = "/scratch/data"
-#: Where the trainer finds the cluster CA it verifies the tracking server with.
-TRACKING_CA_DIR = "/etc/gpuplatform/ca"
 
 
 def service_name(spec: TrainingJobSpec) -> str:
+    """The Indexed Job's headless Service."""
     return spec.rendezvous_service or f"{spec.name}-rdzv"
 
 
@@ -48,61 +109,40 @@ def rendezvous_endpoint(spec: TrainingJobSpec) -> str:
 
 
 def checkpoint_dir(spec: TrainingJobSpec) -> str:
-    return f"{spec.checkpoint_mount_path.rstrip('/')}/{spec.name}"
-
-
-def cpu_request_millicores(pool: NodePoolProfile) -> int:
-    """The node's vCPUs less the platform's reserve for the kubelet, system daemons and
-    DaemonSets (`modules.k8s.tenancy.quotas.reserved_vcpus`): the same share the team's Kueue
-    quota counts per node, so a whole-node job fits both."""
-    return allocatable_vcpus(pool) * 1000
-
-
-def memory_request_mib(pool: NodePoolProfile) -> int:
-    """The node's memory less the platform's reserve for kube-reserved memory, the
-    eviction threshold and DaemonSets (`modules.k8s.tenancy.quotas.reserved_memory_gib`)."""
-    return allocatable_memory_gib(pool) * 1024
+    return runtime_checkpoint_dir(spec.name, spec.checkpoint_mount_path)
 
 
 def shm_size_gib(spec: TrainingJobSpec) -> int:
     if spec.shm_size_gib is not None:
         return spec.shm_size_gib
-    return min(64, max(1, memory_request_mib(spec.pool) // 1024 // 8))
+    return default_shm_size_gib(spec.pool)
 
 
 def container_resources(spec: TrainingJobSpec) -> dict[str, dict[str, str]]:
-    """Requests equal to limits: every GPU, EFA device or RDMA device the node offers,
-    and the node's CPU and memory less headroom. Equal requests and limits make the
-    pod Guaranteed QoS: it is evicted last, and the kubelet's static CPU manager can
-    give it exclusive cores. The CPU limit is the node's whole allocatable share, so
-    it caps a runaway process without throttling normal work."""
-    pool = spec.pool
-    amounts: dict[str, str] = {
-        "cpu": f"{cpu_request_millicores(pool)}m",
-        "memory": f"{memory_request_mib(pool)}Mi",
-    }
-    if pool.has_gpus:
-        amounts[GPU_RESOURCE] = str(pool.gpus_per_node)
-    if pool.fabric == "efa" and pool.efa_interfaces > 0:
-        amounts[EFA_RESOURCE] = str(pool.efa_interfaces)
-    if pool.fabric == "infiniband" and pool.rdma_resource and pool.rdma_per_node > 0:
-        amounts[pool.rdma_resource] = str(pool.rdma_per_node)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    """A whole node's allocatable share of the job's pool (`modules.k8s.trainer.pods`)."""
+    return pool_resources(spec.pool)
 
 
-def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
-    """The container's environment: the fabric's NCCL/libfabric settings plus the
-    runtime's writable locations (the root filesystem is read-only)."""
+def _environment(
+    pool: NodePoolProfile,
+    *,
+    socket_ifname: str = BOOTSTRAP_EXCLUDE,
+    ib_hca: str = "mlx5",
+    ib_gid_index: int | None = None,
+    debug: bool = False,
+    overrides: dict[str, str] | None = None,
+) -> dict[str, str]:
     env = fabric_env(
-        spec.pool.fabric,
-        gpudirect_rdma=supports_gpudirect_rdma(spec.pool.instance_type),
-        socket_ifname=spec.socket_ifname,
-        ib_hca=spec.ib_hca,
-        ib_gid_index=spec.ib_gid_index,
-        debug=spec.fabric_debug,
-        overrides=spec.fabric_env_overrides,
+        pool.fabric,
+        gpudirect_rdma=supports_gpudirect_rdma(pool.instance_type),
+        socket_ifname=socket_ifname,
+        ib_hca=ib_hca,
+        ib_gid_index=ib_gid_index,
+        debug=debug,
+        overrides=overrides,
     )
-    threads = max(1, cpu_request_millicores(spec.pool) // 1000 // spec.processes_per_node)
+    processes = pool.gpus_per_node if pool.has_gpus else 1
+    threads = max(1, cpu_request_millicores(pool) // 1000 // processes)
     env |= {
         "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp",
@@ -113,43 +153,52 @@ def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
         # rendezvous store shared across attempts (pytorch/pytorch#135712).
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     }
-    return [{"name": name, "value": value} for name, value in sorted(env.items())]
+    return env
 
 
-def tracking_wiring(
-    tracking: TrackingAccess | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The trainer's MLflow settings: environment entries, pod volumes and container
-    mounts. The trainer (`workloads.training.tracking`) and MLflow's client read
-    ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` (from the team's
-    Secret, never in the manifest) and ``MLFLOW_TRACKING_SERVER_CERT_PATH`` (the cluster
-    CA, mounted read-only). Nothing where the cluster has no tracking server."""
-    if tracking is None:
-        return [], [], []
-    credentials = [
-        {
-            "name": f"MLFLOW_TRACKING_{key.upper()}",
-            "valueFrom": {"secretKeyRef": {"name": tracking.credentials_secret, "key": key}},
-        }
-        for key in ("username", "password")
+def runtime_env(pool: NodePoolProfile) -> dict[str, str]:
+    """The trainer container's environment on ``pool`` with the fabric's defaults: what
+    the platform's runtimes for the pool carry (`modules.k8s.trainer.TrainerInputs`)."""
+    return _environment(pool)
+
+
+def trainer_inputs(pools: Sequence[NodePoolProfile], training_image: str) -> TrainerInputs:
+    """What the platform's runtimes take from the training workloads: the training image
+    and, per training pool, the trainer's environment with the fabric's defaults."""
+    return TrainerInputs(
+        training_image=training_image,
+        pool_env={p.name: runtime_env(p) for p in pools if is_training_pool(p)},
+    )
+
+
+def job_env(spec: TrainingJobSpec) -> dict[str, str]:
+    """The container's environment for this job: the fabric's NCCL/libfabric settings
+    with the job's overrides, plus the runtime's writable locations (the root
+    filesystem is read-only)."""
+    return _environment(
+        spec.pool,
+        socket_ifname=spec.socket_ifname,
+        ib_hca=spec.ib_hca,
+        ib_gid_index=spec.ib_gid_index,
+        debug=spec.fabric_debug,
+        overrides=dict(spec.fabric_env_overrides),
+    )
+
+
+def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
+    """The Indexed Job container's whole environment, as a sorted list."""
+    return [{"name": name, "value": value} for name, value in sorted(job_env(spec).items())]
+
+
+def trainjob_env(spec: TrainingJobSpec) -> list[dict[str, str]]:
+    """What a TrainJob adds to its runtime's environment: the variables whose value
+    differs for this job (Trainer merges them over the runtime's)."""
+    base = runtime_env(spec.pool)
+    return [
+        {"name": name, "value": value}
+        for name, value in sorted(job_env(spec).items())
+        if base.get(name) != value
     ]
-    env: list[dict[str, Any]] = [
-        {"name": "MLFLOW_TRACKING_URI", "value": tracking.uri},
-        *credentials,
-        {
-            "name": "MLFLOW_TRACKING_SERVER_CERT_PATH",
-            "value": f"{TRACKING_CA_DIR}/{tracking.ca_key}",
-        },
-    ]
-    volume = {
-        "name": "tracking-ca",
-        "secret": {
-            "secretName": tracking.ca_secret,
-            "items": [{"key": tracking.ca_key, "path": tracking.ca_key}],
-        },
-    }
-    mount = {"name": "tracking-ca", "mountPath": TRACKING_CA_DIR, "readOnly": True}
-    return env, [volume], [mount]
 
 
 def workload_args(spec: TrainingJobSpec) -> list[str]:
@@ -161,18 +210,21 @@ def workload_args(spec: TrainingJobSpec) -> list[str]:
             else f"--instance-type={spec.pool.instance_type}"
         )
         return ["-m", "workloads.fabric_check", threshold, *spec.extra_args]
-    return [
+    args = [
         "-m",
         "workloads.train",
         f"--preset={spec.preset}",
         f"--ckpt-dir={checkpoint_dir(spec)}",
         f"--data-dir={DATA_DIR}",
         f"--metrics-port={spec.metrics_port}",
-        *spec.extra_args,
     ]
+    if spec.framework == "deepspeed":
+        args.append("--engine=deepspeed")
+    return [*args, *spec.extra_args]
 
 
 def torchrun_args(spec: TrainingJobSpec) -> list[str]:
+    """The Indexed Job's torchrun arguments (node count and rendezvous spelled out)."""
     return [
         f"--nnodes={spec.nodes}",
         f"--nproc_per_node={spec.processes_per_node}",
@@ -184,24 +236,117 @@ def torchrun_args(spec: TrainingJobSpec) -> list[str]:
     ]
 
 
-def restricted_container_security() -> dict[str, Any]:
-    """The restricted Pod Security profile for one container: non-root, read-only root
-    filesystem, no capabilities, RuntimeDefault seccomp (training and inference pods)."""
+def _labels(spec: TrainingJobSpec) -> dict[str, str]:
+    return {**APP_LABELS, JOB_LABEL: spec.name}
+
+
+def _object_labels(spec: TrainingJobSpec) -> dict[str, str]:
+    """The Job's or TrainJob's labels: with the queue label unless the job is held."""
+    if spec.hold:
+        return _labels(spec)
+    return {**_labels(spec), QUEUE_LABEL: spec.local_queue}
+
+
+# -- the trainer launcher: a TrainJob -------------------------------------------------
+
+
+def trainer_command(spec: TrainingJobSpec) -> tuple[list[str], list[str]]:
+    """The TrainJob's command and arguments. torch and DeepSpeed: torchrun with the c10d
+    rendezvous on Trainer's pod 0 (Trainer sets ``PET_NNODES`` and
+    ``PET_NPROC_PER_NODE`` from ``numNodes`` and ``numProcPerNode``). MPI: ``mpirun``
+    forwarding the runtime's environment to every rank, running the Horovod example."""
+    if spec.framework == "mpi":
+        ckpt = f"--ckpt-dir={checkpoint_dir(spec)}"
+        program = [*default_horovod_program()[:2], ckpt, *spec.extra_args]
+        return mpirun_command(list(job_env(spec)), program), []
+    rendezvous = torchrun_rendezvous_args(f"{spec.namespace}-{spec.name}", spec.max_restarts)
+    return ["torchrun"], [*rendezvous, *workload_args(spec)]
+
+
+def runtime_patches(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The platform's patch of the runtime for this job, where the job differs from the
+    runtime: another checkpoint claim or ServiceAccount, other volume sizes or grace
+    period. None where the job takes the runtime as it is."""
+    pod: dict[str, Any] = {}
+    if spec.service_account != TRAINER_SERVICE_ACCOUNT:
+        pod["serviceAccountName"] = spec.service_account
+    volumes: list[dict[str, Any]] = []
+    if spec.checkpoint_claim and spec.checkpoint_claim != CHECKPOINT_CLAIM_NAME:
+        volumes.append(checkpoint_volume(spec.checkpoint_claim))
+    sizes_differ = (
+        shm_size_gib(spec) != default_shm_size_gib(spec.pool)
+        or spec.scratch_size_gib != DEFAULT_SCRATCH_GIB
+    )
+    if sizes_differ:
+        volumes += scratch_volumes(shm_size_gib(spec), spec.scratch_size_gib)[0]
+    if volumes:
+        pod["volumes"] = volumes
+    if spec.termination_grace_period_s != DEFAULT_GRACE_PERIOD_S:
+        pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_s
+    if not pod:
+        return []
+    jobs = ["node", "launcher"] if spec.framework == "mpi" else ["node"]
+    return [
+        {
+            "manager": PATCH_MANAGER,
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {"name": job, "template": {"spec": {"template": {"spec": pod}}}}
+                            for job in jobs
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+
+
+def train_job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The job as a Kubeflow Trainer TrainJob (``trainer.kubeflow.org/v1alpha1``)."""
+    command, args = trainer_command(spec)
+    trainer: dict[str, Any] = {
+        "image": spec.image,
+        "command": command,
+        "numNodes": spec.nodes,
+        "numProcPerNode": spec.processes_per_node,
+    }
+    if args:
+        trainer["args"] = args
+    if spec.framework != "mpi":
+        # On the MPI runtime the trainer step is the launcher, whose pod is also a node:
+        # Trainer gives it the runtime's whole-node resources already.
+        trainer["resourcesPerNode"] = container_resources(spec)
+    env = trainjob_env(spec)
+    if env and spec.framework != "mpi":
+        trainer["env"] = env
+    body: dict[str, Any] = {
+        "runtimeRef": {
+            "name": runtime_name(spec.framework, spec.pool.name, spec.priority_class),
+            "apiGroup": "trainer.kubeflow.org",
+            "kind": "ClusterTrainingRuntime",
+        },
+        "trainer": trainer,
+        # Kueue unsuspends a labelled TrainJob when its queue admits it.
+        "suspend": spec.suspend or spec.hold,
+    }
+    patches = runtime_patches(spec)
+    if patches:
+        body["runtimePatches"] = patches
     return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        # EFA and InfiniBand verbs need locked memory, which the node's container
-        # runtime grants through RLIMIT_MEMLOCK; no added capability (IPC_LOCK) needed.
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": _object_labels(spec),
+        },
+        "spec": body,
     }
 
 
-def _labels(spec: TrainingJobSpec) -> dict[str, str]:
-    return {**APP_LABELS, JOB_LABEL: spec.name}
+# -- the indexed-job launcher: a headless Service and an Indexed Job -------------------
 
 
 def service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
@@ -225,51 +370,14 @@ def service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     }
 
 
-def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
-    pool = spec.pool
-    expressions = [
-        {"key": key, "operator": "In", "values": [value]}
-        for key, value in sorted(pool.labels.items())
-    ]
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": expressions}]
-            }
-        },
-        # One pod per node: each pod takes a whole node's GPUs and fabric devices.
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": {JOB_LABEL: spec.name}},
-                    "topologyKey": "kubernetes.io/hostname",
-                }
-            ]
-        },
-    }
-
-
 def _volumes(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pod's volumes and the trainer's mounts: the checkpoint claim (when given),
     an in-memory /dev/shm for NCCL, and writable /tmp and /scratch under a read-only
     root filesystem."""
-    scratch = f"{spec.scratch_size_gib}Gi"
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": scratch}},
-        {"name": "scratch", "emptyDir": {"sizeLimit": scratch}},
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "scratch", "mountPath": "/scratch"},
-    ]
+    volumes, mounts = scratch_volumes(shm_size_gib(spec), spec.scratch_size_gib)
     if spec.checkpoint_claim:
-        volumes.insert(
-            0,
-            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint_claim}},
-        )
-        mounts.insert(0, {"name": "checkpoints", "mountPath": spec.checkpoint_mount_path})
+        volumes.insert(0, checkpoint_volume(spec.checkpoint_claim))
+        mounts.insert(0, {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint_mount_path})
     return volumes, mounts
 
 
@@ -297,6 +405,8 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     pool = spec.pool
     resources = container_resources(spec)
     volumes, mounts = _volumes(spec)
+    # The trainer logs to the cluster's MLflow as the team's user; a fabric check logs
+    # nothing.
     tracking_env, tracking_volumes, tracking_mounts = tracking_wiring(
         spec.tracking if spec.workload == "train" else None
     )
@@ -336,37 +446,19 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "automountServiceAccountToken": spec.cloud_identity,
         "priorityClassName": spec.priority_class,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
+        "securityContext": pod_security_context(),
+        "affinity": {
+            "nodeAffinity": pool_node_affinity(pool),
+            # One pod per node: each pod takes a whole node's GPUs and fabric devices.
+            "podAntiAffinity": one_pod_per_node(JOB_LABEL, spec.name),
         },
-        "affinity": _affinity(spec),
-        "tolerations": [
-            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
-            for t in pool.taints
-        ],
+        "tolerations": pool_tolerations(pool),
         "containers": [trainer],
         "volumes": volumes,
     }
     if pool.has_gpus and spec.health_check:
-        health_args = ["-m", "workloads.health", f"--expect-gpus={pool.gpus_per_node}"]
-        if spec.nvlink_expected:
-            health_args.append("--expect-nvlink")
         pod_spec["initContainers"] = [
-            {
-                "name": "gpu-preflight",
-                "image": spec.image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["python"],
-                "args": health_args,
-                # Same GPUs as the trainer (init containers' requests are not added up).
-                "resources": resources,
-                "securityContext": restricted_container_security(),
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-            }
+            preflight_container(pool, spec.image, expect_nvlink=spec.nvlink_expected)
         ]
     template_metadata: dict[str, Any] = {"labels": pod_labels}
     if annotations:
@@ -377,9 +469,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "metadata": {
             "name": spec.name,
             "namespace": spec.namespace,
-            "labels": _labels(spec)
-            if spec.hold
-            else {**_labels(spec), QUEUE_LABEL: spec.local_queue},
+            "labels": _object_labels(spec),
         },
         "spec": {
             "suspend": spec.suspend or spec.hold,
@@ -394,8 +484,11 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
 
 
 def training_job_manifests(spec: TrainingJobSpec) -> list[dict[str, Any]]:
-    """Every object of the job, in apply order: the Service, then the Job (no Service
-    when the job uses a shared one: ``rendezvous_service``)."""
+    """Every object of the job, in apply order: the TrainJob (launcher ``trainer``), or
+    the Service then the Job (``indexed-job``; no Service when the job uses a shared
+    one: ``rendezvous_service``)."""
+    if spec.launcher == "trainer":
+        return [train_job_manifest(spec)]
     if spec.rendezvous_service:
         return [job_manifest(spec)]
     return [service_manifest(spec), job_manifest(spec)]

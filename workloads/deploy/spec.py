@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from modules.k8s.names import TrackingAccess
+from modules.k8s.names import PRIORITY_CLASSES, TrackingAccess
+from modules.k8s.trainer import pods, runtimes
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 from workloads.training.config import PRESETS
@@ -15,7 +16,7 @@ from workloads.training.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
 from workloads.training.metrics_endpoint import METRICS_PORT
 
 #: torchrun's c10d rendezvous port on the job's first pod.
-RDZV_PORT = 29500
+RDZV_PORT = runtimes.RDZV_PORT
 #: DCGM exporter's port on GPU nodes: the training metrics must not take it.
 DCGM_EXPORTER_PORT = 9400
 #: torchrun gives workers 30 s between SIGTERM and SIGKILL to write their final
@@ -24,6 +25,8 @@ TORCHRUN_SIGTERM_WINDOW_S = 30
 MAX_NAME_LENGTH = 40  # pod hostnames are "<name>-<index>"; Service "<name>-rdzv"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A TrainJob's name is an RFC 1035 label (its CRD's rule): it starts with a letter.
+_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # registry/repository[:tag][@sha256:digest], as the OCI distribution spec allows.
@@ -32,23 +35,36 @@ _IMAGE = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?"
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
-# Accelerators whose 8-GPU boards are wired with NVLink/NVSwitch.
-_NVLINK_ACCELERATORS = ("a100", "h100", "h200", "b200", "gb200")
-
 Workload = Literal["train", "fabric-check"]
+Framework = Literal["torch", "deepspeed", "mpi"]
+#: ``trainer``: a TrainJob run by Kubeflow Trainer against the platform's runtime;
+#: ``indexed-job``: the platform's own Indexed Job and headless Service (kept for jobs a
+#: fleet manager dispatches to a worker, see `TrainingJobSpec.launcher`).
+Launcher = Literal["trainer", "indexed-job"]
 
 
 @dataclass(frozen=True)
 class TrainingJobSpec:
     """One training job: which preset, on which pool, queued how, saved where.
 
+    By default the job is a Kubeflow Trainer ``TrainJob`` against the platform's
+    ClusterTrainingRuntime for its framework, pool and PriorityClass
+    (`modules.k8s.trainer.runtimes`): the runtime carries the pool's resources, fabric
+    environment, preflight, volumes and security context, the TrainJob what is the
+    job's own. A few settings are the runtime's on that path (``metrics_port``,
+    ``checkpoint_mount_path``, ``health_check``, ``expect_nvlink``,
+    ``backoff_limit``): they must keep their defaults there, and ``indexed-job`` takes
+    any value.
+
     Args:
-        name: job name (DNS label, at most 40 characters); also names the headless
-            Service and the checkpoint subdirectory.
+        name: job name (a DNS label starting with a letter, at most 40 characters);
+            also names the checkpoint subdirectory (and the Indexed Job's Service).
         namespace: the team's namespace.
         pool: the target node pool's profile (requests and placement come from it).
         local_queue: the team's Kueue LocalQueue (label ``kueue.x-k8s.io/queue-name``).
-        priority_class: PriorityClass of the pods (Kueue also reads it).
+        priority_class: PriorityClass of the pods (Kueue also reads it); on the
+            ``trainer`` path one of the platform's (``production``, ``research``,
+            ``preemptible``): it selects the runtime.
         service_account: the team's pod-identity service account (S3 access).
         image: training image in the stack's in-region ECR repository, with a tag
             (never ``latest``) or a digest.
@@ -88,19 +104,34 @@ class TrainingJobSpec:
             (compile caches), each.
         checkpoint_mount_path: where the checkpoint volume is mounted.
         health_check: run the GPU preflight health check as an init container.
-        rendezvous_service: the name of an existing headless Service in the namespace
-            that gives pod 0 its DNS name (e.g. ``fleet-rdzv``, which every cluster of
-            a fleet has in each bursting team's namespace: MultiKueue copies the Job to
-            a worker, not a per-job Service). Default None: the job brings its own
-            Service ``<name>-rdzv``.
+        framework: ``torch`` (default: torchrun), ``deepspeed`` (torchrun, the trainer
+            with ``--engine=deepspeed``) or ``mpi`` (Horovod under ``mpirun``: the MPI
+            runtime's image on every pod, ``extra_args`` are the Horovod example's);
+            DeepSpeed and MPI need the ``trainer`` launcher.
+        launcher: ``trainer`` (default: a TrainJob) or ``indexed-job`` (the platform's
+            own Indexed Job and headless Service). The Indexed Job is kept where a
+            TrainJob cannot run: on a stack without the trainer (``trainer.enabled:
+            false``), and for a job queued to a fleet manager's ``burst`` queue, which
+            MultiKueue dispatches to a worker cluster (Kueue on the manager computes a
+            TrainJob's pods from the runtime it names, and a manager holds runtimes for
+            its own pools, not its workers'; the worker's MultiKueue role grants batch
+            Jobs and JobSets only: docs/fleet.md).
+        rendezvous_service: (``indexed-job`` only) the name of an existing headless
+            Service in the namespace that gives pod 0 its DNS name (e.g.
+            ``fleet-rdzv``, which every cluster of a fleet has in each bursting team's
+            namespace: MultiKueue copies the Job to a worker, not a per-job Service).
+            Default None: the job brings its own Service ``<name>-rdzv``.
         expect_nvlink: the health check requires every NVLink up (default: on for
             8-GPU boards of NVLink accelerators).
-        tracking: the cluster's MLflow server as the team reaches it (URI, the team's
-            credentials Secret, the CA): the trainer logs its run there. ``None``: not
-            tracked (no tracking server on the cluster).
-        cloud_identity: the service account carries a cloud identity (EKS Pod
-            Identity authenticates with its token, so the token is mounted); ``False``
-            on premises, where no token is mounted.
+        tracking: (``indexed-job``) the cluster's MLflow server as the team reaches it
+            (URI, the team's credentials Secret, the CA): the trainer logs its run
+            there. ``None``: not tracked (no tracking server on the cluster). On the
+            ``trainer`` launcher the platform's runtime carries the cluster's tracking
+            wiring for every team (`modules.k8s.trainer.runtimes.RuntimeSite`).
+        cloud_identity: (``indexed-job``) the service account carries a cloud identity
+            (EKS Pod Identity authenticates with its token, so the token is mounted);
+            ``False`` on premises, where no token is mounted. On the ``trainer``
+            launcher the runtime carries the cluster's setting.
     """
 
     name: str
@@ -134,6 +165,8 @@ class TrainingJobSpec:
     health_check: bool = True
     expect_nvlink: bool | None = None
     rendezvous_service: str | None = None
+    framework: Framework = "torch"
+    launcher: Launcher = "trainer"
     tracking: TrackingAccess | None = None
     cloud_identity: bool = True
 
@@ -145,6 +178,7 @@ class TrainingJobSpec:
             self.rendezvous_service,
             "the name of a Service in the namespace (a DNS label)",
         )
+        self._check_launcher(check)
         check.require(
             bool(_DNS_LABEL.match(self.name)) and len(self.name) <= MAX_NAME_LENGTH,
             "name",
@@ -281,14 +315,96 @@ class TrainingJobSpec:
         )
         check.done()
 
+    def _check_launcher(self, check: Checker) -> None:
+        """What the launcher and the framework allow."""
+        check.require(
+            self.launcher in ("trainer", "indexed-job"),
+            "launcher",
+            self.launcher,
+            "trainer or indexed-job",
+        )
+        check.require(
+            self.framework in ("torch", "deepspeed", "mpi"),
+            "framework",
+            self.framework,
+            "torch, deepspeed or mpi",
+        )
+        if self.launcher == "indexed-job":
+            check.require(
+                self.framework == "torch",
+                "framework",
+                self.framework,
+                "torch on the indexed-job launcher (DeepSpeed and MPI run on Kubeflow "
+                "Trainer's runtimes)",
+            )
+            return
+        check.require(
+            bool(_RFC1035_LABEL.match(self.name)),
+            "name",
+            self.name,
+            "a TrainJob name starts with a letter (RFC 1035 label)",
+        )
+        check.require(
+            self.priority_class in PRIORITY_CLASSES,
+            "priority_class",
+            self.priority_class,
+            f"one of {', '.join(PRIORITY_CLASSES)} (it selects the runtime)",
+        )
+        check.require(
+            self.pool.role == "system" or pods.is_training_pool(self.pool),
+            "pool",
+            self.pool.name,
+            "a pool with runtimes: role gpu with whole GPUs, or role cpu-training",
+        )
+        check.require(
+            self.rendezvous_service is None,
+            "rendezvous_service",
+            self.rendezvous_service,
+            "only for the indexed-job launcher (Trainer's JobSet has its own Service)",
+        )
+        fixed = {
+            "metrics_port": (self.metrics_port, runtimes.METRICS_PORT),
+            "checkpoint_mount_path": (self.checkpoint_mount_path, pods.DEFAULT_CHECKPOINT_MOUNT),
+            "health_check": (self.health_check, True),
+            "expect_nvlink": (self.expect_nvlink, None),
+            "backoff_limit": (self.backoff_limit, runtimes.DEFAULT_BACKOFF_LIMIT),
+        }
+        for name, (value, default) in fixed.items():
+            check.require(
+                value == default,
+                name,
+                value,
+                f"{default!r}: the runtime sets it (launcher indexed-job takes other values)",
+            )
+        removed = sorted(k for k, v in self.fabric_env_overrides.items() if v == "")
+        check.require(
+            not removed,
+            "fabric_env_overrides",
+            removed,
+            "a value: a TrainJob adds to the runtime's environment and cannot remove a "
+            "variable (launcher indexed-job can)",
+        )
+        if self.framework == "mpi":
+            check.require(
+                self.workload == "train",
+                "workload",
+                self.workload,
+                "train for MPI (the fabric check runs on the torch runtime)",
+            )
+            check.require(
+                self.nodes >= 2,
+                "nodes",
+                self.nodes,
+                ">= 2 for MPI (the launcher is a node, and the runtime has workers)",
+            )
+
     @property
     def processes_per_node(self) -> int:
         """torchrun processes per pod: one per GPU, or one on CPU pools."""
-        return self.pool.gpus_per_node if self.pool.has_gpus else 1
+        return pods.processes_per_node(self.pool)
 
     @property
     def nvlink_expected(self) -> bool:
         if self.expect_nvlink is not None:
             return self.expect_nvlink
-        accelerator = (self.pool.accelerator or "").lower()
-        return self.pool.gpus_per_node >= 8 and any(a in accelerator for a in _NVLINK_ACCELERATORS)
+        return pods.nvlink_expected(self.pool)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from workloads.data.shards import HEADER_BYTES, read_header, shard_files
+from workloads.data.shard_format import HEADER_BYTES, read_header, shard_files
 
 REFERENCE_FILE = "drift_reference.json"
 #: Upper edges of the prompt-length bins (tokens); the last bin is open.

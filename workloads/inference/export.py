@@ -11,9 +11,19 @@ and a model card, with parity checked before anything is put in place.
 4. Parity on held-out tokens (the ``val_*.bin`` shards): the fp32 ONNX logits must
    match PyTorch's within ``--logit-atol``, and the int8 model's loss may exceed the
    fp32 model's by at most ``--int8-loss-margin`` (relative). A failure fails the export.
-5. Everything is written to a hidden temporary directory beside the output, which is
-   renamed into place only when every step passed: an output directory with a model
+5. A Triton model repository (`workloads.inference.triton`) is written beside the
+   ONNX files: ``triton/<name>/`` (fp32) and ``triton/<name>-int8/``, each a
+   ``config.pbtxt`` and ``1/model.onnx`` (a hard link to the export's file).
+6. Everything is written to a hidden temporary directory beside the output, which is
+   swapped into place only when every step passed: an output directory with a model
    card is always a finished, checked export.
+
+The export never destroys what it did not make. ``--out`` may be absent, an empty
+directory, or an earlier export (a readable model card and only the files an export
+writes); anything else is refused before any work, and so is an output inside, equal
+to, or containing the checkpoint directory. An earlier export is replaced by renaming
+it aside, renaming the new one in and only then deleting the old one; a failure on the
+way leaves the earlier export whole.
 
 Exit status: 0 written, 2 bad checkpoint / config / output / failed parity.
 """
@@ -24,6 +34,7 @@ import argparse
 import contextlib
 import datetime as dt
 import io
+import json
 import logging
 import shutil
 import sys
@@ -67,6 +78,9 @@ from workloads.inference.drift import (
 from workloads.inference.errors import ExportError
 from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER
+from workloads.inference.triton import CONFIG_FILE, MODEL_FILE, check_model_name, write_repository
+from workloads.layout import TRITON_DIR
+from workloads.training.checkpoint import STEP_PREFIX
 from workloads.training.config import (
     DEFAULT_DATA_DIR,
     TrainConfig,
@@ -272,6 +286,101 @@ def check_parity(
     return parity
 
 
+def checkpoint_root(step_dir: Path) -> Path:
+    """The checkpoint directory a step belongs to (its ``--ckpt-dir``, with ``run.json``
+    and every ``step_<N>``), or the directory itself for a bare DCP checkpoint."""
+    return step_dir.parent if step_dir.name.startswith(STEP_PREFIX) else step_dir
+
+
+#: What an export writes at its top level (`_foreign_entries` allows these only).
+_EXPORT_FILES = {CARD_FILE, FP32_FILE, INT8_FILE, REFERENCE_FILE}
+_SHOWN_ENTRIES = 6
+
+
+def _is_card(path: Path) -> bool:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(body, dict) and isinstance(body.get("files"), dict) and "format" in body
+
+
+def _written_by_export(rel: Path, path: Path) -> bool:
+    """Whether ``rel`` (inside an output directory) is a file an export writes."""
+    parts = rel.parts
+    if path.is_symlink():
+        return False
+    if len(parts) == 1:
+        return path.is_dir() if parts[0] == TRITON_DIR else parts[0] in _EXPORT_FILES
+    if parts[0] != TRITON_DIR:
+        return False
+    if len(parts) == 2:  # triton/<model>
+        return path.is_dir()
+    if len(parts) == 3:  # triton/<model>/config.pbtxt or triton/<model>/<version>
+        return parts[2] == CONFIG_FILE if path.is_file() else parts[2].isdigit()
+    return len(parts) == 4 and parts[2].isdigit() and parts[3] == MODEL_FILE and path.is_file()
+
+
+def _foreign_entries(out: Path) -> tuple[str, list[str]]:
+    """Why ``out`` is not replaceable and what it holds that an export did not write;
+    ``("", [])`` when it is absent, empty or an earlier export."""
+    if not out.exists():
+        return "", []
+    if not out.is_dir():
+        return "it is a file, not a directory", []
+    entries = sorted(out.iterdir())
+    if not entries:
+        return "", []
+    shown = [p.name + ("/" if p.is_dir() else "") for p in entries]
+    if not _is_card(out / CARD_FILE):
+        return f"it is not empty and has no readable {CARD_FILE}", shown
+    foreign = [
+        str(p.relative_to(out)) + ("/" if p.is_dir() else "")
+        for p in sorted(out.rglob("*"))
+        if not _written_by_export(p.relative_to(out), p)
+    ]
+    if foreign:
+        return "it is an export with files an export does not write", foreign
+    return "", []
+
+
+def check_output(out: Path, checkpoint: Path) -> None:
+    """`ExportError` (naming the directory, nothing changed) unless ``out`` may receive
+    an export of the checkpoint directory ``checkpoint``: absent, empty or an earlier
+    export, and neither inside, equal to nor containing the checkpoint directory."""
+    target, root = out.resolve(), checkpoint.resolve()
+    where = None
+    if target == root:
+        where = "is the checkpoint directory"
+    elif root in target.parents:
+        where = f"is inside the checkpoint directory {checkpoint}"
+    elif target in root.parents:
+        where = f"contains the checkpoint directory {checkpoint}"
+    if where is not None:
+        raise ExportError(
+            f"OUT {out} {where}; an export never writes into a checkpoint. Choose an OUT= "
+            f"outside it (the default is {DEFAULT_EXPORT_ROOT}/<checkpoint dir>-step<N>)."
+        )
+    if out.is_symlink():
+        raise ExportError(
+            f"OUT {out} is a symbolic link; give the directory it points to, or another OUT="
+        )
+    reason, entries = _foreign_entries(out)
+    if reason:
+        listed = ", ".join(entries[:_SHOWN_ENTRIES])
+        more = len(entries) - _SHOWN_ENTRIES
+        held = (
+            f"\n  it holds: {listed}" + (f" (and {more} more)" if more > 0 else "")
+            if entries
+            else ""
+        )
+        raise ExportError(
+            f"OUT {out} is not an earlier export ({reason}); refusing to replace it.{held}\n"
+            f"Nothing in {out} was changed. Give an OUT= that is absent, empty or an earlier "
+            "export, or move the folder away yourself."
+        )
+
+
 def _prepare_output(out: Path) -> Path:
     """A fresh hidden directory beside ``out`` (same file system, so the final rename
     is atomic); `ExportError` when ``out``'s parent cannot be written."""
@@ -284,14 +393,21 @@ def _prepare_output(out: Path) -> Path:
         ) from err
 
 
-def _move_into_place(tmp: Path, out: Path) -> None:
-    old = None
-    if out.exists():  # replaced only now that the new export is complete and checked
-        old = out.with_name(f".{out.name}.old-{dt.datetime.now():%Y%m%d%H%M%S%f}")
-        out.rename(old)
-    tmp.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Put the finished export ``tmp`` at ``out``: an earlier export (or an empty
+    directory) is renamed aside first and deleted only once the new one is in place;
+    if renaming the new one in fails, the earlier one is renamed back."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = out.with_name(f".{out.name}.old-{dt.datetime.now():%Y%m%d%H%M%S%f}")
+    out.rename(old)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def export_checkpoint(
@@ -306,11 +422,16 @@ def export_checkpoint(
     """Export ``checkpoint`` (a step directory or a checkpoint root) to ``out``.
 
     Raises:
-        ExportError: unreadable or mismatched checkpoint, unwritable output, failed
-            parity. Nothing is left at ``out`` (an existing export there is kept).
+        ExportError: unreadable or mismatched checkpoint, an output that is not
+            absent, empty or an earlier export (or is inside, equal to or containing the
+            checkpoint directory), unwritable output, failed parity. Nothing at ``out``
+            changes then (an earlier export there is kept whole).
     """
     options = options or ExportOptions()
     step, step_dir = resolve_checkpoint(checkpoint)
+    root = checkpoint_root(step_dir)
+    check_output(out, root)  # before any work: a refused OUT costs nothing
+    check_model_name(out.name)
     model = load_model(step_dir, config)
     windows = heldout_tokens(config, options.heldout_sequences)
     tmp = _prepare_output(out)
@@ -359,7 +480,15 @@ def export_checkpoint(
         except DriftReferenceError as err:
             raise ExportError(f"drift reference: {err}") from err
         (tmp / REFERENCE_FILE).write_text(reference.to_json(), encoding="utf-8")
-        _move_into_place(tmp, out)
+        # Triton serves the same two files: hard links, not copies.
+        write_repository(
+            tmp / TRITON_DIR,
+            {out.name: tmp / FP32_FILE, f"{out.name}-int8": tmp / INT8_FILE},
+            context_length=config.model.block_size,
+            logit_rows=model.vocab_rows,
+        )
+        check_output(out, root)  # again: the export took minutes, OUT may have changed
+        _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -426,9 +555,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ExportError, ShardError) as err:
         print(f"export: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as err:  # a full or failing disk: the earlier export is kept whole
+        print(
+            f"export: cannot write the export ({err.strerror or err}); nothing at the output "
+            "was changed",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
     p = card.parity
     print(
-        f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}, {REFERENCE_FILE}); "
+        f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}, {REFERENCE_FILE}, "
+        f"{TRITON_DIR}/); "
         f"step {step}, opset {card.opset}"
     )
     print(

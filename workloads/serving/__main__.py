@@ -5,11 +5,13 @@ with KServe's model server: ``<name>`` (fp32) and ``<name>-int8``, at
 ``http://<host>:<port>/v2/models/<model>/{ready,infer}`` and metadata at
 ``/v2/models/<model>``; Prometheus metrics at ``/metrics``.
 
-KServe's `ModelServer.start` binds every interface and parses the process's own command
-line; this entry reuses KServe's data plane, endpoints and error handlers but builds the
-server itself, so it binds where it is told (127.0.0.1 by default; 0.0.0.0 in a pod) and
-has admission control in front (`workloads.serving.limits`). gRPC is not started: the
-REST endpoints are the ones the InferenceService routes to.
+The same models are served over gRPC (``inference.GRPCInferenceService``) on
+``--grpc-port`` (8081, KServe's default). The server itself (HTTP and gRPC endpoints,
+bound where it is told, admission control in front) is `workloads.serving.app`.
+
+The repository extension's load and unload are off unless ``--enable-model-control``
+is given, and then need the bearer token of ``--control-token-file`` (or
+``$MODEL_CONTROL_TOKEN``).
 """
 
 from __future__ import annotations
@@ -22,16 +24,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
-from kserve.model_repository import ModelRepository
-from kserve.protocol.dataplane import DataPlane
-from kserve.protocol.model_repository_extension import ModelRepositoryExtension
-from kserve.protocol.rest.server import RESTServer
-
 from workloads.inference import ExportError, SessionSettings
 from workloads.inference.drift import DriftReferenceError
-from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.app import serve_models
+from workloads.serving.limits import Limits
 from workloads.serving.predictor import LanguageModelPredictor
+from workloads.serving.protocol import ModelControl, control_from_args
 
 log = logging.getLogger("workloads.serving")
 
@@ -53,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", "--http_port", type=int, default=8080, help="HTTP port (8080)")
+    parser.add_argument(
+        "--grpc-port", "--grpc_port", type=int, default=8081, help="gRPC port (8081; 0: no gRPC)"
+    )
+    parser.add_argument(
+        "--grpc-host", help="address to bind gRPC (default: --host; 127.0.0.1 in a pod)"
+    )
+    parser.add_argument(
+        "--enable-model-control",
+        action="store_true",
+        help="serve the repository extension (index, load, unload), with a bearer token",
+    )
+    parser.add_argument(
+        "--control-token-file",
+        type=Path,
+        help="file holding the model-control token (else $MODEL_CONTROL_TOKEN)",
+    )
     parser.add_argument("--variants", default="fp32,int8", help="variants to serve (fp32,int8)")
     parser.add_argument(
         "--threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: physical cores)"
@@ -64,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest body (1 MiB)")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (30 s)")
     parser.add_argument(
-        "--drift-window", type=int, default=500, help="prompts in the drift window (500)"
+        "--drift-window",
+        type=int,
+        default=500,
+        help="prompts in the drift window (500; 0: none, the drift service measures drift)",
     )
     return parser
 
@@ -95,48 +112,58 @@ def build_models(args: argparse.Namespace) -> list[LanguageModelPredictor]:
     return models
 
 
-async def serve(models: list[LanguageModelPredictor], args: argparse.Namespace) -> None:
-    repository = ModelRepository()
-    for model in models:
-        repository.update(model)
-    dataplane = DataPlane(model_registry=repository)
-    rest = RESTServer(
-        "kserve.model_server:app",
-        dataplane,
-        ModelRepositoryExtension(model_registry=repository),
-        args.port,
-    )
-    rest.create_application()  # KServe's endpoints and error handlers on its app
-    from kserve.model_server import app as kserve_app  # noqa: PLC0415  (built just above)
-
+async def serve(
+    models: list[LanguageModelPredictor], args: argparse.Namespace, control: ModelControl | None
+) -> None:
     limits = Limits(args.max_body_bytes, args.max_in_flight, args.timeout_s)
-    app = AdmissionControl(kserve_app, limits, {m.name: m.version for m in models})
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
-    )
-    server = uvicorn.Server(config)
     names = ", ".join(m.name for m in models)
-    print(f"serving {names} at http://{args.host}:{args.port}/v2/models/<model>/infer", flush=True)
-    await server.serve()
+    grpc_host = args.grpc_host or args.host
+    print(f"serving {names} (version {models[0].version})", flush=True)
+    print(f"  HTTP: http://{args.host}:{args.port}/v2/models/<model>/infer", flush=True)
+    if args.grpc_port:
+        print(f"  gRPC: {grpc_host}:{args.grpc_port} (inference.GRPCInferenceService)", flush=True)
+    if control is not None:
+        print("  model control (load/unload) enabled, bearer token required", flush=True)
+    await serve_models(
+        models,
+        args.host,
+        args.port,
+        limits,
+        grpc_port=args.grpc_port or None,
+        grpc_host=grpc_host,
+        control=control,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # KServe 0.16 uses FastAPI's ORJSONResponse, which FastAPI deprecates once per request.
+    # KServe's routes use FastAPI's ORJSONResponse, which FastAPI deprecates once per request
+    # (still so with kserve 0.21).
     warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
-    if not 0 < args.port < 65536:
-        print(f"error: --port must be in 1-65535, got {args.port}", file=sys.stderr)
+    for flag, port in (("--port", args.port), ("--grpc-port", args.grpc_port)):
+        if not 0 <= port < 65536 or (flag == "--port" and port == 0):
+            print(f"error: {flag} must be in 1-65535, got {port}", file=sys.stderr)
+            return 2
+    if args.grpc_port and args.grpc_port == args.port:
+        print(
+            f"error: --port and --grpc-port are both {args.port}; give two ports", file=sys.stderr
+        )
+        return 2
+    if args.drift_window < 0:
+        print(f"error: --drift-window must be >= 0, got {args.drift_window}", file=sys.stderr)
         return 2
     try:
+        control = control_from_args(args.enable_model_control, args.control_token_file)
         models = build_models(args)
     except (ExportError, DriftReferenceError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(models, args))
-    except OSError as err:  # the port is taken, or the address is not ours
-        print(f"error: cannot listen on {args.host}:{args.port} ({err.strerror})", file=sys.stderr)
+        asyncio.run(serve(models, args, control))
+    except OSError as err:  # a port is taken, or the address is not ours
+        print(f"error: cannot listen ({err.strerror or err}); free the port or choose "
+              "another (PORT=, GRPC_PORT=)", file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         pass

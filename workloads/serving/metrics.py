@@ -24,11 +24,12 @@ REJECTED = Counter(
     "Requests refused before inference (overload, size, timeout, bad input).",
     ["model", "version", "reason"],
 )
-DRIFT = Gauge(
-    "uae_predictor_drift_score",
-    "Drift of the live prompts from the training data (token_js, prompt_length_psi).",
-    ["model", "version", "statistic"],
-)
+#: The drift gauge's name and help, shared with the drift service (which computes the
+#: same gauge from KServe's request logger for every runtime).
+DRIFT_NAME = "uae_predictor_drift_score"
+DRIFT_HELP = "Drift of the live prompts from the training data (token_js, prompt_length_psi)."
+DRIFT_LABELS = ("model", "version", "statistic")
+DRIFT = Gauge(DRIFT_NAME, DRIFT_HELP, DRIFT_LABELS)
 BATCH_SIZE = Histogram(
     "uae_predictor_batch_size",
     "Requests answered by one model call (concurrent requests are batched).",

@@ -31,6 +31,7 @@ from workloads.inference import ContextLengthError, InvalidInputError, OnnxLM, S
 from workloads.inference.drift import REFERENCE_FILE, DriftReference, DriftWindow
 from workloads.serving import metrics
 from workloads.serving.batching import MicroBatcher
+from workloads.serving.protocol import model_parameters
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
         variant: ``fp32`` or ``int8``.
         settings: ONNX Runtime session settings.
         max_batch_rows: most rows answered by one model call.
-        drift_window: prompts in the sliding window of the drift scores.
+        drift_window: prompts in the sliding window of the drift scores (0: no drift
+            scores here; on the cluster the drift service computes them).
     """
 
     def __init__(
@@ -87,7 +89,9 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
         self.lm = lm
         self.version = model_version(lm)
         reference_path = self.export_dir / REFERENCE_FILE
-        if reference_path.is_file():
+        if self.drift_window_size == 0:
+            self.drift = None  # measured outside (the drift service, fed by KServe's logger)
+        elif reference_path.is_file():
             self.drift = DriftWindow(DriftReference.read(reference_path), self.drift_window_size)
         else:
             log.warning("%s: no %s; drift is not measured", self.export_dir, REFERENCE_FILE)
@@ -95,6 +99,13 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
         self.batcher = MicroBatcher(self._run, self.max_batch_rows, on_batch=batch_sizes.observe)
         self.ready = True
         return True
+
+    def unload(self) -> None:
+        """Release the ONNX session (the repository extension's unload)."""
+        self.lm = None
+        self.batcher = None
+        self.drift = None
+        self.ready = False
 
     # --- V2 metadata --------------------------------------------------------------------
 
@@ -130,9 +141,15 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
             raise InvalidInput(f"send exactly one input, {TEXT!r} or {TOKEN_IDS!r}")
         tensor = payload.inputs[0]
         try:
+            parameters = model_parameters(payload)
             if tensor.name == TEXT:
-                output = await self._generate(tensor, payload.parameters or {})
+                output = await self._generate(tensor, parameters)
             elif tensor.name == TOKEN_IDS:
+                if parameters:
+                    raise InvalidInput(
+                        f"a {TOKEN_IDS!r} request returns logits and takes no parameters; got "
+                        f"{', '.join(sorted(parameters))}"
+                    )
                 output = await self._logits(tensor)
             else:
                 raise InvalidInput(
@@ -217,19 +234,40 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
             metrics.DRIFT.labels(self.name, self.version, statistic).set(score)
 
 
+#: The generation parameters a text request may carry, and what each must be.
+GENERATION_PARAMETERS = ("max_new_tokens", "temperature", "top_k", "seed")
+
+
+def _integer(parameters: dict[str, Any], key: str) -> int | None:
+    value = parameters.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{key} must be an integer, got {value!r}")
+    return value
+
+
 def generation_parameters(parameters: dict[str, Any]) -> tuple[int, float, int | None, int | None]:
-    """``max_new_tokens``, ``temperature``, ``top_k``, ``seed`` of a request, checked."""
-    try:
-        new_tokens = int(parameters.get("max_new_tokens", DEFAULT_NEW_TOKENS))
-        temperature = float(parameters.get("temperature", 0.0))
-        top_k = None if parameters.get("top_k") is None else int(parameters["top_k"])
-        seed = None if parameters.get("seed") is None else int(parameters["seed"])
-    except (TypeError, ValueError) as err:
-        raise InvalidInput(f"generation parameters must be numbers ({err})") from err
+    """``max_new_tokens``, ``temperature``, ``top_k``, ``seed`` of a request, checked:
+    any other parameter, and any value of the wrong type (``1.5`` tokens, ``"7"``), is
+    refused rather than guessed at."""
+    unknown = sorted(set(parameters) - set(GENERATION_PARAMETERS))
+    if unknown:
+        raise InvalidInput(
+            f"unknown parameter(s) {', '.join(unknown)}; text generation takes "
+            f"{', '.join(GENERATION_PARAMETERS)}"
+        )
+    new_tokens = _integer(parameters, "max_new_tokens")
+    new_tokens = DEFAULT_NEW_TOKENS if new_tokens is None else new_tokens
+    temperature = parameters.get("temperature", 0.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise InvalidInput(f"temperature must be a number, got {temperature!r}")
+    top_k = _integer(parameters, "top_k")
+    seed = _integer(parameters, "seed")
     if not 1 <= new_tokens <= MAX_NEW_TOKENS:
         raise InvalidInput(f"max_new_tokens must be in [1, {MAX_NEW_TOKENS}], got {new_tokens}")
     if temperature < 0:
         raise InvalidInput(f"temperature must be >= 0 (0: greedy), got {temperature}")
     if top_k is not None and top_k < 1:
         raise InvalidInput(f"top_k must be >= 1, got {top_k}")
-    return new_tokens, temperature, top_k, seed
+    return new_tokens, float(temperature), top_k, seed

@@ -361,10 +361,12 @@ def burst_local_queue(team: str) -> Manifest:
 # -- worker objects -------------------------------------------------------------------
 
 #: The rules of Kueue v0.19's ``site/static/examples/multikueue/create-multikueue-
-#: kubeconfig.sh``, kept for the integrations this platform enables (batch/job and
-#: jobset, see `modules.k8s.queueing.spec.INTEGRATIONS`) and Kueue's own objects. Pods,
+#: kubeconfig.sh``, kept for the kinds this platform dispatches (batch/job and jobset,
+#: see `modules.k8s.queueing.spec.INTEGRATIONS`) and Kueue's own objects. Pods,
 #: StatefulSets, LeaderWorkerSets, Kubeflow, Ray and AppWrapper rules are left out:
-#: those integrations are not enabled, so the manager never needs them.
+#: those integrations are not enabled, and TrainJobs are not dispatched (a burst job is
+#: an Indexed Job: `workloads.deploy.spec.TrainingJobSpec.launcher`), so the manager
+#: never needs them.
 MANAGER_RULES: tuple[Manifest, ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"],
      "verbs": ["create", "delete", "get", "list", "watch"]},

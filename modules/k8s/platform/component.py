@@ -5,7 +5,8 @@ own, every object through ``args.provider``):
 
     site -> storage -> PKI (cert-manager, the cluster CA) -> tenancy (team namespaces)
          -> monitoring (CRDs for monitors) -> GPU operator -> fabric -> queueing (Kueue,
-         queues) -> autoscaler (EKS) -> serving (KServe, runtimes; where configured)
+         queues) -> Kubeflow Trainer (runtimes) -> autoscaler (EKS) -> serving (KServe,
+         runtimes; where configured)
 
 and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
 together with the resources to ``depends_on``.
@@ -33,6 +34,8 @@ from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tenancy.component import Tenancy
 from modules.k8s.tracking.component import Tracking
 from modules.k8s.tracking.manifests import team_tracking_access
+from modules.k8s.trainer.component import KubeflowTrainer
+from modules.k8s.trainer.runtimes import RuntimeSite
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
@@ -108,6 +111,22 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # What every training pod gets from the cluster: its team's MLflow wiring (where
+        # the cluster tracks) and a ServiceAccount token only where a cloud identity
+        # uses it (EKS Pod Identity).
+        tracking = team_tracking_access() if args.tracking_enabled else None
+        cloud_identity = args.eks is not None
+        # -- Kubeflow Trainer (TrainJobs, the platform's runtimes) --
+        if args.trainer.enabled:
+            trainer = KubeflowTrainer(
+                f"{name}-trainer",
+                args,
+                tenancy.namespaces,
+                depends_on=[queueing.release],
+                opts=child,
+                site=RuntimeSite(tracking, cloud_identity),
+            )
+            self.platform_ready += [trainer.release, *trainer.runtimes]
         # -- fleet (MultiKueue, docs/fleet.md) --
         self.fleet_kubeconfig: pulumi.Output[str] | None = None
         self.burst_queues: dict[str, pulumi.Resource] = {}
@@ -163,8 +182,8 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 team.name,
                 args.secondary_network,
                 team.allowed_priorities,
-                tracking=team_tracking_access() if args.tracking_enabled else None,
-                cloud_identity=args.eks is not None,
+                tracking=tracking,
+                cloud_identity=cloud_identity,
             )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],

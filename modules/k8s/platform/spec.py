@@ -26,6 +26,7 @@ from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec
+from modules.k8s.trainer.spec import TrainerInputs, TrainerSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
@@ -58,6 +59,10 @@ class KubernetesPlatformArgs:
         fleet: MultiKueue manager or worker inputs (`FleetInputs`), or None.
         cost: OpenCost prices and team budgets (`CostInputs`), or None for no cost
             allocation.
+        trainer: Kubeflow Trainer settings (`TrainerSpec`), installed by default.
+        trainer_inputs: the training image and each pool's trainer environment
+            (`TrainerInputs`) the platform's runtimes are built from; None installs the
+            trainer without runtimes.
     """
 
     provider: k8s.Provider
@@ -76,6 +81,8 @@ class KubernetesPlatformArgs:
     serving: ServingSpec | None = None
     fleet: FleetInputs | None = None
     cost: CostInputs | None = None
+    trainer: TrainerSpec = field(default_factory=TrainerSpec)
+    trainer_inputs: TrainerInputs | None = None
 
     def __post_init__(self) -> None:
         check = Checker()

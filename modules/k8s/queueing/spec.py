@@ -37,6 +37,7 @@ from modules.k8s.names import (
 )
 from modules.k8s.tenancy.quotas import COVERED_RESOURCES, borrowable, team_flavor_quotas
 from modules.k8s.tenancy.spec import TeamSpec
+from modules.k8s.trainer.spec import TRAINJOB_INTEGRATION
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 
@@ -46,8 +47,11 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 #: flavor gets the whole node's devices anyway), hugepages (EFA) and ephemeral storage.
 EXCLUDED_RESOURCE_PREFIXES = ("vpc.amazonaws.com/efa", "rdma/", "hugepages-", "ephemeral-storage")
 
-#: Job kinds Kueue manages when they carry a queue label.
-INTEGRATIONS = ("batch/job", "jobset.x-k8s.io/jobset")
+#: Job kinds Kueue manages when they carry a queue label: batch Jobs, JobSets, and
+#: Kubeflow Trainer's TrainJobs (Kueue builds a TrainJob's pods from its runtime; the
+#: JobSet a TrainJob owns is the TrainJob's, never queued on its own). Kueue sets up an
+#: integration whose CRD is not yet installed once the CRD appears.
+INTEGRATIONS = ("batch/job", "jobset.x-k8s.io/jobset", TRAINJOB_INTEGRATION)
 
 
 @dataclass(frozen=True)

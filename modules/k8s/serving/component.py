@@ -22,6 +22,7 @@ from modules.k8s.serving.manifests import (
     serving_runtimes,
 )
 from modules.k8s.serving.observability import (
+    drift_pod_monitor,
     inference_pod_monitor,
     serving_dashboard_configmap,
     serving_prometheus_rule,
@@ -117,6 +118,7 @@ class Serving(pulumi.ComponentResource):
         if teams:
             register(auth_delegation(teams), self, provider)
             register(inference_pod_monitor(teams), self, provider, depends_on=[monitoring_release])
+            register(drift_pod_monitor(teams), self, provider, depends_on=[monitoring_release])
         register(serving_prometheus_rule(spec), self, provider, depends_on=[monitoring_release])
         # In the monitoring namespace, which the monitoring release waits for.
         register(serving_dashboard_configmap(spec), self, provider, depends_on=[monitoring_release])

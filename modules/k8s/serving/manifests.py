@@ -52,6 +52,12 @@ from modules.k8s.serving.spec import (
 RUNTIME_UID = 10001
 #: KServe's storage initializer downloads the model here; runtimes read it from here.
 MODEL_DIR = "/mnt/models"
+#: The model servers' ports: REST (KServe's default 8080) and gRPC (the CPU predictor on
+#: KServe's default 8081, bound to 127.0.0.1: only the pod's TLS proxy reaches it;
+#: Triton on 9000, as KServe's own Triton runtime).
+PREDICTOR_HTTP_PORT = 8080
+PREDICTOR_GRPC_PORT = 8081
+TRITON_GRPC_PORT = 9000
 DEPLOYMENT_MODE = "Standard"
 
 
@@ -139,7 +145,9 @@ def _runtime(
 
 def cpu_runtime(spec: ServingSpec) -> Manifest:
     """The CPU predictor (KServe's Python model server wrapping this package's inference
-    library), V2 protocol over REST on 8080; metrics on the same port."""
+    library), V2 protocol over REST on 8080 and gRPC on 127.0.0.1:8081; metrics on the
+    REST port. Its drift window is off: the drift service measures drift for every
+    runtime from KServe's request logger (one source of the signal)."""
     return _runtime(
         CPU_RUNTIME,
         {
@@ -155,7 +163,10 @@ def cpu_runtime(spec: ServingSpec) -> Manifest:
                     "args": [
                         "--model_name={{.Name}}",
                         f"--model_dir={MODEL_DIR}",
-                        "--http_port=8080",
+                        f"--http_port={PREDICTOR_HTTP_PORT}",
+                        f"--grpc_port={PREDICTOR_GRPC_PORT}",
+                        "--grpc-host=127.0.0.1",
+                        "--drift-window=0",
                     ],
                     "env": [{"name": "HOME", "value": "/tmp"}],
                     "ports": [
@@ -190,7 +201,7 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
                     "args": [
                         "tritonserver",
                         f"--model-store={MODEL_DIR}",
-                        "--grpc-port=9000",
+                        f"--grpc-port={TRITON_GRPC_PORT}",
                         "--http-port=8080",
                         "--metrics-port=8002",
                         "--allow-grpc=true",

@@ -9,6 +9,11 @@ The CPU predictor exports, per model version (labels ``model`` and ``version``):
   reference, or ``prompt_length_psi``, the population stability index of prompt lengths),
 * ``uae_predictor_rejected_total{model,version,reason}`` (counter: 4xx and shed load).
 
+Drift is computed outside the predictors, for the CPU predictor and Triton alike, by
+each InferenceService's drift service (``<name>-drift``, fed by KServe's request logger;
+`workloads.deploy.drift_manifests`), which exports the same
+``uae_predictor_drift_score`` gauge; a PodMonitor scrapes it.
+
 Triton (GPU pools) exports its own ``nv_inference_*`` series with the same ``model`` and
 ``version`` labels. Every panel groups by ``model, version``, so a canary and its stable
 version sit side by side.
@@ -40,6 +45,10 @@ ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
 PREDICTOR_HTTP_PORT_NAME = "http1"
 TRITON_METRICS_PORT_NAME = "metrics"
 SERVING_POD_MONITOR = "inference-services"
+DRIFT_POD_MONITOR = "drift-services"
+#: Label of every drift service pod: the InferenceService whose inputs it watches.
+DRIFT_POD_LABEL = "gpuplatform.ae/drift-for"
+DRIFT_METRICS_PORT_NAME = "metrics"
 SERVING_RULE_NAME = "gpuplatform-serving-alerts"
 SERVING_DASHBOARD_CONFIGMAP = "gpuplatform-serving-dashboard"
 SERVING_DASHBOARD_UID = "gpuplatform-serving"
@@ -146,6 +155,34 @@ def inference_pod_monitor(team_names: Sequence[str]) -> Manifest:
             "podMetricsEndpoints": [
                 {"port": port, "path": "/metrics", "relabelings": relabelings}
                 for port in (PREDICTOR_HTTP_PORT_NAME, TRITON_METRICS_PORT_NAME)
+            ],
+        },
+    }
+
+
+def drift_pod_monitor(team_names: Sequence[str]) -> Manifest:
+    """Scrape every InferenceService's drift service in the team namespaces, its series
+    labelled with the InferenceService (``inference_service``) as the predictors' are."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": metadata(DRIFT_POD_MONITOR, MONITORING_NAMESPACE),
+        "spec": {
+            "namespaceSelector": {"matchNames": [team_namespace(t) for t in sorted(team_names)]},
+            "selector": {"matchExpressions": [{"key": DRIFT_POD_LABEL, "operator": "Exists"}]},
+            "podMetricsEndpoints": [
+                {
+                    "port": DRIFT_METRICS_PORT_NAME,
+                    "path": "/metrics",
+                    "relabelings": [
+                        {
+                            "sourceLabels": [
+                                "__meta_kubernetes_pod_label_gpuplatform_ae_drift_for"
+                            ],
+                            "targetLabel": "inference_service",
+                        }
+                    ],
+                }
             ],
         },
     }

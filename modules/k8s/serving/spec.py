@@ -166,6 +166,12 @@ class ServingSpec:
     def rbac_proxy_image(self) -> str:
         return self.image("kube-rbac-proxy", KUBE_RBAC_PROXY_TAG)
 
+    @property
+    def storage_initializer_image(self) -> str:
+        """KServe's storage initializer at the installed release (the drift services
+        fetch their references with it, as KServe fetches models)."""
+        return self.image("kserve-storage-initializer", KSERVE_VERSION)
+
 
 #: Every image repository the serving layer pulls from ``ServingSpec.registry``, with
 #: the upstream image it mirrors (the AWS side creates one ECR repository each).

@@ -1,0 +1,166 @@
+"""`FeatureStore`: registers what `modules.k8s.features.spec` builds.
+
+Thin on purpose: every object and value comes from a pure function of the spec (tested
+against the upstream charts and schemas); this file only adds the secrets, orders the
+objects and sends them through the cluster's provider.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.k8s.common import helm_release, namespace, register
+from modules.k8s.features import spec as fs
+
+
+@dataclass(frozen=True)
+class FeatureStoreArgs:
+    """Args of `FeatureStore`.
+
+    Args:
+        spec: the validated settings.
+        placement: AWS or on premises, the registry, the offline URI, the system pool.
+        kubernetes_version: the cluster's minor version (Pod Security labels).
+        ca_issuer: the ClusterIssuer of the endpoint's certificate (the serving CA).
+        registry_password: the registry role's password (secret config
+            ``featuresRegistryPassword``).
+        redis_password: the online store's password (secret config
+            ``featuresRedisAuthToken``; on AWS also ElastiCache's AUTH token).
+        registry_host: the registry database host (the tracking RDS address on AWS).
+        redis_host: the online store host (ElastiCache's primary endpoint on AWS).
+        storage_class: the volumes' class on premises.
+        tracking_database_secret: the ``mlflow`` Secret with the RDS master user (AWS).
+    """
+
+    spec: fs.FeaturesSpec
+    placement: fs.Placement
+    kubernetes_version: str
+    ca_issuer: str
+    registry_password: pulumi.Input[str]
+    redis_password: pulumi.Input[str]
+    registry_host: pulumi.Input[str] = ""
+    redis_host: pulumi.Input[str] = ""
+    storage_class: str = ""
+    tracking_database_secret: str = "mlflow-db"
+
+
+def _secret(name: str, ns: str, data: dict[str, pulumi.Input[str]]) -> fs.Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "type": "Opaque",
+        "stringData": data,
+    }
+
+
+class FeatureStore(pulumi.ComponentResource):
+    """Feast's registry, online store, feature server and materialisation."""
+
+    def __init__(
+        self,
+        name: str,
+        args: FeatureStoreArgs,
+        provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:FeatureStore", name, None, opts)
+        spec, placement = args.spec, args.placement
+        ns = register(
+            namespace(fs.NAMESPACE, "restricted", args.kubernetes_version), self, provider
+        )
+        registry_password = pulumi.Output.secret(args.registry_password)
+        redis_password = pulumi.Output.secret(args.redis_password)
+        on_aws = placement.on_aws
+        registry_host = args.registry_host if on_aws else fs.registry_host(False)
+        redis_host = args.redis_host if on_aws else fs.redis_host_onprem()
+        credentials = register(
+            _secret(
+                fs.CREDENTIALS_SECRET,
+                fs.NAMESPACE,
+                {
+                    fs.ENV_REGISTRY_HOST: registry_host,
+                    fs.ENV_REGISTRY_PASSWORD: registry_password,
+                    fs.ENV_REDIS_HOST: redis_host,
+                    fs.ENV_REDIS_PASSWORD: redis_password,
+                },
+            ),
+            self,
+            provider,
+            [ns],
+        )
+        stores: list[pulumi.Resource] = [credentials]
+        if on_aws:
+            init_secret = register(
+                _secret(fs.REGISTRY_INIT_SECRET, "mlflow", {"password": registry_password}),
+                self,
+                provider,
+            )
+            job = fs.registry_init_job(placement, args.tracking_database_secret, args.registry_host)
+            stores.append(register(job, self, provider, [init_secret]))
+        else:
+            owner = register(
+                {
+                    **_secret(
+                        f"{fs.REGISTRY_CLUSTER}-owner",
+                        fs.NAMESPACE,
+                        {"username": fs.REGISTRY_USER, "password": registry_password},
+                    ),
+                    "type": "kubernetes.io/basic-auth",
+                },
+                self,
+                provider,
+                [ns],
+            )
+            stores.append(
+                register(
+                    fs.onprem_registry_cluster(args.storage_class),
+                    self,
+                    provider,
+                    [owner],
+                    protect=True,
+                )
+            )
+            users = register(
+                _secret(fs.ONLINE_USERS_SECRET, fs.NAMESPACE, {"default": redis_password}),
+                self,
+                provider,
+                [ns],
+            )
+            certificate = register(
+                fs.online_store_certificate(args.ca_issuer), self, provider, [ns]
+            )
+            stores.append(
+                helm_release(
+                    fs.ONLINE_RELEASE,
+                    fs.VALKEY_CHART,
+                    fs.NAMESPACE,
+                    values=fs.valkey_values(spec, placement, args.storage_class),
+                    parent=self,
+                    provider=provider,
+                    depends_on=[users, certificate],
+                )
+            )
+        for manifest in [
+            *fs.rbac_objects(spec),
+            *fs.network_policies(spec, on_aws),
+            *fs.proxy_objects(spec, placement, args.ca_issuer),
+            fs.repo_configmap(placement),
+            fs.materialize_cronjob(spec, placement),
+        ]:
+            register(manifest, self, provider, [ns, *stores])
+        for client in spec.client_namespaces:
+            register(fs.client_egress_policy(client), self, provider)
+        helm_release(
+            fs.SERVER_RELEASE,
+            fs.FEATURE_SERVER_CHART,
+            fs.NAMESPACE,
+            values=fs.feature_server_values(spec, placement),
+            parent=self,
+            provider=provider,
+            depends_on=[ns, *stores],
+        )
+        self.register_outputs({})

@@ -1,0 +1,1 @@
+"""Kubeflow Trainer and the platform's ClusterTrainingRuntimes (torch, DeepSpeed, MPI)."""

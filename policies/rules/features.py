@@ -1,0 +1,171 @@
+"""The feature store's stores: the online store (ElastiCache for Redis OSS on AWS, a
+Redis-protocol server from a Helm chart on premises) kept private, encrypted,
+authenticated and recoverable inside the region.
+
+The region of every AWS resource is `uae-aws-region-allowlist`'s, and where the
+ElastiCache key comes from is `uae-kms-key-from-stack`'s (the key reference is in
+`policies.rules.encryption.key_refs`). The offline store is Parquet in the stack's data
+bucket and the registry a database on the tracking server's RDS instance: both are
+covered by the bucket and RDS rules already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.aws import parse_arn, region_of
+from policies.model import ResourceView, resource_rule, types_in
+from policies.rules.encryption import KeyRef, _key_problem
+from policies.settings import Settings
+from policies.values import as_list, dig, is_unknown, known
+
+REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+#: Charts of Redis-protocol servers an online store may run from on premises.
+REDIS_CHARTS = ("valkey", "redis")
+
+
+def _true(props: dict[str, Any], key: str) -> bool:
+    return known(props.get(key), key) is True
+
+
+@resource_rule(
+    id="aws-elasticache-encrypted",
+    description=(
+        "ElastiCache replication groups encrypt data at rest with a customer-managed key in "
+        "their region, and require TLS in transit."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Set `atRestEncryptionEnabled: true` with `kmsKeyId` (a key of this stack), "
+        "`transitEncryptionEnabled: true` and `transitEncryptionMode: required`."
+    ),
+    controls=controls.CRYPTO,
+    applies_to=types_in(REPLICATION_GROUP),
+    config_keys=("allowedRegions",),
+)
+def elasticache_encrypted(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    if not _true(props, "atRestEncryptionEnabled"):
+        yield "`atRestEncryptionEnabled` is not true: cached data and snapshots are unencrypted"
+    key = KeyRef("kmsKeyId", "kmsKeyId", props.get("kmsKeyId"))
+    problem = _key_problem(key, resource, settings)
+    if problem:
+        yield problem
+    if not _true(props, "transitEncryptionEnabled"):
+        yield "`transitEncryptionEnabled` is not true: clients talk to Redis in clear text"
+    elif known(props.get("transitEncryptionMode"), "transitEncryptionMode") == "preferred":
+        yield "`transitEncryptionMode` is preferred: clients may still connect without TLS"
+
+
+@resource_rule(
+    id="aws-elasticache-auth",
+    description="ElastiCache replication groups require clients to authenticate (AUTH or RBAC).",
+    severity=Severity.HIGH,
+    remediation=(
+        "Set `authToken` from a secret config value (`pulumi config set --secret`), or "
+        "`userGroupIds` with ElastiCache RBAC users."
+    ),
+    controls=(controls.ISO_5_15, controls.ISO_8_3, controls.PDPL_20_SECURITY),
+    applies_to=types_in(REPLICATION_GROUP),
+)
+def elasticache_auth(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    token = props.get("authToken")
+    groups = as_list(known(props.get("userGroupIds"), "userGroupIds"))
+    if token in (None, "") and not groups:
+        yield "neither `authToken` nor `userGroupIds` is set: any client in the VPC may connect"
+
+
+@resource_rule(
+    id="aws-elasticache-private",
+    description=(
+        "ElastiCache replication groups sit in a subnet group of the stack (its private "
+        "subnets) behind security groups of the stack, never the VPC's defaults."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Create an `aws.elasticache.SubnetGroup` of the private subnets and a security "
+        "group admitting the cluster's security group only; pass `subnetGroupName` and "
+        "`securityGroupIds`."
+    ),
+    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.ISO_8_3),
+    applies_to=types_in(REPLICATION_GROUP),
+)
+def elasticache_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    if props.get("subnetGroupName") in (None, ""):
+        yield "`subnetGroupName` is not set: the group lands in the default VPC's subnets"
+    if not as_list(known(props.get("securityGroupIds"), "securityGroupIds")):
+        yield "`securityGroupIds` is empty: the VPC's default security group applies"
+    if as_list(known(props.get("securityGroupNames"), "securityGroupNames")):
+        yield "`securityGroupNames` is set: EC2-Classic groups, outside the stack's VPC"
+
+
+@resource_rule(
+    id="aws-elasticache-recoverable",
+    description=(
+        "ElastiCache replication groups keep daily snapshots, leave a final snapshot, and "
+        "are seeded only from snapshots in their own region."
+    ),
+    severity=Severity.MEDIUM,
+    remediation=(
+        "Set `snapshotRetentionLimit` to 1 or more days and `finalSnapshotIdentifier`; "
+        "seed only from snapshots (`snapshotArns`) in the group's region."
+    ),
+    controls=(controls.ISO_8_13, controls.ISO_8_9, *controls.RESIDENCY),
+    applies_to=types_in(REPLICATION_GROUP),
+)
+def elasticache_recoverable(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    retention = known(props.get("snapshotRetentionLimit"), "snapshotRetentionLimit")
+    if retention is None:
+        yield "`snapshotRetentionLimit` is not set: ElastiCache keeps no snapshots"
+    elif not isinstance(retention, int | float) or retention < 1:
+        yield f"`snapshotRetentionLimit` is {retention}: snapshots are off"
+    if props.get("finalSnapshotIdentifier") in (None, ""):
+        yield "`finalSnapshotIdentifier` is not set: deleting the group leaves no snapshot"
+    region = known(region_of(resource), "region")
+    for index, arn_text in enumerate(as_list(props.get("snapshotArns"))):
+        if is_unknown(arn_text):
+            continue
+        arn = parse_arn(str(arn_text))
+        if arn is not None and region and arn.region and arn.region != region:
+            yield f"`snapshotArns[{index}]` is in {arn.region}, not the group's region {region}"
+
+
+def _redis_release(resource: ResourceView) -> bool:
+    if resource.type != HELM_RELEASE:
+        return False
+    chart = known(resource.props.get("chart"), "chart")
+    return isinstance(chart, str) and chart.rsplit("/", 1)[-1] in REDIS_CHARTS
+
+
+@resource_rule(
+    id="k8s-online-store-protected",
+    description=(
+        "A Redis-protocol online store run from a Helm chart (on premises) requires "
+        "authentication and TLS, and keeps its data on a persistent volume."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "In the chart values set `auth.enabled: true` (users from an existing Secret), "
+        "`tls.enabled: true` with a certificate Secret, and `dataStorage.enabled: true`."
+    ),
+    controls=(controls.ISO_5_15, controls.ISO_8_24, controls.ISO_8_13, controls.PDPL_20_SECURITY),
+    applies_to=_redis_release,
+)
+def online_store_protected(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    values = resource.props.get("values") or {}
+    checks = (
+        ("auth.enabled", "any pod that reaches it may read and write features"),
+        ("tls.enabled", "features cross the cluster network in clear text"),
+        ("dataStorage.enabled", "a restart loses every feature until the next materialisation"),
+    )
+    for path, why in checks:
+        if known(dig(values, *path.split(".")), f"values.{path}") is not True:
+            yield f"`values.{path}` is not true: {why}"

@@ -1,0 +1,185 @@
+"""Composition of the feature store (``uae-gpu-platform:features``, docs/features.md).
+
+Kept in its own module so the foundation and the Kubernetes layer each call it in one
+place: `build_features_aws` (ElastiCache, the features image's ECR repository, the
+materialisation's read access to the offline store) and `build_feature_store` (the
+cluster side, `modules.k8s.features`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.aws import iam
+from modules.aws.online_store.component import OnlineStore, OnlineStoreArgs
+from modules.aws.online_store.spec import auth_token_problem
+from modules.aws.serving_access import model_artifact_read_access
+from modules.aws.storage import ImageRegistry, ImageRegistryArgs
+from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
+from modules.k8s.common import system_node_selector
+from modules.k8s.features import spec as fs
+from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
+from modules.k8s.serving.spec import SERVING_CA_ISSUER
+
+from .config import PROJECT, StackConfig
+from .config_parsing import ConfigError
+
+#: The offline store's Parquet sources live under this prefix of the data bucket.
+OFFLINE_PREFIX = "features/"
+REGISTRY_PASSWORD_KEY = "featuresRegistryPassword"
+REDIS_TOKEN_KEY = "featuresRedisAuthToken"
+
+
+@dataclass(frozen=True)
+class FeaturesAws:
+    """What the cluster side needs from AWS."""
+
+    redis_host: pulumi.Output[str]
+    bucket_name: pulumi.Input[str]
+
+
+def _secret(key: str, what: str) -> pulumi.Output[str]:
+    value = pulumi.Config(PROJECT).get_secret(key)
+    if value is None:
+        raise ConfigError(
+            [
+                f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key} "
+                "(or set features.enabled: false)"
+            ]
+        )
+    return value
+
+
+def redis_token() -> pulumi.Output[str]:
+    token = _secret(REDIS_TOKEN_KEY, "the feature store's Redis password (ElastiCache AUTH)")
+
+    def checked(value: str) -> str:
+        problem = auth_token_problem(value)
+        if problem:  # reported at `pulumi up` (the value is a secret, known only then)
+            raise pulumi.RunError(f"{PROJECT}:{REDIS_TOKEN_KEY}: {problem}")
+        return value
+
+    return token.apply(checked)
+
+
+def registry_password() -> pulumi.Output[str]:
+    password = _secret(REGISTRY_PASSWORD_KEY, "the feature registry database user's password")
+
+    def checked(value: str) -> str:
+        # It goes into the registry's database URL as it is: URL-safe characters only.
+        if len(value) < 16 or not re.fullmatch(r"[A-Za-z0-9._~-]+", value):
+            raise pulumi.RunError(
+                f"{PROJECT}:{REGISTRY_PASSWORD_KEY}: use 16 or more letters, digits, '.', '_', "
+                "'~' or '-'"
+            )
+        return value
+
+    return password.apply(checked)
+
+
+def build_features_aws(
+    name: str,
+    config: StackConfig,
+    *,
+    vpc_id: pulumi.Input[str],
+    subnet_ids: list[pulumi.Input[str]],
+    cluster_security_group_id: pulumi.Input[str],
+    cluster_name: pulumi.Input[str],
+    storage_key_arn: pulumi.Input[str],
+    bucket_arn: pulumi.Input[str],
+    bucket_name: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> FeaturesAws:
+    """ElastiCache for the online store, the ``features`` image repository, and the
+    feature store's Pod Identity role (read the offline store's prefix)."""
+    online = OnlineStore(
+        "features-online",
+        OnlineStoreArgs(
+            name_prefix=name,
+            spec=config.features.online_store,
+            vpc_id=vpc_id,
+            subnet_ids=subnet_ids,
+            client_security_group_id=cluster_security_group_id,
+            storage_key_arn=storage_key_arn,
+            auth_token=redis_token(),
+        ),
+        opts,
+    )
+    ImageRegistry(
+        "registry-features",
+        ImageRegistryArgs(repository_name=f"{name}/features", storage_key_arn=storage_key_arn),
+        opts,
+    )
+    PodIdentityRole(
+        "features-offline",
+        PodIdentityRoleArgs(
+            cluster_name=cluster_name,
+            namespace=fs.NAMESPACE,
+            service_account=fs.SERVICE_ACCOUNT,
+            description="Feast: read the offline store (the data bucket's features/ prefix)",
+            policy=iam.json_document(
+                functools.partial(model_artifact_read_access, region=config.region),
+                bucket_arn,
+                OFFLINE_PREFIX,
+                storage_key_arn,
+            ),
+        ),
+        opts,
+    )
+    return FeaturesAws(redis_host=online.group.primary_endpoint_address, bucket_name=bucket_name)
+
+
+def build_feature_store(
+    config: StackConfig,
+    provider: k8s.Provider,
+    *,
+    registry: str,
+    aws: FeaturesAws | None,
+    registry_host: pulumi.Input[str] | None,
+    depends_on: list[pulumi.Resource],
+) -> FeatureStore:
+    """The cluster side: feature server, registry, online store (on premises),
+    materialisation."""
+    spec = config.features
+    if config.serving is None:
+        raise ConfigError(
+            [f"{PROJECT}:features: needs the serving section (its CA and images' registry)"]
+        )
+    if not config.tracking.enabled:
+        raise ConfigError(
+            [f"{PROJECT}:features: needs tracking (the registry is on its database server)"]
+        )
+    on_aws = aws is not None
+    placement = fs.Placement(
+        on_aws=on_aws,
+        registry=registry,
+        # Informational in feature_store.yaml; the sources name their own paths.
+        offline_uri=f"s3://<data bucket>/{OFFLINE_PREFIX}" if on_aws else "/data/features",
+        node_selector=system_node_selector(),
+    )
+    storage_class = config.onprem.storage_class if config.onprem is not None else ""
+    return FeatureStore(
+        "features",
+        FeatureStoreArgs(
+            spec=spec,
+            placement=placement,
+            kubernetes_version=config.kubernetes_version,
+            ca_issuer=SERVING_CA_ISSUER,
+            registry_password=registry_password(),
+            redis_password=(
+                redis_token()
+                if on_aws
+                else _secret(REDIS_TOKEN_KEY, "the feature store's Redis password")
+            ),
+            registry_host=registry_host or "",
+            redis_host=aws.redis_host if aws is not None else "",
+            storage_class=storage_class,
+        ),
+        provider,
+        pulumi.ResourceOptions(depends_on=depends_on),
+    )

@@ -1,0 +1,47 @@
+"""The cluster's ``feature_store.yaml`` (`modules.k8s.features.spec`) is a configuration
+Feast 0.67 accepts: its own loader expands the environment the Secret provides into a
+SQL registry on PostgreSQL over TLS and a Redis online store over TLS with a password."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from feast.repo_config import load_repo_config
+
+from modules.k8s.features import spec as fs
+
+
+@pytest.mark.parametrize("offline", ["s3://gpu-test-data/features", "/data/features"])
+def test_feast_loads_the_cluster_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str
+) -> None:
+    monkeypatch.setenv(fs.ENV_REGISTRY_HOST, "db.example.rds.amazonaws.com")
+    monkeypatch.setenv(fs.ENV_REGISTRY_PASSWORD, "s3cret")
+    monkeypatch.setenv(fs.ENV_REDIS_HOST, "master.features.cache.amazonaws.com")
+    monkeypatch.setenv(fs.ENV_REDIS_PASSWORD, "t0ken-of-sixteen-chars")
+    path = tmp_path / "feature_store.yaml"
+    path.write_text(fs.feature_store_yaml(offline))
+    config = load_repo_config(tmp_path, path)
+    assert config.project == "smb_churn"
+    registry = config.registry
+    assert registry.registry_type == "sql"
+    assert registry.path == (
+        "postgresql+psycopg://feast:s3cret@db.example.rds.amazonaws.com:5432/feast?sslmode=require"
+    )
+    online = config.online_store
+    assert type(online).__name__ == "RedisOnlineStoreConfig"
+    assert online.connection_string == (
+        "master.features.cache.amazonaws.com:6379,ssl=true,password=t0ken-of-sixteen-chars"
+    )
+    # Feast 0.67 implements `type: file` with its Dask offline store.
+    assert type(config.offline_store).__name__ == "DaskOfflineStoreConfig"
+    assert config.entity_key_serialization_version == 3
+
+
+def test_a_misspelled_key_is_refused_by_feast(tmp_path: Path) -> None:
+    path = tmp_path / "feature_store.yaml"
+    text = fs.feature_store_yaml("/x").replace("connection_string:", "connection_strng:")
+    path.write_text(text)
+    with pytest.raises(Exception, match="connection_strng"):
+        load_repo_config(tmp_path, path).online_store  # noqa: B018

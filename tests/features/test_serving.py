@@ -1,0 +1,189 @@
+"""`python -m workloads.features run` end to end (what `make features` runs), then the
+registered version served over V2 and asked with tritonclient, an independent V2 client:
+
+- by entity key, the predictor answers with the online features behind the prediction;
+  a test changes a customer's feature value in the source, materialises, and sees the
+  prediction's input (and the probability) change accordingly;
+- raw feature values give the same answer as the key whose features they are;
+- bad requests are 400s naming the problem, and the server stays up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from workloads.features import model, repo
+from workloads.features.data import ACTIVITY_FILE
+from workloads.features.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "smb-churn"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("features") / "work"
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads.features", "run", "--workdir", str(work),
+         "--customers", "300", "--weeks", "16", "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [line.split("]")[0] + "]" for line in result.stdout.splitlines() if "[" in line]
+    for step in ("data", "apply", "materialize", "train", "export", "register", "serve",
+                 "predict", "done"):  # fmt: skip
+        assert f"features [{step}]" in steps, result.stdout
+    assert "churn probability" in result.stdout
+    assert "Traceback" not in result.stderr
+    return work
+
+
+@pytest.fixture(scope="module")
+def server(workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    command = [
+        "timeout", "900", sys.executable, "-m", "workloads.features", "serve",
+        "--model-dir", str(workdir / "served" / "1"), "--feature-repo", str(workdir / "repo"),
+        "--port", str(port),
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"127.0.0.1:{port}"
+    client = triton.InferenceServerClient(url)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if client.is_model_ready(NAME):
+                    break
+            except Exception:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the server did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def by_key(url: str, keys: list[int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    tensor = triton.InferInput(repo.JOIN_KEY, [len(keys)], "INT64")
+    tensor.set_data_from_numpy(np.array(keys, dtype=np.int64), binary_data=False)
+    result = triton.InferenceServerClient(url).infer(NAME, [tensor])
+    return result.as_numpy("churn_probability"), result.as_numpy("features")
+
+
+def onnx_of(workdir: Path, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    data = (workdir / "served" / "1" / model.ONNX_FILE).read_bytes()
+    return model.onnx_probability(model.onnx_session(data, threads=1), x.astype(np.float32))
+
+
+def test_metadata_lists_key_raw_inputs_and_outputs(server: str) -> None:
+    meta = triton.InferenceServerClient(server).get_model_metadata(NAME)
+    assert [i["name"] for i in meta["inputs"]] == [repo.JOIN_KEY, *repo.BASE_FEATURES]
+    assert [o["name"] for o in meta["outputs"]] == ["churn_probability", "features"]
+
+
+def test_prediction_by_key_has_the_online_features_behind_it(server: str, workdir: Path) -> None:
+    activity = pd.read_parquet(workdir / "data" / ACTIVITY_FILE)
+    keys = sorted(activity["customer_id"].unique().tolist())[:3]
+    probability, features = by_key(server, keys)
+    assert features.shape == (3, len(repo.MODEL_FEATURES))
+    latest = activity.sort_values("event_timestamp").groupby("customer_id").last()
+    logins = features[:, repo.MODEL_FEATURES.index("logins_7d")]
+    np.testing.assert_array_equal(logins, latest.loc[keys, "logins_7d"].to_numpy())
+    np.testing.assert_allclose(probability, onnx_of(workdir, features), atol=1e-7)
+
+
+def test_changed_value_materialised_changes_the_prediction_input(
+    server: str, workdir: Path
+) -> None:
+    path = workdir / "data" / ACTIVITY_FILE
+    activity = pd.read_parquet(path)
+    customer = int(activity["customer_id"].iloc[0])
+    before_p, before_x = by_key(server, [customer])
+    newest = activity[activity["customer_id"] == customer].iloc[-1].copy()
+    newest["event_timestamp"] = newest["event_timestamp"] + timedelta(days=1)
+    newest["logins_7d"] = 4321
+    newest["support_tickets_30d"] = 55
+    pd.concat([activity, newest.to_frame().T.astype(activity.dtypes)]).to_parquet(path)
+    # Not materialised yet: the online store still has the old values.
+    assert np.array_equal(by_key(server, [customer])[1], before_x)
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads.features", "materialize", "--workdir", str(workdir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    after_p, after_x = by_key(server, [customer])
+    column = {name: i for i, name in enumerate(repo.MODEL_FEATURES)}
+    assert after_x[0, column["logins_7d"]] == 4321
+    assert after_x[0, column["support_tickets_30d"]] == 55
+    # The on-demand ratio is recomputed by Feast from the new values.
+    assert after_x[0, column["tickets_per_login"]] == pytest.approx(55 / 4322, rel=1e-6)
+    # The other features are those of before, and the probability is the model's on
+    # the new row.
+    unchanged = [column[n] for n in ("plan_price_aed", "seats", "transactions_30d")]
+    np.testing.assert_array_equal(after_x[0, unchanged], before_x[0, unchanged])
+    np.testing.assert_allclose(after_p, onnx_of(workdir, after_x), atol=1e-7)
+    assert after_p[0] != before_p[0]
+
+
+def test_raw_values_give_the_same_answer_as_the_key(server: str, workdir: Path) -> None:
+    activity = pd.read_parquet(workdir / "data" / ACTIVITY_FILE)
+    customer = int(activity["customer_id"].iloc[-1])
+    probability, features = by_key(server, [customer])
+    inputs = []
+    for name in repo.BASE_FEATURES:
+        tensor = triton.InferInput(name, [1], "FP64")
+        value = features[0, repo.MODEL_FEATURES.index(name)]
+        tensor.set_data_from_numpy(np.array([value], dtype=np.float64), binary_data=False)
+        inputs.append(tensor)
+    result = triton.InferenceServerClient(server).infer(NAME, inputs)
+    np.testing.assert_allclose(result.as_numpy("features"), features, rtol=1e-6)
+    np.testing.assert_allclose(result.as_numpy("churn_probability"), probability, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ([(repo.JOIN_KEY, [1], "INT64", [987654])], "no features in the online store"),
+        ([(repo.JOIN_KEY, [1], "FP32", [1.0])], "must be INT64 or INT32"),
+        ([("seats", [1], "FP64", [3.0])], "send either one input"),
+        ([(repo.JOIN_KEY, [1, 1], "INT64", [1000])], "must have shape [batch]"),
+    ],
+)
+def test_bad_requests_are_400s_and_the_server_stays_up(
+    server: str, inputs: list[tuple[str, list[int], str, list[Any]]], message: str
+) -> None:
+    client = triton.InferenceServerClient(server)
+    tensors = []
+    for name, shape, datatype, values in inputs:
+        tensor = triton.InferInput(name, shape, datatype)
+        dtype = (
+            np.int64 if datatype == "INT64" else np.float64 if datatype == "FP64" else np.float32
+        )
+        array = np.array(values, dtype=dtype)
+        tensor.set_data_from_numpy(array.reshape(shape), binary_data=False)
+        tensors.append(tensor)
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(NAME, tensors)
+    assert caught.value.status() == "400"
+    assert message in caught.value.message()
+    assert client.is_model_ready(NAME)

@@ -1,0 +1,425 @@
+"""The feature store on the cluster (`modules.k8s.features`): Helm values against the
+pinned upstream charts (feast-feature-server 0.66.0, valkey 0.11.0; tests/k8s/vendor/
+feast/), objects against the Kubernetes schemas and the vendored CRDs (cert-manager,
+CloudNativePG), the fences, and the component under the recording mocks."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+
+from modules.k8s.features import spec as fs
+from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
+from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
+from modules.validation import InvalidArgsError
+from tests.conftest import RunUnderMocks, shipped_plan
+from tests.k8s.vendored_crds import vendored_errors
+from tests.support.k8s_schema import schema_errors
+
+VENDOR = Path(__file__).resolve().parent / "vendor" / "feast"
+ECR = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
+SPEC = fs.FeaturesSpec(enabled=True, client_namespaces=("team-analytics", "team-risk"))
+AWS = fs.Placement(True, ECR, "s3://gpu-test-data/features", {"gpuplatform.ae/role": "system"})
+ONPREM = fs.Placement(False, "registry.site.ae/gpu", "/data/features", {"role": "system"})
+
+
+def chart_defaults(name: str) -> Any:
+    return yaml.safe_load((VENDOR / name).read_text(encoding="utf-8"))
+
+
+#: Values that are whole Kubernetes objects (or user maps) the chart passes through.
+FREE_FORM = {"podSecurityContext", "securityContext", "resources", "nodeSelector", "aclUsers"}
+
+
+def unknown_keys(values: Any, defaults: Any, path: str = "") -> list[str]:
+    """Keys we set that the chart's values.yaml does not have, or of another type (a
+    misspelled key is silently ignored by Helm: this is the only place it shows)."""
+    problems: list[str] = []
+    for key, value in values.items():
+        where = f"{path}.{key}" if path else key
+        if key not in defaults:
+            problems.append(f"{where}: not a value of the chart")
+            continue
+        default = defaults[key]
+        if key in FREE_FORM:
+            continue
+        if isinstance(default, dict) and default and isinstance(value, dict):
+            problems += unknown_keys(value, default, where)
+        elif (
+            default is not None
+            and type(default) is not type(value)
+            and default != {}
+            and not (isinstance(default, list) and isinstance(value, list))
+        ):
+            problems.append(f"{where}: {type(value).__name__}, chart has {type(default).__name__}")
+    return problems
+
+
+def merged(defaults: Any, values: Any) -> Any:
+    if isinstance(defaults, dict) and isinstance(values, dict):
+        return {k: merged(defaults.get(k), values[k]) if k in values else defaults[k]
+                for k in {**defaults, **values}}  # fmt: skip
+    return values
+
+
+# -- the upstream charts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", [AWS, ONPREM], ids=["aws", "onprem"])
+def test_feature_server_values_exist_in_the_pinned_chart(placement: fs.Placement) -> None:
+    values = fs.feature_server_values(SPEC, placement)
+    defaults = chart_defaults("feast-feature-server-0.66.0-values.yaml")
+    assert unknown_keys(values, defaults) == []
+    assert fs.FEATURE_SERVER_CHART.version == "0.66.0"
+
+
+def test_a_misspelled_chart_value_is_caught() -> None:
+    values = fs.feature_server_values(SPEC, AWS)
+    values["replicas"] = 3  # the chart's key is replicaCount
+    values["image"]["tagg"] = "x"
+    defaults = chart_defaults("feast-feature-server-0.66.0-values.yaml")
+    assert sorted(unknown_keys(values, defaults)) == [
+        "image.tagg: not a value of the chart",
+        "replicas: not a value of the chart",
+    ]
+
+
+def test_the_feature_store_yaml_holds_no_secret_and_points_at_the_stores() -> None:
+    values = fs.feature_server_values(SPEC, AWS)
+    config = yaml.safe_load(base64.b64decode(values["feature_store_yaml_base64"]))
+    assert config["registry"]["registry_type"] == "sql"
+    assert config["registry"]["path"] == (
+        "postgresql+psycopg://feast:${FEAST_REGISTRY_PASSWORD}@${FEAST_REGISTRY_HOST}:5432/"
+        "feast?sslmode=require"
+    )
+    assert config["online_store"] == {
+        "type": "redis",
+        "connection_string": "${FEAST_REDIS_HOST}:6379,ssl=true,password=${FEAST_REDIS_PASSWORD}",
+    }
+    assert config["offline_store"] == {"type": "file"}
+    env = {e["name"]: e for e in values["extraEnvs"]}
+    for name in ("FEAST_REGISTRY_PASSWORD", "FEAST_REDIS_PASSWORD"):
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == fs.CREDENTIALS_SECRET
+
+
+def test_the_feature_server_runs_the_in_region_image_non_root_and_bounded() -> None:
+    values = fs.feature_server_values(SPEC, AWS)
+    assert values["image"]["repository"] == f"{ECR}/features"
+    assert values["securityContext"]["readOnlyRootFilesystem"] is True
+    assert values["securityContext"]["runAsNonRoot"] is True
+    assert values["resources"]["requests"] == values["resources"]["limits"]
+    assert values["service"]["type"] == "ClusterIP"
+
+
+@pytest.mark.parametrize("placement", [AWS, ONPREM], ids=["aws", "onprem"])
+def test_valkey_values_pass_the_pinned_charts_schema(placement: fs.Placement) -> None:
+    values = fs.valkey_values(SPEC, placement, "ceph-rbd-encrypted")
+    defaults = chart_defaults("valkey-0.11.0-values.yaml")
+    assert unknown_keys(values, defaults) == []
+    schema = json.loads((VENDOR / "valkey-0.11.0-values.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    assert [e.message for e in validator.iter_errors(merged(defaults, values))] == []
+    assert values["auth"]["enabled"] and values["tls"]["enabled"]
+    assert values["dataStorage"]["enabled"] and values["dataStorage"]["keepPvc"]
+    assert values["image"]["registry"] == placement.registry
+
+
+def test_the_valkey_schema_refuses_a_mistyped_value() -> None:
+    values = fs.valkey_values(SPEC, ONPREM, "ceph")
+    values["auth"]["enabled"] = "yes"
+    defaults = chart_defaults("valkey-0.11.0-values.yaml")
+    schema = json.loads((VENDOR / "valkey-0.11.0-values.schema.json").read_text())
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(merged(defaults, values)))
+    assert errors
+
+
+# -- objects against the schemas and CRDs ----------------------------------------------
+
+
+def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
+    objects = [
+        *fs.rbac_objects(SPEC),
+        *fs.network_policies(SPEC, placement.on_aws),
+        *fs.proxy_objects(SPEC, placement, "gpuplatform-serving-ca"),
+        fs.repo_configmap(placement),
+        fs.materialize_cronjob(SPEC, placement),
+        *(fs.client_egress_policy(n) for n in SPEC.client_namespaces),
+    ]
+    if placement.on_aws:
+        objects.append(fs.registry_init_job(placement, "mlflow-db", "db.example.rds.amazonaws.com"))
+    else:
+        objects += [fs.onprem_registry_cluster("ceph"), fs.online_store_certificate("ca")]
+    return objects
+
+
+@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("placement", [AWS, ONPREM], ids=["aws", "onprem"])
+def test_objects_pass_the_strict_schemas(placement: fs.Placement, version: str) -> None:
+    objects = all_objects(placement)
+    assert schema_errors(objects, version) == []
+    assert vendored_errors(objects) == []
+
+
+def test_a_misspelled_field_fails_the_schema() -> None:
+    job = fs.materialize_cronjob(SPEC, AWS)
+    job["spec"]["schedul"] = job["spec"].pop("schedule")
+    assert schema_errors([job], "1.33")
+
+
+# -- auth and fences ---------------------------------------------------------------------
+
+
+def test_the_feature_server_is_reachable_only_through_the_authenticating_proxy() -> None:
+    policies = {p["metadata"]["name"]: p for p in fs.network_policies(SPEC, True)}
+    assert policies["default-deny"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    (server_rule,) = policies["feast-feature-server"]["spec"]["ingress"]
+    assert server_rule["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": fs.PROXY_NAME}}}
+    ]
+    (proxy_rule,) = policies["feast-endpoint"]["spec"]["ingress"]
+    namespaces = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                  for p in proxy_rule["from"]]  # fmt: skip
+    assert namespaces == ["team-analytics", "team-risk"]
+    assert proxy_rule["ports"] == [{"protocol": "TCP", "port": fs.PROXY_PORT}]
+
+
+def test_without_clients_nobody_may_reach_the_endpoint() -> None:
+    alone = fs.FeaturesSpec(enabled=True)
+    policies = {p["metadata"]["name"]: p for p in fs.network_policies(alone, True)}
+    assert policies["feast-endpoint"]["spec"]["ingress"] == []
+    assert "RoleBinding" not in {o["kind"] for o in fs.rbac_objects(alone)}
+
+
+def test_the_proxy_checks_tokens_and_rbac_over_tls() -> None:
+    config_map, certificate, deployment, service = fs.proxy_objects(SPEC, AWS, "ca")
+    assert yaml.safe_load(config_map["data"]["config.yaml"])["authorization"] == {
+        "resourceAttributes": {
+            "namespace": "feast", "apiGroup": "gpuplatform.ae", "apiVersion": "v1",
+            "resource": "featureservers", "name": "online",
+        }
+    }  # fmt: skip
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{ECR}/kube-rbac-proxy:v0.18.0"
+    assert "--tls-min-version=VersionTLS12" in container["args"]
+    assert f"--upstream=http://{fs.SERVER_RELEASE}.feast.svc.cluster.local:80/" in container["args"]
+    assert certificate["spec"]["secretName"] == fs.TLS_SECRET
+    assert service["spec"]["type"] == "ClusterIP"
+    role = next(o for o in fs.rbac_objects(SPEC) if o["kind"] == "Role")
+    assert role["rules"][0]["verbs"] == ["create", "get"]
+    binding = next(o for o in fs.rbac_objects(SPEC) if o["kind"] == "RoleBinding")
+    assert [s["name"] for s in binding["subjects"]] == [
+        "system:serviceaccounts:team-analytics", "system:serviceaccounts:team-risk"]  # fmt: skip
+
+
+def test_materialisation_runs_one_at_a_time_in_the_features_image() -> None:
+    job = fs.materialize_cronjob(SPEC, AWS)
+    assert job["spec"]["schedule"] == "17 * * * *"
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"{ECR}/features:0.1.0"
+    assert "materialize-incremental" in container["args"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_registry_init_is_idempotent_and_keeps_passwords_out_of_the_script() -> None:
+    job = fs.registry_init_job(AWS, "mlflow-db", "db.example")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    script = container["command"][2]
+    assert "WHERE NOT EXISTS" in script and "\\gexec" in script
+    assert ":'pw'" in script  # the password is a psql variable, never interpolated text
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "mlflow-db",
+        "key": "password",
+    }
+    assert env["PGSSLMODE"]["value"] == "require"
+    assert job["metadata"]["namespace"] == "mlflow"
+
+
+def test_the_spec_reports_every_problem_at_once() -> None:
+    with pytest.raises(InvalidArgsError) as caught:
+        fs.FeaturesSpec(
+            image_tag="bad tag", materialize_schedule="hourly", server_replicas=0,
+            client_namespaces=("Team_A", "feast"),
+        )  # fmt: skip
+    assert {p.field for p in caught.value.problems} == {
+        "image_tag", "materialize_schedule", "server_replicas",
+        "client_namespaces[0]", "client_namespaces[1]",
+    }  # fmt: skip
+
+
+# -- the component under the recording mocks --------------------------------------------
+
+
+def program(placement: fs.Placement) -> None:
+    provider = k8s.Provider("cluster", kubeconfig="{}")
+    FeatureStore(
+        "features",
+        FeatureStoreArgs(
+            spec=SPEC,
+            placement=placement,
+            kubernetes_version="1.33",
+            ca_issuer="gpuplatform-serving-ca",
+            registry_password=pulumi.Output.secret("registry-pass"),
+            redis_password=pulumi.Output.secret("redis-pass-sixteen"),
+            registry_host="db.example.rds.amazonaws.com" if placement.on_aws else "",
+            redis_host="master.features.cache.amazonaws.com" if placement.on_aws else "",
+            storage_class="" if placement.on_aws else "ceph-rbd-encrypted",
+        ),
+        provider,
+    )
+
+
+def by_kind(registrations: dict[str, Any]) -> dict[str, list[Any]]:
+    kinds: dict[str, list[Any]] = {}
+    for r in registrations.values():
+        kinds.setdefault(r.type, []).append(r)
+    return kinds
+
+
+def test_on_aws_the_component_registers_the_server_proxy_and_registry_init(
+    run_under_mocks: RunUnderMocks,
+) -> None:
+    kinds = by_kind(run_under_mocks(lambda: program(AWS)))
+    (release,) = kinds["kubernetes:helm.sh/v3:Release"]
+    assert (release.inputs["chart"], release.inputs["version"]) == (
+        "feast-feature-server",
+        "0.66.0",
+    )
+    assert release.inputs["repositoryOpts"] == {"repo": fs.FEATURE_SERVER_CHART.repo}
+    secrets = {s.inputs["metadata"]["name"]: s for s in kinds["kubernetes:core/v1:Secret"]}
+    assert secrets[fs.CREDENTIALS_SECRET].inputs["stringData"]["FEAST_REDIS_PASSWORD"] == "[secret]"
+    assert secrets[fs.CREDENTIALS_SECRET].inputs["stringData"]["FEAST_REDIS_HOST"] == (
+        "master.features.cache.amazonaws.com"
+    )
+    assert secrets[fs.REGISTRY_INIT_SECRET].inputs["metadata"]["namespace"] == "mlflow"
+    (job,) = kinds["kubernetes:batch/v1:Job"]
+    assert job.inputs["metadata"]["name"] == "feast-registry-init"
+    assert "kubernetes:postgresql.cnpg.io/v1:Cluster" not in kinds
+    (namespace,) = kinds["kubernetes:core/v1:Namespace"]
+    assert (
+        namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    )
+
+
+def test_on_premises_it_adds_valkey_and_a_registry_cluster(run_under_mocks: RunUnderMocks) -> None:
+    kinds = by_kind(run_under_mocks(lambda: program(ONPREM)))
+    charts = {r.inputs["chart"]: r for r in kinds["kubernetes:helm.sh/v3:Release"]}
+    assert set(charts) == {"feast-feature-server", "valkey"}
+    assert charts["valkey"].inputs["version"] == "0.11.0"
+    (cluster,) = kinds["kubernetes:postgresql.cnpg.io/v1:Cluster"]
+    assert cluster.protect
+    secrets = {s.inputs["metadata"]["name"]: s for s in kinds["kubernetes:core/v1:Secret"]}
+    assert secrets[fs.ONLINE_USERS_SECRET].inputs["stringData"] == {"default": "[secret]"}
+    assert "kubernetes:batch/v1:Job" not in kinds
+
+
+# -- the shipped plans ------------------------------------------------------------------
+
+FEATURE_STACKS = ("smb-cpu", "onprem-ib")
+
+
+def shipped_objects(stack: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The feature store's plain objects and its Helm releases' inputs in a shipped plan."""
+    registrations, _ = shipped_plan(stack)
+    parent = next(r.urn for r in registrations.values() if r.type == "gpuplatform:k8s:FeatureStore")
+    children = [r for r in registrations.values() if r.parent == parent]
+    objects = [r.inputs for r in children if "apiVersion" in r.inputs]
+    releases = {r.inputs["chart"]: r.inputs for r in children if r.type.endswith(":Release")}
+    return objects, releases
+
+
+@pytest.mark.parametrize("stack", FEATURE_STACKS)
+def test_shipped_feature_store_values_match_the_pinned_charts(stack: str) -> None:
+    objects, releases = shipped_objects(stack)
+    server = releases["feast-feature-server"]
+    assert server["version"] == fs.FEATURE_SERVER_CHART.version
+    defaults = chart_defaults("feast-feature-server-0.66.0-values.yaml")
+    assert unknown_keys(server["values"], defaults) == []
+    if stack == "onprem-ib":
+        valkey = releases["valkey"]["values"]
+        defaults = chart_defaults("valkey-0.11.0-values.yaml")
+        schema = json.loads((VENDOR / "valkey-0.11.0-values.schema.json").read_text())
+        errors = jsonschema.Draft202012Validator(schema).iter_errors(merged(defaults, valkey))
+        assert [e.message for e in errors] == []
+    else:
+        assert "valkey" not in releases
+    assert schema_errors(objects, "1.33") == []
+    assert vendored_errors(objects) == []
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "Service", "CronJob", "NetworkPolicy", "Certificate", "Secret"} <= kinds
+
+
+def test_the_aws_stack_puts_the_online_store_on_elasticache() -> None:
+    registrations, _ = shipped_plan("smb-cpu")
+    (group,) = [
+        r for r in registrations.values() if r.type.endswith("replicationGroup:ReplicationGroup")
+    ]
+    (key,) = [
+        r
+        for r in registrations.values()
+        if r.type == "aws:kms/key:Key" and r.name == "keys-storage"
+    ]
+    assert group.property_dependencies["kmsKeyId"] == [key.urn]
+    assert group.inputs["authToken"] == "[secret]"
+    (eks,) = [r for r in registrations.values() if r.type == "aws:eks/cluster:Cluster"]
+    (rule,) = [
+        r
+        for r in registrations.values()
+        if r.type.endswith("SecurityGroupIngressRule") and r.name.startswith("features-online")
+    ]
+    assert rule.property_dependencies["referencedSecurityGroupId"] == [eks.urn]
+
+
+def test_a_stack_with_features_and_no_secret_stops_with_the_key_to_set() -> None:
+    from stacks.features_layer import REDIS_TOKEN_KEY, _secret  # noqa: PLC0415
+
+    def program() -> None:
+        _secret(REDIS_TOKEN_KEY, "the feature store's Redis password")
+
+    with pytest.raises(Exception, match="featuresRedisAuthToken: missing"):
+        RunUnderMocksOnce()(program)
+
+
+def RunUnderMocksOnce() -> Any:  # noqa: N802 - a factory named like the fixture it stands for
+    from stacks.config import PROJECT  # noqa: PLC0415
+    from stacks.offline_runtime import run_program  # noqa: PLC0415
+
+    def run(program: Any) -> Any:
+        return run_program(program, project=PROJECT, stack="t", config={}, secret_keys=[])
+
+    return run
+
+
+def test_on_premises_feast_verifies_valkey_with_the_platform_ca() -> None:
+    values = fs.feature_server_values(SPEC, ONPREM)
+    config = yaml.safe_load(base64.b64decode(values["feature_store_yaml_base64"]))
+    assert config["online_store"]["connection_string"].endswith(
+        f",ssl_ca_certs={fs.ONLINE_CA_DIR}/ca.crt"
+    )
+    (volume,) = [v for v in values["volumes"] if v["name"] == "online-store-ca"]
+    assert volume["secret"] == {
+        "secretName": fs.ONLINE_TLS_SECRET,
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],  # never the server's private key
+    }
+    assert {"name": "online-store-ca", "mountPath": fs.ONLINE_CA_DIR, "readOnly": True} in values[
+        "volumeMounts"
+    ]
+    pod = fs.materialize_cronjob(SPEC, ONPREM)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert "online-store-ca" in {v["name"] for v in pod["volumes"]}
+    repo = yaml.safe_load(fs.repo_configmap(ONPREM)["data"]["feature_store.yaml"])
+    assert "ssl_ca_certs" in repo["online_store"]["connection_string"]
+    # ElastiCache's certificate is publicly trusted: the system store verifies it.
+    aws = yaml.safe_load(
+        base64.b64decode(fs.feature_server_values(SPEC, AWS)["feature_store_yaml_base64"])
+    )
+    assert "ssl_ca_certs" not in aws["online_store"]["connection_string"]

@@ -1,0 +1,1 @@
+"""The Horovod example the MPI runtime runs (``train.py``, image ``Dockerfile``)."""
