@@ -43,7 +43,8 @@ from modules.aws.tracking_users import TrackingUserSecrets, TrackingUserSecretsA
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
 from modules.k8s.tracking import manifests as k8s_tracking
-from modules.k8s.tracking.spec import TrackingStoreInputs, team_password
+from modules.k8s.tracking.spec import TrackingStoreInputs
+from modules.k8s.tracking.users import team_password, team_username
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
@@ -488,7 +489,7 @@ def _tracking_users(
             teams=[
                 (
                     team.name,
-                    k8s_tracking.team_username(team.name),
+                    team_username(team.name),
                     admin.apply(functools.partial(_team_password, team.name)),
                 )
                 for team in config.teams

@@ -24,6 +24,7 @@ from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.features import spec as fs
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
+from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.serving.spec import SERVING_CA_ISSUER
 
 from .config import PROJECT, StackConfig
@@ -142,6 +143,7 @@ def build_feature_store(
     aws: FeaturesAws | None,
     registry_host: pulumi.Input[str] | None,
     depends_on: list[pulumi.Resource],
+    network: ClusterNetwork,
 ) -> FeatureStore:
     """The cluster side: feature server, registry, online store (on premises),
     materialisation."""
@@ -179,6 +181,8 @@ def build_feature_store(
             registry_host=registry_host or "",
             redis_host=aws.redis_host if aws is not None else "",
             storage_class=storage_class,
+            network=network,
+            vpc_cidr=config.network.vpc_cidr if on_aws else None,
         ),
         provider,
         pulumi.ResourceOptions(depends_on=depends_on),

@@ -246,6 +246,7 @@ def build_kubernetes_layer(
                 else None
             ),
             depends_on=[platform],
+            network=args.network,
         )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image

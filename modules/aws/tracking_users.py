@@ -5,7 +5,7 @@ One secret per team, ``<prefix>/mlflow/team-<name>``, encrypted with the stack's
 an operator or the team reads (``aws secretsmanager get-secret-value``). The Kubernetes
 layer makes the team's Secret in its namespace, and the tracking server's user, from
 the secret's value (`TrackingUserSecrets.passwords` reads it back from the version).
-The password is `modules.k8s.tracking.spec.team_password` of the tracking admin
+The password is `modules.k8s.tracking.users.team_password` of the tracking admin
 password: stable across runs (nothing in this project's SDKs generates a random value
 that stays put) and never in git.
 """

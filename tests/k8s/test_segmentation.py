@@ -47,7 +47,18 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
     "kserve": {"allow-dns", "allow-api-server", "allow-webhooks"},
     "gpuplatform-storage": {"allow-dns"},
     "cnpg-system": {"allow-dns", "allow-api-server", "allow-webhooks", "allow-database-instances"},
+    "kubeflow-system": {
+        "allow-dns",
+        "allow-api-server",
+        "allow-trainer-webhook",
+        "allow-jobset-webhook",
+    },
+    "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
 }
+#: The feature store's further allowances: on AWS its materialisation reaches S3/STS and
+#: the Pod Identity agent; on premises its own stores admit it.
+FEAST_AWS = {"feast-materialize-aws"}
+FEAST_ONPREM = {"feast-online-store", "feast-registry-database", "feast-registry-api-server"}
 
 
 def config(stack: str) -> StackConfig:
@@ -111,6 +122,11 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
             expected.add("allow-grafana-load-balancer")
         if name == "kueue-system" and config(stack).fleet is not None:
             expected.add("allow-fleet-workers")
+        if name == "feast":
+            expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
+        if name == "cnpg-system" and config(stack).features.enabled:
+            # The operator also manages the feature registry's database.
+            expected.add("allow-feast-registry")
         assert set(fenced[name]) - {DEFAULT_DENY} == expected, name
 
 
@@ -129,6 +145,10 @@ def _team_allows(stack: str, team: str) -> set[str]:
     service = c.example_service
     if service is not None and service.team == team:
         allows.add(f"example-{service.model_name}-clients")
+        # Its drift service admits the predictor's request logger and Prometheus.
+        allows.add(f"example-{service.model_name}-drift-ingress")
+    if c.features.enabled and f"team-{team}" in c.features.client_namespaces:
+        allows.add("allow-feast")
     return allows
 
 
@@ -168,6 +188,22 @@ def test_the_tracking_namespace_allows_exactly_the_server_and_its_database(stack
         assert {p["port"] for r in database["ingress"] for p in r["ports"]} == {5432, 8000, 9187}
         (api,) = fenced["mlflow-database-api-server"]["spec"]["egress"]
         assert api["to"] == [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
+    if config(stack).features.enabled and config(stack).onprem is None:
+        # The feature registry's init Job reaches the tracking RDS instance, nothing else.
+        expected.add("feast-registry-init")
+        init = fenced["feast-registry-init"]["spec"]
+        assert init["podSelector"] == {
+            "matchLabels": {"app.kubernetes.io/name": "feast-registry-init"}
+        }
+        (rule,) = init["egress"]
+        assert rule["to"] == [{"ipBlock": {"cidr": config(stack).network.vpc_cidr}}]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 5432}]
+        (job,) = [
+            j for j in objects(stack, "Job") if j["metadata"]["name"] == "feast-registry-init"
+        ]
+        assert job["metadata"]["namespace"] == "mlflow"
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in init["podSelector"]["matchLabels"].items())
     assert set(fenced) - {DEFAULT_DENY} == expected
 
 
@@ -334,3 +370,121 @@ def test_the_inference_proxy_requires_tls_1_3(stack: str) -> None:
         secret = volumes[tls["name"]]["secret"]["secretName"]
         certificate = certificates[(service["metadata"]["namespace"], secret)]
         assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+
+
+# -- Kubeflow Trainer and the feature store ---------------------------------------------
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a pod selector (matchLabels and In/Exists expressions) selects ``labels``."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        value = labels.get(expression["key"])
+        if expression["operator"] == "In" and value not in expression["values"]:
+            return False
+        if expression["operator"] == "Exists" and value is None:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_the_trainer_controllers_serve_their_webhooks_to_the_api_server_only(stack: str) -> None:
+    fenced = policies(stack)["kubeflow-system"]
+    cidrs = [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
+    # The pods as the pinned charts label them (trainer.manager.selectorLabels and
+    # jobset.controller.selectorLabels at kubeflow-trainer 2.3.0 / jobset 0.12.0).
+    controllers = {
+        "allow-trainer-webhook": {
+            "app.kubernetes.io/name": "kubeflow-trainer",
+            "app.kubernetes.io/instance": "kubeflow-trainer",
+            "app.kubernetes.io/part-of": "kubeflow",
+            "app.kubernetes.io/component": "manager",
+        },
+        "allow-jobset-webhook": {
+            "app.kubernetes.io/name": "jobset",
+            "app.kubernetes.io/instance": "kubeflow-trainer",
+            "app.kubernetes.io/component": "controller",
+        },
+    }
+    for name, labels in controllers.items():
+        spec = fenced[name]["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert _selects(spec["podSelector"], labels), name
+        (rule,) = spec["ingress"]
+        assert rule["from"] == cidrs
+        assert rule["ports"] == [{"protocol": "TCP", "port": 9443}]  # the webhook port
+    assert not _selects(
+        fenced["allow-trainer-webhook"]["spec"]["podSelector"], controllers["allow-jobset-webhook"]
+    )
+    (api,) = fenced["allow-api-server"]["spec"]["egress"]
+    assert api["to"] == cidrs
+
+
+FEATURE_STACKS = [s for s in SHIPPED_STACKS if config(s).features.enabled]
+
+
+@pytest.mark.parametrize("stack", FEATURE_STACKS)
+def test_the_feature_store_reaches_exactly_its_stores(stack: str) -> None:
+    """Clients -> proxy -> feature server; the server and the materialisation -> the
+    registry database and the online store; nothing else leaves the namespace."""
+    c = config(stack)
+    fenced = policies(stack)["feast"]
+    server = {"app.kubernetes.io/name": "feast-feature-server"}
+    proxy = {"app.kubernetes.io/name": "feast-endpoint"}
+    materialize = {"app.kubernetes.io/name": "feast-materialize"}
+    endpoint = fenced["feast-endpoint"]["spec"]
+    assert _selects(endpoint["podSelector"], proxy)
+    (clients,) = endpoint["ingress"]
+    assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            for p in clients["from"]] == list(c.features.client_namespaces)  # fmt: skip
+    to_server, to_api = endpoint["egress"]
+    assert to_server == {"to": [{"podSelector": {"matchLabels": server}}],
+                         "ports": [{"protocol": "TCP", "port": 6566}]}  # fmt: skip
+    assert to_api["to"] == [{"ipBlock": {"cidr": x}} for x in api_server_cidrs(stack)]
+    (ingress,) = fenced["feast-feature-server"]["spec"]["ingress"]
+    assert ingress["from"] == [{"podSelector": {"matchLabels": proxy}}]
+    stores = fenced["feast-stores"]["spec"]
+    assert _selects(stores["podSelector"], server) and _selects(stores["podSelector"], materialize)
+    assert not _selects(stores["podSelector"], proxy)
+    ports = {p["port"] for r in stores["egress"] for p in r["ports"]}
+    assert ports == {5432, 6379}
+    if c.onprem is None:
+        assert [r["to"] for r in stores["egress"]] == [[{"ipBlock": {"cidr": c.network.vpc_cidr}}]]
+        aws = fenced["feast-materialize-aws"]["spec"]
+        assert aws["podSelector"] == {"matchLabels": materialize}
+        assert {p["port"] for r in aws["egress"] for p in r["ports"]} == {443, 80}
+    else:
+        peers = [peer["podSelector"]["matchLabels"] for r in stores["egress"] for peer in r["to"]]
+        assert peers == [{"cnpg.io/cluster": "feast-registry"},
+                         {"app.kubernetes.io/instance": "feast-online-store"}]  # fmt: skip
+        (online,) = fenced["feast-online-store"]["spec"]["ingress"]
+        assert online["from"] == [{"podSelector": stores["podSelector"]}]
+        operator = policies(stack)["cnpg-system"]["allow-feast-registry"]["spec"]
+        (rule,) = operator["egress"]
+        assert rule["to"] == [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "feast"}},
+                "podSelector": {"matchLabels": {"cnpg.io/cluster": "feast-registry"}},
+            }
+        ]
+    # The workloads carry the labels the policies select.
+    (cronjob,) = [j for j in objects(stack, "CronJob") if j["metadata"]["namespace"] == "feast"]
+    pod_labels = cronjob["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    assert _selects(stores["podSelector"], pod_labels)
+    # Each client namespace may reach the endpoint, and only it.
+    for ns in c.features.client_namespaces:
+        (rule,) = policies(stack)[ns]["allow-feast"]["spec"]["egress"]
+        assert rule["to"][0]["podSelector"] == {"matchLabels": proxy}
+        assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
+
+
+@pytest.mark.parametrize("stack", FEATURE_STACKS)
+def test_the_feature_endpoint_requires_tls_1_3(stack: str) -> None:
+    (deployment,) = [
+        d
+        for d in objects(stack, "Deployment")
+        if d["metadata"]["namespace"] == "feast" and d["metadata"]["name"] == "feast-endpoint"
+    ]
+    (proxy,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--tls-min-version=VersionTLS13" in proxy["args"]

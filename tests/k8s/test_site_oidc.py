@@ -156,8 +156,9 @@ def test_the_onprem_stack_ships_its_oidc_configuration() -> None:
 def test_a_member_of_a_teams_group_can_edit_its_namespace_and_nothing_else() -> None:
     """Follow a person of the provider's group ``ml-nlp`` through the onprem-ib plan:
     the API server names them ``oidc:<user>`` in group ``oidc:ml-nlp``; only the
-    bindings of ``team-nlp`` name that group (the built-in ``edit`` role and the queue
-    viewer there), none in ``team-vision`` and none cluster-wide."""
+    bindings of ``team-nlp`` name that group (the built-in ``edit`` role, the queue
+    viewer and the TrainJob editor there), none in ``team-vision`` and none
+    cluster-wide."""
     config = parse_stack_config(load_stack_file("onprem-ib")[0])
     assert config.onprem is not None and config.onprem.oidc is not None
     group = config.onprem.oidc.team_group("nlp")
@@ -174,6 +175,7 @@ def test_a_member_of_a_teams_group_can_edit_its_namespace_and_nothing_else() -> 
     } == {
         ("RoleBinding", "team-nlp", "edit"),
         ("RoleBinding", "team-nlp", "queue-viewer"),
+        ("RoleBinding", "team-nlp", "trainjob-editor"),
     }
     vision = config.onprem.oidc.team_group("vision")
     assert vision == "oidc:ml-vision" and vision != group

@@ -23,8 +23,8 @@ from modules.k8s.tracking.spec import (
     TrackingInputs,
     TrackingSpec,
     TrackingStoreInputs,
-    team_password,
 )
+from modules.k8s.tracking.users import team_password, team_username
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config
@@ -500,14 +500,44 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def _example_trainer(stack: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The example job's namespace, trainer pod and trainer container as they will run:
+    a TrainJob's pods are its ClusterTrainingRuntime's ``node`` pods (the runtime the
+    TrainJob names, in the same plan) with the TrainJob's environment merged over the
+    runtime's; an Indexed Job's are its own."""
+    jobs = [
+        j
+        for kind in ("TrainJob", "Job")
+        for j in _objects(stack, kind)
+        if j["metadata"]["name"].startswith("example-")
+    ]
+    (job,) = jobs
+    ns = job["metadata"]["namespace"]
+    if job["kind"] == "Job":
+        pod = job["spec"]["template"]["spec"]
+        (trainer,) = [c for c in pod["containers"] if c["name"] == "trainer"]
+        return ns, pod, trainer
+    ref = job["spec"]["runtimeRef"]
+    assert ref["kind"] == "ClusterTrainingRuntime"
+    (runtime,) = [
+        r for r in _objects(stack, "ClusterTrainingRuntime") if r["metadata"]["name"] == ref["name"]
+    ]
+    (node,) = [
+        j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"
+    ]
+    pod = node["template"]["spec"]["template"]["spec"]
+    (trainer,) = [c for c in pod["containers"] if c["name"] == "node"]
+    overrides = {e["name"]: e for e in job["spec"]["trainer"].get("env", [])}
+    assert not {n for n in overrides if n.startswith("MLFLOW_")}, "the runtime's, not the job's"
+    env = {e["name"]: e for e in trainer["env"]} | overrides
+    return ns, pod, {**trainer, "env": list(env.values())}
+
+
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> None:
     """Follow every reference of the trainer's tracking settings to the object it names
     in the same plan: a renamed Service, Secret, key, certificate or port breaks it."""
-    (job,) = [j for j in _objects(stack, "Job") if j["metadata"]["name"].startswith("example-")]
-    ns = job["metadata"]["namespace"]
-    pod = job["spec"]["template"]["spec"]
-    (trainer,) = [c for c in pod["containers"] if c["name"] == "trainer"]
+    ns, pod, trainer = _example_trainer(stack)
     env = {e["name"]: e for e in trainer["env"]}
 
     # The URI names the platform's TLS Service, on a port it serves.
@@ -548,7 +578,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     team = ns.removeprefix("team-")
     assert secrets[env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"]["name"]][
         "stringData"
-    ]["username"] == tracking.team_username(team)
+    ]["username"] == team_username(team)
 
     # The CA file is the ca.crt of a certificate issued in the job's namespace.
     ca_path = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]["value"]
@@ -609,7 +639,7 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
     assert set(credentials) == {f"team-{t.name}" for t in config.teams}
     for team in config.teams:
         data = credentials[f"team-{team.name}"]
-        assert data == {"username": tracking.team_username(team.name), "password": "[secret]"}
+        assert data == {"username": team_username(team.name), "password": "[secret]"}
     values = _release_values(stack, tracking.RELEASE)
     volumes = {v["name"]: v for v in values["extraVolumes"]}
     assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET

@@ -32,10 +32,9 @@ from cryptography.x509.oid import NameOID  # noqa: E402
 
 from modules.k8s.names import TrackingAccess  # noqa: E402
 from modules.k8s.tracking import sync_users  # noqa: E402
-from modules.k8s.tracking.manifests import team_username, users_json  # noqa: E402
-from modules.k8s.tracking.spec import team_password  # noqa: E402
+from modules.k8s.tracking.users import team_password, team_username, users_json  # noqa: E402
+from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
 from tests.workloads.helpers import free_port  # noqa: E402
-from workloads.deploy.manifests import tracking_wiring  # noqa: E402
 
 ADMIN, ADMIN_PASSWORD = "admin", "an admin password for this test only"
 

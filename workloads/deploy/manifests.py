@@ -46,7 +46,6 @@ from modules.k8s.trainer.pods import (
     preflight_container,
     restricted_container_security,
     scratch_volumes,
-    tracking_wiring,
 )
 from modules.k8s.trainer.pods import (
     container_resources as pool_resources,
@@ -63,6 +62,7 @@ from modules.k8s.trainer.runtimes import (
     checkpoint_dir as runtime_checkpoint_dir,
 )
 from modules.k8s.trainer.spec import TRAINER_API, TrainerInputs
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, fabric_env, supports_gpudirect_rdma

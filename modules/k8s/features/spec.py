@@ -33,7 +33,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import pulumi
+
 from modules.aws.online_store.spec import REDIS_PORT, OnlineStoreSpec
+from modules.k8s import netpol
+from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
+from modules.k8s.tracking.manifests import (
+    CNPG_CLUSTER_LABEL,
+    CNPG_NAMESPACE,
+    CNPG_OPERATOR_LABELS,
+    CNPG_STATUS_PORT,
+    TRACKING_NAMESPACE,
+)
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -52,6 +63,12 @@ KUBE_RBAC_PROXY_TAG = "v0.18.0"  # the tag the serving layer runs
 POSTGRES_IMAGE_TAG = "17.6"
 
 SERVER_RELEASE = "feast-feature-server"  # the chart's fullname is then the release name
+#: The feature server pods' ``app.kubernetes.io/name`` (the chart's name).
+SERVER_NAME = "feast-feature-server"
+#: The materialisation CronJob's and the registry init Job's pod names (labels).
+MATERIALIZE_NAME = "feast-materialize"
+REGISTRY_INIT_NAME = "feast-registry-init"
+REGISTRY_PORT = 5432
 SERVER_SERVICE_PORT = 80
 SERVER_CONTAINER_PORT = 6566
 PROXY_NAME = "feast-endpoint"
@@ -68,8 +85,14 @@ REGISTRY_CLUSTER = "feast-registry"
 REGISTRY_DATABASE = "feast"
 REGISTRY_USER = "feast"
 REGISTRY_INIT_SECRET = "feast-registry-init"
+#: The pods of the registry's CloudNativePG cluster and of the Valkey release (the
+#: operator's and the chart's labels).
+REGISTRY_POD_LABELS = {CNPG_CLUSTER_LABEL: REGISTRY_CLUSTER}
+ONLINE_POD_LABELS = {"app.kubernetes.io/instance": ONLINE_RELEASE}
 SERVICE_ACCOUNT = "feast"
-RUN_AS = 1000
+#: The features image's user (``workloads/features/Dockerfile``): 10000 or more, so
+#: that no container user is also a user of the node (checkov CKV_K8S_40).
+RUN_AS = 10001
 #: The feature server's authorisation: RBAC verb (POST -> create, GET -> get) on this
 #: virtual resource, which a Role grants to the client namespaces' ServiceAccounts.
 AUTH_API_GROUP = "gpuplatform.ae"
@@ -342,7 +365,8 @@ def proxy_objects(spec: FeaturesSpec, placement: Placement, ca_issuer: str) -> l
             f"--proxy-endpoints-port={PROXY_HEALTH_PORT}",
             "--tls-cert-file=/etc/tls/private/tls.crt",
             "--tls-private-key-file=/etc/tls/private/tls.key",
-            "--tls-min-version=VersionTLS12",
+            # TLS 1.3 only, as the inference endpoints (every client speaks it).
+            "--tls-min-version=VersionTLS13",
         ],
         "ports": [
             {"name": "https", "containerPort": PROXY_PORT, "protocol": "TCP"},
@@ -492,96 +516,177 @@ def _ns_selector(name: str) -> Manifest:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
-def network_policies(spec: FeaturesSpec, on_aws: bool) -> list[Manifest]:
-    """Default deny in ``feast``; clients -> proxy; proxy -> server; feast -> Redis."""
-    proxy = {"matchLabels": {"app.kubernetes.io/name": PROXY_NAME}}
-    server = {"matchLabels": {"app.kubernetes.io/name": "feast-feature-server"}}
+def _named(*names: str) -> Manifest:
+    """A pod selector: pods whose ``app.kubernetes.io/name`` is one of ``names``."""
+    return {
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": list(names)}
+        ]
+    }
+
+
+def network_policies(
+    spec: FeaturesSpec,
+    network: netpol.ClusterNetwork,
+    vpc_cidr: pulumi.Input[str] | None = None,
+) -> list[Manifest]:
+    """Default deny (ingress and egress) in ``feast``, then exactly the paths that are
+    needed: clients -> proxy (TLS) -> feature server; the proxy -> the API server (token
+    and access reviews); the feature server and the materialisation -> the registry
+    database and the online store. On AWS (``vpc_cidr`` given) both stores are in the
+    VPC (RDS, ElastiCache) and the materialisation also reaches the S3 and STS endpoints
+    in it over HTTPS and the Pod Identity agent; on premises the stores are the
+    namespace's own CloudNativePG and Valkey pods, which accept only those clients (and
+    CloudNativePG's operator), and the database's instances reach each other and the
+    API server."""
+    ns = NAMESPACE
+    proxy = {"app.kubernetes.io/name": PROXY_NAME}
+    server = {"app.kubernetes.io/name": SERVER_NAME}
+    store_clients = _named(SERVER_NAME, MATERIALIZE_NAME)
+    if vpc_cidr is not None:
+        stores = netpol.cidr_peers([vpc_cidr])
+        store_egress = [{"to": stores, "ports": netpol.tcp(REGISTRY_PORT, REDIS_PORT)}]
+    else:
+        store_egress = [
+            {
+                "to": [netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
+                "ports": netpol.tcp(REGISTRY_PORT),
+            },
+            {
+                "to": [netpol.same_namespace_peer(ONLINE_POD_LABELS)],
+                "ports": netpol.tcp(REDIS_PORT),
+            },
+        ]
     policies: list[Manifest] = [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("default-deny"),
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
-        },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-endpoint"),
-            "spec": {
-                "podSelector": proxy,
-                "policyTypes": ["Ingress"],
+        *netpol.baseline(ns, network, api_server=False),
+        netpol.policy(
+            ns,
+            "feast-endpoint",
+            {
+                "podSelector": netpol.pods(proxy),
+                "policyTypes": ["Ingress", "Egress"],
                 "ingress": [
                     {
                         "from": [_ns_selector(n) for n in spec.client_namespaces],
-                        "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
+                        "ports": netpol.tcp(PROXY_PORT),
                     }
                 ]
                 if spec.client_namespaces
                 else [],
-            },
-        },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-feature-server"),
-            "spec": {
-                "podSelector": server,
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [{"podSelector": proxy}],
-                        "ports": [{"protocol": "TCP", "port": SERVER_CONTAINER_PORT}],
-                    }
-                ],
-            },
-        },
-    ]
-    policies.append(
-        {
-            # Egress of every pod here: DNS, the registry database, Redis, the feature
-            # server behind the proxy, and HTTPS (the API server's token and access
-            # reviews, S3 for the offline store).
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-egress"),
-            "spec": {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
                 "egress": [
                     {
-                        "ports": [
-                            {"protocol": "UDP", "port": 53},
-                            {"protocol": "TCP", "port": 53},
-                            {"protocol": "TCP", "port": 5432},
-                            {"protocol": "TCP", "port": REDIS_PORT},
-                            {"protocol": "TCP", "port": SERVER_CONTAINER_PORT},
-                            {"protocol": "TCP", "port": 443},
-                        ]
+                        "to": [netpol.same_namespace_peer(server)],
+                        "ports": netpol.tcp(SERVER_CONTAINER_PORT),
+                    },
+                    {
+                        "to": netpol.cidr_peers(network.api_server_cidrs),
+                        "ports": netpol.tcp(*netpol.API_SERVER_PORTS),
+                    },
+                ],
+            },
+        ),
+        netpol.allow_ingress(
+            ns,
+            "feast-feature-server",
+            [netpol.same_namespace_peer(proxy)],
+            netpol.tcp(SERVER_CONTAINER_PORT),
+            pod_labels=server,
+        ),
+        netpol.policy(
+            ns,
+            "feast-stores",
+            {
+                "podSelector": store_clients,
+                "policyTypes": ["Egress"],
+                "egress": store_egress,
+            },
+        ),
+    ]
+    if vpc_cidr is not None:
+        policies.append(
+            netpol.policy(
+                ns,
+                "feast-materialize-aws",
+                {
+                    "podSelector": netpol.pods({"app.kubernetes.io/name": MATERIALIZE_NAME}),
+                    "policyTypes": ["Egress"],
+                    "egress": [
+                        {"to": netpol.cidr_peers([vpc_cidr]), "ports": netpol.tcp(443)},
+                        {
+                            "to": netpol.cidr_peers([POD_IDENTITY_AGENT_CIDR]),
+                            "ports": netpol.tcp(POD_IDENTITY_AGENT_PORT),
+                        },
+                    ],
+                },
+            )
+        )
+        return policies
+    clients = {"podSelector": store_clients}
+    policies += [
+        netpol.allow_ingress(
+            ns,
+            "feast-online-store",
+            [clients],
+            netpol.tcp(REDIS_PORT),
+            pod_labels=ONLINE_POD_LABELS,
+        ),
+        netpol.policy(
+            ns,
+            "feast-registry-database",
+            {
+                "podSelector": netpol.pods(REGISTRY_POD_LABELS),
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [
+                    {
+                        "from": [clients, netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
+                        "ports": netpol.tcp(REGISTRY_PORT),
+                    },
+                    # CloudNativePG's operator talks to each instance's manager and to
+                    # PostgreSQL.
+                    {
+                        "from": [netpol.namespace_peer(CNPG_NAMESPACE)],
+                        "ports": netpol.tcp(CNPG_STATUS_PORT, REGISTRY_PORT),
+                    },
+                ],
+                # Replication between the instances; their managers watch the API.
+                "egress": [
+                    {
+                        "to": [netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
+                        "ports": netpol.tcp(REGISTRY_PORT, CNPG_STATUS_PORT),
                     }
                 ],
             },
-        }
-    )
-    if not on_aws:
-        policies.append(
-            {
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "NetworkPolicy",
-                "metadata": _meta("feast-online-store"),
-                "spec": {
-                    "podSelector": {"matchLabels": {"app.kubernetes.io/instance": ONLINE_RELEASE}},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            # The feature server and materialisation (same namespace).
-                            "from": [{"podSelector": {}}],
-                            "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
-                        }
-                    ],
-                },
-            }
-        )
+        ),
+        netpol.allow_api_server(
+            ns, network, pod_labels=REGISTRY_POD_LABELS, name="feast-registry-api-server"
+        ),
+    ]
     return policies
+
+
+def operator_egress_policy() -> Manifest:
+    """On premises, in CloudNativePG's namespace (default deny): its operator reaches the
+    registry's instances (their manager and PostgreSQL), as it reaches the tracking
+    database's."""
+    return netpol.allow_egress(
+        CNPG_NAMESPACE,
+        "allow-feast-registry",
+        [netpol.namespace_peer(NAMESPACE, REGISTRY_POD_LABELS)],
+        netpol.tcp(CNPG_STATUS_PORT, REGISTRY_PORT),
+        pod_labels=CNPG_OPERATOR_LABELS,
+    )
+
+
+def registry_init_policy(vpc_cidr: pulumi.Input[str]) -> Manifest:
+    """On AWS, in the ``mlflow`` namespace (default deny): the registry's init Job reaches
+    the tracking RDS instance in the VPC, and nothing else."""
+    return netpol.allow_egress(
+        TRACKING_NAMESPACE,
+        REGISTRY_INIT_NAME,
+        netpol.cidr_peers([vpc_cidr]),
+        netpol.tcp(REGISTRY_PORT),
+        pod_labels={"app.kubernetes.io/name": REGISTRY_INIT_NAME},
+    )
 
 
 def client_egress_policy(namespace: str) -> Manifest:
@@ -653,6 +758,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                     "backoffLimit": 2,
                     "activeDeadlineSeconds": 3300,
                     "template": {
+                        "metadata": {"labels": {"app.kubernetes.io/name": MATERIALIZE_NAME}},
                         "spec": {
                             "restartPolicy": "Never",
                             "serviceAccountName": SERVICE_ACCOUNT,
@@ -664,7 +770,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                                 {"name": "tmp", "emptyDir": {}},
                                 *ca_volumes,
                             ],
-                        }
+                        },
                     },
                 }
             },
@@ -792,11 +898,12 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta("feast-registry-init", namespace="mlflow"),
+        "metadata": _meta(REGISTRY_INIT_NAME, namespace=TRACKING_NAMESPACE),
         "spec": {
             "backoffLimit": 6,
             "ttlSecondsAfterFinished": 86400,
             "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": REGISTRY_INIT_NAME}},
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "automountServiceAccountToken": False,
@@ -840,7 +947,7 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                             },
                         }
                     ],
-                }
+                },
             },
         },
     }

@@ -43,9 +43,8 @@ from modules.k8s.tracking.manifests import (
     tracking_namespace,
     url_safe,
     user_sync_configmap,
-    users_json,
 )
-from modules.k8s.tracking.spec import team_password
+from modules.k8s.tracking.users import team_password, users_json
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 
 

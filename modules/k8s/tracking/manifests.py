@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, 
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.tracking.users import team_username
 from modules.k8s.versions import CLOUDNATIVE_PG_POSTGRES_IMAGE
 
 TRACKING_NAMESPACE = "mlflow"
@@ -605,21 +605,11 @@ def team_tracking_access() -> TrackingAccess:
     return TrackingAccess(TRACKING_URI, TEAM_CREDENTIALS_SECRET, CA_BUNDLE_SECRET, CA_KEY)
 
 
-def team_username(team: str) -> str:
-    """A team's MLflow user: ``team-<name>`` (the creator of the team's runs)."""
-    return f"team-{team}"
-
-
 def team_credentials_secret(team: str, password: pulumi.Input[str]) -> Manifest:
     """The team's MLflow credentials in its own namespace (what its jobs read)."""
     return credentials_secret(
         TEAM_CREDENTIALS_SECRET, team_username(team), password, team_namespace(team)
     )
-
-
-def users_json(passwords: Mapping[str, str]) -> str:
-    """``users.json``: MLflow user name -> password, for every team."""
-    return json.dumps({team_username(t): p for t, p in passwords.items()}, sort_keys=True)
 
 
 def team_users_secret(users: pulumi.Input[str]) -> Manifest:

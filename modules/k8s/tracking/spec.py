@@ -9,9 +9,6 @@ imports these settings only.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -154,22 +151,9 @@ class TrackingInputs:
             the database is a CloudNativePG cluster and artifacts a volume.
         team_passwords: team name -> its MLflow user's password as an in-region secret
             store holds it (on AWS: the team's Secrets Manager secret); a team left out
-            gets `team_password` of the admin password.
+            gets `modules.k8s.tracking.users.team_password` of the admin password.
     """
 
     admin_password: pulumi.Input[str]
     store: TrackingStoreInputs | None = None
     team_passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
-
-
-def team_password(admin_password: str, team: str) -> str:
-    """A team's MLflow password, derived from the admin password (a Pulumi secret that
-    never leaves the stack's encrypted config) with HMAC-SHA256 keyed by it: distinct
-    per team, stable across runs, and no team's password reveals another's or the
-    admin's. Rotating ``trackingAdminPassword`` rotates every team's. (Pulumi's random
-    provider is not among this project's SDKs, so nothing else can generate a secret
-    that stays the same on the next run.)"""
-    digest = hmac.new(
-        admin_password.encode(), f"gpuplatform/mlflow/team/{team}".encode(), hashlib.sha256
-    ).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")

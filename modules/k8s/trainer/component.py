@@ -14,6 +14,7 @@ from modules.k8s.trainer.runtimes import RuntimeSite, training_runtimes
 from modules.k8s.trainer.spec import (
     KUBEFLOW_TRAINER,
     TRAINER_NAMESPACE,
+    network_policies,
     team_trainjob_rbac,
     trainer_namespace,
     trainer_values,
@@ -31,6 +32,7 @@ class KubeflowTrainer(pulumi.ComponentResource):
         name: str,
         args: KubernetesPlatformArgs,
         team_namespaces: Mapping[str, pulumi.Resource],
+        *,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
         site: RuntimeSite | None = None,
@@ -38,6 +40,10 @@ class KubeflowTrainer(pulumi.ComponentResource):
         super().__init__("gpuplatform:k8s:KubeflowTrainer", name, None, opts)
         provider = args.provider
         ns = register(trainer_namespace(args.kubernetes_version), self, provider)
+        # Default deny and the controllers' exact allowances, before anything runs there.
+        fences = [
+            register(m, self, provider, depends_on=[ns]) for m in network_policies(args.network)
+        ]
         self.release = helm_release(
             "kubeflow-trainer",
             KUBEFLOW_TRAINER,
@@ -45,7 +51,7 @@ class KubeflowTrainer(pulumi.ComponentResource):
             values=trainer_values(args.trainer),
             parent=self,
             provider=provider,
-            depends_on=[ns, *depends_on],
+            depends_on=[ns, *fences, *depends_on],
         )
         manifests = (
             training_runtimes(args.pools, args.trainer_inputs, args.trainer, site)
@@ -57,8 +63,9 @@ class KubeflowTrainer(pulumi.ComponentResource):
             register(m, self, provider, depends_on=[self.release]) for m in manifests
         ]
         # Each team may run TrainJobs in its own namespace.
+        oidc = args.onprem.oidc if args.onprem is not None else None
         for team in args.teams:
-            for manifest in team_trainjob_rbac(team.name):
+            for manifest in team_trainjob_rbac(team.name, oidc):
                 register(manifest, self, provider, depends_on=[team_namespaces[team.name]])
         self.register_outputs(
             {

@@ -5,8 +5,8 @@ the workloads' Indexed Job path (`workloads.deploy.manifests`) share: requests e
 to a whole node's allocatable share (GPUs, EFA or RDMA devices, CPU and memory), the
 restricted security context, the writable volumes under a read-only root filesystem,
 the checkpoint volume, placement on the pool with one pod per node, the NVML
-preflight init container, and the trainer's MLflow wiring (`tracking_wiring`). Nothing
-here imports a component or the aggregate.
+preflight init container (the trainer's MLflow wiring is `modules.k8s.trainer.tracking`).
+Nothing here imports a component or the aggregate.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from modules.k8s.common import Manifest, toleration
-from modules.k8s.names import TRAINER_GID, TRAINER_UID, TrackingAccess
+from modules.k8s.names import TRAINER_GID, TRAINER_UID
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 
@@ -30,9 +30,6 @@ DEFAULT_SCRATCH_GIB = 20
 NVLINK_ACCELERATORS = ("a100", "h100", "h200", "b200", "gb200")
 #: The preflight init container's name and the module it runs (``workloads.health``).
 PREFLIGHT_CONTAINER = "gpu-preflight"
-#: Where the trainer finds the cluster CA it verifies the tracking server with.
-TRACKING_CA_DIR = "/etc/gpuplatform/ca"
-TRACKING_CA_VOLUME = "tracking-ca"
 
 
 def is_training_pool(pool: NodePoolProfile) -> bool:
@@ -204,41 +201,3 @@ def preflight_container(
         "securityContext": restricted_container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-
-
-def tracking_wiring(
-    tracking: TrackingAccess | None,
-) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
-    """The trainer's MLflow settings: environment entries, pod volumes and container
-    mounts. The trainer (`workloads.training.tracking`) and MLflow's client read
-    ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` (from the team's
-    Secret, never in the manifest) and ``MLFLOW_TRACKING_SERVER_CERT_PATH`` (the cluster
-    CA, mounted read-only). The Secrets have the same names in every team namespace, so
-    one cluster-wide runtime wires every team to its own user. Nothing where the cluster
-    has no tracking server."""
-    if tracking is None:
-        return [], [], []
-    credentials: list[Manifest] = [
-        {
-            "name": f"MLFLOW_TRACKING_{key.upper()}",
-            "valueFrom": {"secretKeyRef": {"name": tracking.credentials_secret, "key": key}},
-        }
-        for key in ("username", "password")
-    ]
-    env: list[Manifest] = [
-        {"name": "MLFLOW_TRACKING_URI", "value": tracking.uri},
-        *credentials,
-        {
-            "name": "MLFLOW_TRACKING_SERVER_CERT_PATH",
-            "value": f"{TRACKING_CA_DIR}/{tracking.ca_key}",
-        },
-    ]
-    volume: Manifest = {
-        "name": TRACKING_CA_VOLUME,
-        "secret": {
-            "secretName": tracking.ca_secret,
-            "items": [{"key": tracking.ca_key, "path": tracking.ca_key}],
-        },
-    }
-    mount: Manifest = {"name": TRACKING_CA_VOLUME, "mountPath": TRACKING_CA_DIR, "readOnly": True}
-    return env, [volume], [mount]

@@ -68,7 +68,6 @@ from modules.k8s.trainer.pods import (
     processes_per_node,
     restricted_container_security,
     scratch_volumes,
-    tracking_wiring,
 )
 from modules.k8s.trainer.spec import (
     TRAINER_API,
@@ -77,6 +76,7 @@ from modules.k8s.trainer.spec import (
     TrainerSpec,
     horovod_image,
 )
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.pools import NodePoolProfile
 
 #: Trainer's label naming the step a replicated job runs (TrainJob's ``trainer``
@@ -212,6 +212,7 @@ def _pod_spec(
     image: str,
     container: Manifest,
     preflight_image: str,
+    *,
     site: RuntimeSite,
     tracked: bool = False,
 ) -> Manifest:
@@ -321,7 +322,13 @@ def _torch_runtime(
         "ports": _trainer_ports(),
     }
     pod = _pod_spec(
-        pool, priority, inputs.training_image, container, inputs.training_image, site, tracked=True
+        pool,
+        priority,
+        inputs.training_image,
+        container,
+        inputs.training_image,
+        site=site,
+        tracked=True,
     )
     return {
         "mlPolicy": {"numNodes": 1, "torch": {}},
@@ -379,7 +386,9 @@ def _mpi_runtime(
                     {
                         "name": "node",
                         "template": _job_template(
-                            _pod_spec(pool, priority, image, worker, inputs.training_image, site),
+                            _pod_spec(
+                                pool, priority, image, worker, inputs.training_image, site=site
+                            ),
                             ancestor=False,
                         ),
                     },
@@ -388,7 +397,7 @@ def _mpi_runtime(
                         "dependsOn": [{"name": "node", "status": "Ready"}],
                         "template": _job_template(
                             _pod_spec(
-                                pool, priority, image, launcher, inputs.training_image, site
+                                pool, priority, image, launcher, inputs.training_image, site=site
                             ),
                             ancestor=True,
                         ),
@@ -405,6 +414,7 @@ def cluster_training_runtime(
     priority: str,
     inputs: TrainerInputs,
     spec: TrainerSpec,
+    *,
     site: RuntimeSite | None = None,
 ) -> Manifest:
     """One of the platform's ClusterTrainingRuntimes."""
@@ -431,7 +441,7 @@ def training_runtimes(
     """Every runtime: each framework of ``spec`` on each training pool at each
     PriorityClass (highest first)."""
     return [
-        cluster_training_runtime(framework, pool, priority, inputs, spec, site)
+        cluster_training_runtime(framework, pool, priority, inputs, spec, site=site)
         for framework in spec.frameworks
         for pool in pools
         if is_training_pool(pool)
