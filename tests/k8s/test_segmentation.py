@@ -188,6 +188,12 @@ def test_the_tracking_namespace_allows_exactly_the_server_and_its_database(stack
         assert {p["port"] for r in database["ingress"] for p in r["ports"]} == {5432, 8000, 9187}
         (api,) = fenced["mlflow-database-api-server"]["spec"]["egress"]
         assert api["to"] == [{"ipBlock": {"cidr": c}} for c in api_server_cidrs(stack)]
+        backup = config(stack).tracking.database_backup
+        if backup is not None:
+            # Backups: the database's pods reach the site's object store, nothing else.
+            expected.add("mlflow-database-backup")
+            (store,) = fenced["mlflow-database-backup"]["spec"]["egress"]
+            assert store["to"] == [{"ipBlock": {"cidr": c}} for c in backup.endpoint_cidrs]
     if config(stack).features.enabled and config(stack).onprem is None:
         # The feature registry's init Job reaches the tracking RDS instance, nothing else.
         expected.add("feast-registry-init")

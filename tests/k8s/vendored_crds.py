@@ -1,5 +1,6 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
-releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG,
+releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG (Cluster,
+Backup, ScheduledBackup),
 Kubeflow Trainer v2.3.0, the Prometheus Operator's ServiceMonitor; the READMEs there
 name sources, versions and commits).
 
@@ -32,6 +33,10 @@ FILES: dict[tuple[str, str], str] = {
     ("cert-manager.io", "Certificate"): "cert-manager/cert-manager.io_certificates.yaml",
     ("cert-manager.io", "ClusterIssuer"): "cert-manager/cert-manager.io_clusterissuers.yaml",
     ("postgresql.cnpg.io", "Cluster"): "cloudnative-pg/clusters.postgresql.cnpg.io.yaml",
+    ("postgresql.cnpg.io", "Backup"): "cloudnative-pg/backups.postgresql.cnpg.io.yaml",
+    ("postgresql.cnpg.io", "ScheduledBackup"): (
+        "cloudnative-pg/scheduledbackups.postgresql.cnpg.io.yaml"
+    ),
     ("monitoring.coreos.com", "ServiceMonitor"): (
         "charts/prometheus-operator-v0.93.1-servicemonitors-crd.yaml"
     ),

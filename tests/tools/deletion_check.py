@@ -49,6 +49,9 @@ DEFAULT_TESTS = (
     "tests/k8s/test_site_audit.py",
     "tests/k8s/test_segmentation.py",
     "tests/k8s/test_tracking.py",
+    "tests/k8s/test_tracking_backup.py",
+    "tests/k8s/test_trainer.py",
+    "tests/k8s/test_features.py",
     "tests/k8s/test_site_oidc.py",
     "tests/policies/test_shipped_stacks.py",
 )
@@ -150,6 +153,23 @@ DEFAULT_MUTATIONS = (
     "aws:backup/plan:Plan#rules",
     "aws:backup/selection:Selection",
     "aws:backup/selection:Selection#conditions",
+    # The on-premises tracking database's backups to the site's object store.
+    "kubernetes:postgresql.cnpg.io/v1:ScheduledBackup",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup.retentionPolicy",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup.barmanObjectStore.data",
+    "kubernetes:core/v1:Secret@mlflow/mlflow-db-backup-credentials",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@mlflow/mlflow-database-backup",
+    # Segmentation of what main added: the trainer's and the feature store's namespaces.
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/default-deny-all",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/allow-trainer-webhook",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/allow-jobset-webhook",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/default-deny-all",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/feast-stores",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/feast-online-store",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@cnpg-system/allow-feast-registry",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@mlflow/feast-registry-init",
+    "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime#spec.template",
     *EDITED_CONFIG_MUTATIONS,
 )
 
@@ -228,7 +248,8 @@ def mutated_runtime(
 
     patched: list[tuple[object, str, Callable[..., Any]]] = [
         (stacks.offline_plan, "plan_registrations", plan_registrations),
-        (tests.conftest, "plan_registrations", plan_registrations),
+        # tests.conftest imports it from stacks.offline_plan when it builds a plan (the
+        # plan environment only), so patching the module above reaches it too.
         (RecordingMonitor, "RegisterResource", register),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]

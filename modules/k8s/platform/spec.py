@@ -158,6 +158,12 @@ class KubernetesPlatformArgs:
                 None,
                 "on EKS the tracking server needs its RDS database and bucket",
             )
+            check.require(
+                self.tracking.database_backup is None,
+                "tracking.database_backup",
+                "(given)",
+                "on EKS the database is RDS (automated backups, AWS Backup)",
+            )
         else:
             check.require(
                 inputs.store is None,
@@ -174,6 +180,12 @@ class KubernetesPlatformArgs:
                 self.tracking.replicas,
                 "more than one replica shares the artifact volume: needs a ReadWriteMany "
                 "checkpointStorageClass (onprem.checkpointAccessMode)",
+            )
+            check.require(
+                self.tracking.database_backup is None or inputs.backup_credentials is not None,
+                "tracking_inputs.backup_credentials",
+                None,
+                "database backups need the object store's access key (secret config)",
             )
 
     def _check_pools(self, check: Checker) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from modules.k8s.common import helm_release, register
 from modules.k8s.platform.spec import KubernetesPlatformArgs
@@ -23,6 +24,8 @@ from modules.k8s.tracking.manifests import (
     TRACKING_URI,
     StoreSettings,
     artifact_claim,
+    backup_ca_secret,
+    backup_credentials_secret,
     cloudnative_pg_values,
     cnpg_namespace,
     cnpg_network_policies,
@@ -33,6 +36,7 @@ from modules.k8s.tracking.manifests import (
     database_secret_name,
     ini_safe_admin,
     mlflow_values,
+    scheduled_backup,
     server_network_policies,
     service_monitor,
     team_credentials_secret,
@@ -44,6 +48,7 @@ from modules.k8s.tracking.manifests import (
     url_safe,
     user_sync_configmap,
 )
+from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec
 from modules.k8s.tracking.users import team_password, users_json
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 
@@ -67,7 +72,7 @@ class Tracking(pulumi.ComponentResource):
         vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
         fences = [
             register(manifest, self, provider, depends_on=[ns])
-            for manifest in server_network_policies(args.network, vpc_cidr)
+            for manifest in server_network_policies(args.network, vpc_cidr, spec.database_backup)
         ]
         # The endpoint's certificate (the cluster CA's issuer is among ``depends_on``):
         # the server pods mount it, so it exists before the release waits for them.
@@ -144,16 +149,25 @@ class Tracking(pulumi.ComponentResource):
                 provider=provider,
                 depends_on=[cnpg_ns, *cnpg_fences, *depends_on],
             )
+            # Backups to the site's object store: its access key (secret config values)
+            # and CA bundle exist before the cluster archives its first WAL file.
+            backup_secrets = self._backup_secrets(spec, inputs, ns, provider)
             # The database and the artifacts are data: protected like checkpoint claims.
-            ready.append(
+            database = register(
+                database_cluster(spec, onprem.storage_class),
+                self,
+                provider,
+                depends_on=[ns, operator, *backup_secrets],
+                protect=True,
+            )
+            ready.append(database)
+            if spec.database_backup is not None:
                 register(
-                    database_cluster(spec, onprem.storage_class),
+                    scheduled_backup(spec.database_backup),
                     self,
                     provider,
-                    depends_on=[ns, operator],
-                    protect=True,
+                    depends_on=[database],
                 )
-            )
             ready.append(
                 register(
                     artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode),
@@ -194,6 +208,35 @@ class Tracking(pulumi.ComponentResource):
             depends_on=[self.release, endpoint, *depends_on],
         )
         self.register_outputs({"trackingUri": TRACKING_URI})
+
+    def _backup_secrets(
+        self,
+        spec: TrackingSpec,
+        inputs: TrackingInputs,
+        ns: pulumi.Resource,
+        provider: k8s.Provider,
+    ) -> list[pulumi.Resource]:
+        """The database backups' Secrets: the object store's access key (as secrets) and
+        the site CA bundle where given; none without backups."""
+        backup = spec.database_backup
+        if backup is None:
+            return []
+        if inputs.backup_credentials is None:  # KubernetesPlatformArgs checks the pair
+            raise ValueError("database backups need the object store's access key")
+        access_key_id, secret_access_key = (
+            pulumi.Output.secret(value) for value in inputs.backup_credentials
+        )
+        secrets: list[pulumi.Resource] = [
+            register(
+                backup_credentials_secret(access_key_id, secret_access_key),
+                self,
+                provider,
+                depends_on=[ns],
+            )
+        ]
+        if backup.endpoint_ca:
+            secrets.append(register(backup_ca_secret(backup), self, provider, depends_on=[ns]))
+        return secrets
 
     def _team_users(
         self,

@@ -45,7 +45,7 @@ from modules.k8s.common import Manifest, metadata, namespace, system_node_select
 from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
-from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.tracking.spec import DatabaseBackupSpec, TrackingSpec
 from modules.k8s.tracking.users import team_username
 from modules.k8s.versions import CLOUDNATIVE_PG_POSTGRES_IMAGE
 
@@ -367,28 +367,118 @@ def cloudnative_pg_values() -> dict[str, Any]:
     }
 
 
+#: The database's backups on premises: the object store's access key (the Secret's
+#: keys are CloudNativePG's usual names), the CA bundle of the object store, and the
+#: schedule of base backups.
+BACKUP_CREDENTIALS_SECRET = "mlflow-db-backup-credentials"
+BACKUP_ACCESS_KEY_ID = "ACCESS_KEY_ID"
+BACKUP_SECRET_ACCESS_KEY = "ACCESS_SECRET_KEY"
+BACKUP_CA_SECRET = "mlflow-db-backup-ca"
+SCHEDULED_BACKUP = "mlflow-db-daily"
+
+
+def database_backup(backup: DatabaseBackupSpec) -> Manifest:
+    """The ``Cluster``'s ``spec.backup``: Barman Cloud to the site's object store over
+    TLS (the site's CA where given), with the access key from a Secret, every base
+    backup and WAL file compressed and encrypted by the object store, base backups
+    taken from a standby where there is one, and ``retentionPolicy`` in days (the
+    operator deletes older backups and the WAL they need).
+
+    CloudNativePG 1.26 deprecated this in-tree Barman Cloud support in favour of its
+    Barman Cloud plugin; it remains functional in the operator the platform pins
+    (1.30.0). Moving to the plugin is a migration of its own (docs/recovery.md)."""
+    store: Manifest = {
+        "destinationPath": backup.destination_path,
+        "endpointURL": backup.endpoint_url,
+        "s3Credentials": {
+            "accessKeyId": {"name": BACKUP_CREDENTIALS_SECRET, "key": BACKUP_ACCESS_KEY_ID},
+            "secretAccessKey": {
+                "name": BACKUP_CREDENTIALS_SECRET,
+                "key": BACKUP_SECRET_ACCESS_KEY,
+            },
+        },
+        "data": {"compression": "gzip", "encryption": backup.encryption},
+        "wal": {"compression": "gzip", "encryption": backup.encryption, "maxParallel": 2},
+    }
+    if backup.endpoint_ca:
+        store["endpointCA"] = {"name": BACKUP_CA_SECRET, "key": CA_KEY}
+    return {
+        "barmanObjectStore": store,
+        "retentionPolicy": f"{backup.retention_days}d",
+        "target": "prefer-standby",
+    }
+
+
+def backup_credentials_secret(
+    access_key_id: pulumi.Input[str], secret_access_key: pulumi.Input[str]
+) -> Manifest:
+    """The object store's access key (secret config values, never in the stack file)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(BACKUP_CREDENTIALS_SECRET, TRACKING_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {
+            BACKUP_ACCESS_KEY_ID: access_key_id,
+            BACKUP_SECRET_ACCESS_KEY: secret_access_key,
+        },
+    }
+
+
+def backup_ca_secret(backup: DatabaseBackupSpec) -> Manifest:
+    """The CA bundle barman-cloud verifies the object store's certificate with."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(BACKUP_CA_SECRET, TRACKING_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {CA_KEY: backup.endpoint_ca},
+    }
+
+
+def scheduled_backup(backup: DatabaseBackupSpec) -> Manifest:
+    """Base backups of the database on ``backup.schedule`` (the first one at once), each
+    ``Backup`` object owned by this schedule; WAL is archived continuously between them."""
+    return {
+        "apiVersion": "postgresql.cnpg.io/v1",
+        "kind": "ScheduledBackup",
+        "metadata": metadata(SCHEDULED_BACKUP, TRACKING_NAMESPACE),
+        "spec": {
+            "cluster": {"name": DATABASE_CLUSTER},
+            "schedule": backup.schedule,
+            "method": "barmanObjectStore",
+            "immediate": True,
+            "backupOwnerReference": "self",
+        },
+    }
+
+
 def database_cluster(spec: TrackingSpec, storage_class: str) -> Manifest:
     """The CloudNativePG ``Cluster`` holding MLflow's database on premises.
 
     The volume is on the site's storage class; whether that class encrypts at rest is
-    the site's to guarantee (this layer cannot see into the storage backend).
+    the site's to guarantee (this layer cannot see into the storage backend). With
+    ``spec.database_backup`` it archives to the site's object store (`database_backup`).
     """
     amount = {"cpu": "1", "memory": "2Gi"}
+    cluster_spec: Manifest = {
+        "instances": spec.database_instances,
+        "imageName": CLOUDNATIVE_PG_POSTGRES_IMAGE,
+        "primaryUpdateStrategy": "unsupervised",
+        "enableSuperuserAccess": False,
+        "bootstrap": {"initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}},
+        "storage": {"storageClass": storage_class, "size": f"{spec.database_storage_gib}Gi"},
+        "resources": {"requests": dict(amount), "limits": dict(amount)},
+        "affinity": {"nodeSelector": system_node_selector(), "enablePodAntiAffinity": True},
+        "enablePDB": spec.database_instances > 1,
+    }
+    if spec.database_backup is not None:
+        cluster_spec["backup"] = database_backup(spec.database_backup)
     return {
         "apiVersion": "postgresql.cnpg.io/v1",
         "kind": "Cluster",
         "metadata": metadata(DATABASE_CLUSTER, TRACKING_NAMESPACE),
-        "spec": {
-            "instances": spec.database_instances,
-            "imageName": CLOUDNATIVE_PG_POSTGRES_IMAGE,
-            "primaryUpdateStrategy": "unsupervised",
-            "enableSuperuserAccess": False,
-            "bootstrap": {"initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}},
-            "storage": {"storageClass": storage_class, "size": f"{spec.database_storage_gib}Gi"},
-            "resources": {"requests": dict(amount), "limits": dict(amount)},
-            "affinity": {"nodeSelector": system_node_selector(), "enablePodAntiAffinity": True},
-            "enablePDB": spec.database_instances > 1,
-        },
+        "spec": cluster_spec,
     }
 
 
@@ -425,14 +515,18 @@ CNPG_WEBHOOK_PORT = 9443
 
 
 def server_network_policies(
-    network: netpol.ClusterNetwork, vpc_cidr: pulumi.Input[str] | None
+    network: netpol.ClusterNetwork,
+    vpc_cidr: pulumi.Input[str] | None,
+    backup: DatabaseBackupSpec | None = None,
 ) -> list[Manifest]:
     """The ``mlflow`` namespace: default deny and DNS; the server pods accept the team
     namespaces (any namespace labelled with a team) and Prometheus on the TLS port only,
     and reach the database (on EKS also the Pod Identity agent and HTTPS inside the VPC:
     the S3 and STS endpoints). On premises, CloudNativePG's instances accept PostgreSQL from the
     server, each other and the operator (which also reads their status), Prometheus'
-    scrape of their exporter, and reach each other and the API server."""
+    scrape of their exporter, and reach each other and the API server; with
+    ``backup``, also the site's object store at its declared addresses and port (WAL
+    archiving from the primary, base backups from a standby), and nowhere else."""
     ns = TRACKING_NAMESPACE
     server = {"matchLabels": dict(SERVER_POD_LABELS)}
     egress: list[Manifest] = []
@@ -514,6 +608,16 @@ def server_network_policies(
                 ns, network, pod_labels=instances, name="mlflow-database-api-server"
             ),
         ]
+        if backup is not None:
+            policies.append(
+                netpol.allow_egress(
+                    ns,
+                    "mlflow-database-backup",
+                    netpol.cidr_peers(backup.endpoint_cidrs),
+                    netpol.tcp(backup.endpoint_port),
+                    pod_labels=instances,
+                )
+            )
     return policies
 
 
