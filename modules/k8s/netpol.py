@@ -57,12 +57,14 @@ class ClusterNetwork:
     node_cidrs: tuple[pulumi.Input[str], ...]
 
 
-def policy(namespace: str, name: str, spec: Manifest) -> Manifest:
-    """A NetworkPolicy ``name`` in ``namespace``."""
+def policy(
+    namespace: str, name: str, spec: Manifest, labels: Mapping[str, str] | None = None
+) -> Manifest:
+    """A NetworkPolicy ``name`` in ``namespace`` (with ``labels`` besides the platform's)."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata(name, namespace),
+        "metadata": metadata(name, namespace, labels),
         "spec": spec,
     }
 
@@ -83,6 +85,17 @@ def namespace_peer(name: str, pod_labels: Mapping[str, str] | None = None) -> Ma
     if pod_labels:
         peer["podSelector"] = {"matchLabels": dict(pod_labels)}
     return peer
+
+
+def namespaces_peer(names: Sequence[str]) -> Manifest:
+    """A peer: every pod of the namespaces ``names`` (one selector for all of them)."""
+    return {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": list(names)}
+            ]
+        }
+    }
 
 
 def same_namespace_peer(pod_labels: Mapping[str, str] | None = None) -> Manifest:
@@ -162,6 +175,8 @@ def allow_egress(
     peers: Sequence[Manifest],
     ports: Sequence[Manifest],
     pod_labels: Mapping[str, str] | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Egress to ``peers`` on ``ports`` from the pods with ``pod_labels`` (all if none)."""
     return policy(
@@ -172,6 +187,29 @@ def allow_egress(
             "policyTypes": ["Egress"],
             "egress": [{"to": list(peers), "ports": list(ports)}],
         },
+        labels,
+    )
+
+
+def allow_ingress_rules(
+    namespace: str,
+    name: str,
+    rules: Sequence[tuple[Sequence[Manifest], Sequence[Manifest]]],
+    pod_labels: Mapping[str, str] | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> Manifest:
+    """Ingress to the pods with ``pod_labels`` (all if none): each rule's peers on its
+    ports (``[(peers, ports), ...]``)."""
+    return policy(
+        namespace,
+        name,
+        {
+            "podSelector": pods(pod_labels),
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": list(peers), "ports": list(ports)} for peers, ports in rules],
+        },
+        labels,
     )
 
 
