@@ -16,9 +16,11 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from modules.k8s.features import network
 from modules.k8s.features import spec as fs
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
 from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
+from modules.k8s.tracking.manifests import TRACKING_NAMESPACE
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
 from tests.conftest import RunUnderMocks, shipped_plan
@@ -150,7 +152,7 @@ def test_the_valkey_schema_refuses_a_mistyped_value() -> None:
 def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
     objects = [
         *fs.rbac_objects(SPEC),
-        *fs.network_policies(SPEC, NETWORK, VPC if placement.on_aws else None),
+        *network.network_policies(SPEC, NETWORK, VPC if placement.on_aws else None),
         *fs.proxy_objects(SPEC, placement, "gpuplatform-serving-ca"),
         fs.repo_configmap(placement),
         fs.materialize_cronjob(SPEC, placement),
@@ -158,10 +160,10 @@ def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
     ]
     if placement.on_aws:
         objects.append(fs.registry_init_job(placement, "mlflow-db", "db.example.rds.amazonaws.com"))
-        objects.append(fs.registry_init_policy(VPC))
+        objects.append(network.registry_init_policy(VPC))
     else:
         objects += [fs.onprem_registry_cluster("ceph"), fs.online_store_certificate("ca")]
-        objects.append(fs.operator_egress_policy())
+        objects.append(network.operator_egress_policy())
     return objects
 
 
@@ -183,7 +185,7 @@ def test_a_misspelled_field_fails_the_schema() -> None:
 
 
 def test_the_feature_server_is_reachable_only_through_the_authenticating_proxy() -> None:
-    policies = {p["metadata"]["name"]: p for p in fs.network_policies(SPEC, NETWORK, VPC)}
+    policies = {p["metadata"]["name"]: p for p in network.network_policies(SPEC, NETWORK, VPC)}
     assert is_default_deny(policies[DEFAULT_DENY])
     (server_rule,) = policies["feast-feature-server"]["spec"]["ingress"]
     assert server_rule["from"] == [
@@ -198,7 +200,7 @@ def test_the_feature_server_is_reachable_only_through_the_authenticating_proxy()
 
 def test_without_clients_nobody_may_reach_the_endpoint() -> None:
     alone = fs.FeaturesSpec(enabled=True)
-    policies = {p["metadata"]["name"]: p for p in fs.network_policies(alone, NETWORK, VPC)}
+    policies = {p["metadata"]["name"]: p for p in network.network_policies(alone, NETWORK, VPC)}
     assert policies["feast-endpoint"]["spec"]["ingress"] == []
     assert "RoleBinding" not in {o["kind"] for o in fs.rbac_objects(alone)}
 
@@ -430,3 +432,12 @@ def test_on_premises_feast_verifies_valkey_with_the_platform_ca() -> None:
         base64.b64decode(fs.feature_server_values(SPEC, AWS)["feature_store_yaml_base64"])
     )
     assert "ssl_ca_certs" not in aws["online_store"]["connection_string"]
+
+
+def test_the_registry_init_runs_in_the_tracking_namespace() -> None:
+    """`spec` names the tracking namespace without importing the tracking package (it
+    stays free of Pulumi for the features environment): the two must agree."""
+    assert fs.TRACKING_NAMESPACE == TRACKING_NAMESPACE
+    job = fs.registry_init_job(AWS, "mlflow-db", "db.example")
+    assert job["metadata"]["namespace"] == TRACKING_NAMESPACE
+    assert network.registry_init_policy(VPC)["metadata"]["namespace"] == TRACKING_NAMESPACE

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.k8s.common import helm_release, namespace, register
+from modules.k8s.features import network as policies
 from modules.k8s.features import spec as fs
 from modules.k8s.netpol import ClusterNetwork
 
@@ -82,7 +83,9 @@ class FeatureStore(pulumi.ComponentResource):
         # Default deny and the exact paths, before any pod of the namespace runs.
         fences = [
             register(m, self, provider, [ns])
-            for m in fs.network_policies(spec, network, args.vpc_cidr if placement.on_aws else None)
+            for m in policies.network_policies(
+                spec, network, args.vpc_cidr if placement.on_aws else None
+            )
         ]
         registry_password = pulumi.Output.secret(args.registry_password)
         redis_password = pulumi.Output.secret(args.redis_password)
@@ -113,13 +116,13 @@ class FeatureStore(pulumi.ComponentResource):
             )
             if args.vpc_cidr is None:
                 raise ValueError("the feature store on AWS needs the VPC's CIDR")
-            init_fence = register(fs.registry_init_policy(args.vpc_cidr), self, provider)
+            init_fence = register(policies.registry_init_policy(args.vpc_cidr), self, provider)
             job = fs.registry_init_job(placement, args.tracking_database_secret, args.registry_host)
             stores.append(register(job, self, provider, [init_secret, init_fence]))
         else:
             # CloudNativePG's operator (in its own default-deny namespace) reaches the
             # registry's instances.
-            register(fs.operator_egress_policy(), self, provider)
+            register(policies.operator_egress_policy(), self, provider)
             owner = register(
                 {
                     **_secret(

@@ -33,18 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import pulumi
-
 from modules.aws.online_store.spec import REDIS_PORT, OnlineStoreSpec
-from modules.k8s import netpol
-from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
-from modules.k8s.tracking.manifests import (
-    CNPG_CLUSTER_LABEL,
-    CNPG_NAMESPACE,
-    CNPG_OPERATOR_LABELS,
-    CNPG_STATUS_PORT,
-    TRACKING_NAMESPACE,
-)
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -85,10 +74,10 @@ REGISTRY_CLUSTER = "feast-registry"
 REGISTRY_DATABASE = "feast"
 REGISTRY_USER = "feast"
 REGISTRY_INIT_SECRET = "feast-registry-init"
-#: The pods of the registry's CloudNativePG cluster and of the Valkey release (the
-#: operator's and the chart's labels).
-REGISTRY_POD_LABELS = {CNPG_CLUSTER_LABEL: REGISTRY_CLUSTER}
-ONLINE_POD_LABELS = {"app.kubernetes.io/instance": ONLINE_RELEASE}
+#: The tracking server's namespace, where the registry init Job runs on AWS
+#: (`modules.k8s.tracking.manifests.TRACKING_NAMESPACE`; this module stays free of
+#: Pulumi for the features environment's tests, so a test ties the two).
+TRACKING_NAMESPACE = "mlflow"
 SERVICE_ACCOUNT = "feast"
 #: The features image's user (``workloads/features/Dockerfile``): 10000 or more, so
 #: that no container user is also a user of the node (checkov CKV_K8S_40).
@@ -509,184 +498,11 @@ def rbac_objects(spec: FeaturesSpec) -> list[Manifest]:
     return objects
 
 
-# -- network: default deny, then exactly the paths that are needed -------------------
+# -- network: the feature store's own policies are `modules.k8s.features.network` ------
 
 
 def _ns_selector(name: str) -> Manifest:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-
-def _named(*names: str) -> Manifest:
-    """A pod selector: pods whose ``app.kubernetes.io/name`` is one of ``names``."""
-    return {
-        "matchExpressions": [
-            {"key": "app.kubernetes.io/name", "operator": "In", "values": list(names)}
-        ]
-    }
-
-
-def network_policies(
-    spec: FeaturesSpec,
-    network: netpol.ClusterNetwork,
-    vpc_cidr: pulumi.Input[str] | None = None,
-) -> list[Manifest]:
-    """Default deny (ingress and egress) in ``feast``, then exactly the paths that are
-    needed: clients -> proxy (TLS) -> feature server; the proxy -> the API server (token
-    and access reviews); the feature server and the materialisation -> the registry
-    database and the online store. On AWS (``vpc_cidr`` given) both stores are in the
-    VPC (RDS, ElastiCache) and the materialisation also reaches the S3 and STS endpoints
-    in it over HTTPS and the Pod Identity agent; on premises the stores are the
-    namespace's own CloudNativePG and Valkey pods, which accept only those clients (and
-    CloudNativePG's operator), and the database's instances reach each other and the
-    API server."""
-    ns = NAMESPACE
-    proxy = {"app.kubernetes.io/name": PROXY_NAME}
-    server = {"app.kubernetes.io/name": SERVER_NAME}
-    store_clients = _named(SERVER_NAME, MATERIALIZE_NAME)
-    if vpc_cidr is not None:
-        stores = netpol.cidr_peers([vpc_cidr])
-        store_egress = [{"to": stores, "ports": netpol.tcp(REGISTRY_PORT, REDIS_PORT)}]
-    else:
-        store_egress = [
-            {
-                "to": [netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
-                "ports": netpol.tcp(REGISTRY_PORT),
-            },
-            {
-                "to": [netpol.same_namespace_peer(ONLINE_POD_LABELS)],
-                "ports": netpol.tcp(REDIS_PORT),
-            },
-        ]
-    policies: list[Manifest] = [
-        *netpol.baseline(ns, network, api_server=False),
-        netpol.policy(
-            ns,
-            "feast-endpoint",
-            {
-                "podSelector": netpol.pods(proxy),
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [
-                    {
-                        "from": [_ns_selector(n) for n in spec.client_namespaces],
-                        "ports": netpol.tcp(PROXY_PORT),
-                    }
-                ]
-                if spec.client_namespaces
-                else [],
-                "egress": [
-                    {
-                        "to": [netpol.same_namespace_peer(server)],
-                        "ports": netpol.tcp(SERVER_CONTAINER_PORT),
-                    },
-                    {
-                        "to": netpol.cidr_peers(network.api_server_cidrs),
-                        "ports": netpol.tcp(*netpol.API_SERVER_PORTS),
-                    },
-                ],
-            },
-        ),
-        netpol.allow_ingress(
-            ns,
-            "feast-feature-server",
-            [netpol.same_namespace_peer(proxy)],
-            netpol.tcp(SERVER_CONTAINER_PORT),
-            pod_labels=server,
-        ),
-        netpol.policy(
-            ns,
-            "feast-stores",
-            {
-                "podSelector": store_clients,
-                "policyTypes": ["Egress"],
-                "egress": store_egress,
-            },
-        ),
-    ]
-    if vpc_cidr is not None:
-        policies.append(
-            netpol.policy(
-                ns,
-                "feast-materialize-aws",
-                {
-                    "podSelector": netpol.pods({"app.kubernetes.io/name": MATERIALIZE_NAME}),
-                    "policyTypes": ["Egress"],
-                    "egress": [
-                        {"to": netpol.cidr_peers([vpc_cidr]), "ports": netpol.tcp(443)},
-                        {
-                            "to": netpol.cidr_peers([POD_IDENTITY_AGENT_CIDR]),
-                            "ports": netpol.tcp(POD_IDENTITY_AGENT_PORT),
-                        },
-                    ],
-                },
-            )
-        )
-        return policies
-    clients = {"podSelector": store_clients}
-    policies += [
-        netpol.allow_ingress(
-            ns,
-            "feast-online-store",
-            [clients],
-            netpol.tcp(REDIS_PORT),
-            pod_labels=ONLINE_POD_LABELS,
-        ),
-        netpol.policy(
-            ns,
-            "feast-registry-database",
-            {
-                "podSelector": netpol.pods(REGISTRY_POD_LABELS),
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [
-                    {
-                        "from": [clients, netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
-                        "ports": netpol.tcp(REGISTRY_PORT),
-                    },
-                    # CloudNativePG's operator talks to each instance's manager and to
-                    # PostgreSQL.
-                    {
-                        "from": [netpol.namespace_peer(CNPG_NAMESPACE)],
-                        "ports": netpol.tcp(CNPG_STATUS_PORT, REGISTRY_PORT),
-                    },
-                ],
-                # Replication between the instances; their managers watch the API.
-                "egress": [
-                    {
-                        "to": [netpol.same_namespace_peer(REGISTRY_POD_LABELS)],
-                        "ports": netpol.tcp(REGISTRY_PORT, CNPG_STATUS_PORT),
-                    }
-                ],
-            },
-        ),
-        netpol.allow_api_server(
-            ns, network, pod_labels=REGISTRY_POD_LABELS, name="feast-registry-api-server"
-        ),
-    ]
-    return policies
-
-
-def operator_egress_policy() -> Manifest:
-    """On premises, in CloudNativePG's namespace (default deny): its operator reaches the
-    registry's instances (their manager and PostgreSQL), as it reaches the tracking
-    database's."""
-    return netpol.allow_egress(
-        CNPG_NAMESPACE,
-        "allow-feast-registry",
-        [netpol.namespace_peer(NAMESPACE, REGISTRY_POD_LABELS)],
-        netpol.tcp(CNPG_STATUS_PORT, REGISTRY_PORT),
-        pod_labels=CNPG_OPERATOR_LABELS,
-    )
-
-
-def registry_init_policy(vpc_cidr: pulumi.Input[str]) -> Manifest:
-    """On AWS, in the ``mlflow`` namespace (default deny): the registry's init Job reaches
-    the tracking RDS instance in the VPC, and nothing else."""
-    return netpol.allow_egress(
-        TRACKING_NAMESPACE,
-        REGISTRY_INIT_NAME,
-        netpol.cidr_peers([vpc_cidr]),
-        netpol.tcp(REGISTRY_PORT),
-        pod_labels={"app.kubernetes.io/name": REGISTRY_INIT_NAME},
-    )
 
 
 def client_egress_policy(namespace: str) -> Manifest:
