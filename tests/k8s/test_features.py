@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -617,3 +618,17 @@ def test_the_registry_init_runs_in_the_tracking_namespace() -> None:
     job = fs.registry_init_job(AWS, "mlflow-db", "db.example")
     assert job["metadata"]["namespace"] == TRACKING_NAMESPACE
     assert network.registry_init_policy(VPC)["metadata"]["namespace"] == TRACKING_NAMESPACE
+
+
+def test_every_features_pod_runs_as_the_features_images_user() -> None:
+    """The image's USER (workloads/features/Dockerfile) is the UID every features pod and
+    the tabular TrainJob's runtime run as: another UID could not read its home or files."""
+    dockerfile = (ROOT / "workloads" / "features" / "Dockerfile").read_text()
+    user = re.search(r"^USER (\d+):(\d+)$", dockerfile, re.MULTILINE)
+    assert user is not None and int(user[1]) == int(user[2]) == fs.RUN_AS
+    runtime, _ = features_training("smb-cpu")
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    contexts = [pod["spec"]["securityContext"]]
+    contexts += [c["securityContext"] for c in pod["spec"]["containers"]]
+    for context in contexts:
+        assert context["runAsUser"] == context["runAsGroup"] == fs.RUN_AS

@@ -570,16 +570,25 @@ def client_egress_policy(namespace: str) -> Manifest:
 # -- materialisation -----------------------------------------------------------------
 
 
-def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
-    """``feast materialize-incremental`` up to now, on the schedule, one at a time."""
-    _, ca_volumes, ca_mounts = online_ca(placement)
-    container = {
-        "name": "materialize",
+def _feast_job_container(
+    spec: FeaturesSpec,
+    placement: Placement,
+    ca_mounts: list[Manifest],
+    *,
+    name: str,
+    command: list[str],
+    args: list[str],
+    cpu: tuple[str, str],
+    memory: str,
+) -> Manifest:
+    """A container of the features image that talks to the registry, the online store
+    and the offline store (materialisation, apply): their credentials and endpoints,
+    the repository's ``feature_store.yaml`` read-only, a writable /tmp, restricted."""
+    return {
+        "name": name,
         "image": image(placement, "features", spec.image_tag),
-        "command": ["/bin/sh", "-c"],
-        "args": [
-            'exec feast -c /feature_repo materialize-incremental "$(date -u +%Y-%m-%dT%H:%M:%S)"'
-        ],
+        "command": command,
+        "args": args,
         "env": [
             *credential_env(),
             *s3_env(placement),
@@ -587,8 +596,8 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {
-            "requests": {"cpu": "500m", "memory": "2Gi"},
-            "limits": {"cpu": "2", "memory": "2Gi"},
+            "requests": {"cpu": cpu[0], "memory": memory},
+            "limits": {"cpu": cpu[1], "memory": memory},
         },
         "securityContext": restricted_container(),
         "volumeMounts": [
@@ -597,6 +606,23 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
             *ca_mounts,
         ],
     }
+
+
+def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
+    """``feast materialize-incremental`` up to now, on the schedule, one at a time."""
+    _, ca_volumes, ca_mounts = online_ca(placement)
+    container = _feast_job_container(
+        spec,
+        placement,
+        ca_mounts,
+        name="materialize",
+        command=["/bin/sh", "-c"],
+        args=[
+            'exec feast -c /feature_repo materialize-incremental "$(date -u +%Y-%m-%dT%H:%M:%S)"'
+        ],
+        cpu=("500m", "2"),
+        memory="2Gi",
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -651,28 +677,16 @@ def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
     args = ["--repo", "/feature_repo", "--offline-uri", placement.offline_uri]
     if placement.on_aws:
         args += ["--s3-endpoint", s3_endpoint(placement)]
-    container = {
-        "name": "apply",
-        "image": image(placement, "features", spec.image_tag),
-        "command": ["python", "-m", "workloads.features", "apply"],
-        "args": args,
-        "env": [
-            *credential_env(),
-            *s3_env(placement),
-            {"name": "FEAST_USAGE", "value": "False"},
-            {"name": "HOME", "value": "/tmp"},
-        ],
-        "resources": {
-            "requests": {"cpu": "250m", "memory": "1Gi"},
-            "limits": {"cpu": "1", "memory": "1Gi"},
-        },
-        "securityContext": restricted_container(),
-        "volumeMounts": [
-            {"name": "feature-repo", "mountPath": "/feature_repo", "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-            *ca_mounts,
-        ],
-    }
+    container = _feast_job_container(
+        spec,
+        placement,
+        ca_mounts,
+        name="apply",
+        command=["python", "-m", "workloads.features", "apply"],
+        args=args,
+        cpu=("250m", "1"),
+        memory="1Gi",
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

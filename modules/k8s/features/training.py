@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from modules.k8s.common import Manifest, metadata
+from modules.k8s.features.spec import pod_security, restricted_container
 from modules.k8s.names import LOCAL_QUEUE_NAME, team_namespace
 from modules.k8s.trainer.pods import pool_node_affinity, pool_tolerations
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL, POOL_LABEL
@@ -42,7 +43,6 @@ SERVICE_ACCOUNT = "features-trainer"
 #: team: the tracking server's basic auth admits no anonymous client.
 MLFLOW_SECRET = "features-mlflow"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-RUN_AS = 1000  # the features image's user
 CPU = "2"
 MEMORY = "4Gi"
 THREADS = 2
@@ -52,18 +52,6 @@ WORKDIR = "/tmp/train"
 def runtime_name(pool: str) -> str:
     """``features-<pool>``: the runtime a features TrainJob names."""
     return f"{FRAMEWORK}-{pool}"
-
-
-def _restricted() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
 
 
 def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
@@ -79,7 +67,7 @@ def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "securityContext": _restricted(),
+        "securityContext": restricted_container(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     pod = {
@@ -88,13 +76,7 @@ def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
         # EKS Pod Identity authenticates with the service account's token.
         "automountServiceAccountToken": True,
         "priorityClassName": PRIORITY_CLASS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(),
         "affinity": {"nodeAffinity": pool_node_affinity(pool)},
         "tolerations": pool_tolerations(pool),
         "containers": [container],
