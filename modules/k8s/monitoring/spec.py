@@ -37,6 +37,11 @@ from modules.pools import ACCELERATOR_LABEL, FABRIC_LABEL, POOL_LABEL, ROLE_LABE
 from modules.validation import Checker
 
 GRAFANA_SERVICE = "grafana"
+#: Namespaces with this label (platform namespaces only: teams cannot label namespaces)
+#: may add routes to Alertmanager with AlertmanagerConfigs carrying the same label,
+#: e.g. Kubeflow Pipelines' drift-to-retraining route (`modules.k8s.pipelines.loop`).
+ALERT_ROUTING_LABEL = "gpuplatform.ae/alert-routing"
+ALERT_ROUTING_VALUE = "platform"
 TRAINING_POD_MONITOR = "training-jobs"
 # Read by the AWS Load Balancer Controller; the last one by the legacy in-tree
 # controller, so the load balancer is internal whichever controller creates it.
@@ -159,6 +164,16 @@ def kube_prometheus_stack_values(
         "alertmanager": {
             "alertmanagerSpec": {
                 "nodeSelector": system,
+                # Platform routes from AlertmanagerConfigs in labelled namespaces; their
+                # matchers are taken as written (a route for a team namespace's alert
+                # lives in a platform namespace), not narrowed to their own namespace.
+                "alertmanagerConfigSelector": {
+                    "matchLabels": {ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE}
+                },
+                "alertmanagerConfigNamespaceSelector": {
+                    "matchLabels": {ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE}
+                },
+                "alertmanagerConfigMatcherStrategy": {"type": "None"},
                 "storage": {
                     "volumeClaimTemplate": volume_claim(
                         storage_class, spec.alertmanager_storage_gib
