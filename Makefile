@@ -23,12 +23,13 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving features
+ENVS           := plan training lifecycle serving features pipelines
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
 VENV_serving   := .venv-serving
 VENV_features  := .venv-features
+VENV_pipelines := .venv-pipelines
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -112,6 +113,7 @@ DEPS_training  := $(VENV_training)/.installed-torch $(VENV_training)/.installed-
 DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installed-lifecycle
 DEPS_serving   := $(VENV_serving)/.installed-serving
 DEPS_features  := $(VENV_features)/.installed-features
+DEPS_pipelines := $(VENV_pipelines)/.installed-pipelines
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -126,6 +128,7 @@ CODE_training  := workloads/training workloads/data workloads/horovod \
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
+CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
@@ -136,6 +139,7 @@ TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test
 	tests/workloads/test_lifecycle_tracking.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
+TESTS_pipelines := tests/pipelines
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 

@@ -37,7 +37,6 @@ from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.pipelines.spec import (
     NAMESPACE,
-    PIPELINE_NAME,
     PUBLISHER_ACCOUNT,
     TRIGGER_ACCOUNT,
     PipelinesPlacement,
@@ -169,9 +168,7 @@ def run_parameters(
         try:
             values[name] = _convert(given[name], declared.parameter_type)
         except ValueError:
-            problems.append(
-                (name, given[name], f"{ir.name} declares it {declared.parameter_type}")
-            )
+            problems.append((name, given[name], f"{ir.name} declares it {declared.parameter_type}"))
     for name, declared in sorted(ir.parameters.items()):
         if name not in given and not (declared.has_default or declared.optional):
             problems.append(
@@ -402,7 +399,9 @@ def trigger_objects(
                             "namespaceSelector": {
                                 "matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
                             },
-                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
+                            "podSelector": {
+                                "matchLabels": {"app.kubernetes.io/name": "alertmanager"}
+                            },
                         }
                     ],
                     "ports": [{"protocol": "TCP", "port": TRIGGER_PORT}],
@@ -443,9 +442,7 @@ def alertmanager_config(spec: PipelinesSpec) -> Manifest:
             "receivers": [
                 {
                     "name": TRIGGER,
-                    "webhookConfigs": [
-                        {"url": TRIGGER_URL, "sendResolved": False, "maxAlerts": 0}
-                    ],
+                    "webhookConfigs": [{"url": TRIGGER_URL, "sendResolved": False, "maxAlerts": 0}],
                 }
             ],
         },
@@ -456,7 +453,11 @@ def loop_objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR, parameters: dict[str, Any]
 ) -> list[Manifest]:
     """Everything of the loop, in the order it can be applied."""
-    objects = [pipeline_configmap(ir, parameters), publisher_account(), publish_job(spec, placement, ir)]
+    objects = [
+        pipeline_configmap(ir, parameters),
+        publisher_account(),
+        publish_job(spec, placement, ir),
+    ]
     if spec.retrain_on_drift:
         objects += [*trigger_objects(spec, placement, ir), alertmanager_config(spec)]
     return objects

@@ -57,7 +57,6 @@ from modules.k8s.pipelines.spec import (
     PipelinesPlacement,
     PipelinesSpec,
     labels,
-    pipeline_root,
     s3_endpoint,
 )
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
@@ -216,6 +215,8 @@ _IMAGE_NAMES = {
     "quay.io/argoproj/workflow-controller": "workflow-controller",
     "docker.io/alpine": "alpine",
 }
+#: The policy pack's exception annotation for its advisory read-only-root rule.
+READ_ONLY_EXCEPTION = "policy-exception.gpuplatform.ae/k8s-read-only-root-filesystem"
 #: CPU and memory of each container (requests = limits; upstream sets requests only).
 _RESOURCES: dict[str, tuple[str, str]] = {
     "ml-pipeline-api-server": ("1", "1Gi"),
@@ -243,7 +244,11 @@ RUNNER_RULES: list[Manifest] = [
         "resources": ["workflows"],
         "verbs": ["get", "list", "watch", "update", "patch"],
     },
-    {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": ["argoproj.io"],
+        "resources": ["workflowtaskresults"],
+        "verbs": ["create", "patch"],
+    },
 ]
 
 
@@ -340,7 +345,8 @@ def object_store_env(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
         _env_value("OBJECTSTORECONFIG_PIPELINEPATH", SPECS_PREFIX.rstrip("/")),
     ]
     if placement.on_aws:
-        return env + [
+        return [
+            *env,
             _env_value("OBJECTSTORECONFIG_HOST", s3_endpoint(placement.region)),
             _env_value("OBJECTSTORECONFIG_PORT", "443"),
             _env_value("OBJECTSTORECONFIG_REGION", placement.region),
@@ -349,7 +355,8 @@ def object_store_env(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
         ]
     store = _store(spec)
     host, _, port = store.endpoint.partition(":")
-    return env + [
+    return [
+        *env,
         _env_value("OBJECTSTORECONFIG_HOST", host),
         _env_value("OBJECTSTORECONFIG_PORT", port or "443"),
         _env_value("OBJECTSTORECONFIG_REGION", store.region),
@@ -397,7 +404,9 @@ def _api_server(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacemen
     server.setdefault("volumeMounts", []).append(
         {"name": "config", "mountPath": "/config/config.json", "subPath": "config.json"}
     )
-    pod.setdefault("volumes", []).append({"name": "config", "configMap": {"name": APISERVER_CONFIG}})
+    pod.setdefault("volumes", []).append(
+        {"name": "config", "configMap": {"name": APISERVER_CONFIG}}
+    )
 
 
 def _metadata_server(pod: Manifest) -> None:
@@ -441,6 +450,20 @@ def _adapt_deployment(
     for container in _containers(pod):
         container["image"] = mirrored(container["image"], placement)
         _limits(container)
+        if container["name"].startswith("wait-for-"):
+            # A shell loop around nc: nothing to write.
+            container["securityContext"]["readOnlyRootFilesystem"] = True
+    writable = [
+        c["name"]
+        for c in _containers(pod)
+        if not c.get("securityContext", {}).get("readOnlyRootFilesystem")
+    ]
+    if writable:
+        manifest["metadata"].setdefault("annotations", {})[READ_ONLY_EXCEPTION] = (
+            f"{', '.join(writable)}: KFP {KFP_VERSION} runs its servers with a writable root "
+            "file system (glog and Envoy write under /tmp) and upstream does not test them "
+            "read-only; the init containers and the database proxy are read-only"
+        )
     pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement.node_selector}
     pod["automountServiceAccountToken"] = name in API_CLIENTS
     pod.pop("priorityClassName", None)  # the PriorityClass is left out
@@ -533,7 +556,10 @@ def pipelines_namespace(kubernetes_version: str) -> Manifest:
     """``kubeflow`` with Pod Security ``restricted`` (KFP 2.17 compiles runs' pods to the
     restricted profile) and the label that lets its AlertmanagerConfig route alerts."""
     return namespace(
-        NAMESPACE, "restricted", kubernetes_version, labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE}
+        NAMESPACE,
+        "restricted",
+        kubernetes_version,
+        labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE},
     )
 
 
@@ -592,7 +618,6 @@ def apiserver_configmap() -> Manifest:
         "metadata": metadata(APISERVER_CONFIG, NAMESPACE),
         "data": {"config.json": json.dumps(apiserver_config(), indent=2, sort_keys=True)},
     }
-
 
 
 # -- the database: PgBouncer next to each client --------------------------------------
@@ -697,9 +722,7 @@ def database_host(placement: PipelinesPlacement) -> Any:
     return f"{DATABASE_CLUSTER}-rw.{NAMESPACE}.svc.cluster.local"
 
 
-def secret(
-    name: str, ns: str, data: Mapping[str, Any], secret_type: str = "Opaque"
-) -> Manifest:
+def secret(name: str, ns: str, data: Mapping[str, Any], secret_type: str = "Opaque") -> Manifest:
     """A Secret from ``stringData`` (the component wraps every value in
     ``pulumi.Output.secret``: the plan shows ``[secret]``)."""
     return {
@@ -817,7 +840,9 @@ def database_init_job(placement: PipelinesPlacement, database_host_value: Any) -
                                 {"name": "PGHOST", "value": database_host_value},
                                 _env_secret("PGUSER", master["name"], "username"),
                                 _env_secret("PGPASSWORD", master["name"], "password"),
-                                _env_secret("KFP_DATABASE_PASSWORD", DATABASE_INIT_SECRET, "password"),
+                                _env_secret(
+                                    "KFP_DATABASE_PASSWORD", DATABASE_INIT_SECRET, "password"
+                                ),
                             ],
                             "resources": {
                                 "requests": {"cpu": "100m", "memory": "64Mi"},
@@ -894,11 +919,14 @@ def network_policies(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
     NetworkPolicies do not see), the trigger only from Alertmanager (`loop`)."""
     dns = {
         "to": [
-            {**_namespace_peer(KUBE_SYSTEM), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+            {
+                **_namespace_peer(KUBE_SYSTEM),
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
         ],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
-    own = [{"podSelector": {}}]
+    own: list[Manifest] = [{"podSelector": {}}]
     policies = [
         _policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(
@@ -1061,7 +1089,9 @@ def runs_tracking_egress() -> Manifest:
         "allow-runs-tracking",
         {
             "podSelector": {
-                "matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]
+                "matchExpressions": [
+                    {"key": "workflows.argoproj.io/workflow", "operator": "Exists"}
+                ]
             },
             "policyTypes": ["Egress"],
             "egress": [
@@ -1077,4 +1107,3 @@ def runs_tracking_egress() -> Manifest:
             ],
         },
     )
-

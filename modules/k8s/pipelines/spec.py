@@ -317,7 +317,11 @@ def placement_problems(spec: PipelinesSpec, on_aws: bool) -> list[tuple[str, obj
     wanted = (
         ("registry", spec.registry, "required on premises: the site's registry mirroring KFP"),
         ("object_store", spec.object_store, "required on premises: the site's S3-compatible store"),
-        ("api_server_cidrs", spec.api_server_cidrs or None, "required on premises: the API server's CIDRs"),
+        (
+            "api_server_cidrs",
+            spec.api_server_cidrs or None,
+            "required on premises: the API server's CIDRs",
+        ),
     )
     return [(name, value, expected) for name, value, expected in wanted if value is None]
 
