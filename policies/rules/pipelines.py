@@ -392,7 +392,8 @@ def pipelines_not_public(resource: ResourceView, settings: Settings) -> Iterator
         yield "`spec.externalIPs` is set: reachable from outside the cluster"
 
 
-def _webhook_urls(resource: ResourceView) -> Iterator[tuple[str, Any]]:
+def _webhook_urls(resource: ResourceView) -> Iterator[tuple[str, Any, bool]]:
+    """(path, URL, whether it comes from a Secret) of every webhook receiver."""
     for index, receiver in enumerate(dig(resource.props, "spec", "receivers") or []):
         if not isinstance(receiver, Mapping):
             continue
@@ -400,10 +401,10 @@ def _webhook_urls(resource: ResourceView) -> Iterator[tuple[str, Any]]:
             if not isinstance(config, Mapping):
                 continue
             path = f"spec.receivers[{index}].webhookConfigs[{hook}]"
-            if "urlSecret" in config and "url" not in config:
-                yield f"{path}.urlSecret", None
+            if "urlSecret" in config:
+                yield f"{path}.urlSecret", None, True
             else:
-                yield f"{path}.url", config.get("url")
+                yield f"{path}.url", config.get("url"), False
 
 
 def in_cluster_url(url: str) -> bool:
@@ -431,8 +432,8 @@ def in_cluster_url(url: str) -> bool:
     applies_to=lambda r: kind_of(r) == "AlertmanagerConfig",
 )
 def alert_webhooks_in_cluster(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for path, value in _webhook_urls(resource):
-        if value is None:
+    for path, value, from_secret in _webhook_urls(resource):
+        if from_secret:
             yield f"`{path}`: a URL from a Secret cannot be checked to stay in the cluster"
             continue
         url = known(value, path)
