@@ -92,6 +92,7 @@ ABSENT = {
     "lifecycle": ["pulumi", "kserve"],
     "serving": ["torch", "pulumi", "mlflow", "onnx"],
     "features": ["torch", "pulumi"],
+    "pipelines": ["torch", "pulumi", "kserve"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
@@ -99,6 +100,7 @@ PRESENT = {
     "lifecycle": ["torch", "mlflow", "onnx", "onnxruntime", "onnxscript", "psutil"],
     "serving": ["kserve", "onnxruntime", "numpy", "scipy", "httpx"],
     "features": ["feast", "lightgbm", "onnxmltools", "onnxruntime", "mlflow", "kserve"],
+    "pipelines": ["kfp", "kfp_server_api"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

@@ -178,7 +178,7 @@ def route(kind: str, service: str) -> dict[str, Any]:
                 "rules": [
                     {"http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}
                 ]
-            },  # noqa: E501
+            },
         }
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
@@ -223,7 +223,8 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("root-minio", set_root("minio://mlpipeline/v2/artifacts"), ARTIFACTS, "is not s3://"),
     ("root-other-bucket", set_root("s3://someone-else/x"), ARTIFACTS, "not one this stack creates"),
     ("provider-clear-text", set_provider(disableSSL=True), ARTIFACTS, "clear text"),
-    ("provider-abroad", set_provider(endpoint="s3.eu-west-1.amazonaws.com"), ARTIFACTS, "eu-west-1"),
+    ("provider-abroad", set_provider(endpoint="s3.eu-west-1.amazonaws.com"), ARTIFACTS,
+     "eu-west-1"),
     ("provider-global", set_provider(endpoint="s3.amazonaws.com"), ARTIFACTS, "global endpoint"),
     ("provider-minio", add_provider("minio", {"default": {"endpoint": "minio:9000"}}), ARTIFACTS,
      "MinIO"),
@@ -246,7 +247,8 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("proxy-tls-missing", edit_proxy("server_tls_sslmode = require\n", ""), DATABASE,
      "prefer"),
     ("proxy-missing", drop_proxy, DATABASE, "no kfp-database-proxy"),
-    ("ui-load-balancer", set_service("ml-pipeline-ui", type="LoadBalancer"), PUBLIC, "LoadBalancer"),
+    ("ui-load-balancer", set_service("ml-pipeline-ui", type="LoadBalancer"), PUBLIC,
+     "LoadBalancer"),
     ("api-node-port", set_service("ml-pipeline", type="NodePort"), PUBLIC, "NodePort"),
     ("envoy-external-ip", set_service("metadata-envoy-service", externalIPs=["203.0.113.9"]),
      PUBLIC, "externalIPs"),
