@@ -188,7 +188,8 @@ def _namespace(resource: ResourceView) -> Any:
         "with `disableSSL: false`; point the API server's OBJECTSTORECONFIG_* at the same "
         "bucket with OBJECTSTORECONFIG_SECURE=true; leave KFP's SeaweedFS/MinIO out."
     ),
-    controls=(*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12),
+    # dict.fromkeys: CBUAE 6.3 is in both sets; a rule names each control once.
+    controls=tuple(dict.fromkeys((*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12))),
     applies_to=lambda r: r.type in (CONFIGMAP, DEPLOYMENT),
     config_keys=("allowedRegions",),
 )
