@@ -108,7 +108,7 @@ def list_key(path: str) -> str:
     assert op is not None
     ref = op["responses"]["200"]["schema"]["$ref"].rsplit("/", 1)[-1]
     properties = swagger()["definitions"][ref]["properties"]
-    (key,) = (k for k, v in properties.items() if v.get("type") == "array")
+    (key,) = (str(k) for k, v in properties.items() if v.get("type") == "array")
     return key
 
 
@@ -191,6 +191,7 @@ class Handler(BaseHTTPRequestHandler):
             for part in message.iter_parts():
                 if part.get_param("name", header="content-disposition") == "uploadfile":
                     content = part.get_payload(decode=True)
+                    assert isinstance(content, bytes)
                     return {"uploadfile": content.decode("utf-8")}
             return {}
         return json.loads(raw) if raw else None
@@ -276,15 +277,16 @@ class Handler(BaseHTTPRequestHandler):
             if any(p["display_name"] == name for p in s.pipelines.values()):
                 self._send(409, {"error": "already exists", "code": 6})
                 return
-            pipeline = {
-                "pipeline_id": s.new_id("pipeline"),
+            pipeline_id = s.new_id("pipeline")
+            pipeline: dict[str, Any] = {
+                "pipeline_id": pipeline_id,
                 "display_name": name,
                 "description": query.get("description", ""),
                 "created_at": s.stamp(),
                 "_order": len(s.pipelines),
             }
-            s.pipelines[pipeline["pipeline_id"]] = pipeline
-            self._pipeline_version(pipeline["pipeline_id"], name, body["uploadfile"])
+            s.pipelines[pipeline_id] = pipeline
+            self._pipeline_version(pipeline_id, name, body["uploadfile"])
             self._send(200, _public(pipeline))
         elif path == f"{PREFIX}/pipelines/upload_version":
             pipeline_id = query["pipelineid"]
