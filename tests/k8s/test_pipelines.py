@@ -727,6 +727,73 @@ def test_shipped_plans_install_kfp_and_the_loop_iff_the_pipeline_exists(stack: s
         assert ("AlertmanagerConfig", loop.ALERTMANAGER_CONFIG) in names
 
 
+#: The platform's own objects beside the upstream ones, per shipped stack (a deleted or an
+#: added object fails here).
+OWN_COMMON = {
+    ("ConfigMap", kfp.PROXY_CONFIG),
+    ("ConfigMap", kfp.APISERVER_CONFIG),
+    ("Secret", kfp.DATABASE_SECRET),
+    ("Secret", kfp.METADATA_SECRET),
+    ("Secret", kfp.PROXY_USERS_SECRET),
+    ("NetworkPolicy", "default-deny"),
+    ("NetworkPolicy", "allow-namespace-and-dns"),
+    ("NetworkPolicy", "allow-kubernetes-api"),
+    ("NetworkPolicy", "allow-object-store"),
+    ("NetworkPolicy", "allow-runs-object-store"),
+    ("NetworkPolicy", "allow-runs-tracking"),
+    ("NetworkPolicy", "allow-kubeflow-pipelines"),
+}
+OWN = {
+    "uae-prod": OWN_COMMON
+    | {
+        ("Secret", kfp.DATABASE_INIT_SECRET),
+        ("Job", "kfp-database-init"),
+        ("NetworkPolicy", "allow-database"),
+        ("NetworkPolicy", "allow-metadata-database"),
+    },
+    "onprem-ib": OWN_COMMON
+    | {
+        ("Secret", kfp.DATABASE_OWNER_SECRET),
+        ("Secret", kfp.OBJECT_STORE_SECRET),
+        ("Cluster", kfp.DATABASE_CLUSTER),
+        ("NetworkPolicy", "allow-database-operator"),
+    },
+}
+LOOP = {
+    ("ConfigMap", loop.PIPELINE_CONFIGMAP),
+    ("ServiceAccount", ps.PUBLISHER_ACCOUNT),
+    ("ServiceAccount", ps.TRIGGER_ACCOUNT),
+    ("Deployment", loop.TRIGGER),
+    ("Service", loop.TRIGGER),
+    ("NetworkPolicy", "allow-alertmanager-to-trigger"),
+    ("AlertmanagerConfig", loop.ALERTMANAGER_CONFIG),
+}
+
+
+@pytest.mark.parametrize("stack", PIPELINE_STACKS)
+def test_shipped_plans_hold_exactly_kfp_the_platforms_objects_and_the_loop(stack: str) -> None:
+    names = [(r.inputs["kind"], r.inputs["metadata"]["name"]) for r in kfp_records(stack)]
+    assert len(names) == len(set(names))
+    expected = set(kfp.KEPT) | OWN[stack] | {("Namespace", ps.NAMESPACE)}
+    if (ROOT / ps.PIPELINE_FILE).is_file():
+        expected |= LOOP
+        publish = {n for n in names if n[0] == "Job" and n[1].startswith("publish-")}
+        assert len(publish) == 1
+        expected |= publish
+    assert set(names) == expected
+
+
+def test_every_mirrored_image_has_its_ecr_repository() -> None:
+    registrations, _ = shipped_plan("uae-prod")
+    repositories = {
+        r.inputs["name"]
+        for r in registrations.values()
+        if r.type == "aws:ecr/repository:Repository"
+    }
+    wanted = {f"gpu-uae-prod/{ps.MIRROR_PATH}/{name}" for name in ps.MIRRORED_IMAGES}
+    assert wanted | {"gpu-uae-prod/pipelines"} <= repositories
+
+
 def test_shipped_aws_plan_resolves_the_bucket_and_the_database() -> None:
     records = kfp_records("uae-prod")
     (install,) = [
