@@ -214,6 +214,7 @@ def test_the_api_server_config_drops_the_example_keys_and_the_mlflow_plugin() ->
     assert "SecretAccessKey" not in config["ObjectStoreConfig"]
     assert "plugins" not in config
     assert config["ObjectStoreConfig"]["PipelinePath"] == "pipelines/specs"
+    assert (upstream["DBDriverName"], config["DBDriverName"]) == ("mysql", "pgx")
     # Everything else is upstream's.
     rest = {
         k: v

@@ -279,7 +279,12 @@ def apiserver_config() -> dict[str, Any]:
     """The API server's ``config.json`` as the image ships it, with the object-store
     example key pair (``minio``/``minio123``) and the MLflow plugin (pointed at an Open
     Data Hub service) taken out: the key pair comes from the environment (none on AWS:
-    Pod Identity), and the platform's pipeline registers its models itself."""
+    Pod Identity), and the platform's pipeline registers its models itself.
+
+    ``DBDriverName`` is ``pgx``, the PostgreSQL driver (client_manager.go's
+    ``InitDBClient``): the image's file says ``mysql``, and the ``DB_DRIVER_NAME``
+    variable the PostgreSQL overlay sets is read by nothing in the API server (viper
+    looks the key up as ``DBDRIVERNAME``)."""
     config: dict[str, Any] = json.loads(APISERVER_CONFIG_FILE.read_text(encoding="utf-8"))
     store = config["ObjectStoreConfig"]
     store.pop("AccessKey", None)
