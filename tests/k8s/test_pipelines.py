@@ -306,6 +306,13 @@ def test_v1_is_blocked_and_the_install_config_names_the_proxy_and_databases() ->
     )
 
 
+def test_the_install_config_keys_are_upstreams() -> None:
+    upstream = kfp.upstream_object("ConfigMap", "pipeline-install-config")["data"]
+    ours = find(installed(), "ConfigMap", "pipeline-install-config")["data"]
+    assert set(ours) <= set(upstream)
+    assert set(upstream) - set(ours) == {"cacheDb"}  # the cache webhook is left out
+
+
 # -- the database --------------------------------------------------------------------------
 
 
