@@ -409,6 +409,11 @@ def test_the_runner_role_is_within_upstreams_and_without_its_wildcards() -> None
     flat = json.dumps(ours)
     for gone in ('"*"', "deployments", "jobs", "services", "seldondeployments", "pods/exec"):
         assert gone not in flat
+    # No Secret on AWS; on premises the store's key pair only (not the database password).
+    assert "secrets" not in flat
+    onprem = find(installed(ONPREM_SPEC, ONPREM), "Role", "pipeline-runner")["rules"]
+    (secrets,) = [r for r in onprem if "secrets" in r["resources"]]
+    assert secrets["resourceNames"] == [kfp.OBJECT_STORE_SECRET] and secrets["verbs"] == ["get"]
 
 
 def test_the_namespace_is_restricted_and_may_route_alerts() -> None:

@@ -24,8 +24,9 @@ What the platform changes, and why:
 * **Fences** (`network_policies`): default-deny in ``kubeflow``; KFP's pods talk to each
   other, to DNS, the Kubernetes API, the database and the object store only.
 * **Runs**: the ``pipeline-runner`` Role keeps what a v2 run needs (its pods, task
-  results, the launcher's ConfigMap, volume claims), not upstream's wildcard rights on
-  Deployments, Jobs, Services and every ``kubeflow.org`` resource.
+  results, the launcher's ConfigMap, volume claims, on premises the store's key pair),
+  not upstream's wildcard rights on Deployments, Jobs, Services, every Secret and every
+  ``kubeflow.org`` resource.
 """
 
 from __future__ import annotations
@@ -226,30 +227,50 @@ _RESOURCES: dict[str, tuple[str, str]] = {
     "workflow-controller": ("1", "1Gi"),
     "container": ("500m", "512Mi"),  # ML Metadata's server and its Envoy
 }
-#: The pipeline-runner Role: what a v2 run's pods do (Argo's executor watches its pod
-#: and writes task results; KFP's driver and launcher read the launcher ConfigMap, the
-#: object store's key pair on premises, and create volume claims for kfp-kubernetes).
-RUNNER_RULES: list[Manifest] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-    {
-        "apiGroups": [""],
-        "resources": ["persistentvolumeclaims"],
-        "verbs": ["create", "delete", "get", "list", "watch", "patch"],
-    },
-    {
-        "apiGroups": ["argoproj.io"],
-        "resources": ["workflows"],
-        "verbs": ["get", "list", "watch", "update", "patch"],
-    },
-    {
-        "apiGroups": ["argoproj.io"],
-        "resources": ["workflowtaskresults"],
-        "verbs": ["create", "patch"],
-    },
-]
+
+
+def runner_rules(placement: PipelinesPlacement) -> list[Manifest]:
+    """The ``pipeline-runner`` Role: what a v2 run's pods do. Argo's executor watches its
+    pod and writes task results; KFP's driver and launcher read the launcher ConfigMap,
+    create volume claims for kfp-kubernetes and, on premises, read the object store's key
+    pair, that Secret only (a run's code shares the token: no other Secret of the
+    namespace, the database password among them, is readable)."""
+    rules: list[Manifest] = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]},
+        {
+            "apiGroups": [""],
+            "resources": ["persistentvolumeclaims"],
+            "verbs": ["create", "delete", "get", "list", "watch", "patch"],
+        },
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflows"],
+            "verbs": ["get", "list", "watch", "update", "patch"],
+        },
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflowtaskresults"],
+            "verbs": ["create", "patch"],
+        },
+    ]
+    if not placement.on_aws:
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [OBJECT_STORE_SECRET],
+                "verbs": ["get"],
+            }
+        )
+    return rules
+
+
+@cache
+def _parsed() -> tuple[Manifest, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for d in yaml.load_all(_upstream_text(), Loader=loader) if d)
 
 
 def key(manifest: Mapping[str, Any]) -> Key:
@@ -263,8 +284,7 @@ def _upstream_text() -> str:
 
 def upstream_objects() -> list[Manifest]:
     """Every object of the vendored render (fresh copies: callers may change them)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(_upstream_text(), Loader=loader) if d]
+    return copy.deepcopy(list(_parsed()))
 
 
 def upstream_object(kind: str, name: str) -> Manifest:
@@ -538,7 +558,7 @@ def adapt(
     if manifest["kind"] == "Deployment":
         return _adapt_deployment(manifest, spec, placement)
     if manifest["kind"] == "Role" and meta["name"] == "pipeline-runner":
-        manifest["rules"] = copy.deepcopy(RUNNER_RULES)
+        manifest["rules"] = runner_rules(placement)
     if manifest["kind"] == "ConfigMap":
         return _adapt_configmap(manifest, spec, placement, root)
     return manifest
