@@ -416,6 +416,22 @@ def test_the_runner_role_is_within_upstreams_and_without_its_wildcards() -> None
     assert secrets["resourceNames"] == [kfp.OBJECT_STORE_SECRET] and secrets["verbs"] == ["get"]
 
 
+def test_the_ui_reads_no_secret_but_the_stores_key_pair() -> None:
+    upstream = find(kfp.upstream_objects(), "Role", "ml-pipeline-ui")["rules"]
+    assert any("secrets" in r["resources"] for r in upstream)  # what is taken away
+    aws = find(installed(), "Role", "ml-pipeline-ui")["rules"]
+    assert not [r for r in aws if "secrets" in r["resources"]]
+    assert any("configmaps" in r["resources"] for r in aws)
+    onprem = find(installed(ONPREM_SPEC, ONPREM), "Role", "ml-pipeline-ui")["rules"]
+    (secrets,) = [r for r in onprem if "secrets" in r["resources"]]
+    assert secrets == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": [kfp.OBJECT_STORE_SECRET],
+        "verbs": ["get"],
+    }
+
+
 def test_the_namespace_is_restricted_and_may_route_alerts() -> None:
     namespace = installed()[0]
     labels = namespace["metadata"]["labels"]

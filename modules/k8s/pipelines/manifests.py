@@ -267,6 +267,29 @@ def runner_rules(placement: PipelinesPlacement) -> list[Manifest]:
     return rules
 
 
+def ui_rules(upstream: list[Manifest], placement: PipelinesPlacement) -> list[Manifest]:
+    """The UI's Role: upstream's, except that it reads every Secret of the namespace (for
+    multi-user artifact credentials): here only the store's key pair, on premises."""
+    rules = []
+    for rule in upstream:
+        if "secrets" not in rule["resources"]:
+            rules.append(rule)
+            continue
+        others = [r for r in rule["resources"] if r != "secrets"]
+        if others:
+            rules.append({**rule, "resources": others})
+    if not placement.on_aws:
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [OBJECT_STORE_SECRET],
+                "verbs": ["get"],
+            }
+        )
+    return rules
+
+
 @cache
 def _parsed() -> tuple[Manifest, ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -559,6 +582,8 @@ def adapt(
         return _adapt_deployment(manifest, spec, placement)
     if manifest["kind"] == "Role" and meta["name"] == "pipeline-runner":
         manifest["rules"] = runner_rules(placement)
+    if manifest["kind"] == "Role" and meta["name"] == "ml-pipeline-ui":
+        manifest["rules"] = ui_rules(manifest["rules"], placement)
     if manifest["kind"] == "ConfigMap":
         return _adapt_configmap(manifest, spec, placement, root)
     return manifest
