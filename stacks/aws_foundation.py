@@ -54,6 +54,7 @@ from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
+from .pipelines_layer import PipelinesAws, build_pipelines_aws
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
 
@@ -87,6 +88,8 @@ class AwsFoundation:
     serving_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
     features: FeaturesAws | None = None
+    #: Kubeflow Pipelines' AWS side (stacks/pipelines_layer.py); None when it is off.
+    pipelines: PipelinesAws | None = None
 
 
 @dataclass(frozen=True)
@@ -436,6 +439,20 @@ def build_aws_foundation(
             opts=opts,
         )
 
+    pipelines = None
+    if config.pipelines.enabled and tracking_store is not None:  # config requires tracking
+        pipelines = build_pipelines_aws(
+            name,
+            account_id,
+            config,
+            cluster_name=cluster.cluster.name,
+            bucket_arn=data.bucket.arn,
+            bucket_name=data.bucket.bucket,
+            storage_key_arn=keys.arn("storage"),
+            database_host=tracking_store.database_host,
+            opts=opts,
+        )
+
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
@@ -469,6 +486,7 @@ def build_aws_foundation(
         tracking_team_passwords=team_passwords,
         serving_registry=serving_registry,
         features=features,
+        pipelines=pipelines,
     )
 
 

@@ -26,6 +26,7 @@ from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.pipelines.spec import PipelinesSpec, placement_problems
 from modules.k8s.queueing.spec import QueueingSpec
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.onprem import OnPremSpec
@@ -61,6 +62,11 @@ SECRET_KEYS = (
     "trackingBackupSecretAccessKey",
     "featuresRegistryPassword",
     "featuresRedisAuthToken",
+    # Kubeflow Pipelines (docs/pipelines.md): its database role; on premises the site
+    # object store's key pair.
+    "pipelinesDatabasePassword",
+    "pipelinesObjectStoreAccessKey",
+    "pipelinesObjectStoreSecretKey",
 )
 
 # CloudWatch Logs accepts only these retention periods (days).
@@ -388,6 +394,9 @@ class StackConfig:
             stacks get the defaults when unset; ``enabled: false`` for none.
         trainer: Kubeflow Trainer and the platform's training runtimes (`TrainerSpec`,
             see docs/workloads.md), installed by default.
+        pipelines: Kubeflow Pipelines and the data-to-model loop (`PipelinesSpec`,
+            docs/pipelines.md), off by default; needs ``tracking`` and the secret config
+            value ``pipelinesDatabasePassword``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -426,10 +435,12 @@ class StackConfig:
     keys: KeyCustodySpec | None = None
     backup: BackupSpec | None = None
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
+    pipelines: PipelinesSpec = field(default_factory=PipelinesSpec)
 
     def __post_init__(self) -> None:
         check = Checker()
         self._check_target(check)
+        self._check_pipelines(check)
         self._check_fleet_and_cost(check)
         self._check_access_and_link(check)
         self._check_keys_and_backup(check)
@@ -665,6 +676,21 @@ class StackConfig:
                     f"overlaps the VPC ({self.network.vpc_cidr}): routes to the site would be "
                     "ambiguous",
                 )
+
+    def _check_pipelines(self, check: Checker) -> None:
+        """Kubeflow Pipelines: its database is on the tracking server's; what the target
+        needs of its section (`modules.k8s.pipelines.spec.placement_problems`)."""
+        if not self.pipelines.enabled:
+            return
+        check.require(
+            self.tracking.enabled,
+            "pipelines.enabled",
+            True,
+            "Kubeflow Pipelines keeps its database on the tracking database server: "
+            "needs tracking.enabled",
+        )
+        for name, value, expected in placement_problems(self.pipelines, self.target == "aws"):
+            check.require(False, f"pipelines.{name}", value, expected)
 
     def _check_keys_and_backup(self, check: Checker) -> None:
         """Key custody and backups are AWS settings; they must fit this stack's VPC and

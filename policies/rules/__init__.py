@@ -13,6 +13,7 @@ from policies.rules import (
     fleet,
     identity,
     kubernetes,
+    pipelines,
     residency,
     serving,
     site_link,
@@ -44,6 +45,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         custody,
         backup,
         features,
+        pipelines,
     )
     for rule in _rules_of(module)
 )

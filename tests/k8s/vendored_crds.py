@@ -1,8 +1,7 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
 releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG (Cluster,
-Backup, ScheduledBackup),
-Kubeflow Trainer v2.3.0, the Prometheus Operator's ServiceMonitor; the READMEs there
-name sources, versions and commits).
+Backup, ScheduledBackup), Kubeflow Trainer v2.3.0, the Prometheus Operator's ServiceMonitor
+and v0.93.1's AlertmanagerConfig; the READMEs there name sources, versions and commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -44,6 +43,9 @@ FILES: dict[tuple[str, str], str] = {
     ("trainer.kubeflow.org", "ClusterTrainingRuntime"): (
         "kubeflow-trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"
     ),
+    ("monitoring.coreos.com", "AlertmanagerConfig"): (
+        "prometheus-operator/crd-alertmanagerconfigs.yaml"
+    ),
 }
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}
 
@@ -69,13 +71,22 @@ def _strict(node: Any) -> Any:
     return out
 
 
+# libyaml's loader: the InferenceService CRD is 1.8 MB of YAML. PyYAML reads a bare `=`
+# (the AlertmanagerConfig CRD's matchType enum) as YAML 1.1's "value" tag: a string here.
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    pass
+
+
+_Loader.add_constructor(
+    "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
+)
+
+
 @cache
 def crd(kind: str, group: str | None = None) -> dict[str, Any]:
     """The vendored CRD of ``kind`` (in ``group``; by default the one vendored group)."""
     path = VENDOR / FILES[(group or _GROUP_OF_KIND[kind], kind)]
-    # libyaml's loader: the InferenceService CRD is 1.8 MB of YAML.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # type: ignore[no-any-return]
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # type: ignore[no-any-return]
 
 
 @cache

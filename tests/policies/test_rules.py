@@ -770,12 +770,14 @@ def test_every_rule_has_a_failing_case() -> None:
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
     from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
+    from tests.policies.test_pipelines_rules import CASES as PIPELINES_CASES  # noqa: PLC0415
     from tests.policies.test_segmentation_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as SEGMENTATION,
     )
 
     covered = (
         {c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES, *FEATURES_CASES)}
+        | {c[2] for c in PIPELINES_CASES}
         | COVERED_RULE_IDS
         | ACCESS_AND_LINK
         | SEGMENTATION

@@ -87,6 +87,11 @@ OPERATOR_WEBHOOK_PORT = 10250
 #: scheduler (10259) and etcd's metrics (2381), on the control-plane nodes.
 NODE_SCRAPE_PORTS = (netpol.KUBELET_PORT, netpol.NODE_EXPORTER_PORT)
 CONTROL_PLANE_SCRAPE_PORTS = (10249, 10257, 10259, 2381)
+#: Namespaces with this label (platform namespaces only: teams cannot label namespaces)
+#: may add routes to Alertmanager with AlertmanagerConfigs carrying the same label,
+#: e.g. Kubeflow Pipelines' drift-to-retraining route (`modules.k8s.pipelines.loop`).
+ALERT_ROUTING_LABEL = "gpuplatform.ae/alert-routing"
+ALERT_ROUTING_VALUE = "platform"
 TRAINING_POD_MONITOR = "training-jobs"
 # Read by the AWS Load Balancer Controller; the last one by the legacy in-tree
 # controller, so the load balancer is internal whichever controller creates it.
@@ -290,6 +295,16 @@ def kube_prometheus_stack_values(
         "alertmanager": {
             "alertmanagerSpec": {
                 "nodeSelector": system,
+                # Platform routes from AlertmanagerConfigs in labelled namespaces; their
+                # matchers are taken as written (a route for a team namespace's alert
+                # lives in a platform namespace), not narrowed to their own namespace.
+                "alertmanagerConfigSelector": {
+                    "matchLabels": {ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE}
+                },
+                "alertmanagerConfigNamespaceSelector": {
+                    "matchLabels": {ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE}
+                },
+                "alertmanagerConfigMatcherStrategy": {"type": "None"},
                 "storage": {
                     "volumeClaimTemplate": volume_claim(
                         storage_class, spec.alertmanager_storage_gib

@@ -1,0 +1,126 @@
+"""`KubeflowPipelines`: registers what `manifests` and `loop` build.
+
+Thin on purpose: every object comes from a pure function (tested against the vendored
+upstream render, the Kubernetes schemas and the CRDs); this file only wraps the
+secrets, resolves the outputs (the bucket, the database host) into the few strings
+that contain them, and orders the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modules.k8s.common import Manifest, register
+from modules.k8s.pipelines import loop
+from modules.k8s.pipelines import manifests as kfp
+from modules.k8s.pipelines.spec import (
+    DATABASE_USER,
+    NAMESPACE,
+    PipelinesPlacement,
+    PipelinesSpec,
+    pipeline_root,
+)
+
+
+@dataclass(frozen=True)
+class PipelinesArgs:
+    """Args of `KubeflowPipelines`.
+
+    Args:
+        spec: the validated settings.
+        placement: where KFP's state and images are (`PipelinesPlacement`).
+        kubernetes_version: the cluster's minor version (Pod Security labels).
+        database_password: KFP's database role's password (secret config
+            ``pipelinesDatabasePassword``).
+        object_store_keys: on premises the site store's access key id and secret key
+            (secret config values); None on AWS (Pod Identity).
+        pipeline: the compiled ``data-to-model`` (`loop.read_pipeline`), or None while
+            it does not exist: KFP is installed without the loop.
+        parameters: the run parameters, typed (`loop.run_parameters`).
+    """
+
+    spec: PipelinesSpec
+    placement: PipelinesPlacement
+    kubernetes_version: str
+    database_password: pulumi.Input[str]
+    object_store_keys: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
+    pipeline: loop.PipelineIR | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+class KubeflowPipelines(pulumi.ComponentResource):
+    """Kubeflow Pipelines 2.17.0, its database and store settings, its fences, and the
+    data-to-model loop (upload, recurring run, drift trigger)."""
+
+    def __init__(
+        self,
+        name: str,
+        args: PipelinesArgs,
+        provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:KubeflowPipelines", name, None, opts)
+        spec, placement = args.spec, args.placement
+
+        def add(manifest: Manifest, after: Sequence[pulumi.Resource] = (), **kw: Any) -> Any:
+            return register(manifest, self, provider, depends_on=after, **kw)
+
+        root = pulumi.Output.from_input(placement.bucket).apply(pipeline_root)
+        objects = kfp.install_objects(spec, placement, args.kubernetes_version, root)
+        ns = add(objects[0])
+        crds = [add(o) for o in objects if o["kind"] == "CustomResourceDefinition"]
+        password = pulumi.Output.secret(args.database_password)
+        ready: list[pulumi.Resource] = [ns, *crds]
+        for manifest in kfp.database_secrets(password, password.apply(kfp.proxy_userlist)):
+            ready.append(add(manifest, [ns]))
+        host = pulumi.Output.from_input(kfp.database_host(placement))
+        ready.append(add(kfp.proxy_config(host.apply(kfp.proxy_ini)), [ns]))
+        ready.append(add(kfp.apiserver_configmap(), [ns]))
+        if placement.on_aws:
+            init_secret = add(
+                kfp.secret(kfp.DATABASE_INIT_SECRET, "mlflow", {"password": password})
+            )
+            ready.append(add(kfp.database_init_job(placement, host), [init_secret]))
+        else:
+            owner = add(
+                kfp.secret(
+                    kfp.DATABASE_OWNER_SECRET,
+                    NAMESPACE,
+                    {"username": DATABASE_USER, "password": password},
+                    "kubernetes.io/basic-auth",
+                ),
+                [ns],
+            )
+            # The database is data: protected like the tracking server's.
+            ready.append(add(kfp.database_cluster(spec, placement), [owner], protect=True))
+        if args.object_store_keys is not None:
+            access, secret_key = args.object_store_keys
+            ready.append(
+                add(
+                    kfp.secret(
+                        kfp.OBJECT_STORE_SECRET,
+                        NAMESPACE,
+                        {
+                            "accesskey": pulumi.Output.secret(access),
+                            "secretkey": pulumi.Output.secret(secret_key),
+                        },
+                    ),
+                    [ns],
+                )
+            )
+        for policy in kfp.network_policies(spec, placement):
+            add(policy, [ns])
+        add(kfp.runs_tracking_egress(), [ns])
+        add(kfp.tracking_allowance())
+        installed = [add(o, ready) for o in objects[1:] if o["kind"] != "CustomResourceDefinition"]
+        version = None
+        if args.pipeline is not None:
+            version = args.pipeline.version
+            for manifest in loop.loop_objects(spec, placement, args.pipeline, args.parameters):
+                add(manifest, [ns, *installed])
+        self.register_outputs({"namespace": NAMESPACE, "pipelineVersion": version})

@@ -1,0 +1,463 @@
+"""The loop from served model back to training: ``data-to-model`` uploaded to Kubeflow
+Pipelines, run on a schedule, and run again when the served model's inputs drift.
+
+* **The pipeline** is the KFP SDK's compiled IR YAML that ``workloads/pipelines``
+  commits (`spec.PIPELINE_FILE`). The composition reads it at plan time
+  (`read_pipeline`); its content goes into a ConfigMap, so the plan shows (and a
+  change to it replaces) exactly what runs. Without the file the loop is left out.
+* **Upload and schedule**: a Job (``python -m workloads.pipelines.publish``, the KFP SDK
+  in the platform's ``pipelines`` image) uploads the IR as a version named by its
+  digest and keeps one recurring run (KFP's RecurringRun, created through the API:
+  KFP 2.17 has no CRD for it; its ``ScheduledWorkflow`` CRD holds the Argo workflow
+  the API server compiles, not the IR) on the version with `PipelinesSpec.schedule`.
+* **Drift**: the serving layer's ``ModelInputDrift`` alert (`DRIFT_ALERT`) is routed by
+  an AlertmanagerConfig to an in-cluster webhook, the retrain trigger
+  (``python -m workloads.pipelines.trigger``), which starts a run of the pipeline's
+  latest version unless one is still running or one started within the cooldown.
+  Written here because no maintained component turns an Alertmanager notification
+  into a KFP run: Alertmanager posts its own JSON and KFP's API wants a run request,
+  and Argo Events would add an event bus and a controller for one translation.
+
+Everything stays in the cluster: Alertmanager to the trigger, the trigger and the Job
+to KFP's API server; NetworkPolicies admit only those paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modules.k8s.common import Manifest, metadata
+from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
+from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.pipelines.spec import (
+    NAMESPACE,
+    PUBLISHER_ACCOUNT,
+    TRIGGER_ACCOUNT,
+    PipelinesPlacement,
+    PipelinesSpec,
+    labels,
+)
+
+#: KFP's API server (single-user mode: no token; only this namespace's pods reach it).
+API_SERVER_URL = f"http://ml-pipeline.{NAMESPACE}.svc.cluster.local:8888"
+#: The serving layer's input drift alert (`modules.k8s.serving.observability`).
+DRIFT_ALERT = "ModelInputDrift"
+PIPELINE_CONFIGMAP = "data-to-model-pipeline"
+#: The experiments runs are filed under, and the recurring run's name.
+SCHEDULE_EXPERIMENT = "data-to-model"
+DRIFT_EXPERIMENT = "data-to-model-drift"
+RECURRING_RUN = "data-to-model-schedule"
+TRIGGER = "retrain-trigger"
+TRIGGER_PORT = 8080
+TRIGGER_PATH = "/alerts"
+TRIGGER_URL = f"http://{TRIGGER}.{NAMESPACE}.svc.cluster.local:{TRIGGER_PORT}{TRIGGER_PATH}"
+ALERTMANAGER_CONFIG = "retrain-on-drift"
+#: Where the pods mount the pipeline ConfigMap.
+PIPELINE_MOUNT = "/etc/pipeline"
+#: A ConfigMap holds at most 1 MiB; the IR and its parameters must fit.
+CONFIGMAP_LIMIT_BYTES = 1024 * 1024
+RUN_AS = 1000
+#: KFP's parameter types (pipeline_spec.proto ParameterType) and how a stack-file
+#: string becomes each.
+PARAMETER_TYPES = ("STRING", "NUMBER_INTEGER", "NUMBER_DOUBLE", "BOOLEAN", "LIST", "STRUCT")
+
+
+@dataclass(frozen=True)
+class InputParameter:
+    """One root input of the pipeline, as the IR declares it."""
+
+    parameter_type: str
+    has_default: bool
+    optional: bool
+
+
+@dataclass(frozen=True)
+class PipelineIR:
+    """A compiled pipeline (KFP IR YAML) as the composition read it.
+
+    Args:
+        text: the file's content, unchanged.
+        name: ``pipelineInfo.name``.
+        parameters: the root's input parameters by name.
+        digest: sha256 of the content (the uploaded version's name is its first 12).
+    """
+
+    text: str
+    name: str
+    parameters: dict[str, InputParameter]
+    digest: str
+
+    @property
+    def version(self) -> str:
+        return f"{self.name}-{self.digest[:12]}"
+
+
+class PipelineFileError(ValueError):
+    """The pipeline file is not a KFP IR this loop can run (a one-line message)."""
+
+
+def parse_pipeline(text: str) -> PipelineIR:
+    """The IR's name and root inputs; `PipelineFileError` when it is not a KFP pipeline."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        raise PipelineFileError(f"not YAML ({err.__class__.__name__})") from None
+    spec = documents[0] if documents else None
+    if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
+        raise PipelineFileError("not a compiled KFP pipeline (no pipelineInfo and root)")
+    name = spec["pipelineInfo"].get("name")
+    if not isinstance(name, str) or not name:
+        raise PipelineFileError("pipelineInfo.name is missing")
+    declared = (spec["root"].get("inputDefinitions") or {}).get("parameters") or {}
+    parameters = {}
+    for key, value in declared.items():
+        kind = value.get("parameterType")
+        if kind not in PARAMETER_TYPES:
+            raise PipelineFileError(f"root input {key}: unknown parameterType {kind!r}")
+        parameters[key] = InputParameter(
+            kind, "defaultValue" in value, bool(value.get("isOptional", False))
+        )
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return PipelineIR(text=text, name=name, parameters=parameters, digest=digest)
+
+
+def read_pipeline(path: Path) -> PipelineIR | None:
+    """The pipeline at ``path``, or None where it does not exist (yet)."""
+    if not path.is_file():
+        return None
+    return parse_pipeline(path.read_text(encoding="utf-8"))
+
+
+def _convert(value: str, kind: str) -> Any:
+    if kind == "STRING":
+        return value
+    if kind == "NUMBER_INTEGER":
+        return int(value)
+    if kind == "NUMBER_DOUBLE":
+        return float(value)
+    if kind == "BOOLEAN":
+        if value.lower() not in ("true", "false"):
+            raise ValueError(value)
+        return value.lower() == "true"
+    parsed = json.loads(value)
+    if not isinstance(parsed, list if kind == "LIST" else dict):
+        raise ValueError(value)
+    return parsed
+
+
+def run_parameters(
+    ir: PipelineIR, given: dict[str, str]
+) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The run parameters, typed as the IR declares them, and the problems as
+    (parameter, value, what is expected): unknown names, values of the wrong type,
+    required inputs without a value."""
+    values: dict[str, Any] = {}
+    problems = []
+    for name in sorted(given):
+        declared = ir.parameters.get(name)
+        if declared is None:
+            allowed = ", ".join(sorted(ir.parameters)) or "(none)"
+            problems.append((name, given[name], f"not an input of {ir.name}; inputs: {allowed}"))
+            continue
+        try:
+            values[name] = _convert(given[name], declared.parameter_type)
+        except ValueError:
+            problems.append((name, given[name], f"{ir.name} declares it {declared.parameter_type}"))
+    for name, declared in sorted(ir.parameters.items()):
+        if name not in given and not (declared.has_default or declared.optional):
+            problems.append(
+                (name, "", f"{ir.name} requires it ({declared.parameter_type}, no default)")
+            )
+    return values, problems
+
+
+def pipeline_configmap(ir: PipelineIR, parameters: dict[str, Any]) -> Manifest:
+    """The compiled pipeline and its typed run parameters, for the Job and the trigger."""
+    data = {
+        "pipeline.yaml": ir.text,
+        "parameters.json": json.dumps(parameters, sort_keys=True),
+    }
+    size = sum(len(v.encode("utf-8")) for v in data.values())
+    if size > CONFIGMAP_LIMIT_BYTES:
+        raise PipelineFileError(
+            f"{size} bytes: more than a ConfigMap holds ({CONFIGMAP_LIMIT_BYTES})"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            PIPELINE_CONFIGMAP,
+            NAMESPACE,
+            labels=labels("pipeline"),
+            annotations={"gpuplatform.ae/pipeline-version": ir.version},
+        ),
+        "data": data,
+    }
+
+
+def _service_account(name: str) -> Manifest:
+    # Neither calls the Kubernetes API; neither has a cloud identity.
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(name, NAMESPACE, labels=labels(name)),
+        "automountServiceAccountToken": False,
+    }
+
+
+def _container_security() -> Manifest:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod_security() -> Manifest:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _volumes() -> list[Manifest]:
+    return [
+        {"name": "pipeline", "configMap": {"name": PIPELINE_CONFIGMAP}},
+        # The KFP SDK keeps a context file under $HOME; the root is read-only.
+        {"name": "home", "emptyDir": {"sizeLimit": "16Mi"}},
+    ]
+
+
+def _mounts() -> list[Manifest]:
+    return [
+        {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True},
+        {"name": "home", "mountPath": "/tmp"},
+    ]
+
+
+def _resources(cpu: str, memory: str) -> Manifest:
+    return {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": cpu, "memory": memory},
+    }
+
+
+def publish_job(spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR) -> Manifest:
+    """The Job that uploads the pipeline's version and sets its recurring run (named by
+    the version, so a changed pipeline is a new Job; the publisher is idempotent)."""
+    args = [
+        "-m",
+        "workloads.pipelines.publish",
+        "--host",
+        API_SERVER_URL,
+        "--package",
+        f"{PIPELINE_MOUNT}/pipeline.yaml",
+        "--parameters",
+        f"{PIPELINE_MOUNT}/parameters.json",
+        "--pipeline",
+        ir.name,
+        "--version",
+        ir.version,
+        "--experiment",
+        SCHEDULE_EXPERIMENT,
+        "--recurring-run",
+        RECURRING_RUN,
+        "--schedule",
+        spec.schedule,
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(f"publish-{ir.version}", NAMESPACE, labels=labels("publisher")),
+        "spec": {
+            # The API server may still be starting on a first install.
+            "backoffLimit": 10,
+            "ttlSecondsAfterFinished": 7 * 86400,
+            "template": {
+                "metadata": {"labels": labels("publisher")},
+                "spec": {
+                    "serviceAccountName": PUBLISHER_ACCOUNT,
+                    "automountServiceAccountToken": False,
+                    "restartPolicy": "OnFailure",
+                    "securityContext": _pod_security(),
+                    "nodeSelector": dict(placement.node_selector),
+                    "containers": [
+                        {
+                            "name": "publish",
+                            "image": placement.pipelines_image(spec.image_tag),
+                            "command": ["python"],
+                            "args": args,
+                            "env": [{"name": "HOME", "value": "/tmp"}],
+                            "volumeMounts": _mounts(),
+                            "resources": _resources("500m", "256Mi"),
+                            "securityContext": _container_security(),
+                        }
+                    ],
+                    "volumes": _volumes(),
+                },
+            },
+        },
+    }
+
+
+def trigger_objects(
+    spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR
+) -> list[Manifest]:
+    """The retrain trigger: its ServiceAccount, Deployment, Service and fence (only
+    Alertmanager's pods may call it; it calls only KFP's API server)."""
+    selector = {"app.kubernetes.io/name": TRIGGER}
+    pod_labels = {**labels(TRIGGER), **selector}
+    args = [
+        "-m",
+        "workloads.pipelines.trigger",
+        "--host",
+        API_SERVER_URL,
+        "--port",
+        str(TRIGGER_PORT),
+        "--path",
+        TRIGGER_PATH,
+        "--pipeline",
+        ir.name,
+        "--parameters",
+        f"{PIPELINE_MOUNT}/parameters.json",
+        "--experiment",
+        DRIFT_EXPERIMENT,
+        "--alert",
+        DRIFT_ALERT,
+        "--cooldown-hours",
+        str(spec.retrain_cooldown_hours),
+    ]
+    probe = {"httpGet": {"path": "/healthz", "port": TRIGGER_PORT}, "periodSeconds": 10}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(TRIGGER, NAMESPACE, labels=pod_labels),
+        "spec": {
+            # One replica: the cooldown is the trigger's own memory plus KFP's run list.
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "serviceAccountName": TRIGGER_ACCOUNT,
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(),
+                    "nodeSelector": dict(placement.node_selector),
+                    "containers": [
+                        {
+                            "name": "trigger",
+                            "image": placement.pipelines_image(spec.image_tag),
+                            "command": ["python"],
+                            "args": args,
+                            "env": [{"name": "HOME", "value": "/tmp"}],
+                            "ports": [{"name": "http", "containerPort": TRIGGER_PORT}],
+                            "readinessProbe": probe,
+                            "livenessProbe": probe,
+                            "volumeMounts": _mounts(),
+                            "resources": _resources("500m", "256Mi"),
+                            "securityContext": _container_security(),
+                        }
+                    ],
+                    "volumes": _volumes(),
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(TRIGGER, NAMESPACE, labels=pod_labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": TRIGGER_PORT, "targetPort": "http"}],
+        },
+    }
+    fence = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata("allow-alertmanager-to-trigger", NAMESPACE),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
+                            },
+                            "podSelector": {
+                                "matchLabels": {"app.kubernetes.io/name": "alertmanager"}
+                            },
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": TRIGGER_PORT}],
+                }
+            ],
+        },
+    }
+    return [_service_account(TRIGGER_ACCOUNT), deployment, service, fence]
+
+
+def publisher_account() -> Manifest:
+    return _service_account(PUBLISHER_ACCOUNT)
+
+
+def alertmanager_config(spec: PipelinesSpec) -> Manifest:
+    """Routes the drift alert to the trigger (Prometheus Operator's AlertmanagerConfig,
+    picked up through the platform's alert-routing label). Alerts of every model are
+    grouped into one notification; Alertmanager repeats a still-firing group after the
+    cooldown, and the trigger applies the cooldown itself too."""
+    hours = spec.retrain_cooldown_hours
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": metadata(
+            ALERTMANAGER_CONFIG,
+            NAMESPACE,
+            labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE},
+        ),
+        "spec": {
+            "route": {
+                "receiver": TRIGGER,
+                "matchers": [{"name": "alertname", "value": DRIFT_ALERT, "matchType": "="}],
+                "groupBy": ["alertname"],
+                "groupWait": "5m",
+                "groupInterval": "1h",
+                "repeatInterval": f"{hours}h",
+            },
+            "receivers": [
+                {
+                    "name": TRIGGER,
+                    "webhookConfigs": [{"url": TRIGGER_URL, "sendResolved": False, "maxAlerts": 0}],
+                }
+            ],
+        },
+    }
+
+
+def loop_objects(
+    spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR, parameters: dict[str, Any]
+) -> list[Manifest]:
+    """Everything of the loop, in the order it can be applied."""
+    objects = [
+        pipeline_configmap(ir, parameters),
+        publisher_account(),
+        publish_job(spec, placement, ir),
+    ]
+    if spec.retrain_on_drift:
+        objects += [*trigger_objects(spec, placement, ir), alertmanager_config(spec)]
+    return objects

@@ -1,0 +1,442 @@
+"""Kubeflow Pipelines (KFP): its artifacts, its databases and its endpoints stay in the
+UAE, encrypted and private; the drift alert that starts a run stays in the cluster.
+
+KFP is recognised by its own object names (they are fixed in its manifests and its
+code reads them): the launcher configuration ``kfp-launcher``, the install
+configuration ``pipeline-install-config``, the API server and UI Services, and the
+platform's database proxy configuration ``kfp-database-proxy``.
+
+* Artifact store: every ``kfp-launcher`` names a pipeline root ``s3://`` (KFP falls back
+  to ``minio://mlpipeline``, the bundled MinIO, when none is set) in a bucket this
+  stack creates (whose region and SSE-KMS key the bucket rules check) where the stack
+  has buckets; its S3 providers use TLS and, where they name an AWS endpoint, one in an
+  allowed region. The API server's object store (``OBJECTSTORECONFIG_*``) likewise; no
+  bundled SeaweedFS or MinIO runs beside it.
+* Database: KFP's database host is the loopback proxy, a Service in the cluster or an
+  RDS endpoint in an allowed region; the proxy's own upstream likewise, over TLS.
+* Exposure: KFP in single-user mode authenticates nobody, so its Services are
+  ClusterIP only and no Ingress or Gateway route leads to them.
+* Alert webhooks: Alertmanager's webhook receivers (AlertmanagerConfig) post to Services
+  in the cluster only.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from pulumi_policy import Severity
+
+from policies import controls
+from policies.k8s import containers, kind_of, metadata, parse_image
+from policies.model import ResourceView, StackView, resource_rule, stack_rule
+from policies.rules.serving import stack_buckets
+from policies.settings import Settings
+from policies.values import Deferred, dig, is_unknown, known
+
+CONFIGMAP = "kubernetes:core/v1:ConfigMap"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+LAUNCHER_CONFIG = "kfp-launcher"
+INSTALL_CONFIG = "pipeline-install-config"
+PROXY_CONFIG = "kfp-database-proxy"
+API_SERVER = "ml-pipeline"
+#: KFP's Services (the API, the UI, ML Metadata's gRPC and gRPC-web endpoints) and the
+#: platform's retrain trigger: none authenticates its callers.
+KFP_SERVICES = frozenset(
+    {"ml-pipeline", "ml-pipeline-ui", "metadata-envoy-service", "metadata-grpc-service"}
+)
+KFP_LABEL = ("application-crd-id", "kubeflow-pipelines")
+ROUTE_KINDS = ("Ingress", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute")
+#: Images of the object stores KFP bundles.
+BUNDLED_STORES = ("seaweedfs", "minio")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TLS_MODES = ("require", "verify-ca", "verify-full")
+_AWS_ENDPOINT = re.compile(r"(?:^|\.)s3[.-](?:fips\.)?([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com$")
+_RDS = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com$")
+_IN_CLUSTER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?$")
+
+
+def _named(resource: ResourceView, kind: str, names: tuple[str, ...]) -> bool:
+    return kind_of(resource) == kind and metadata(resource).get("name") in names
+
+
+def _host(endpoint: str) -> str:
+    """The host of ``host[:port]`` or of a URL."""
+    text = endpoint if "://" in endpoint else f"//{endpoint}"
+    return (urlsplit(text).hostname or "").lower()
+
+
+def endpoint_problem(endpoint: Any, settings: Settings) -> str | None:
+    """Why an S3 endpoint is outside the allowed regions (None when it is not AWS, or
+    AWS in an allowed region). AWS's global endpoint lands in us-east-1."""
+    if not isinstance(endpoint, str) or not endpoint:
+        return None
+    host = _host(endpoint)
+    if host in ("s3.amazonaws.com", "s3-external-1.amazonaws.com"):
+        return f"endpoint {endpoint} is S3's global endpoint (us-east-1)"
+    match = _AWS_ENDPOINT.search(host)
+    if match and match.group(1) not in settings.allowed_regions:
+        return f"endpoint {endpoint} is S3 in {match.group(1)}, outside the allowed regions"
+    if host.endswith("amazonaws.com") and not match:
+        return f"endpoint {endpoint} is an AWS endpoint whose region cannot be read"
+    return None
+
+
+def root_problem(root: Any, buckets: set[str]) -> str | None:
+    """Why a pipeline root is not in the stack's store (None when it is)."""
+    if not isinstance(root, str) or not root:
+        return (
+            "no `defaultPipelineRoot`: KFP falls back to minio://mlpipeline, the bundled "
+            "object store"
+        )
+    scheme, sep, rest = root.partition("://")
+    if not sep or scheme != "s3":
+        return f"pipeline root {root} is not s3:// (the stack's bucket or the site's store)"
+    bucket = rest.split("/", 1)[0]
+    if buckets and bucket not in buckets:
+        known_buckets = ", ".join(sorted(buckets))
+        return (
+            f"pipeline root {root} is bucket {bucket!r}, not one this stack creates "
+            f"({known_buckets})"
+        )
+    return None
+
+
+def _provider_problems(providers: Any, settings: Settings) -> Iterator[str]:
+    if is_unknown(providers):
+        known(providers, "data.providers")
+    if providers in (None, ""):
+        return
+    try:
+        parsed = yaml.safe_load(providers) if isinstance(providers, str) else providers
+    except yaml.YAMLError:
+        yield "`data.providers` is not YAML"
+        return
+    if not isinstance(parsed, Mapping):
+        yield "`data.providers` is not a mapping of providers"
+        return
+    if parsed.get("minio"):
+        yield "`data.providers` configures MinIO, the bundled store"
+    s3 = parsed.get("s3")
+    if not isinstance(s3, Mapping):
+        return
+    configs = [("s3.default", s3.get("default"))]
+    configs += [(f"s3.Overrides[{i}]", o) for i, o in enumerate(s3.get("Overrides") or [])]
+    for path, config in configs:
+        if not isinstance(config, Mapping):
+            continue
+        if config.get("disableSSL") is True:
+            yield f"`{path}.disableSSL` is true: artifacts cross the network in clear text"
+        problem = endpoint_problem(config.get("endpoint"), settings)
+        if problem:
+            yield f"`{path}`: {problem}"
+
+
+def _env(container: Mapping[str, Any]) -> dict[str, Any]:
+    env = container.get("env")
+    if not isinstance(env, list):
+        return {}
+    return {
+        str(e.get("name")): e.get("value", e.get("valueFrom"))
+        for e in env
+        if isinstance(e, Mapping)
+    }
+
+
+def _api_server_problems(
+    deployment: ResourceView, buckets: set[str], settings: Settings
+) -> Iterator[str]:
+    for container in containers(deployment):
+        env = _env(container.spec)
+        if not any(str(k).startswith("OBJECTSTORECONFIG_") for k in env):
+            continue
+        secure = known(env.get("OBJECTSTORECONFIG_SECURE"), "OBJECTSTORECONFIG_SECURE")
+        if str(secure).lower() != "true":
+            yield f"container {container.name}: `OBJECTSTORECONFIG_SECURE` is not true"
+        bucket = known(env.get("OBJECTSTORECONFIG_BUCKETNAME"), "OBJECTSTORECONFIG_BUCKETNAME")
+        if buckets and bucket not in buckets:
+            yield (
+                f"container {container.name}: `OBJECTSTORECONFIG_BUCKETNAME` {bucket!r} is "
+                "not a bucket this stack creates"
+            )
+        host = known(env.get("OBJECTSTORECONFIG_HOST"), "OBJECTSTORECONFIG_HOST")
+        problem = endpoint_problem(host, settings)
+        if problem:
+            yield f"container {container.name}: `OBJECTSTORECONFIG_HOST`: {problem}"
+
+
+def _namespace(resource: ResourceView) -> Any:
+    return metadata(resource).get("namespace")
+
+
+@stack_rule(
+    id="uae-pipelines-artifact-store",
+    description=(
+        "Kubeflow Pipelines keeps its artifacts in the stack's own store, encrypted and in "
+        "the region: a pipeline root in a bucket the stack creates (s3://), providers and "
+        "the API server's object store over TLS and in an allowed region, no bundled "
+        "SeaweedFS or MinIO."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Set `defaultPipelineRoot: s3://<data bucket>/pipelines/runs` in `kfp-launcher` with "
+        "an S3 provider on s3.<region>.amazonaws.com (or, on premises, the site's store) "
+        "with `disableSSL: false`; point the API server's OBJECTSTORECONFIG_* at the same "
+        "bucket with OBJECTSTORECONFIG_SECURE=true; leave KFP's SeaweedFS/MinIO out."
+    ),
+    # dict.fromkeys: CBUAE 6.3 is in both sets; a rule names each control once.
+    controls=tuple(dict.fromkeys((*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12))),
+    applies_to=lambda r: r.type in (CONFIGMAP, DEPLOYMENT),
+    config_keys=("allowedRegions",),
+)
+def pipelines_artifact_store(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    buckets = stack_buckets(stack)
+    deferred = Deferred()
+    kfp_namespaces = set()
+    for config in stack.of_type(CONFIGMAP):
+        if not _named(config, "ConfigMap", (LAUNCHER_CONFIG,)):
+            continue
+        kfp_namespaces.add(_namespace(config))
+        data = config.props.get("data") or {}
+        with deferred.each():
+            root = known(dig(data, "defaultPipelineRoot"), "data.defaultPipelineRoot")
+            problem = root_problem(root, buckets)
+            if problem:
+                yield config.urn, f"{LAUNCHER_CONFIG}: {problem}"
+        with deferred.each():
+            for problem in _provider_problems(dig(data, "providers"), settings):
+                yield config.urn, f"{LAUNCHER_CONFIG}: {problem}"
+    for deployment in stack.of_type(DEPLOYMENT):
+        if _named(deployment, "Deployment", (API_SERVER,)):
+            with deferred.each():
+                for problem in _api_server_problems(deployment, buckets, settings):
+                    yield deployment.urn, f"{API_SERVER}: {problem}"
+        if _namespace(deployment) in kfp_namespaces:
+            for container in containers(deployment):
+                image = container.spec.get("image")
+                if isinstance(image, str) and not is_unknown(image):
+                    repository = parse_image(image).repository.rsplit("/", 1)[-1]
+                    if repository in BUNDLED_STORES:
+                        yield (
+                            deployment.urn,
+                            (
+                                f"container {container.name} runs {image}, the bundled object "
+                                "store, outside the stack's encrypted bucket"
+                            ),
+                        )
+    deferred.finish()
+
+
+def database_host_problem(host: Any, settings: Settings) -> str | None:
+    """Why a database host is not in the region (None: loopback, in-cluster, allowed RDS)."""
+    if not isinstance(host, str) or not host:
+        return "no database host"
+    host = host.strip().lower()
+    if host in LOOPBACK:
+        return None
+    match = _RDS.search(host)
+    if match:
+        region = match.group(1)
+        if region in settings.allowed_regions:
+            return None
+        return f"database {host} is RDS in {region}, outside the allowed regions"
+    if _IN_CLUSTER.match(host):
+        return None
+    return f"database {host} is neither in the cluster nor RDS in an allowed region"
+
+
+def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
+    """The proxy's upstream hosts and TLS to them (`pgbouncer.ini`)."""
+    if not isinstance(ini, str) or not ini:
+        yield f"{PROXY_CONFIG} has no `pgbouncer.ini`"
+        return
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(ini)
+    except configparser.Error:
+        yield f"{PROXY_CONFIG}: `pgbouncer.ini` cannot be read"
+        return
+    if parser.has_section("databases"):
+        for name, line in parser.items("databases"):
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            problem = database_host_problem(fields.get("host"), settings)
+            if problem:
+                yield f"{PROXY_CONFIG} [databases] {name}: {problem}"
+    mode = parser.get("pgbouncer", "server_tls_sslmode", fallback="prefer").strip()
+    if mode not in TLS_MODES:
+        yield (
+            f"{PROXY_CONFIG}: `server_tls_sslmode = {mode}`: the database may be reached in "
+            f"clear text (use one of {', '.join(TLS_MODES)})"
+        )
+
+
+@stack_rule(
+    id="uae-pipelines-database-in-region",
+    description=(
+        "Kubeflow Pipelines' databases are in the region: its database host is the "
+        "platform's TLS proxy on the pod's loopback, a Service in the cluster, or an RDS "
+        "endpoint in an allowed region; the proxy's upstream is too, and it uses TLS."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Point `postgresHost` of `pipeline-install-config` at 127.0.0.1 (the database "
+        "proxy) or an in-cluster Service, and the proxy's [databases] at the stack's RDS "
+        "instance (or the CloudNativePG Service) with `server_tls_sslmode = require`."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_24),
+    applies_to=lambda r: r.type == CONFIGMAP,
+    config_keys=("allowedRegions",),
+)
+def pipelines_database_in_region(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    deferred = Deferred()
+    proxies = {
+        _namespace(c): c
+        for c in stack.of_type(CONFIGMAP)
+        if _named(c, "ConfigMap", (PROXY_CONFIG,))
+    }
+    for config in stack.of_type(CONFIGMAP):
+        if not _named(config, "ConfigMap", (INSTALL_CONFIG,)):
+            continue
+        data = config.props.get("data") or {}
+        with deferred.each():
+            kind = known(dig(data, "dbType"), "data.dbType") or "mysql"
+            key = "postgresHost" if kind == "postgres" else "mysqlHost"
+            host = known(dig(data, key), f"data.{key}")
+            problem = database_host_problem(host, settings)
+            if problem:
+                yield config.urn, f"{INSTALL_CONFIG} `{key}`: {problem}"
+            elif isinstance(host, str) and host.strip().lower() in LOOPBACK:
+                proxy = proxies.get(_namespace(config))
+                if proxy is None:
+                    yield (
+                        config.urn,
+                        (
+                            f"{INSTALL_CONFIG} `{key}` is the loopback, but no {PROXY_CONFIG} "
+                            "in the namespace says where the database is"
+                        ),
+                    )
+    for proxy in proxies.values():
+        with deferred.each():
+            ini = known(dig(proxy.props, "data", "pgbouncer.ini"), "data.pgbouncer.ini")
+            for problem in proxy_problems(ini, settings):
+                yield proxy.urn, problem
+    deferred.finish()
+
+
+def _kfp_service(resource: ResourceView) -> bool:
+    if kind_of(resource) != "Service":
+        return False
+    meta = metadata(resource)
+    labels = meta.get("labels")
+    labelled = isinstance(labels, Mapping) and labels.get(KFP_LABEL[0]) == KFP_LABEL[1]
+    return meta.get("name") in KFP_SERVICES or labelled
+
+
+def _backends(resource: ResourceView) -> Iterator[str]:
+    """Service names a route sends traffic to (Ingress and Gateway API routes)."""
+    spec = resource.props.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    if kind_of(resource) == "Ingress":
+        default = dig(spec, "defaultBackend", "service", "name")
+        if isinstance(default, str):
+            yield default
+        for rule in spec.get("rules") or []:
+            for path in dig(rule, "http", "paths") or []:
+                name = dig(path, "backend", "service", "name")
+                if isinstance(name, str):
+                    yield name
+        return
+    for rule in spec.get("rules") or []:
+        for ref in (rule.get("backendRefs") or []) if isinstance(rule, Mapping) else []:
+            if isinstance(ref, Mapping) and ref.get("kind", "Service") == "Service":
+                name = ref.get("name")
+                if isinstance(name, str):
+                    yield name
+
+
+@resource_rule(
+    id="k8s-pipelines-not-public",
+    description=(
+        "Kubeflow Pipelines' UI and APIs are not exposed: in single-user mode they "
+        "authenticate nobody, so their Services are ClusterIP (no load balancer, node port "
+        "or external IP) and no Ingress or Gateway route leads to them."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Keep `type: ClusterIP` on KFP's Services and reach the UI with `kubectl -n "
+        "kubeflow port-forward svc/ml-pipeline-ui 8080:80` (Kubernetes RBAC decides who "
+        "may); remove Ingress/HTTPRoute rules that point at them."
+    ),
+    controls=(controls.ISO_8_20, controls.ISO_8_3, controls.ISO_5_15, controls.PDPL_20_SECURITY),
+    applies_to=lambda r: _kfp_service(r) or kind_of(r) in ROUTE_KINDS,
+)
+def pipelines_not_public(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    if kind_of(resource) in ROUTE_KINDS:
+        for name in _backends(resource):
+            if name in KFP_SERVICES:
+                yield f"the {kind_of(resource)} routes to {name}, which authenticates nobody"
+        return
+    spec = known(resource.props.get("spec"), "spec") or {}
+    service_type = known(dig(spec, "type"), "spec.type") or "ClusterIP"
+    if service_type != "ClusterIP":
+        yield f"`spec.type` is {service_type}: reachable from outside the cluster"
+    if known(dig(spec, "externalIPs"), "spec.externalIPs"):
+        yield "`spec.externalIPs` is set: reachable from outside the cluster"
+
+
+def _webhook_urls(resource: ResourceView) -> Iterator[tuple[str, Any, bool]]:
+    """(path, URL, whether it comes from a Secret) of every webhook receiver."""
+    for index, receiver in enumerate(dig(resource.props, "spec", "receivers") or []):
+        if not isinstance(receiver, Mapping):
+            continue
+        for hook, config in enumerate(receiver.get("webhookConfigs") or []):
+            if not isinstance(config, Mapping):
+                continue
+            path = f"spec.receivers[{index}].webhookConfigs[{hook}]"
+            if "urlSecret" in config:
+                yield f"{path}.urlSecret", None, True
+            else:
+                yield f"{path}.url", config.get("url"), False
+
+
+def in_cluster_url(url: str) -> bool:
+    """True for ``http(s)://<service>.<namespace>.svc[.cluster.local][:port]/...``."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    return parts.scheme in ("http", "https") and bool(
+        re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+\.svc(\.cluster\.local)?", host)
+    )
+
+
+@resource_rule(
+    id="k8s-alert-webhooks-in-cluster",
+    description=(
+        "Alertmanager's webhook receivers (AlertmanagerConfig) post alerts only to "
+        "Services in the cluster: an alert's labels name models, versions and namespaces."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Send webhooks to a Service of the cluster "
+        "(http://<service>.<namespace>.svc.cluster.local:<port>/...), e.g. the retrain "
+        "trigger; relay to anything else from inside the country."
+    ),
+    controls=(*controls.RESIDENCY, controls.ISO_8_12),
+    applies_to=lambda r: kind_of(r) == "AlertmanagerConfig",
+)
+def alert_webhooks_in_cluster(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    for path, value, from_secret in _webhook_urls(resource):
+        if from_secret:
+            yield f"`{path}`: a URL from a Secret cannot be checked to stay in the cluster"
+            continue
+        url = known(value, path)
+        if not isinstance(url, str) or not in_cluster_url(url):
+            yield f"`{path}` is {url!r}, not a Service in the cluster"
