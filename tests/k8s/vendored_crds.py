@@ -1,6 +1,7 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
 releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG,
-Kubeflow Trainer v2.3.0; the READMEs there name sources, versions and commits).
+Kubeflow Trainer v2.3.0, Kubeflow Spark Operator v2.5.2; the READMEs there name
+sources, versions and commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -34,6 +35,9 @@ FILES: dict[tuple[str, str], str] = {
     ("trainer.kubeflow.org", "TrainJob"): "kubeflow-trainer/trainer.kubeflow.org_trainjobs.yaml",
     ("trainer.kubeflow.org", "ClusterTrainingRuntime"): (
         "kubeflow-trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"
+    ),
+    ("sparkoperator.k8s.io", "SparkApplication"): (
+        "spark-operator/sparkoperator.k8s.io_sparkapplications.yaml"
     ),
 }
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}
