@@ -54,6 +54,7 @@ from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
+from .spark_layer import build_spark_aws
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -421,6 +422,16 @@ def build_aws_foundation(
             storage_key_arn=keys.arn("storage"),
             bucket_arn=data.bucket.arn,
             bucket_name=data.bucket.bucket,
+            opts=opts,
+        )
+
+    if config.spark.enabled:
+        build_spark_aws(
+            name,
+            config,
+            cluster_name=cluster.cluster.name,
+            bucket_arn=data.bucket.arn,
+            storage_key_arn=keys.arn("storage"),
             opts=opts,
         )
 

@@ -31,6 +31,7 @@ from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec
 from modules.k8s.site_audit.spec import ApiAuditSpec
+from modules.k8s.spark.spec import SparkSpec, stack_problems
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
@@ -383,6 +384,8 @@ class StackConfig:
             stacks get the defaults when unset; ``enabled: false`` for none.
         trainer: Kubeflow Trainer and the platform's training runtimes (`TrainerSpec`,
             see docs/workloads.md), installed by default.
+        spark: the Spark Operator and the data-preparation jobs (`SparkSpec`,
+            docs/data.md), off by default.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -421,6 +424,7 @@ class StackConfig:
     keys: KeyCustodySpec | None = None
     backup: BackupSpec | None = None
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
+    spark: SparkSpec = field(default_factory=SparkSpec)
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -476,6 +480,10 @@ class StackConfig:
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
         self._check_serving(check)
+        pools = (*self.node_pools, *self.onprem_node_pools)
+        check.problems += stack_problems(
+            self.spark, self.target, [t.name for t in self.teams], pools
+        )
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

@@ -16,6 +16,7 @@ from policies.rules import (
     residency,
     serving,
     site_link,
+    spark,
     stack,
     state,
     tags,
@@ -44,6 +45,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         custody,
         backup,
         features,
+        spark,
     )
     for rule in _rules_of(module)
 )

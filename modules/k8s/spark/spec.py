@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from modules.k8s.common import Manifest, metadata, toleration
@@ -562,7 +562,10 @@ def driver_template(
     ``memoryOverhead`` (the same amounts as below, written so the template reads whole).
     """
     memory = f"{(job.memory_gib + job.python_memory_gib) * 1024}Mi"
-    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": "2Gi"}
+    # The scratch volume, /tmp and Spark's own local directory count against the node's
+    # disk: request them, so the scheduler picks a node with that much room.
+    disk = f"{job.scratch_gib + 4}Gi"
+    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk}
     container = {
         "name": DRIVER_CONTAINER,
         "image": image,
@@ -732,6 +735,30 @@ def config_problems(
     return problems
 
 
+class NamedPool(Protocol):
+    """A pool as the stack file declares it (``nodePools`` or ``onpremNodePools``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
+
+
+def stack_problems(
+    spec: SparkSpec, target: str, teams: Sequence[str], pools: Sequence[NamedPool]
+) -> list[Problem]:
+    """`config_problems`, and on premises (where the stack file declares the nodes'
+    sizes) `sizing_problems`; AWS pools are sized from the catalog (stacks/catalog.py)."""
+    problems = config_problems(
+        spec, onprem=target == "onprem", teams=teams, pools=[(p.name, p.role) for p in pools]
+    )
+    profiles = [p for p in pools if isinstance(p, NodePoolProfile)]
+    if spec.enabled and not problems and target == "onprem" and len(profiles) == len(pools):
+        problems += sizing_problems(spec, profiles)
+    return problems
+
+
 def sizing_problems(spec: SparkSpec, pools: Sequence[NodePoolProfile]) -> list[Problem]:
     """Each job's driver fits one node of its pool (fields under ``spark.``)."""
     problems: list[Problem] = []
@@ -771,9 +798,13 @@ def operator_values(spec: SparkSpec, node_selector: dict[str, str]) -> Manifest:
     for the jobs (the platform's ServiceAccounts need none); no Spark UI Service; the
     controller's metrics stay on (no PodMonitor: Prometheus is not told to scrape it).
     """
-    image: Manifest = {"tag": OPERATOR_VERSION}
-    if spec.operator_registry is not None:
-        image["registry"] = spec.operator_registry
+    # The image written out whole, so the plan (and the pack's image rule) shows it.
+    registry, repository = OPERATOR_IMAGE
+    image: Manifest = {
+        "registry": spec.operator_registry or registry,
+        "repository": repository,
+        "tag": OPERATOR_VERSION,
+    }
     small = {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"cpu": "1", "memory": "512Mi"},
