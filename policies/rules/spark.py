@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -31,7 +32,7 @@ from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.k8s import metadata
 from policies.model import ResourceView, StackView, stack_rule
-from policies.rules.stack import BUCKET, bucket_ids, stack_key_for
+from policies.rules.stack import BUCKET, KEY, bucket_ids, stack_key_for
 from policies.settings import Settings
 from policies.values import Deferred, dig, is_unknown, known, walk_strings
 
@@ -287,6 +288,11 @@ def _event_log_problems(
             "its AWS-managed key"
         )
     target = buckets.get(bucket)
+    keys_known = any(
+        isinstance(key.props.get(name), str) and not is_unknown(key.props[name])
+        for key in stack.of_type(KEY)
+        for name in ("arn", "keyId", "id")
+    )
     for where, value in keys:
         if value in (None, ""):
             yield f"`{where}` is empty: S3 would use its AWS-managed key"
@@ -296,7 +302,13 @@ def _event_log_problems(
         if not is_unknown(value) and is_aws_managed_key(str(value)):
             yield f"`{where}` is the AWS-managed key {value}, not a key of the stack"
             continue
-        key = stack_key_for(stack, app, "spec", value)
+        # The dependency is on the whole spec, which may depend on a stack key for
+        # another reason: where the stack's keys are known (an existing stack), a known
+        # value must name one of them itself; an unknown value (or a first preview,
+        # where no key's ARN is known yet) is traced through the spec's dependencies.
+        by_value = not is_unknown(value) and keys_known
+        named_by = replace(app, property_dependencies={}) if by_value else app
+        key = stack_key_for(stack, named_by, "spec", value)
         if key is None:
             known(value, where)
             yield f"`{where}` uses key {value}, which this stack does not create"

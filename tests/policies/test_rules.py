@@ -767,9 +767,20 @@ def test_every_rule_has_a_failing_case() -> None:
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
     from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
+    from tests.policies.test_spark_rules import CASES as SPARK_CASES  # noqa: PLC0415
 
     covered = (
-        {c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES, *FEATURES_CASES)}
+        {
+            c[2]
+            for c in (
+                *CASES,
+                *DATABASE_CASES,
+                *BACKUP_CASES,
+                *CUSTODY_CASES,
+                *FEATURES_CASES,
+                *SPARK_CASES,
+            )
+        }
         | COVERED_RULE_IDS
         | ACCESS_AND_LINK
     )
