@@ -301,3 +301,20 @@ def test_a_broken_twin_of_a_shipped_job_is_caught(
     mutate(plan)
     assert failing_rules(plan) - before == {rule_id}
     assert not review(plan).passed
+
+
+def test_an_onprem_stack_with_a_job_on_the_site_store_passes() -> None:
+    """The job as an onprem stack writes it (tests/k8s/test_spark.py's site: an object
+    store inside the cluster) passes both rules with the pack's defaults."""
+    from tests.k8s.test_spark import onprem_config  # noqa: PLC0415
+
+    plan = build_plan("onprem-ib", onprem_config())
+    assert [s for s in plan["steps"] if s["newState"]["type"] == APP]
+    result = review(plan)
+    assert [(f.rule_id, f.message) for f in result.mandatory_violations] == []
+    plan_abroad = copy.deepcopy(plan)
+    (state,) = [s["newState"] for s in plan_abroad["steps"] if s["newState"]["type"] == APP]
+    state["inputs"]["spec"]["sparkConf"]["spark.hadoop.fs.s3a.endpoint"] = (
+        "https://s3.eu-west-1.amazonaws.com"
+    )
+    assert LOCATION in failing_rules(plan_abroad)
