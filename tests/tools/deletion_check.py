@@ -43,6 +43,7 @@ DEFAULT_TESTS = (
     "tests/k8s/test_shipped_stacks.py",
     "tests/k8s/test_plan_objects.py",
     "tests/k8s/test_site_audit.py",
+    "tests/k8s/test_spark.py",
     "tests/policies/test_shipped_stacks.py",
 )
 
@@ -124,6 +125,11 @@ DEFAULT_MUTATIONS = (
     "kubernetes:monitoring.coreos.com/v1:PodMonitor",
     "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
     "kubernetes:helm.sh/v3:Release",
+    # Spark (docs/data.md): the jobs, their settings and pod templates.
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.sparkConf",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.driver.template",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.executor.template",
     # Backups (docs/recovery.md).
     "aws:backup/vault:Vault",
     "aws:backup/vault:Vault#kmsKeyArn",
@@ -197,9 +203,12 @@ def mutated_runtime(
 
     patched: list[tuple[object, str, Callable[..., Any]]] = [
         (stacks.offline_plan, "plan_registrations", plan_registrations),
-        (tests.conftest, "plan_registrations", plan_registrations),
         (RecordingMonitor, "RegisterResource", register),
     ]
+    # tests.conftest imports the plan function when it builds a plan (patched above);
+    # an older conftest held its own reference.
+    if hasattr(tests.conftest, "plan_registrations"):
+        patched.append((tests.conftest, "plan_registrations", plan_registrations))
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
     try:
         for owner, name, value in patched:
