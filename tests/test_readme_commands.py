@@ -36,6 +36,7 @@ NOT_OFFLINE: dict[str, str] = {
     "curl -s -X POST http://127.0.0.1:8080/": "the walkthrough",
     "make train": "a 2-process training run, tested in tests/workloads",
     "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
+    "make profile": "a profiled training run, tested in tests/workloads/test_profile.py",
     "make prices-refresh": "reads AWS's Pricing API (needs credentials)",
     ".venv/bin/python -m stacks.bootstrap": "changes an AWS account",
     ".venv-training/bin/python -m workloads.training.gpu_check": "needs an NVIDIA GPU (dry run)",

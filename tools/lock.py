@@ -93,9 +93,16 @@ def compile_set(
     with tempfile.NamedTemporaryFile("w", suffix=".in", delete=False) as handle:
         handle.write("\n".join(requirements) + "\n")
         source = handle.name
+    # torch is taken out of the resolution as a whole, also where another package asks
+    # for it (deepspeed does): otherwise uv resolves PyPI's torch, whose CUDA libraries
+    # would enter the lock. Its CPU build's own requirements are in `requirements`.
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+        handle.write("torch\n")
+        excludes = handle.name
     target = f"locks/{name}.txt"
     command = [uv, "pip", "compile", source, "-o", target, *COMPILE]
     command += ["--custom-compile-command", COMMAND, "--no-emit-package", "torch"]
+    command += ["--excludes", excludes]
     if constrained_by is not None:
         command += ["-c", constrained_by]
     if upgrade:
@@ -104,6 +111,7 @@ def compile_set(
     # uv reads no pip configuration; its own (UV_INDEX_URL, ...) may point at a mirror.
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     Path(source).unlink()
+    Path(excludes).unlink()
     if result.returncode != 0:
         sys.exit(f"make lock: resolving the {name!r} set failed:\n{result.stderr.strip()}")
     path = ROOT / target

@@ -22,6 +22,7 @@ VENVS = {
     "lifecycle": ".venv-lifecycle",
     "serving": ".venv-serving",
     "features": ".venv-features",
+    "data": ".venv-data",
 }
 
 

@@ -23,18 +23,44 @@ def test_dry_run_plans_every_check_at_the_presets_shape(
     assert gpu_check.main(["--dry-run", "--gpus", "1"]) == gpu_check.EXIT_OK
     out = capsys.readouterr().out
     steps = gpu_check.plan(1)
-    phases = [s.phase for s in steps]
-    assert phases[:5] == ["environment", "health", "fwd-bwd", "train-resume", "nccl"]
+    phases = list(dict.fromkeys(s.phase for s in steps))
+    assert phases == [
+        "environment",
+        "health",
+        "fwd-bwd",
+        "train-resume",
+        "engines",
+        "nccl",
+        "bench",
+    ]
     bench = {s.name: s.detail for s in steps if s.phase == "bench"}
     assert list(bench)[:2] == ["baseline", "fast"]
-    for variant in ("fast-chunked_loss", "fast-prefetch", "fast-compile", "fast+reduce-overhead"):
+    for variant in (
+        "fast-chunked_loss",
+        "fast-prefetch",
+        "fast-compile",
+        "fast+reduce-overhead",
+        "fast+activation_checkpointing",
+        "deepspeed-zero2",
+        "deepspeed-zero3",
+    ):
         assert variant in bench
+    engines = {s.name: s.detail for s in steps if s.phase == "engines"}
+    assert list(engines) == [
+        "torch fast",
+        "torch fast + activation checkpointing",
+        "deepspeed zero-2",
+        "deepspeed zero-3 + activation checkpointing",
+    ]
+    assert "resume atol" in engines["deepspeed zero-3 + activation checkpointing"]
+    assert all("8x2, 8 steps" in detail for detail in engines.values())
     # max-autotune's autotuning alone outlasts the time limit: left to `make bench`.
     assert "fast+max-autotune" not in bench
     # The preset's real shape: 32 sequences x 16 micro-steps of 1024 tokens.
     assert all("32x16 (524288 tokens/step)" in detail for detail in bench.values())
     assert all("seq 1024" in detail for detail in bench.values())
     assert "124.5M parameters" in out and "single-rank" in out
+    assert "deepspeed zero-3 + activation checkpointing" in out and "deepspeed-zero2" in out
 
 
 def test_dry_run_for_several_gpus_plans_the_fabric_check() -> None:
@@ -123,6 +149,7 @@ def test_a_failed_check_is_reported_recorded_and_exits_non_zero(
 
     monkeypatch.setattr(gpu_check, "fwd_bwd", broken)
     monkeypatch.setattr(gpu_check, "train_resume", lambda phase, data, work: phase.say("fell"))
+    monkeypatch.setattr(gpu_check, "engines", lambda phase, data, work: phase.say("agree"))
     monkeypatch.setattr(gpu_check, "nccl", lambda phase, timeout: phase.say("nccl ok"))
     monkeypatch.setattr(
         gpu_check, "run_bench", lambda phase, data, deadline: ["| gpt2-124m | fast |"]
@@ -203,6 +230,8 @@ def test_a_failing_variant_keeps_the_others_figures_and_fails_the_check(
 
     real_fast = bench.fast_overrides
     monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))
+    # Installed or not here, the DeepSpeed variants are run (by the stand-in below).
+    monkeypatch.setattr(bench, "deepspeed_installed", lambda: True)
     ran: list[str] = []
 
     def run_variant(config: object, variant: str, *args: object) -> bench.Result:
@@ -214,14 +243,102 @@ def test_a_failing_variant_keeps_the_others_figures_and_fails_the_check(
         )
 
     monkeypatch.setattr(bench, "run_variant", run_variant)
-    monkeypatch.setattr(bench.compat, "compiler_reset", lambda: None)
-    monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr("workloads.training.compat.compiler_reset", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     phase = gpu_check.Phase("bench")
     lines = gpu_check.run_bench(phase, Path("unused"), time.monotonic() + 1000)
     assert not phase.ok and any("1 variant(s) failed" in line for line in phase.lines)
     assert ran[-1] == "fast+reduce-overhead" and "fast" in ran and "baseline" in ran
+    assert "deepspeed-zero3" in ran
     assert any("| gpt2-124m | fast |" in line for line in lines)
     assert any(
         "fast+reduce-overhead: failed: RuntimeError: accessing tensor output" in line
         for line in lines
     )
+
+
+def test_the_engine_variants_are_the_benchs_and_configs_the_trainer_accepts() -> None:
+    """The DeepSpeed and activation-checkpointing variants gpu-check plans are real
+    configs (the dry run builds each one) with the switches they are named after."""
+    from workloads.training import bench  # noqa: PLC0415
+    from workloads.training.config import override, preset  # noqa: PLC0415
+
+    fast = bench.fast_overrides(torch.device("cuda"), bf16=True)
+    planned = dict(gpu_check.bench_variants(fast))
+    base = preset(gpu_check.PRESET)
+    zero3 = override(base, planned["deepspeed-zero3"])
+    assert (zero3.engine, zero3.zero_stage, zero3.dtype, zero3.compile) == (
+        "deepspeed",
+        3,
+        "bf16",
+        "off",
+    )
+    assert override(base, planned["deepspeed-zero2"]).zero_stage == 2
+    assert override(base, planned["fast+activation_checkpointing"]).activation_checkpointing
+    runs = dict(gpu_check.ENGINE_RUNS)
+    assert override(base, fast | runs[gpu_check.ENGINE_RESUMED]).zero_stage == 3
+
+
+def test_without_deepspeed_its_variants_fail_the_bench_and_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workloads.training import bench  # noqa: PLC0415
+
+    real_fast = bench.fast_overrides
+    monkeypatch.setattr(bench, "fast_overrides", lambda device: real_fast(device, bf16=True))
+    monkeypatch.setattr(bench, "deepspeed_installed", lambda: False)
+    ran: list[str] = []
+
+    def run_variant(config: object, variant: str, *args: object) -> bench.Result:
+        ran.append(variant)
+        return bench.Result(
+            "gpt2-124m", variant, "x", 124.0, 524288, 1.0, 5e5, 300.0, 0.3, 0.0, 3.0
+        )
+
+    monkeypatch.setattr(bench, "run_variant", run_variant)
+    monkeypatch.setattr("workloads.training.compat.compiler_reset", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    phase = gpu_check.Phase("bench")
+    lines = gpu_check.run_bench(phase, Path("unused"), time.monotonic() + 1000)
+    assert "fast+activation_checkpointing" in ran
+    assert not any(name.startswith("deepspeed") for name in ran)
+    assert not phase.ok
+    assert any(
+        "deepspeed-zero3: not run: the deepspeed package is not installed" in line
+        and "pip install 'deepspeed>=0.19.8,<0.20'" in line
+        for line in lines
+    )
+
+
+def test_without_deepspeed_the_engines_check_fails_and_runs_the_torch_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from workloads.training import bench, train  # noqa: PLC0415
+
+    monkeypatch.setattr(bench, "deepspeed_installed", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    ran: list[tuple[str, bool]] = []
+
+    def fake_run(config: object, topology: object) -> int:
+        from workloads.training.config import TrainConfig  # noqa: PLC0415
+
+        assert isinstance(config, TrainConfig)
+        ran.append((config.engine, config.activation_checkpointing))
+        log = Path(config.log_jsonl)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(
+            "".join(
+                f'{{"step": {s}, "loss": {11.0 - 0.1 * s}}}\n'
+                for s in range(1, gpu_check.ENGINE_STEPS + 1)
+            )
+        )
+        return train.EXIT_OK
+
+    monkeypatch.setattr(train, "run", fake_run)
+    monkeypatch.setattr("workloads.training.compat.compiler_reset", lambda: None)
+    phase = gpu_check.Phase("engines")
+    gpu_check.engines(phase, tmp_path / "data", tmp_path)
+    assert ran == [("torch", False), ("torch", True)]
+    assert not phase.ok
+    assert "pip install 'deepspeed>=0.19.8,<0.20'" in phase.lines[0]
+    assert any("at most 0.00e+00 from torch fast" in line for line in phase.lines)

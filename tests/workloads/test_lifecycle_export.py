@@ -152,6 +152,12 @@ def test_export_bad_inputs_are_one_message_and_write_nothing(
     _fails([str(broken), "--out", str(out)], capsys, "truncated or corrupt")
     (broken / ".metadata").unlink()
     _fails([str(broken), "--out", str(out)], capsys, "incomplete")
+    # A DeepSpeed engine's checkpoint (complete by its own marker): named, not "corrupt".
+    deepspeed_run = tmp_path / "deepspeed"
+    (deepspeed_run / "step_00000004").mkdir(parents=True)
+    (deepspeed_run / "step_00000004" / "deepspeed.json").write_text("{}")
+    for target in (deepspeed_run, deepspeed_run / "step_00000004"):
+        _fails([str(target), "--out", str(out)], capsys, "written by the DeepSpeed engine")
     # An output directory that cannot be created (its parent is a file).
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -1,11 +1,15 @@
-"""The token shard format, read with the standard library alone.
+"""The token shard's on-disk layout, with the standard library only.
 
 A shard is a 1024-byte header of 256 little-endian int32 (``[0]`` magic 20240520,
 ``[1]`` version 1, ``[2]`` token count, ``[3]`` vocabulary size or 0 when unknown)
-followed by the tokens as uint16 (llm.c's layout; `workloads.data.shards` writes and
-loads them with torch). The header reader is here, apart from torch, because the model
-server's image reads the training data's statistics (`workloads.inference.drift`) and
-has no torch.
+followed by the tokens as little-endian uint16: llm.c's layout. The trainer's loader
+(`workloads.data.shards`, which needs torch) and the Spark preprocessing job (which does
+not have torch) both write and read it through this module, so there is one definition.
+
+The byte-level tokenizer (vocabulary 256: a token is one UTF-8 byte) is defined here
+too: `workloads.data.tokenize` and the Spark job produce the same tokens for the same
+text. The model server's image reads the training data's statistics through it
+(`workloads.inference.drift`) and has no torch either.
 """
 
 from __future__ import annotations
@@ -18,6 +22,60 @@ MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
+#: The byte-level tokenizer's vocabulary: one token per byte value.
+BYTE_VOCAB_SIZE = 256
+#: Tokens per shard and the held-out share, for `workloads.data.tokenize` and the Spark job.
+DEFAULT_SHARD_TOKENS = 50_000_000
+DEFAULT_VAL_FRACTION = 0.05
+#: Shard file names the trainer reads: ``train_000000.bin``, ``val_000000.bin``.
+SHARD_SPLITS = ("train", "val")
+
+
+def pack_header(num_tokens: int, vocab_size: int) -> bytes:
+    """The 1024-byte header of a shard of ``num_tokens`` tokens."""
+    return struct.pack(f"<{HEADER_INTS}i", MAGIC, VERSION, num_tokens, vocab_size, *[0] * 252)
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a shard's first 16 bytes say."""
+
+    magic: int
+    version: int
+    num_tokens: int
+    vocab_size: int
+
+    @property
+    def is_shard(self) -> bool:
+        return self.magic == MAGIC and self.version == VERSION
+
+    @property
+    def expected_size(self) -> int:
+        """The file size this header promises."""
+        return HEADER_BYTES + 2 * self.num_tokens
+
+
+def unpack_header(raw: bytes) -> Header | None:
+    """The header of a shard's first bytes; ``None`` when they are too short."""
+    if len(raw) < HEADER_BYTES:
+        return None
+    return Header(*struct.unpack_from("<4i", raw))
+
+
+def read_header_bytes(path: Path) -> bytes:
+    """The first `HEADER_BYTES` of a file (fewer when it is shorter)."""
+    with path.open("rb") as handle:
+        return handle.read(HEADER_BYTES)
+
+
+def shard_name(split: str, index: int) -> str:
+    """``train_000003.bin``: the name the trainer's loader globs for."""
+    return f"{split}_{index:06d}.bin"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether the trainer would read a file of this name as a shard."""
+    return any(name.startswith(f"{split}_") and name.endswith(".bin") for split in SHARD_SPLITS)
 
 
 class ShardError(ValueError):
@@ -36,25 +94,23 @@ class ShardInfo:
 def read_header(path: Path) -> ShardInfo:
     """Check a shard's header against its size; `ShardError` naming the problem."""
     try:
-        raw = path.read_bytes()[:HEADER_BYTES]
+        header = unpack_header(read_header_bytes(path))
     except OSError as err:
         raise ShardError(f"{path}: cannot read ({err.strerror})") from err
-    if len(raw) < HEADER_BYTES:
+    if header is None:
         raise ShardError(f"{path}: shorter than the {HEADER_BYTES}-byte shard header")
-    magic, version, num_tokens, vocab_size = struct.unpack_from("<4i", raw)
-    if magic != MAGIC or version != VERSION:
+    if not header.is_shard:
         raise ShardError(
-            f"{path}: not a token shard (magic {magic}, version {version}; "
+            f"{path}: not a token shard (magic {header.magic}, version {header.version}; "
             f"expected {MAGIC}, {VERSION}); make shards with `python -m workloads.data.tokenize`"
         )
-    expected = HEADER_BYTES + 2 * num_tokens
     actual = path.stat().st_size
-    if actual != expected:
+    if actual != header.expected_size:
         raise ShardError(
-            f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
-            f"{actual} bytes; it is truncated or corrupt, re-create it"
+            f"{path}: header says {header.num_tokens} tokens ({header.expected_size} bytes) but "
+            f"the file has {actual} bytes; it is truncated or corrupt, re-create it"
         )
-    return ShardInfo(path, num_tokens, vocab_size)
+    return ShardInfo(path, header.num_tokens, header.vocab_size)
 
 
 def shard_files(data_dir: Path, split: str) -> list[Path]:

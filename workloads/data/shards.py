@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import struct
 import sys
 import warnings
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from workloads.data.shard_format import (
     VERSION,
     ShardError,
     ShardInfo,
+    pack_header,
     read_header,
     shard_files,
 )
@@ -69,7 +69,7 @@ def write_shard(path: Path, tokens: torch.Tensor | Sequence[int], vocab_size: in
     count = values.numel()
     if count and (int(values.min()) < 0 or int(values.max()) >= min(vocab_size, 65536)):
         raise ShardError(f"{path}: token ids must lie in [0, {vocab_size})")
-    header = struct.pack(f"<{HEADER_INTS}i", MAGIC, VERSION, count, vocab_size, *[0] * 252)
+    header = pack_header(count, vocab_size)
     # int16 holds the same 16 bits as the uint16 ids (ids >= 32768 wrap to negative).
     raw = values.to(torch.int32).to(torch.int16).contiguous()
     payload = ctypes.string_at(raw.data_ptr(), 2 * count) if count else b""

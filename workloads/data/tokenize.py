@@ -18,11 +18,22 @@ from pathlib import Path
 
 import torch
 
+from workloads.data.shard_format import (
+    BYTE_VOCAB_SIZE,
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_FRACTION,
+)
 from workloads.data.shards import ShardError, shard_files, write_shard
 
-BYTE_VOCAB_SIZE = 256
-DEFAULT_SHARD_TOKENS = 50_000_000
-DEFAULT_VAL_FRACTION = 0.05
+__all__ = [
+    "BYTE_VOCAB_SIZE",
+    "DEFAULT_SHARD_TOKENS",
+    "DEFAULT_VAL_FRACTION",
+    "decode_bytes",
+    "encode_bytes",
+    "ensure_shards",
+    "tokenize_files",
+]
 
 
 def encode_bytes(text: str) -> torch.Tensor:

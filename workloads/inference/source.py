@@ -19,7 +19,12 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from workloads.inference.errors import ExportError
-from workloads.training.checkpoint import METADATA_FILE, STEP_PREFIX, latest_checkpoint
+from workloads.training.checkpoint import (
+    METADATA_FILE,
+    STEP_PREFIX,
+    checkpoint_engine,
+    latest_checkpoint,
+)
 from workloads.training.config import TrainConfig
 from workloads.training.model import GPT
 
@@ -34,6 +39,14 @@ def resolve_checkpoint(path: Path) -> tuple[int, Path]:
     if not path.is_dir():
         raise ExportError(f"checkpoint {path}: not a directory (a DCP checkpoint is one)")
     suffix = path.name.removeprefix(STEP_PREFIX)
+    found = (int(suffix) if suffix.isdigit() else 0, path) if checkpoint_engine(path) else None
+    found = found or latest_checkpoint(path)
+    if found is not None and checkpoint_engine(found[1]) == "deepspeed":
+        raise ExportError(
+            f"checkpoint {found[1]} was written by the DeepSpeed engine, and export reads "
+            "DCP checkpoints (--engine torch); convert it with the zero_to_fp32.py DeepSpeed "
+            "left in the checkpoint directory, or export a torch-engine run"
+        )
     if (path / METADATA_FILE).is_file():
         return (int(suffix) if suffix.isdigit() else 0), path
     if path.name.startswith(STEP_PREFIX):
@@ -41,7 +54,6 @@ def resolve_checkpoint(path: Path) -> tuple[int, Path]:
             f"checkpoint {path} is incomplete (no {METADATA_FILE}: the save was interrupted); "
             "export an earlier step or the checkpoint directory itself"
         )
-    found = latest_checkpoint(path)
     if found is None:
         raise ExportError(
             f"{path} holds no complete checkpoint ({STEP_PREFIX}<N>/{METADATA_FILE}); "

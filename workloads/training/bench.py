@@ -12,11 +12,15 @@ the switches alone:
   CUDA pinned memory with non-blocking copies, the chunked LM-head loss and the
   prefetching loader.
 
-With ``--ablate`` it also measures ``fast`` with each switch turned off in turn and,
-on CUDA, ``fast`` with the ``reduce-overhead`` (CUDA graphs) and ``max-autotune``
-compile modes. Every variant runs at the preset's micro-batch and gradient
-accumulation (GPT-2 124M: 32 sequences x 16 micro-steps = 0.5M tokens per optimizer
-step), so the optimizer step and gradient clipping weigh as they do in training;
+With ``--ablate`` it also measures ``fast`` with each switch turned off in turn,
+``fast`` with activation checkpointing (its memory and speed cost), the DeepSpeed
+engine at ZeRO stages 2 and 3 with the fast path's other switches (eager: the
+DeepSpeed engine is not compiled; where deepspeed is not installed they are listed
+as not measured) and, on CUDA, ``fast`` with the ``reduce-overhead`` (CUDA graphs)
+and ``max-autotune`` compile modes. ``--variants`` measures only the named ones.
+Every variant runs at the preset's micro-batch and gradient accumulation (GPT-2
+124M: 32 sequences x 16 micro-steps = 0.5M tokens per optimizer step), so the
+optimizer step and gradient clipping weigh as they do in training;
 a variant that runs out of GPU memory at that shape is measured at half the
 micro-batch and twice the accumulation (the same tokens per step), and the table
 says so. On a CUDA machine the default is GPT-2 124M at sequence length 1024; on a
@@ -30,8 +34,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import importlib.util
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -50,13 +56,10 @@ from workloads.training.distributed import Topology
 from workloads.training.engine import (
     DeviceBatches,
     apply_backend_flags,
-    build_model,
-    build_optimizer,
     cpu_supports_bf16,
-    parallelize,
     resolve,
-    train_step,
 )
+from workloads.training.engines import setup
 from workloads.training.metrics import ThroughputWindow, format_mfu, peak_bf16_tflops
 from workloads.training.model import flops_per_token
 from workloads.training.telemetry import NvmlUnavailableError, nvml_session
@@ -86,6 +89,16 @@ ABLATIONS: dict[str, str] = {
     "pin_memory": "off",
     "chunked_loss": "off",
     "prefetch": "off",
+}
+#: Variants ``--ablate`` adds on top of ``fast`` on every device.
+ADDITIONS: dict[str, dict[str, str]] = {
+    "fast+activation_checkpointing": {"activation_checkpointing": "on"},
+}
+#: The DeepSpeed engine's variants ``--ablate`` adds: ``fast`` on DeepSpeed's ZeRO
+#: (eager; bf16 where ``fast`` has it, as DeepSpeed's bf16 weights).
+DEEPSPEED_VARIANTS: dict[str, dict[str, str]] = {
+    "deepspeed-zero2": {"engine": "deepspeed", "zero_stage": "2", "compile": "off"},
+    "deepspeed-zero3": {"engine": "deepspeed", "zero_stage": "3", "compile": "off"},
 }
 #: Compile modes ``--ablate`` adds to ``fast`` on CUDA (CUDA graphs, autotuning),
 #: slowest to compile last.
@@ -118,9 +131,14 @@ def fast_overrides(device: torch.device, bf16: bool | None = None) -> dict[str, 
     }
 
 
+def deepspeed_installed() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
 def variants(fast: dict[str, str], ablate: bool, cuda: bool) -> list[tuple[str, dict[str, str]]]:
     """``(name, switches)`` of every variant to measure, in order: the baseline, the
-    fast path, then (``ablate``) fast minus each switch it turns on and, on CUDA,
+    fast path, then (``ablate``) fast minus each switch it turns on, fast with
+    activation checkpointing, the DeepSpeed engine's ZeRO-2 and ZeRO-3 and, on CUDA,
     fast with each extra compile mode."""
     planned: list[tuple[str, dict[str, str]]] = [("baseline", BASELINE), ("fast", fast)]
     if ablate:
@@ -129,6 +147,8 @@ def variants(fast: dict[str, str], ablate: bool, cuda: bool) -> list[tuple[str, 
             for switch, off in ABLATIONS.items()
             if fast.get(switch) != off
         ]
+        planned += [(name, fast | extra) for name, extra in ADDITIONS.items()]
+        planned += [(name, fast | extra) for name, extra in DEEPSPEED_VARIANTS.items()]
         if cuda:
             planned += [
                 (f"fast+{mode}", fast | {"compile_mode": mode}) for mode in CUDA_COMPILE_MODES
@@ -170,12 +190,46 @@ class Result:
     final_loss: float
     shape: str = ""
     peak_memory_gib: float | None = None
+    #: Host CPU time (every thread of the process) per optimizer step: on a CPU run,
+    #: the compute a step costs even when other work shares the machine's cores.
+    cpu_s_per_step: float | None = None
+
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set size (Linux: ``5`` into
+    ``/proc/self/clear_refs`` sets VmHWM to the current RSS); whether it worked."""
+    try:
+        _CLEAR_REFS.write_text("5", encoding="ascii")
+    except OSError:
+        return False
+    return peak_rss_gib() is not None
+
+
+def peak_rss_gib() -> float | None:
+    """This process's peak resident set size since the last reset (VmHWM), in GiB."""
+    try:
+        for line in _STATUS.read_text(encoding="ascii").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def run_variant(
     config: TrainConfig, variant: str, device: torch.device, warmup: int, steps: int
 ) -> Result:
-    """Train ``warmup`` untimed steps (compilation happens here), then ``steps`` timed."""
+    """Train ``warmup`` untimed steps (compilation happens here), then ``steps`` timed.
+
+    Peak memory: on CUDA the most memory the allocator held for tensors; on a CPU the
+    process's peak resident set size (reset before the variant is set up, so it covers
+    the model, optimizer and the largest step, plus the Python process itself)."""
+    gc.collect()
+    rss_reset = device.type == "cpu" and reset_peak_rss()
     resolved = resolve(config, device)
     apply_backend_flags(resolved)
     files = ensure_shards(Path(config.data_dir), Path(config.corpus))
@@ -187,10 +241,8 @@ def run_variant(
         world_size=1,
         vocab_size=config.model.padded_vocab_size(resolved.pad_vocab),
     )
-    raw = build_model(config, resolved)
-    params = raw.num_parameters()
-    model = parallelize(raw, resolved, Topology())
-    optimizer = build_optimizer(model, config, resolved)
+    training = setup(config, resolved, Topology())
+    params = training.num_params
     batches = DeviceBatches(loader, resolved)
     tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
@@ -210,43 +262,38 @@ def run_variant(
     step = 0
     loss = torch.zeros(())
     for step in range(1, warmup + 1):
-        loss = train_step(
-            model=model,
-            optimizer=optimizer,
-            batches=batches,
-            config=config,
-            resolved=resolved,
-            step=step,
-        ).loss
+        loss = training.step(batches, config, step).loss
     sync()
     # The timed steps run in REPEATS windows and the median window is reported, so a
     # burst of other work on a shared machine does not decide the figure.
     windows = []
     per_window = max(1, steps // REPEATS)
+    cpu_times = []
     for _ in range(REPEATS):
         window.reset()
+        cpu_started = time.process_time()
         for _ in range(per_window):
             step += 1
-            result = train_step(
-                model=model,
-                optimizer=optimizer,
-                batches=batches,
-                config=config,
-                resolved=resolved,
-                step=step,
-            )
+            result = training.step(batches, config, step)
             window.add_step(result.data_wait_s)
             loss = result.loss
         final_loss = float(loss.item())  # synchronises the device
         sync()
         windows.append(window.stats())
+        cpu_times.append((time.process_time() - cpu_started) / per_window)
     batches.close()
+    training.close()
     stats = sorted(windows, key=lambda w: w.tokens_per_s)[len(windows) // 2]
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    peak = (
+        torch.cuda.max_memory_allocated(device) / 2**30
+        if device.type == "cuda"
+        else (peak_rss_gib() if rss_reset else None)
+    )
     return Result(
         preset=config.preset,
         variant=variant,
-        switches=resolved.describe(),
+        switches=resolved.describe()
+        + (f", engine {resolved.strategy}" if resolved.engine != "torch" else ""),
         params_m=params / 1e6,
         tokens_per_step=tokens_per_step,
         step_time_s=stats.step_time_s,
@@ -257,6 +304,7 @@ def run_variant(
         final_loss=final_loss,
         shape=str(Shape(config.micro_batch_size, config.grad_accum_steps)),
         peak_memory_gib=peak,
+        cpu_s_per_step=sorted(cpu_times)[len(cpu_times) // 2],
     )
 
 
@@ -369,18 +417,19 @@ def table(results: Sequence[Result]) -> list[str]:
     baselines = {r.preset: r for r in results if r.variant == "baseline"}
     lines = [
         "| preset | variant | params | micro-batch x accum | tokens/step | step time | tokens/s "
-        "| TFLOP/s | MFU | peak memory | data wait | speedup vs baseline |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| TFLOP/s | MFU | peak memory | host CPU time/step | data wait | speedup vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         base = baselines.get(r.preset)
         speedup = f"{r.tokens_per_s / base.tokens_per_s:.2f}x" if base else "-"
-        memory = f"{r.peak_memory_gib:.1f} GiB" if r.peak_memory_gib is not None else "-"
+        memory = f"{r.peak_memory_gib:.2f} GiB" if r.peak_memory_gib is not None else "-"
+        cpu = f"{r.cpu_s_per_step * 1000:.0f} ms" if r.cpu_s_per_step is not None else "-"
         lines.append(
             f"| {r.preset} | {r.variant} | {r.params_m:.2f}M | {r.shape or '-'} | "
             f"{r.tokens_per_step} | {r.step_time_s * 1000:.1f} ms | {r.tokens_per_s:,.0f} | "
-            f"{r.tflops:.3f} | {format_mfu(r.mfu)} | {memory} | {100 * r.data_wait_ratio:.1f}% | "
-            f"{speedup} |"
+            f"{r.tflops:.3f} | {format_mfu(r.mfu)} | {memory} | {cpu} | "
+            f"{100 * r.data_wait_ratio:.1f}% | {speedup} |"
         )
     lines.append("")
     lines.append("Switches per variant:")
@@ -481,6 +530,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also fast minus each switch (and, on CUDA, fast with each extra compile mode)",
     )
     parser.add_argument(
+        "--variants",
+        help="comma-separated: measure only these (names as --ablate lists them)",
+    )
+    parser.add_argument(
+        "--section",
+        help="record under this machine's section NAME (cpu-NAME, ...) instead of its main one",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         help="start no variant that would not finish within this many seconds",
@@ -504,10 +561,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if steps < 1 or warmup < 0 or (args.budget_s is not None and args.budget_s <= 0):
         print("bench: --steps must be >= 1, --warmup >= 0 and --budget-s > 0", file=sys.stderr)
         return 2
+    if args.section is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", args.section):
+        print("bench: --section: lower-case letters, digits and dashes", file=sys.stderr)
+        return 2
     deadline = time.monotonic() + args.budget_s if args.budget_s else None
 
     measured = Measured()
     fast = fast_overrides(device)
+    planned = variants(fast, args.ablate or bool(args.variants), cuda)
+    if args.variants:
+        wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
+        known = [name for name, _ in planned]
+        unknown = [v for v in wanted if v not in known]
+        if unknown:
+            print(
+                f"bench: --variants: unknown {', '.join(unknown)}; one of {', '.join(known)}",
+                file=sys.stderr,
+            )
+            return 2
+        planned = [(name, switches) for name, switches in planned if name in wanted]
+    if not deepspeed_installed():
+        left_out = [name for name, _ in planned if name in DEEPSPEED_VARIANTS]
+        planned = [(name, switches) for name, switches in planned if name not in left_out]
+        measured.skipped += [
+            f"{variant}: not run (the deepspeed package is not installed here)"
+            for variant in left_out
+        ]
     try:
         for name in names:
             base = preset(name.strip())
@@ -517,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             done = measure_preset(
                 base,
-                variants(fast, args.ablate, cuda),
+                planned,
                 device=device,
                 shape=shape,
                 warmup=warmup,
@@ -540,7 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("\n".join(body))
     if args.record:
-        record(Path(args.record), machine_key(device), body)
+        key = machine_key(device) + (f"-{args.section}" if args.section else "")
+        record(Path(args.record), key, body)
         print(f"\nbench: recorded in {args.record}")
     else:
         print("\nbench: add --record to write these figures into BENCHMARKS.md")
@@ -565,6 +645,12 @@ def section(
         f'- command: `{command}` (`make bench ARGS="{shlex.join(argv)}"`)',
         f"- {warmup} warm-up + {steps} timed steps per variant (median of {REPEATS} windows), "
         "one process",
+        "- peak memory: "
+        + (
+            "the most GPU memory the allocator held for tensors (torch.cuda.max_memory_allocated)"
+            if cuda
+            else "the process's peak resident set size (VmHWM, reset before each variant)"
+        ),
         *(overhead_lines(min(r.step_time_s for r in measured.results)) if measured.results else []),
         "",
         *table(measured.results),

@@ -7,6 +7,13 @@ by default (`dcp.async_save`: the state is staged to host memory, then written b
 background thread while training continues). A directory counts as complete only
 once DCP has written its ``.metadata`` file, which the coordinator does after every
 rank's data is on disk, so a run killed mid-save resumes from the previous one.
+
+DCP reshards on load: a run restarted with another world size (an elastic job that
+lost a node) loads the same checkpoint into its own layout; the checkpoint records
+the global batch (sequences per optimizer step) so the restarted run can keep it
+(`workloads.training.elastic`). The DeepSpeed engine writes the same ``step_<N>``
+directories in its own format, complete once its ``deepspeed.json`` exists
+(`workloads.training.deepspeed_engine`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from workloads.training.compat import async_save_response_type, dcp_kwargs
 
 STEP_PREFIX = "step_"
 METADATA_FILE = ".metadata"
+#: The DeepSpeed engine's completion marker (`workloads.training.deepspeed_engine`).
+DEEPSPEED_MARKER = "deepspeed.json"
 
 
 class CheckpointError(RuntimeError):
@@ -43,6 +52,16 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"{STEP_PREFIX}{step:08d}"
 
 
+def checkpoint_engine(path: Path) -> str | None:
+    """The engine that wrote the complete checkpoint ``path`` (``torch``: DCP's
+    ``.metadata``; ``deepspeed``: its marker), or None while it is incomplete."""
+    if (path / METADATA_FILE).is_file():
+        return "torch"
+    if (path / DEEPSPEED_MARKER).is_file():
+        return "deepspeed"
+    return None
+
+
 def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     """``(step, path)`` of every complete checkpoint under ``root``, oldest first."""
     found: list[tuple[int, Path]] = []
@@ -50,7 +69,7 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
         return found
     for path in root.glob(f"{STEP_PREFIX}*"):
         suffix = path.name.removeprefix(STEP_PREFIX)
-        if suffix.isdigit() and (path / METADATA_FILE).is_file():
+        if suffix.isdigit() and checkpoint_engine(path) is not None:
             found.append((int(suffix), path))
     return sorted(found)
 
@@ -68,6 +87,8 @@ class Resumed:
     loader: LoaderState
     path: Path
     rng_restored: bool
+    #: Sequences per optimizer step of the run that saved it (0: not recorded).
+    global_batch: int = 0
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -122,7 +143,12 @@ class Checkpointer:
             ) from err
 
     def _state(
-        self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, loader: LoaderState
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loader: LoaderState,
+        global_batch: int,
     ) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         return {
@@ -132,6 +158,7 @@ class Checkpointer:
                 "step": step,
                 "data_shard": loader.shard,
                 "data_position": loader.position,
+                "global_batch": global_batch,
             },
             # One key per rank: DCP keeps a single copy of identical keys.
             "rng": {f"rank{self.rank}": _rng_state(self.device)},
@@ -145,11 +172,14 @@ class Checkpointer:
         loader: LoaderState,
         *,
         blocking: bool = False,
+        global_batch: int = 0,
     ) -> Path:
-        """Checkpoint after ``step``; returns the directory. Every rank must call it."""
+        """Checkpoint after ``step``; returns the directory. Every rank must call it.
+        ``global_batch``: the run's sequences per optimizer step, recorded for an
+        elastic restart."""
         self.wait()  # one save in flight at a time
         path = step_dir(self.root, step)
-        state = self._state(step, model, optimizer, loader)
+        state = self._state(step, model, optimizer, loader, global_batch)
         self._write(state, path, blocking)
         return path
 
@@ -194,11 +224,7 @@ class Checkpointer:
             # Leftovers of saves interrupted before they completed.
             for path in self.root.glob(f"{STEP_PREFIX}*"):
                 suffix = path.name.removeprefix(STEP_PREFIX)
-                if (
-                    suffix.isdigit()
-                    and int(suffix) < newest
-                    and not (path / METADATA_FILE).is_file()
-                ):
+                if suffix.isdigit() and int(suffix) < newest and checkpoint_engine(path) is None:
                     shutil.rmtree(path, ignore_errors=True)
 
     def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
@@ -208,6 +234,12 @@ class Checkpointer:
         if found is None:
             return None
         _, path = found
+        if checkpoint_engine(path) != "torch":
+            raise CheckpointError(
+                f"checkpoint {path} was written by the DeepSpeed engine; resume it with "
+                "--engine deepspeed (and its --zero-stage), or point --ckpt-dir at a new "
+                "directory to start fresh"
+            )
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state: dict[str, Any] = {
             "model": model_sd,
@@ -220,6 +252,9 @@ class Checkpointer:
         has_rng = f"rng.{rng_key}.cpu" in saved_keys
         if has_rng:
             state["rng"] = {rng_key: _rng_state(self.device)}
+        # Checkpoints written before the global batch was recorded have no such key.
+        if "progress.global_batch" in saved_keys:
+            state["progress"]["global_batch"] = 0
         try:
             dcp_load(
                 state,
@@ -249,4 +284,5 @@ class Checkpointer:
             loader=LoaderState(int(progress["data_shard"]), int(progress["data_position"])),
             path=path,
             rng_restored=has_rng,
+            global_batch=int(progress.get("global_batch", 0)),
         )

@@ -26,6 +26,9 @@ from modules.validation import Checker, InvalidArgsError, Problem
 Toggle = Literal["auto", "on", "off"]
 DType = Literal["auto", "fp32", "bf16"]
 Parallelism = Literal["ddp", "fsdp2"]
+#: ``torch``: the trainer's own DDP / FSDP2 (``--parallelism``); ``deepspeed``: DeepSpeed's
+#: engine with ZeRO stage ``--zero-stage``.
+Engine = Literal["torch", "deepspeed"]
 #: ``torch.compile`` modes: ``reduce-overhead`` adds CUDA graphs, ``max-autotune``
 #: benchmarks kernel choices at compile time (minutes) and adds CUDA graphs.
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -33,6 +36,8 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotun
 TOGGLES: tuple[str, ...] = get_args(Toggle)
 DTYPES: tuple[str, ...] = get_args(DType)
 PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
+ENGINES: tuple[str, ...] = get_args(Engine)
+ZERO_STAGES: tuple[int, ...] = (1, 2, 3)
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 #: Vocabulary rows are padded to a multiple of this so the embedding and LM-head
@@ -140,7 +145,19 @@ class TrainConfig:
         pin_memory: page-locked host batches and non-blocking copies (``auto``: CUDA).
         no_sync_accum: skip the gradient all-reduce on non-final micro-steps.
         parallelism: ``ddp`` (replicated) or ``fsdp2`` (sharded, for models that do
-            not fit one device).
+            not fit one device); the ``torch`` engine's.
+        engine: ``torch`` (DDP or FSDP2 as ``parallelism`` says) or ``deepspeed``
+            (``deepspeed.initialize`` with ZeRO stage ``zero_stage``; needs the
+            deepspeed package, which the training image has).
+        zero_stage: the DeepSpeed engine's ZeRO stage: 1 shards the optimizer state,
+            2 also the gradients, 3 also the parameters.
+        activation_checkpointing: keep only each block's input in the forward pass
+            and recompute the block's activations in the backward pass (less memory,
+            about one more forward pass of compute).
+        global_batch_size: sequences per optimizer step over all ranks (0: the
+            micro-batch x ``grad_accum_steps`` x the world size of the run's first
+            start). Elastic runs keep it when the world size changes by choosing
+            ``grad_accum_steps``; see `workloads.training.elastic`.
         compile_mode: ``torch.compile`` mode: ``default``, ``reduce-overhead`` (CUDA
             graphs), ``max-autotune`` (autotuned kernels and CUDA graphs; compiles for
             minutes) or ``max-autotune-no-cudagraphs``.
@@ -162,6 +179,9 @@ class TrainConfig:
         fault_kill_rank: test hook: this rank SIGKILLs itself (first attempt only).
         fault_kill_at_step: test hook: the step after which ``fault_kill_rank`` dies
             (0: never).
+        fault_kill_node: test hook: ``fault_kill_rank`` first SIGKILLs its torchrun
+            agent (its parent process), as the loss of its node would, so the job
+            must go on with fewer nodes.
     """
 
     preset: str
@@ -197,6 +217,10 @@ class TrainConfig:
     pin_memory: Toggle = "auto"
     no_sync_accum: bool = True
     parallelism: Parallelism = "ddp"
+    engine: Engine = "torch"
+    zero_stage: int = 2
+    activation_checkpointing: bool = False
+    global_batch_size: int = 0
     compile_mode: CompileMode = "default"
     compile_after_wrap: bool = True
     chunked_loss: Toggle = "auto"
@@ -205,6 +229,7 @@ class TrainConfig:
     stop_check_every: int = 10
     fault_kill_rank: int = -1
     fault_kill_at_step: int = 0
+    fault_kill_node: bool = False
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -257,11 +282,36 @@ class TrainConfig:
             ("chunked_loss", TOGGLES),
             ("prefetch", TOGGLES),
             ("parallelism", PARALLELISMS),
+            ("engine", ENGINES),
             ("compile_mode", COMPILE_MODES),
         ):
             value = getattr(self, name)
             check.require(value in allowed, name, value, f"one of {', '.join(allowed)}")
         check.require(bool(self.data_dir), "data_dir", self.data_dir, "a directory path")
+        check.require(
+            self.zero_stage in ZERO_STAGES, "zero_stage", self.zero_stage, "one of 1, 2, 3"
+        )
+        check.require(
+            self.global_batch_size >= 0,
+            "global_batch_size",
+            self.global_batch_size,
+            ">= 0 (0: micro-batch x grad accumulation x world size)",
+        )
+        if self.engine == "deepspeed":
+            check.require(
+                self.parallelism == "ddp",
+                "parallelism",
+                self.parallelism,
+                "leave it at ddp with --engine deepspeed: DeepSpeed shards by --zero-stage",
+            )
+            # Not tested together: DeepSpeed's engine.compile() is left out rather than
+            # shipped untried.
+            check.require(
+                self.compile != "on",
+                "compile",
+                self.compile,
+                "off or auto with --engine deepspeed (the DeepSpeed engine runs eager)",
+            )
         check.require(
             self.fault_kill_at_step >= 0, "fault_kill_at_step", self.fault_kill_at_step, ">= 0"
         )

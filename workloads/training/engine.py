@@ -8,7 +8,7 @@ import contextlib
 import math
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -49,13 +49,23 @@ class Resolved:
     compile_after_wrap: bool = True
     loss_chunk: int = 0
     prefetch: bool = False
+    engine: str = "torch"
+    zero_stage: int = 0
+    activation_checkpointing: bool = False
+    #: Named ranges around forward, backward and the optimizer step (profiler
+    #: `record_function`s, and NVTX ranges for Nsight on CUDA); `profile` turns it on.
+    annotate: bool = False
 
     @property
     def uses_cuda_graphs(self) -> bool:
         return self.compile and self.compile_mode in ("reduce-overhead", "max-autotune")
 
     def describe(self) -> str:
-        precision = "bf16 autocast" if self.amp_dtype is torch.bfloat16 else "fp32"
+        precision = "fp32"
+        if self.amp_dtype is torch.bfloat16:
+            # DeepSpeed's bf16 mode holds the weights in bf16 (fp32 master copies in
+            # its optimizer); the torch engine autocasts fp32 weights.
+            precision = "bf16 weights" if self.engine == "deepspeed" else "bf16 autocast"
         flags = {
             "tf32": self.tf32,
             "compile": self.compile,
@@ -66,6 +76,7 @@ class Resolved:
             "no_sync_accum": self.no_sync_accum,
             "chunked_loss": bool(self.loss_chunk),
             "prefetch": self.prefetch,
+            "activation_checkpointing": self.activation_checkpointing,
         }
         on = ",".join(name for name, value in flags.items() if value) or "none"
         mode = (
@@ -74,6 +85,13 @@ class Resolved:
             else ""
         )
         return f"{self.device.type} {precision}, on: {on}{mode}"
+
+    @property
+    def strategy(self) -> str:
+        """How the model is spread over ranks: ``ddp``, ``fsdp2`` or ``deepspeed zero-N``."""
+        if self.engine == "deepspeed":
+            return f"deepspeed zero-{self.zero_stage}"
+        return self.parallelism
 
 
 def resolve(config: TrainConfig, device: torch.device) -> Resolved:
@@ -90,21 +108,27 @@ def resolve(config: TrainConfig, device: torch.device) -> Resolved:
             [Problem("dtype", "bf16", f"this {device.type} has no native bf16; use fp32")]
         )
     use_bf16 = config.dtype == "bf16" or (config.dtype == "auto" and cuda and bf16_ok)
+    deepspeed = config.engine == "deepspeed"
     return Resolved(
         device=device,
         amp_dtype=torch.bfloat16 if use_bf16 else None,
         tf32=cuda and toggle(config.tf32, True),
-        compile=toggle(config.compile, cuda),
+        # The DeepSpeed engine runs eager (config.py refuses --compile on with it).
+        compile=toggle(config.compile, cuda) and not deepspeed,
         fused_adamw=toggle(config.fused_adamw, cuda),
         sdpa=config.sdpa,
         pad_vocab=config.pad_vocab,
         pin_memory=cuda and toggle(config.pin_memory, True),
-        no_sync_accum=config.no_sync_accum,
+        # DeepSpeed decides when gradients are reduced itself.
+        no_sync_accum=config.no_sync_accum and not deepspeed,
         parallelism=config.parallelism,
         compile_mode=config.compile_mode,
         compile_after_wrap=config.compile_after_wrap,
         loss_chunk=config.loss_chunk_tokens if toggle(config.chunked_loss, cuda) else 0,
         prefetch=toggle(config.prefetch, cuda),
+        engine=config.engine,
+        zero_stage=config.zero_stage if deepspeed else 0,
+        activation_checkpointing=config.activation_checkpointing,
     )
 
 
@@ -123,6 +147,7 @@ def build_model(config: TrainConfig, resolved: Resolved) -> GPT:
         use_sdpa=resolved.sdpa,
         pad_vocab=resolved.pad_vocab,
         loss_chunk=resolved.loss_chunk,
+        activation_checkpointing=resolved.activation_checkpointing,
     )
     return model.to(resolved.device)
 
@@ -296,6 +321,25 @@ def _gradient_sync(model: nn.Module, sync: bool) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def step_range(name: str, resolved: Resolved) -> Iterator[None]:
+    """A named range of the step (``forward``, ``backward``, ``optimizer``) in the
+    profiler's trace and, on CUDA, an NVTX range Nsight Systems shows; nothing unless
+    ``resolved.annotate``."""
+    if not resolved.annotate:
+        yield
+        return
+    cuda = resolved.device.type == "cuda"
+    with torch.profiler.record_function(name):
+        if cuda:
+            torch.cuda.nvtx.range_push(name)  # type: ignore[no-untyped-call]
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+
+
 @dataclass
 class StepResult:
     """One optimizer step: its loss (mean over micro-steps, still on the device) and
@@ -333,19 +377,21 @@ def train_step(
         if resolved.uses_cuda_graphs:
             compat.cudagraph_mark_step_begin()
         with _gradient_sync(model, last or not resolved.no_sync_accum):
-            with autocast:
+            with step_range("forward", resolved), autocast:
                 loss = model(inputs, targets) / accum
-            loss.backward()  # outside autocast, as the AMP recipe has it
+            with step_range("backward", resolved):
+                loss.backward()  # outside autocast, as the AMP recipe has it
         loss_sum += loss.detach()
-    if config.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    lr = learning_rate(step, config)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.step()
-    # Under CUDA graphs the gradients stay allocated (zeroed, not freed): see
-    # `preallocate_grads`.
-    optimizer.zero_grad(set_to_none=not resolved.uses_cuda_graphs)
+    with step_range("optimizer", resolved):
+        if config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        lr = learning_rate(step, config)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        # Under CUDA graphs the gradients stay allocated (zeroed, not freed): see
+        # `preallocate_grads`.
+        optimizer.zero_grad(set_to_none=not resolved.uses_cuda_graphs)
     return StepResult(loss_sum, data_wait)
 
 
@@ -364,3 +410,48 @@ def preallocate_grads(model: nn.Module) -> None:
     for param in model.parameters():
         if param.requires_grad and param.grad is None:
             param.grad = torch.zeros_like(param)
+
+
+#: One optimizer step of a set-up model: ``(batches, config, step) -> StepResult``.
+StepFn = Callable[[DeviceBatches, TrainConfig, int], StepResult]
+
+
+@dataclass
+class Training:
+    """A model set up to train, whichever engine holds it: what `train`, `bench` and
+    `profile` drive.
+
+    Args:
+        model: the wrapped model (DDP, FSDP2 or compiled module; DeepSpeed's engine).
+        optimizer: its optimizer (DeepSpeed's ZeRO optimizer under DeepSpeed).
+        num_params: distinct parameters of the unwrapped model.
+        step: runs one optimizer step (``grad_accum_steps`` micro-steps).
+        close: releases what setting up took (a process group DeepSpeed needed).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    num_params: int
+    step: StepFn
+    close: Callable[[], None]
+
+
+def setup_torch(config: TrainConfig, resolved: Resolved, topology: Topology) -> Training:
+    """The torch engine: build the model, wrap it (DDP, FSDP2, compile) as
+    ``resolved`` says, and give it its optimizer."""
+    raw = build_model(config, resolved)
+    num_params = raw.num_parameters()
+    model = parallelize(raw, resolved, topology)
+    optimizer = build_optimizer(model, config, resolved)
+
+    def step(batches: DeviceBatches, current: TrainConfig, number: int) -> StepResult:
+        return train_step(
+            model=model,
+            optimizer=optimizer,
+            batches=batches,
+            config=current,
+            resolved=resolved,
+            step=number,
+        )
+
+    return Training(model, optimizer, num_params, step, lambda: None)

@@ -13,12 +13,19 @@ few it starts, within a time limit (default 10 minutes):
 4. train/resume: a short GPT-2 124M training run whose loss must fall, checkpointed
    half-way; the second half run again from the checkpoint must give the same
    losses (within GPU atomics' nondeterminism);
-5. NCCL: one GPU: a single-rank process group through NCCL all-reduces and checks a
+5. engines: the same short GPT-2 124M run on the torch engine's fast path, with
+   activation checkpointing, and on the DeepSpeed engine at ZeRO-2 and at ZeRO-3 with
+   activation checkpointing (bf16): each one's losses must fall and stay within bf16
+   tolerance of the torch fast path's; the ZeRO-3 run is checkpointed half-way and
+   its second half re-run from the checkpoint must match (needs deepspeed installed:
+   without it this check fails and says what to install);
+6. NCCL: one GPU: a single-rank process group through NCCL all-reduces and checks a
    buffer; several: `workloads.fabric_check` under torchrun (bus bandwidth);
-6. bench: `workloads.training.bench` for GPT-2 124M at sequence length 1024 at the preset's
+7. bench: `workloads.training.bench` for GPT-2 124M at sequence length 1024 at the preset's
    micro-batch and accumulation: ``baseline``, ``fast`` and every ``--ablate``
-   variant (tokens/s, step time, MFU, peak memory, data wait), as many as the time
-   limit leaves room for (those left out are listed, not hidden).
+   variant (activation checkpointing and DeepSpeed ZeRO-2/3 among them; tokens/s,
+   step time, MFU, peak memory, data wait), as many as the time limit leaves room for
+   (those left out are listed, not hidden).
 
 It writes the machine's BENCHMARKS.md section to ``build/gpu-check/<machine>.md``
 and, with ``--record``, into BENCHMARKS.md between its markers. Nothing is installed:
@@ -83,6 +90,31 @@ TRAIN_ACCUM = 2
 #: attention backward); a real resume bug differs by far more.
 RESUME_ATOL = 2e-2
 FWD_BWD_MICRO_BATCH = 8
+#: engines: steps of each run, and how far (relative) each step's loss may be from
+#: the torch fast path's. DeepSpeed's bf16 mode holds the weights in bf16 where the
+#: torch engine autocasts fp32 weights, so the curves differ by bf16 rounding, which
+#: over 8 steps stays within a few tenths of a percent of a ~10 loss; a missing
+#: gradient reduction or a wrong learning rate is off by far more. Not yet run on a
+#: GPU: the first `make gpu-check` on one tells whether this bound is right.
+ENGINE_STEPS = 8
+ENGINE_LOSS_RTOL = 2e-2
+#: The engine runs: (name, overrides of the fast path).
+ENGINE_RUNS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("torch fast", {}),
+    ("torch fast + activation checkpointing", {"activation_checkpointing": "on"}),
+    ("deepspeed zero-2", {"engine": "deepspeed", "zero_stage": "2", "compile": "off"}),
+    (
+        "deepspeed zero-3 + activation checkpointing",
+        {
+            "engine": "deepspeed",
+            "zero_stage": "3",
+            "compile": "off",
+            "activation_checkpointing": "on",
+        },
+    ),
+)
+#: The engine run that is also checkpointed and resumed.
+ENGINE_RESUMED = "deepspeed zero-3 + activation checkpointing"
 BENCH_WARMUP = 1
 BENCH_STEPS = 3
 #: The benchmark is not started with less of the time limit left (the fp32 baseline
@@ -177,6 +209,24 @@ def plan(gpus: int) -> list[PlannedStep]:
             f"{shape}, {TRAIN_MICRO_BATCH}x{TRAIN_ACCUM}, {TRAIN_STEPS} steps, checkpoint at "
             f"{TRAIN_STEPS // 2}, resume atol {RESUME_ATOL}",
         ),
+        *(
+            PlannedStep(
+                "engines",
+                name,
+                f"{shape}, {TRAIN_MICRO_BATCH}x{TRAIN_ACCUM}, {ENGINE_STEPS} steps, "
+                + (
+                    "the reference"
+                    if name == ENGINE_RUNS[0][0]
+                    else f"losses within {ENGINE_LOSS_RTOL:.0%} of torch fast"
+                )
+                + (
+                    f"; checkpoint at {ENGINE_STEPS // 2}, resume atol {RESUME_ATOL}"
+                    if name == ENGINE_RESUMED
+                    else ""
+                ),
+            )
+            for name, _ in ENGINE_RUNS
+        ),
         PlannedStep(
             "nccl",
             "single-rank" if gpus < 2 else "fabric_check",
@@ -186,6 +236,8 @@ def plan(gpus: int) -> list[PlannedStep]:
         ),
     ]
     fast = bench.fast_overrides(torch.device("cuda"), bf16=True)
+    for _, extra in ENGINE_RUNS:
+        override(base, fast | extra | {"metrics_port": "0"})  # valid, or it raises
     for variant, switches in bench_variants(fast):
         config = override(
             base,
@@ -408,6 +460,79 @@ def train_resume(phase: Phase, data_dir: Path, work: Path) -> None:
         phase.fail("the resumed run's losses differ from the uninterrupted run's")
 
 
+def engines(phase: Phase, data_dir: Path, work: Path) -> None:
+    """The torch fast path against activation checkpointing and DeepSpeed ZeRO-2/3:
+    the same short run, losses within bf16 tolerance; the ZeRO-3 run resumes."""
+    from workloads.training import bench, deepspeed_engine, train  # noqa: PLC0415
+    from workloads.training.config import override, preset  # noqa: PLC0415
+    from workloads.training.distributed import Topology  # noqa: PLC0415
+
+    device = torch.device("cuda", 0)
+    runs = list(ENGINE_RUNS)
+    if not bench.deepspeed_installed():
+        phase.fail(
+            f"the deepspeed package is not installed: the DeepSpeed engine was not checked; "
+            f"pip install '{deepspeed_engine.REQUIREMENT}' (the training image has it)"
+        )
+        runs = [(name, extra) for name, extra in runs if extra.get("engine") != "deepspeed"]
+    curves: dict[str, dict[int, float]] = {}
+    for name, extra in runs:
+        run_dir = work / "engines" / name.replace(" ", "-").replace("+", "and")
+        log = run_dir / "train.jsonl"
+        settings = {
+            "data_dir": str(data_dir),
+            "metrics_port": "0",
+            "micro_batch_size": str(TRAIN_MICRO_BATCH),
+            "grad_accum_steps": str(TRAIN_ACCUM),
+            "steps": str(ENGINE_STEPS),
+            "warmup_steps": "2",
+            "learning_rate": "1e-3",
+            "log_every": "1",
+            "log_jsonl": str(log),
+        }
+        if name == ENGINE_RESUMED:
+            settings |= {"ckpt_dir": str(run_dir / "ckpt"), "ckpt_every": str(ENGINE_STEPS // 2)}
+        config = override(preset(PRESET), bench.fast_overrides(device) | extra | settings)
+        with _sigterm_kept():
+            compat.compiler_reset()
+            status = train.run(config, Topology())
+        if status != train.EXIT_OK:
+            phase.fail(f"{name}: training exited with status {status}")
+            continue
+        curve = _losses(log)
+        curves[name] = curve
+        phase.say(
+            f"{name}: loss {curve[1]:.4f} -> {curve[ENGINE_STEPS]:.4f} over {ENGINE_STEPS} steps"
+        )
+        if not curve[ENGINE_STEPS] < curve[1]:
+            phase.fail(f"{name}: the loss did not fall")
+        reference = curves.get(ENGINE_RUNS[0][0])
+        if reference is not None and name != ENGINE_RUNS[0][0]:
+            worst = max(abs(curve[s] - reference[s]) / abs(reference[s]) for s in reference)
+            phase.say(f"{name}: at most {worst:.2e} from torch fast (limit {ENGINE_LOSS_RTOL})")
+            if worst > ENGINE_LOSS_RTOL:
+                phase.fail(f"{name}: its losses differ from the torch fast path's")
+        if name == ENGINE_RESUMED:
+            shutil.rmtree(run_dir / "ckpt" / f"step_{ENGINE_STEPS:08d}", ignore_errors=True)
+            log.unlink()
+            with _sigterm_kept():
+                status = train.run(config, Topology())
+            resumed = _losses(log) if status == train.EXIT_OK else {}
+            expected = list(range(ENGINE_STEPS // 2 + 1, ENGINE_STEPS + 1))
+            if sorted(resumed) != expected:
+                phase.fail(f"{name}: the resumed run logged {sorted(resumed)}, not {expected}")
+                continue
+            worst = max(abs(resumed[s] - curve[s]) for s in expected)
+            phase.say(f"{name}: resumed at step {ENGINE_STEPS // 2}, within {worst:.2e}")
+            if worst > RESUME_ATOL:
+                phase.fail(f"{name}: the resumed losses differ from the first run's")
+
+
+def _losses(log: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return {int(r["step"]): float(r["loss"]) for r in records}
+
+
 @contextlib.contextmanager
 def _sigterm_kept() -> Iterator[None]:
     previous = signal.getsignal(signal.SIGTERM)
@@ -499,6 +624,16 @@ def run_bench(phase: Phase, data_dir: Path, deadline: float) -> list[str]:
     measured = bench.Measured(
         skipped=[f"{PRESET} {n}: {why}" for n, why in LEFT_TO_MAKE_BENCH.items()]
     )
+    if not bench.deepspeed_installed():
+        from workloads.training.deepspeed_engine import REQUIREMENT  # noqa: PLC0415
+
+        missing = [name for name, _ in planned if name in bench.DEEPSPEED_VARIANTS]
+        planned = [(name, switches) for name, switches in planned if name not in missing]
+        measured.failed += [
+            f"{PRESET} {name}: not run: the deepspeed package is not installed "
+            f"(pip install '{REQUIREMENT}')"
+            for name in missing
+        ]
     try:
         bench.measure_preset(
             base,
@@ -595,6 +730,7 @@ def run_all(args: argparse.Namespace, added: Sequence[str], command: str) -> int
         ("health", health),
         ("fwd-bwd", lambda p: fwd_bwd(p, data_dir)),
         ("train-resume", lambda p: train_resume(p, data_dir, work)),
+        ("engines", lambda p: engines(p, data_dir, work)),
         ("nccl", lambda p: nccl(p, deadline - time.monotonic())),
     ]
     skip = set(args.skip.split(",")) if args.skip else set()

@@ -20,6 +20,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional alias
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from workloads.training.compat import autocast_dtype, no_autocast
 from workloads.training.config import ModelConfig
@@ -173,6 +174,9 @@ class GPT(nn.Module):
             rows are never a target, so training learns to give them no mass.
         loss_chunk: compute the loss with `chunked_linear_cross_entropy` in chunks
             of this many rows (0: the plain LM head and ``cross_entropy``).
+        activation_checkpointing: run each block under `torch.utils.checkpoint`
+            (non-reentrant) when gradients are enabled: the forward keeps only the
+            block's input and the backward recomputes the block's activations.
     """
 
     def __init__(
@@ -182,10 +186,12 @@ class GPT(nn.Module):
         use_sdpa: bool = True,
         pad_vocab: bool = True,
         loss_chunk: int = 0,
+        activation_checkpointing: bool = False,
     ):
         super().__init__()
         self.config = config
         self.loss_chunk = loss_chunk
+        self.activation_checkpointing = activation_checkpointing
         self.vocab_rows = config.padded_vocab_size(pad_vocab)
         self.wte = nn.Embedding(self.vocab_rows, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
@@ -218,8 +224,11 @@ class GPT(nn.Module):
         _, seq = idx.shape
         positions = torch.arange(seq, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(positions))
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x)
+            # Non-reentrant checkpointing: works with FSDP2's and ZeRO-3's parameter
+            # hooks, with torch.compile, and with inputs that need no gradient.
+            x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
         out: Tensor = self.ln_f(x)
         return out
 

@@ -8,6 +8,9 @@ from the newest complete checkpoint there, checkpoints every ``--ckpt-every`` st
 and at the end, and on SIGTERM (a spot interruption or a preemption) saves a final
 checkpoint before exiting with status 143 so that the job is retried, not completed.
 
+A data directory with a ``manifest.json`` (`make data`) is verified before step one: a
+changed, missing or extra shard stops the run, naming it.
+
 Exit status: 0 done, 2 bad configuration or data (one message, no traceback), 143
 stopped by SIGTERM after its checkpoint.
 """
@@ -15,6 +18,7 @@ stopped by SIGTERM after its checkpoint.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -29,9 +33,10 @@ import torch
 import torch.distributed as dist
 
 from modules.validation import InvalidArgsError
+from workloads.data.manifest import DatasetRef, ManifestError, verify_dataset
 from workloads.data.shards import ShardError, ShardLoader
 from workloads.data.tokenize import ensure_shards
-from workloads.training import distributed, fabric, telemetry
+from workloads.training import deepspeed_engine, distributed, fabric, telemetry
 from workloads.training.checkpoint import Checkpointer, CheckpointError
 from workloads.training.config import (
     TrainConfig,
@@ -39,16 +44,18 @@ from workloads.training.config import (
     describe_problems,
     from_namespace,
 )
+from workloads.training.deepspeed_engine import DeepSpeedCheckpointer
 from workloads.training.distributed import Topology, TopologyError
+from workloads.training.elastic import BatchPlan, plan_batch
+from workloads.training.elastic import describe as describe_plan
 from workloads.training.engine import (
     DeviceBatches,
+    Resolved,
+    Training,
     apply_backend_flags,
-    build_model,
-    build_optimizer,
-    parallelize,
     resolve,
-    train_step,
 )
+from workloads.training.engines import setup
 from workloads.training.metrics import (
     MetricsExporter,
     ThroughputWindow,
@@ -148,7 +155,27 @@ def _maybe_inject_fault(config: TrainConfig, topology: Topology, step: int) -> N
         and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     ):
         print(f"[rank {topology.rank}] fault injection: SIGKILL after step {step}", flush=True)
+        if config.fault_kill_node:
+            # The agent first, so it cannot restart this worker: the node is gone.
+            print(f"[rank {topology.rank}] fault injection: SIGKILL of this node's agent")
+            os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _plan_batch(
+    base: TrainConfig, world_size: int, saved_global_batch: int
+) -> tuple[TrainConfig, BatchPlan]:
+    """``base`` with the accumulation (and, where it cannot be kept exactly, the
+    learning rate) that keeps the run's global batch on ``world_size`` ranks."""
+    configured = base.micro_batch_size * base.grad_accum_steps * world_size
+    target = base.global_batch_size or saved_global_batch or configured
+    plan = plan_batch(target, base.micro_batch_size, world_size)
+    adjusted = dataclasses.replace(
+        base,
+        grad_accum_steps=plan.grad_accum_steps,
+        learning_rate=base.learning_rate * plan.lr_scale,
+    )
+    return adjusted, plan
 
 
 def run(config: TrainConfig, topology: Topology) -> int:
@@ -171,12 +198,24 @@ def run(config: TrainConfig, topology: Topology) -> int:
             "restarted workers may read the previous attempt's addresses from the shared "
             "rendezvous store and hang (pytorch/pytorch#135712); set it in torchrun's environment"
         )
+    deepspeed = resolved.engine == "deepspeed"
+    if deepspeed:
+        deepspeed_engine.import_deepspeed()  # a missing package is exit 2 before any work
     distributed.init_process_group(topology, device)
     control = distributed.cpu_group()
     ckpt_group = distributed.cpu_group()
     stop = StopRequest(config.stop_check_every)
 
+    dataset: DatasetRef | None = None
     if topology.local_rank == 0:
+        # A versioned dataset (`make data`) is checked shard by shard before anything
+        # reads it, and before ensure_shards could fill a directory whose shards vanished.
+        dataset = verify_dataset(Path(config.data_dir))
+        if dataset is not None:
+            log.line(
+                f"data: dataset {dataset.name} version {dataset.digest}: "
+                f"{len(dataset.shards)} shard(s) match its manifest"
+            )
         ensure_shards(Path(config.data_dir), Path(config.corpus))
     if topology.distributed:
         dist.barrier(group=control)
@@ -188,38 +227,78 @@ def run(config: TrainConfig, topology: Topology) -> int:
         world_size=topology.world_size,
         vocab_size=config.model.padded_vocab_size(resolved.pad_vocab),
     )
-    raw_model = build_model(config, resolved)
-    num_params = raw_model.num_parameters()
-    model = parallelize(raw_model, resolved, topology)
-    optimizer = build_optimizer(model, config, resolved)
-    batches = DeviceBatches(loader, resolved)
+    checkpointer: Checkpointer | DeepSpeedCheckpointer | None = None
+    saved_global_batch = 0
+    if config.ckpt_dir and deepspeed:
+        checkpointer = DeepSpeedCheckpointer(
+            Path(config.ckpt_dir),
+            topology=topology,
+            device=device,
+            group=ckpt_group,
+            zero_stage=resolved.zero_stage,
+            keep=config.ckpt_keep,
+        )
+        # DeepSpeed fixes the accumulation when it is set up: read it first.
+        saved_global_batch = checkpointer.saved_global_batch()
+    base_config = config
+    config, batch_plan = _plan_batch(base_config, topology.world_size, saved_global_batch)
+    training = setup(config, resolved, topology)
+    try:
+        if config.ckpt_dir and not deepspeed:
+            checkpointer = Checkpointer(
+                Path(config.ckpt_dir),
+                rank=topology.rank,
+                device=device,
+                group=ckpt_group,
+                use_async=config.async_ckpt,
+                keep=config.ckpt_keep,
+            )
+        return _train(
+            config,
+            base_config=base_config,
+            batch_plan=batch_plan,
+            topology=topology,
+            resolved=resolved,
+            training=training,
+            batches=DeviceBatches(loader, resolved),
+            checkpointer=checkpointer,
+            log=log,
+            control=control,
+            stop=stop,
+            dataset=dataset,
+        )
+    finally:
+        training.close()
 
+
+def _train(
+    config: TrainConfig,
+    *,
+    base_config: TrainConfig,
+    batch_plan: BatchPlan,
+    topology: Topology,
+    resolved: Resolved,
+    training: Training,
+    batches: DeviceBatches,
+    checkpointer: Checkpointer | DeepSpeedCheckpointer | None,
+    log: RunLog,
+    control: dist.ProcessGroup | None,
+    stop: StopRequest,
+    dataset: DatasetRef | None,
+) -> int:
+    device = resolved.device
+    model, optimizer = training.model, training.optimizer
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    distributed_label = topology.distributed or resolved.engine != "torch"
     log.line(
-        f"train: preset {config.preset}, {num_params / 1e6:.2f}M params, world "
+        f"train: preset {config.preset}, {training.num_params / 1e6:.2f}M params, world "
         f"{topology.world_size} ({topology.nodes} node(s))"
-        + (f", {config.parallelism}" if topology.distributed else "")
+        + (f", {resolved.strategy}" if distributed_label else "")
         + f", {resolved.describe()}"
         + (f", {device_name}" if device_name else "")
     )
-    tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * topology.world_size
-    log.line(
-        f"train: {tokens_per_step} tokens/step = {config.micro_batch_size} seq x {config.seq_len}"
-        f" tokens x {config.grad_accum_steps} accum x {topology.world_size} ranks;"
-        f" {config.steps} steps"
-    )
-
-    checkpointer = None
     start_step = 0
-    if config.ckpt_dir:
-        checkpointer = Checkpointer(
-            Path(config.ckpt_dir),
-            rank=topology.rank,
-            device=device,
-            group=ckpt_group,
-            use_async=config.async_ckpt,
-            keep=config.ckpt_keep,
-        )
+    if checkpointer is not None:
         resumed = checkpointer.load_latest(model, optimizer)
         if resumed is not None:
             start_step = resumed.step
@@ -229,6 +308,19 @@ def run(config: TrainConfig, topology: Topology) -> int:
                 f"{resumed.loader.shard}, position {resumed.loader.position}"
                 f"{', RNG restored' if resumed.rng_restored else ', RNG not saved for this rank'})"
             )
+            if resumed.global_batch and resumed.global_batch != batch_plan.target:
+                # DCP resharded the state; the accumulation follows the saved batch.
+                config, batch_plan = _plan_batch(
+                    base_config, topology.world_size, resumed.global_batch
+                )
+    if batch_plan.grad_accum_steps != base_config.grad_accum_steps or not batch_plan.exact:
+        log.line(describe_plan(batch_plan, base_config.grad_accum_steps, topology.world_size))
+    tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * topology.world_size
+    log.line(
+        f"train: {tokens_per_step} tokens/step = {config.micro_batch_size} seq x {config.seq_len}"
+        f" tokens x {config.grad_accum_steps} accum x {topology.world_size} ranks;"
+        f" {config.steps} steps"
+    )
     if start_step >= config.steps:
         log.line(f"train: already at step {start_step} of {config.steps}; nothing to do")
         return EXIT_OK
@@ -237,15 +329,16 @@ def run(config: TrainConfig, topology: Topology) -> int:
         config,
         is_main=topology.is_main,
         world_size=topology.world_size,
-        num_params=num_params,
-        shards=[info.path for info in loader.infos],
+        num_params=training.num_params,
+        shards=[info.path for info in batches.loader.infos],
+        dataset=dataset,
     )
     exporter = _start_exporter(config.metrics_port, topology, log)
     if exporter is not None:
         exporter.set_step(start_step)
     window = ThroughputWindow(
         tokens_per_step,
-        flops_per_token(config.model, num_params, config.seq_len),
+        flops_per_token(config.model, training.num_params, config.seq_len),
         topology.world_size,
         peak_bf16_tflops(device_name),
     )
@@ -253,14 +346,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
     first_loss: float | None = None
     last_loss: float | None = None
     for step in range(start_step + 1, config.steps + 1):
-        result = train_step(
-            model=model,
-            optimizer=optimizer,
-            batches=batches,
-            config=config,
-            resolved=resolved,
-            step=step,
-        )
+        result = training.step(batches, config, step)
         window.add_step(result.data_wait_s)
         window_loss += result.loss
         _maybe_inject_fault(config, topology, step)
@@ -290,6 +376,8 @@ def run(config: TrainConfig, topology: Topology) -> int:
                     "mfu": stats.mfu,
                     "data_wait_ratio": stats.data_wait_ratio,
                     "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                    "world_size": topology.world_size,
+                    "grad_accum_steps": config.grad_accum_steps,
                 }
             )
             tracker.log_step(step, loss_value, stats)
@@ -307,12 +395,19 @@ def run(config: TrainConfig, topology: Topology) -> int:
         due = bool(config.ckpt_every) and step % config.ckpt_every == 0
         if checkpointer is not None and (stopping or final or due):
             path = checkpointer.save(
-                step, model, optimizer, batches.state, blocking=stopping or final
+                step,
+                model,
+                optimizer,
+                batches.state,
+                blocking=stopping or final,
+                global_batch=batch_plan.target,
             )
-            log.line(
-                f"checkpoint: step {step} -> {path}"
-                + (" (async)" if not (stopping or final) and config.async_ckpt else "")
+            asynchronous = (
+                not (stopping or final)
+                and config.async_ckpt
+                and not isinstance(checkpointer, DeepSpeedCheckpointer)
             )
+            log.line(f"checkpoint: step {step} -> {path}" + (" (async)" if asynchronous else ""))
             tracker.checkpoint(path)
         if stopping:
             log.line(
@@ -324,6 +419,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
 
     if checkpointer is not None:
         checkpointer.wait()
+    batches.close()
     tracker.finish()
     log.line(
         f"done: loss {first_loss:.4f} -> {last_loss:.4f} over steps {start_step + 1}-{config.steps}"
@@ -353,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgsError as err:
         print(describe_problems(err), file=sys.stderr)
         return EXIT_USER_ERROR
-    except (ShardError, CheckpointError) as err:
+    except (ShardError, ManifestError, CheckpointError) as err:
         print(f"train: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     finally:

@@ -1,0 +1,925 @@
+"""Raw text to a versioned, validated, anonymised token dataset, as one PySpark job.
+
+``make data SOURCE=<dir> OUT=<dir>`` runs it in Spark's local mode::
+
+    python -m workloads.data.prepare SOURCE --out OUT [--no-anonymise] [--near-dup 0.8]
+
+Stages (each a Spark stage; Python code runs in Spark's Python workers):
+
+1. read every ``.txt`` (one document per line) and ``.jsonl`` (one per ``text`` field)
+   under SOURCE as raw bytes, each line keeping its file and position;
+2. per record: strict UTF-8 decoding, JSON parsing, size check, cleaning (NFC, control
+   characters, whitespace) - `workloads.data.clean`;
+3. validation of the raw records against the limits (pandera, `workloads.data.validate`):
+   a dataset that fails is refused with a report (rule, count, examples by position) and
+   nothing is written;
+4. exact deduplication (one document per cleaned-text hash, the first by position) and,
+   with ``--near-dup``, near-duplicate removal (MinHash LSH over word 3-grams);
+5. PII anonymisation with Presidio in ``mapPartitions`` (one analyzer per Python worker
+   process, reused across its partitions) - `workloads.data.pii`; ``--no-anonymise``
+   turns it off and is recorded in the manifest and the report;
+6. tokenisation into the trainer's shard format (byte-level, `workloads.data.shard_format`),
+   documents in source order, each followed by a blank line; the workers write the token
+   stream in parallel and the driver cuts it into ``train_*.bin``/``val_*.bin`` shards;
+7. the shards checked (pandera), then ``manifest.json`` (per-shard SHA-256, tokens, size;
+   the sources with sizes and SHA-256; the pipeline and its settings; the digest, which is
+   the dataset version) and ``report.json`` (validation and PII counts, no values).
+
+OUT is written as a temporary sibling directory and renamed into place at the end. OUT
+must be absent, empty, or an earlier dataset of this job (its manifest, report and listed
+shards and nothing else); anything else is refused and left untouched.
+
+Exit status: 0 dataset written; 1 dataset refused by validation (nothing written); 2 bad
+arguments, SOURCE, OUT or environment (no Java, a missing NER model); 3 the Spark job
+failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from workloads.data import clean, pii
+from workloads.data.java import JavaError, JavaRuntime, find_java, spark_java_home
+from workloads.data.manifest import (
+    REPORT,
+    ManifestError,
+    describe_shards,
+    file_sha256,
+    foreign_entries,
+    load_manifest,
+    write_json_atomic,
+    write_manifest,
+)
+from workloads.data.shard_format import (
+    BYTE_VOCAB_SIZE,
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_FRACTION,
+    pack_header,
+    shard_name,
+)
+from workloads.data.validate import (
+    DUPLICATES,
+    Profile,
+    RuleResult,
+    check_profile,
+    check_shards,
+    format_rules,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PIPELINE_NAME = "workloads.data.prepare"
+#: Bump when the job's output for the same input and settings changes.
+PIPELINE_VERSION = "1"
+SOURCE_KINDS = {".txt": "txt", ".jsonl": "jsonl"}
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_LOG4J = Path(__file__).resolve().with_name("log4j2.properties")
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USER_ERROR = 2
+EXIT_JOB_FAILED = 3
+
+
+class UserError(Exception):
+    """Something the user must fix (arguments, SOURCE, OUT, environment)."""
+
+
+class DatasetRefusedError(Exception):
+    """The raw records failed validation; ``report`` says why."""
+
+    def __init__(self, text: str, report: Mapping[str, Any]) -> None:
+        super().__init__(text)
+        self.report = dict(report)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The job's settings, recorded in the manifest (they are part of the version)."""
+
+    anonymise: bool = True
+    ner_model: str | None = None
+    near_dup: float | None = None
+    max_doc_bytes: int = 1 << 20
+    max_bad_fraction: float = 0.01
+    max_duplicate_rate: float = 0.3
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    val_fraction: float = DEFAULT_VAL_FRACTION
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.near_dup is not None and not 0.0 < self.near_dup < 1.0:
+            found.append(f"--near-dup must be a Jaccard similarity in (0, 1), got {self.near_dup}")
+        if self.max_doc_bytes < 1:
+            found.append(f"--max-doc-bytes must be positive, got {self.max_doc_bytes}")
+        for name, value in (
+            ("--max-bad-fraction", self.max_bad_fraction),
+            ("--max-duplicate-rate", self.max_duplicate_rate),
+        ):
+            if not 0.0 <= value <= 1.0:
+                found.append(f"{name} must be in [0, 1], got {value}")
+        if self.shard_tokens < 2:
+            found.append(f"--shard-tokens must be at least 2, got {self.shard_tokens}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            found.append(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if self.ner_model and not self.anonymise:
+            found.append("--ner-model has no effect with --no-anonymise; give one or the other")
+        return found
+
+    def record(self) -> dict[str, Any]:
+        entities = pii.PiiSettings(ner_model=self.ner_model).entities if self.anonymise else ()
+        return asdict(self) | {
+            "pii_entities": list(entities),
+            "tokenizer": {"kind": "utf-8 bytes", "vocab_size": BYTE_VOCAB_SIZE},
+            "document_separator": clean.DOCUMENT_SEPARATOR,
+        }
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file: its path relative to SOURCE, kind, size and SHA-256."""
+
+    path: Path
+    relative: str
+    kind: str
+    bytes: int
+    sha256: str
+
+
+def list_sources(root: Path) -> list[Source]:
+    """Every ``.txt``/``.jsonl`` file under ``root`` (or ``root`` itself), in path order,
+    hidden files and directories left out."""
+    if not root.exists():
+        raise UserError(f"SOURCE {root} does not exist; give a directory of .txt/.jsonl files")
+    if root.is_file():
+        files, base = [root], root.parent
+    else:
+        base = root
+        files = sorted(
+            path
+            for path in root.rglob("*")
+            if path.is_file()
+            and path.suffix in SOURCE_KINDS
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)
+        )
+    if not files or any(path.suffix not in SOURCE_KINDS for path in files):
+        raise UserError(
+            f"SOURCE {root} holds no .txt or .jsonl file; the job reads .txt files (one "
+            "document per line) and .jsonl files (one document per 'text' field)"
+        )
+    sources = []
+    for path in files:
+        try:
+            sources.append(
+                Source(
+                    path=path.resolve(),
+                    relative=path.relative_to(base).as_posix(),
+                    kind=SOURCE_KINDS[path.suffix],
+                    bytes=path.stat().st_size,
+                    sha256=file_sha256(path),
+                )
+            )
+        except OSError as err:
+            raise UserError(f"cannot read {path} ({err.strerror})") from err
+    return sources
+
+
+def check_out(out: Path, sources: Sequence[Source]) -> None:
+    """Refuse an OUT this job may not replace; touches nothing."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"OUT {out} is a file; give a directory (absent, empty or a dataset)")
+    resolved = out.resolve()
+    for source in sources:
+        if resolved == source.path or resolved in source.path.parents:
+            raise UserError(f"OUT {out} holds the source {source.relative}; choose another OUT")
+    if not out.is_dir():
+        return
+    foreign = foreign_entries(out)
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:6]) + (f" and {len(foreign) - 6} more" if len(foreign) > 6 else "")
+    try:
+        has_manifest = load_manifest(out) is not None
+    except ManifestError:
+        has_manifest = False
+    if has_manifest:
+        raise UserError(
+            f"OUT {out} holds a dataset and files this job did not write ({shown}); move "
+            "them out or choose another OUT. Nothing was changed."
+        )
+    raise UserError(
+        f"OUT {out} is not empty and is not a dataset of this job ({shown}); choose a new or "
+        "empty directory, or an earlier dataset. Nothing was changed."
+    )
+
+
+# --- the Spark side ---------------------------------------------------------------
+
+
+def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: Path) -> Any:
+    """A local-mode SparkSession on ``java``, listening on loopback only, no UI;
+    ``local_dir`` holds Spark's scratch space (and a ``java`` wrapper where one is
+    needed, `workloads.data.java.spark_java_home`)."""
+    local_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["JAVA_HOME"] = str(spark_java_home(java, local_dir))
+    # The Python workers run this interpreter and import this package.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    spark = (
+        SparkSession.builder.master(f"local[{workers}]")
+        .appName(PIPELINE_NAME)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.local.dir", str(local_dir))
+        .config("spark.sql.shuffle.partitions", str(max(2, 2 * workers)))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_LOG4J}")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+#: The parsed records (Arrow batches between the JVM and the Python workers).
+PARSED_SCHEMA = (
+    "file string, block long, row long, status string, text string, raw_bytes long, hash string"
+)
+PART_SCHEMA = "part long, tokens long, documents long, with_pii long, hits string"
+
+
+def _parse_batches(batches: Iterable[Any], max_doc_bytes: int) -> Iterator[Any]:
+    """Stage 2 over Arrow batches of raw lines (`read_records`)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    names = [field.split()[0] for field in PARSED_SCHEMA.split(", ")]
+    for batch in batches:
+        columns = batch.to_pydict()
+        out: dict[str, list[Any]] = {name: [] for name in names}
+        for file, block, row, kind, raw in zip(
+            columns["file"],
+            columns["block"],
+            columns["row"],
+            columns["kind"],
+            columns["raw"],
+            strict=True,
+        ):
+            record = clean.parse_record(kind, raw, max_doc_bytes)
+            for name, value in zip(
+                names,
+                (file, block, row, record.status, record.text, record.raw_bytes, record.hash),
+                strict=True,
+            ):
+                out[name].append(value)
+        yield pa.RecordBatch.from_pydict(out)
+
+
+def _anonymise_partition(
+    rows: Iterable[Any], settings: pii.PiiSettings
+) -> Iterator[tuple[str, int, int, str, dict[str, int]]]:
+    """Stage 5 over one partition: Presidio's analyzer is built (or reused) once for
+    the partition, not per document."""
+    keyed = (((file, block, row), text) for file, block, row, text in rows)
+    for (file, block, row), text, hits in pii.anonymise(keyed, settings):
+        yield file, block, row, text, hits
+
+
+def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
+    """Write this partition's documents (in order) as little-endian uint16 byte tokens to
+    ``part-<partition>.u16``; yield one row: the partition, tokens, documents, documents
+    with PII and the hits by type (JSON)."""
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+    from pyspark import TaskContext  # noqa: PLC0415
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    tokens = documents = with_pii = 0
+    hits: Counter[str] = Counter()
+    separator = clean.DOCUMENT_SEPARATOR
+    with open(os.path.join(parts_dir, f"part-{index:06d}.u16"), "wb") as handle:
+        for batch in batches:
+            texts = batch.column("text").to_pylist()
+            data = "".join(text + separator for text in texts).encode("utf-8")
+            handle.write(np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes())
+            tokens += len(data)
+            documents += len(texts)
+            for found in batch.column("hits").to_pylist():
+                if found:
+                    with_pii += 1
+                    hits.update(dict(found))
+    yield pa.RecordBatch.from_pydict(
+        {
+            "part": [index],
+            "tokens": [tokens],
+            "documents": [documents],
+            "with_pii": [with_pii],
+            "hits": [json.dumps(hits)],
+        }
+    )
+
+
+def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
+    """One row per raw line: file URI, split start, row id (ordered within a split),
+    kind and the raw bytes (the text source's value cast to binary, undecoded)."""
+    from pyspark.sql import functions as sf  # noqa: PLC0415
+
+    frames = []
+    for kind in ("txt", "jsonl"):
+        paths = [str(s.path) for s in sources if s.kind == kind]
+        if paths:
+            frames.append(
+                spark.read.text(paths).select(
+                    sf.col("_metadata.file_path").alias("file"),
+                    sf.col("_metadata.file_block_start").alias("block"),
+                    sf.monotonically_increasing_id().alias("row"),
+                    sf.lit(kind).alias("kind"),
+                    sf.col("value").cast("binary").alias("raw"),
+                )
+            )
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
+
+
+class Positions:
+    """Line numbers of rows from (file, split start, row id): the lines of the splits
+    before, plus the row's place in its split."""
+
+    def __init__(self, splits: Iterable[Any], root_uri_path: str, single_file: bool) -> None:
+        self._root = root_uri_path
+        self._single = single_file
+        self._splits: dict[str, list[tuple[int, int, int]]] = {}
+        for file, block, count, first in splits:
+            self._splits.setdefault(file, []).append((block, count, first))
+        for entries in self._splits.values():
+            entries.sort()
+
+    def name(self, file_uri: str) -> str:
+        path = unquote(urlparse(file_uri).path)
+        if self._single:
+            return os.path.basename(path)
+        return os.path.relpath(path, self._root)
+
+    def __call__(self, file: str, block: int, row: int) -> str:
+        line = 1
+        for start, count, first in self._splits.get(file, []):
+            if start == block:
+                line += row - first
+                break
+            line += count
+        return f"{self.name(file)} line {line}"
+
+
+def _pii_counts(parts: Sequence[tuple[int, int, int, int, dict[str, int]]]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for *_, hits in parts:
+        total.update(hits)
+    return total
+
+
+def run_spark_job(
+    spark: SparkSession,
+    sources: Sequence[Source],
+    root: Path,
+    settings: Settings,
+    staging: Path,
+) -> dict[str, Any]:
+    """Stages 1-6: the token stream in ``staging/parts``; returns the figures."""
+    from pyspark import StorageLevel  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
+    from pyspark.sql.types import (  # noqa: PLC0415
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    records = read_records(spark, sources)
+    parse = functools.partial(_parse_batches, max_doc_bytes=settings.max_doc_bytes)
+    parsed = records.mapInArrow(parse, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+
+    # --- validation of the raw records -------------------------------------------
+    by_status = {
+        row["status"]: (int(row["n"]), int(row["b"] or 0))
+        for row in parsed.groupBy("status")
+        .agg(sf.count("*").alias("n"), sf.sum("raw_bytes").alias("b"))
+        .collect()
+    }
+    blank = by_status.pop(clean.BLANK, (0, 0))
+    records_total = sum(n for n, _ in by_status.values())
+    raw_bytes = sum(b for _, b in by_status.values()) + blank[1]
+    usable = by_status.get(clean.OK, (0, 0))[0]
+    ok = parsed.filter(sf.col("status") == clean.OK)
+    position = sf.struct("file", "block", "row")
+    groups = (
+        ok.groupBy("hash")
+        .agg(
+            sf.count("*").alias("n"),
+            sf.min(position).alias("first"),
+            sf.max(position).alias("last"),
+            sf.first("text").alias("text"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    unique_count = groups.count()
+    duplicates = usable - unique_count
+
+    splits = (
+        parsed.groupBy("file", "block")
+        .agg(sf.count("*").alias("n"), sf.min("row").alias("first"))
+        .collect()
+    )
+    where = Positions(
+        ((r["file"], r["block"], r["n"], r["first"]) for r in splits),
+        str(root.resolve() if root.is_dir() else root.resolve().parent),
+        root.is_file(),
+    )
+    examples: dict[str, list[str]] = {}
+    for rule in clean.RECORD_RULES:
+        if by_status.get(rule, (0, 0))[0]:
+            rows = (
+                parsed.filter(sf.col("status") == rule)
+                .orderBy("file", "block", "row")
+                .select("file", "block", "row")
+                .limit(3)
+                .collect()
+            )
+            examples[rule] = [where(r["file"], r["block"], r["row"]) for r in rows]
+    if duplicates:
+        repeats = groups.filter(sf.col("n") > 1).orderBy("last").select("first", "last")
+        examples[DUPLICATES] = [
+            f"{where(*r['last'])} repeats {where(*r['first'])}" for r in repeats.limit(3).collect()
+        ]
+    profile = Profile(
+        records=records_total,
+        broken={rule: n for rule, (n, _) in by_status.items() if rule != clean.OK},
+        usable=usable,
+        duplicates=duplicates,
+        examples=examples,
+    )
+    results = check_profile(
+        profile,
+        max_bad_fraction=settings.max_bad_fraction,
+        max_duplicate_rate=settings.max_duplicate_rate,
+    )
+    validation = {
+        "passed": all(r.passed for r in results),
+        "records": records_total,
+        "blank_lines": blank[0],
+        "usable": usable,
+        "rules": [r.as_dict() for r in results],
+    }
+    if not validation["passed"] or unique_count == 0:
+        raise DatasetRefusedError(refusal_text(results, records_total, unique_count), validation)
+    parsed.unpersist()
+
+    # --- deduplication ----------------------------------------------------------------
+    unique = groups.select("first.file", "first.block", "first.row", "text")
+    near_removed: int | None = None
+    if settings.near_dup is not None:
+        unique, near_removed = drop_near_duplicates(unique, settings.near_dup)
+
+    # --- PII ------------------------------------------------------------------------
+    anonymised_schema = StructType(
+        [
+            StructField("file", StringType(), False),
+            StructField("block", LongType(), False),
+            StructField("row", LongType(), False),
+            StructField("text", StringType(), False),
+            StructField("hits", MapType(StringType(), IntegerType()), False),
+        ]
+    )
+    pii_settings = pii.PiiSettings(ner_model=settings.ner_model) if settings.anonymise else None
+    if pii_settings is None:  # --no-anonymise: no Python pass at all
+        empty = sf.create_map().cast(MapType(StringType(), IntegerType()))
+        cleaned = unique.withColumn("hits", empty).persist(StorageLevel.MEMORY_AND_DISK)
+    else:
+        anonymise = functools.partial(_anonymise_partition, settings=pii_settings)
+        # The rows travel as Python tuples here (Spark's mapPartitions); the schema is
+        # ours, so Spark need not check every row against it.
+        cleaned = spark.createDataFrame(
+            unique.rdd.mapPartitions(anonymise), anonymised_schema, verifySchema=False
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+    cleaned.count()  # the scan runs once, here; the sort below samples the cached rows
+    groups.unpersist()
+
+    # --- tokenisation, in source order ------------------------------------------------
+    parts_dir = staging / "parts"
+    parts_dir.mkdir()
+    ordered = cleaned.orderBy("file", "block", "row").select("text", "hits")
+    write = functools.partial(_write_batches, parts_dir=str(parts_dir))
+    parts = sorted(
+        (r["part"], r["tokens"], r["documents"], r["with_pii"], json.loads(r["hits"]))
+        for r in ordered.mapInArrow(write, PART_SCHEMA).collect()
+    )
+    cleaned.unpersist()
+    hits = _pii_counts(parts)
+    return {
+        "validation": validation,
+        "raw_bytes": raw_bytes,
+        "dedup": {
+            "exact_duplicates_removed": duplicates,
+            "near_duplicates_removed": near_removed,
+            "near_dup_threshold": settings.near_dup,
+        },
+        "pii": {
+            "anonymised": settings.anonymise,
+            "entities_scanned": list(pii_settings.entities) if pii_settings else [],
+            "not_scanned": (
+                []
+                if pii_settings is None or settings.ner_model
+                else ["PERSON: no NER model (--ner-model); names were not searched for"]
+            ),
+            "hits_by_type": {e: hits.get(e, 0) for e in pii.ENTITIES} if pii_settings else {},
+            "documents_with_pii": sum(p[3] for p in parts) if pii_settings else None,
+        },
+        "documents": sum(p[2] for p in parts),
+        "parts": [(p[0], p[1]) for p in parts],
+    }
+
+
+def drop_near_duplicates(unique: DataFrame, threshold: float) -> tuple[DataFrame, int]:
+    """Documents whose word-3-gram Jaccard similarity to an earlier one (by position) is
+    at least ``threshold`` removed, found with MinHash LSH; returns the rest and the
+    count removed. Documents shorter than three words are kept."""
+    from pyspark import StorageLevel  # noqa: PLC0415
+    from pyspark.ml.feature import HashingTF, MinHashLSH, NGram, RegexTokenizer  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
+
+    keyed = unique.withColumn("key", sf.struct("file", "block", "row")).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    words = RegexTokenizer(inputCol="text", outputCol="words", pattern=r"\W+").transform(keyed)
+    shingles = NGram(n=3, inputCol="words", outputCol="shingles").transform(words)
+    features = HashingTF(
+        inputCol="shingles", outputCol="features", numFeatures=1 << 20, binary=True
+    ).transform(shingles.filter(sf.size("shingles") > 0))
+    vectors = features.select("key", "features").persist(StorageLevel.MEMORY_AND_DISK)
+    model = MinHashLSH(inputCol="features", outputCol="hashes", numHashTables=8, seed=971).fit(
+        vectors
+    )
+    pairs = model.approxSimilarityJoin(vectors, vectors, 1.0 - threshold, distCol="distance")
+    later = (
+        pairs.filter(sf.col("datasetA.key") < sf.col("datasetB.key"))
+        .select(sf.col("datasetB.key").alias("key"))
+        .distinct()
+    )
+    kept = keyed.join(later, on="key", how="left_anti").drop("key")
+    removed = later.count()
+    vectors.unpersist()
+    return kept, removed
+
+
+def refusal_text(results: Sequence[RuleResult], records: int, unique: int) -> str:
+    failed = [r.rule for r in results if not r.passed]
+    head = (
+        f"prepare: the dataset was refused: {', '.join(failed)} over the limit "
+        f"({records} records read). No shards were written."
+        if failed
+        else f"prepare: the dataset was refused: no usable document among {records} records."
+    )
+    return (
+        head
+        + "\n"
+        + format_rules(results)
+        + "\nFix the records at those positions, or change the limits (--max-bad-fraction, "
+        "--max-duplicate-rate, --max-doc-bytes) if they are too strict for this source."
+    )
+
+
+# --- shards, manifest, publishing ---------------------------------------------------
+
+
+def assemble_shards(
+    parts: Sequence[tuple[int, int]], parts_dir: Path, out: Path, settings: Settings
+) -> tuple[int, int]:
+    """Cut the ordered token stream of the part files into shards: the last
+    ``val_fraction`` is ``val_*.bin`` (as `workloads.data.tokenize` splits); returns the
+    (train, val) token counts."""
+    total = sum(tokens for _, tokens in parts)
+    split = total - int(total * settings.val_fraction)
+    files = [parts_dir / f"part-{index:06d}.u16" for index, tokens in parts if tokens]
+    stream = _Concatenated(files)
+    try:
+        for name, count in (("train", split), ("val", total - split)):
+            for index, start in enumerate(range(0, count, settings.shard_tokens)):
+                tokens = min(settings.shard_tokens, count - start)
+                with (out / shard_name(name, index)).open("wb") as handle:
+                    handle.write(pack_header(tokens, BYTE_VOCAB_SIZE))
+                    stream.copy_to(handle, 2 * tokens)
+    finally:
+        stream.close()
+    return split, total - split
+
+
+class _Concatenated:
+    """The part files read as one stream, in order."""
+
+    def __init__(self, files: Sequence[Path]) -> None:
+        self._files = list(files)
+        self._handle: Any = None
+
+    def copy_to(self, handle: Any, count: int) -> None:
+        while count:
+            if self._handle is None:
+                self._handle = self._files.pop(0).open("rb")
+            chunk = self._handle.read(min(count, 8 << 20))
+            if not chunk:
+                self._handle.close()
+                self._handle = None
+                continue
+            handle.write(chunk)
+            count -= len(chunk)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def versions() -> dict[str, str]:
+    """The versions of what shapes the output."""
+    found = {}
+    for package in ("pyspark", "presidio-analyzer", "presidio-anonymizer", "pandera"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "absent"
+    return found
+
+
+def publish(staging: Path, out: Path) -> None:
+    """Move ``staging`` into ``out``'s place: a rename, after setting aside an earlier
+    dataset there (removed once the new one is in place)."""
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    if out.is_dir():
+        aside = out.with_name(f".{out.name}.old-{secrets.token_hex(4)}")
+        out.rename(aside)
+        staging.rename(out)
+        shutil.rmtree(aside)
+    else:
+        staging.rename(out)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a successful run wrote."""
+
+    out: Path
+    digest: str
+    documents: int
+    tokens: int
+    train_shards: int
+    val_shards: int
+    report: dict[str, Any]
+
+
+def prepare(
+    source: Path,
+    out: Path,
+    settings: Settings,
+    *,
+    name: str | None = None,
+    workers: int | None = None,
+    driver_memory: str = "2g",
+    spark: SparkSession | None = None,
+) -> Outcome:
+    """The whole job. Raises `UserError`, `DatasetRefusedError` or Spark's errors.
+
+    Args:
+        spark: a session to run in (kept running); by default one is started on the
+            machine's Java (`workloads.data.java`) with ``workers`` cores and stopped.
+    """
+    problems = settings.problems()
+    if problems:
+        raise UserError("; ".join(problems))
+    sources = list_sources(source)
+    check_out(out, sources)
+    java = find_java() if spark is None else None
+    if settings.anonymise and settings.ner_model:
+        pii.check_ner_model(settings.ner_model)
+    workers = workers or os.cpu_count() or 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
+    staging.mkdir()
+    started = time.perf_counter()
+    try:
+        if spark is None:
+            assert java is not None
+            session = start_spark(java, workers, driver_memory, staging / "spark-local")
+            try:
+                figures = run_spark_job(session, sources, source, settings, staging)
+            finally:
+                session.stop()
+        else:
+            figures = run_spark_job(spark, sources, source, settings, staging)
+        spark_s = time.perf_counter() - started
+        data_dir = staging / "dataset"
+        data_dir.mkdir()
+        train_tokens, val_tokens = assemble_shards(
+            figures["parts"], staging / "parts", data_dir, settings
+        )
+        total = train_tokens + val_tokens
+        shard_problems = check_shards(data_dir, total)
+        if shard_problems:
+            raise RuntimeError(
+                "the written shards failed their check: " + "; ".join(shard_problems)
+            )
+        shards = describe_shards(data_dir)
+        body: dict[str, Any] = {
+            "name": name or out.resolve().name,
+            "pipeline": {"name": PIPELINE_NAME, "version": PIPELINE_VERSION, **versions()},
+            "settings": settings.record(),
+            "sources": [
+                {"path": s.relative, "kind": s.kind, "bytes": s.bytes, "sha256": s.sha256}
+                for s in sources
+            ],
+            "shards": shards,
+            "totals": {
+                "documents": figures["documents"],
+                "tokens": total,
+                "train_tokens": train_tokens,
+                "val_tokens": val_tokens,
+            },
+        }
+        digest = write_manifest(data_dir, body)
+        elapsed = time.perf_counter() - started
+        report: dict[str, Any] = {
+            "dataset": {"name": body["name"], "digest": digest},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "source_root": str(source.resolve()),
+            "validation": figures["validation"],
+            "dedup": figures["dedup"],
+            "pii": figures["pii"],
+            "output": body["totals"]
+            | {
+                "train_shards": sum(1 for s in shards if s["split"] == "train"),
+                "val_shards": sum(1 for s in shards if s["split"] == "val"),
+            },
+            "run": {
+                "raw_bytes": figures["raw_bytes"],
+                "seconds": round(elapsed, 3),
+                "spark_seconds": round(spark_s, 3),
+                "workers": workers,
+                "java": f"{java.major} ({java.origin})" if java else "(session given)",
+            },
+        }
+        write_json_atomic(data_dir / REPORT, report)
+        check_out(out, sources)  # OUT may have changed while the job ran
+        publish(data_dir, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Outcome(
+        out=out,
+        digest=digest,
+        documents=figures["documents"],
+        tokens=total,
+        train_shards=report["output"]["train_shards"],
+        val_shards=report["output"]["val_shards"],
+        report=report,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.data.prepare",
+        description=(
+            "Clean, validate, deduplicate, anonymise and tokenise .txt/.jsonl files into a "
+            "versioned token dataset with Spark (local mode)."
+        ),
+    )
+    parser.add_argument("source", type=Path, help="directory (or file) of .txt/.jsonl")
+    parser.add_argument("--out", type=Path, required=True, help="dataset directory to write")
+    parser.add_argument("--name", default=None, help="dataset name (default: OUT's name)")
+    parser.add_argument(
+        "--no-anonymise",
+        dest="anonymise",
+        action="store_false",
+        help="do not search for personal data (recorded in the manifest and report)",
+    )
+    parser.add_argument(
+        "--ner-model",
+        default=None,
+        help="spaCy pipeline with NER (installed package or directory) to find names",
+    )
+    parser.add_argument(
+        "--near-dup",
+        type=float,
+        default=None,
+        metavar="JACCARD",
+        help="also drop near-duplicates at this word-3-gram Jaccard similarity (e.g. 0.8)",
+    )
+    parser.add_argument("--max-doc-bytes", type=int, default=defaults.max_doc_bytes)
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=defaults.max_bad_fraction,
+        help="largest share of records breaking any one record rule (default 0.01)",
+    )
+    parser.add_argument(
+        "--max-duplicate-rate",
+        type=float,
+        default=defaults.max_duplicate_rate,
+        help="largest share of exact duplicates (default 0.3)",
+    )
+    parser.add_argument("--shard-tokens", type=int, default=defaults.shard_tokens)
+    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction)
+    parser.add_argument("--workers", type=int, default=None, help="local cores (default all)")
+    parser.add_argument("--driver-memory", default="2g", help="Spark driver memory (2g)")
+    parser.add_argument(
+        "--refusal-report",
+        type=Path,
+        default=None,
+        help="where to write the JSON report of a refused dataset",
+    )
+    return parser
+
+
+def _cause(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(err).__name__)[:400]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings(
+        anonymise=args.anonymise,
+        ner_model=args.ner_model,
+        near_dup=args.near_dup,
+        max_doc_bytes=args.max_doc_bytes,
+        max_bad_fraction=args.max_bad_fraction,
+        max_duplicate_rate=args.max_duplicate_rate,
+        shard_tokens=args.shard_tokens,
+        val_fraction=args.val_fraction,
+    )
+    if args.workers is not None and args.workers < 1:
+        print(f"prepare: --workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        outcome = prepare(
+            args.source,
+            args.out,
+            settings,
+            name=args.name,
+            workers=args.workers,
+            driver_memory=args.driver_memory,
+        )
+    except (UserError, JavaError, pii.PiiSetupError) as err:
+        print(f"prepare: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except DatasetRefusedError as refused:
+        print(str(refused), file=sys.stderr)
+        if args.refusal_report is not None:
+            args.refusal_report.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(args.refusal_report, {"validation": refused.report})
+            print(f"prepare: report written to {args.refusal_report}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Exception as err:  # Spark and Py4J errors: one line, not a JVM stack trace
+        print(
+            f"prepare: the Spark job failed ({type(err).__name__}: {_cause(err)}); OUT was "
+            "not changed",
+            file=sys.stderr,
+        )
+        return EXIT_JOB_FAILED
+    pii_line = (
+        "PII: " + ", ".join(f"{k} {v}" for k, v in outcome.report["pii"]["hits_by_type"].items())
+        if settings.anonymise
+        else "PII: NOT anonymised (--no-anonymise)"
+    )
+    print(
+        f"prepare: dataset {outcome.report['dataset']['name']} version {outcome.digest} in "
+        f"{outcome.out}: {outcome.documents} documents, {outcome.tokens} tokens, "
+        f"{outcome.train_shards} train + {outcome.val_shards} val shard(s); {pii_line}; "
+        f"{outcome.report['run']['seconds']:.1f} s"
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
