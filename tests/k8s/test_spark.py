@@ -183,7 +183,9 @@ def test_spark_is_installed_only_where_the_stack_enables_it(stack: str) -> None:
 def test_the_objects_pass_the_vendored_crd_and_the_kubernetes_schema(stack: str) -> None:
     found = objects(stack)
     kinds = sorted({o["kind"] for o in found})
-    assert kinds == ["Namespace", "NetworkPolicy", "ServiceAccount", "SparkApplication"]
+    assert kinds == [
+        "ConfigMap", "Namespace", "NetworkPolicy", "ServiceAccount", "SparkApplication",
+    ]  # fmt: skip
     _, plan = shipped_plan(stack)
     version = str(plan["config"]["uae-gpu-platform:kubernetesVersion"])
     assert schema_errors([o for o in found if is_builtin(o)], version) == []
@@ -227,7 +229,15 @@ def test_each_job_runs_the_data_job_in_the_data_image(stack: str) -> None:
     for name, (team, _, dataset) in SPARK_STACKS[stack].items():
         spec = applications(stack)[name]["spec"]
         assert (spec["type"], spec["mode"], spec["sparkVersion"]) == ("Python", "cluster", "4.3.0")
-        assert spec["mainApplicationFile"] == "local:///app/workloads/data/prepare.py"
+        # python -m workloads.data.prepare, through the main file in its ConfigMap.
+        assert spec["mainApplicationFile"] == f"local://{ss.MAIN_DIR}/main.py"
+        (main,) = [o for o in objects(stack) if o["kind"] == "ConfigMap"]
+        assert main["metadata"] == {**main["metadata"], "namespace": ss.JOBS_NAMESPACE}
+        assert (
+            'run_module("workloads.data.prepare", run_name="__main__"' in (main["data"]["main.py"])
+        )
+        volumes = {v["name"]: v for v in spec["driver"]["template"]["spec"]["volumes"]}
+        assert volumes["main"]["configMap"]["name"] == main["metadata"]["name"]
         assert re.fullmatch(r"\d+\.dkr\.ecr\.me-central-1\.amazonaws\.com/gpu-[a-z-]+/data:0\.1\.0",
                             spec["image"])  # fmt: skip
         if training_image is not None:
@@ -279,7 +289,7 @@ def test_the_driver_pod_is_placed_on_the_cpu_pool_and_restricted(stack: str) -> 
         assert resources["cpu"] == spec["driver"]["coreLimit"] == str(spec["driver"]["cores"])
         assert resources["memory"] == f"{(memory_gib + overhead_gib) * 1024}Mi"
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
-        assert {ss.WORK_DIR, "/tmp"} <= mounts
+        assert {ss.WORK_DIR, "/tmp", ss.MAIN_DIR} <= mounts
 
 
 @pytest.mark.parametrize("stack", SPARK_STACKS)

@@ -6,10 +6,15 @@ the driver as Spark's image entrypoint would and stages out; and refuses to writ
 an existing dataset, or to upload anything after a failed job.
 
 The script's scratch paths (``/work/...``) are pointed at a temporary directory; nothing
-else of it is changed."""
+else of it is changed. The last test runs the real thing: the data job (``python -m
+workloads.data.prepare`` through the application's main file) under the data
+environment's own ``spark-submit``, with a Kubernetes master in its properties as the
+driver pod has them, and Hadoop's own FsShell staging from and to ``file://`` (the data
+environment has no S3A; the stores are directories)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -17,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from modules.k8s.spark import spec as ss
+from tests.support.environments import python
 
 KEY = "arn:aws:kms:me-central-1:123456789012:key/00000000-0000-4000-8000-000000000001"
 BUCKET = "gpu-test-data"
@@ -37,8 +43,9 @@ case "$1" in
   -test) [ -n "${FS_TEST_FAILS:-}" ] && exit 255; [ -e "$(local_path "$3")" ] && exit 0 || exit 1 ;;
   -mkdir) mkdir -p "$(local_path "$3")" ;;
   -copyToLocal) cp -r "$(local_path "$2")" "$3" ;;
-  -put) [ "$2" = -d ] && target=$(local_path "$4") && mkdir -p "$(dirname "$target")" \
-        && cp -r "$3" "${target%/}" ;;
+  -put) [ "$2" = -d ] || exit 9; shift 2; target=$(local_path "${@: -1}")
+        [ -d "$target" ] || { echo "put: $target: No such file or directory" >&2; exit 1; }
+        for source in "${@:1:$#-1}"; do cp -r "$source" "$target"; done ;;
   *) echo "unexpected: $*" >&2; exit 9 ;;
 esac
 """
@@ -120,10 +127,12 @@ def test_a_job_is_staged_in_run_as_the_driver_and_staged_out(place: dict[str, Pa
         "fs.s3a.endpoint.region=me-central-1",
     ]
     assert (place["log"] / "fs").read_text().splitlines() == [
-        f"-test -e {OUTPUT}",
         f"-mkdir -p {LOGS}",
+        f"-test -e {OUTPUT}",
         f"-copyToLocal {INPUT} {place['work']}/input",
-        f"-put -d {place['work']}/output {OUTPUT}",
+        f"-mkdir -p {OUTPUT}",
+        f"-put -d {place['work']}/output/manifest.json {place['work']}/output/train_000000.bin "
+        f"{OUTPUT}",
     ]
     submitted = (place["log"] / "submit").read_text().split()
     assert submitted[:6] == [
@@ -180,3 +189,76 @@ def test_other_arguments_are_refused(
     assert done.returncode == 2
     assert message in done.stderr
     assert not (place["log"] / "fs").exists()
+
+
+@pytest.mark.slow
+def test_the_data_job_runs_through_the_stage_script_under_spark_submit(tmp_path: Path) -> None:
+    """About a minute and a half on a 2-core machine: Spark in local mode, Presidio."""
+    data_bin = python("data").parent
+    store, work, main = tmp_path / "store", tmp_path / "work", tmp_path / "main"
+    raw = store / "raw" / "corpus"
+    for directory in (raw, work, main):
+        directory.mkdir(parents=True)
+    lines = [f"record {i} of the corpus, written in the region" for i in range(40)]
+    lines.append("reach me on +971 50 123 4567 or a.b@example.ae")
+    (raw / "part-0.txt").write_text("\n".join(lines) + "\n")
+    (main / "main.py").write_text(ss.MAIN_SOURCE)
+    events = f"file://{store}/spark-events/a/"
+    output = f"file://{store}/datasets/corpus-v1/"
+    properties = tmp_path / "spark.properties"
+    # What spark-submit in the operator writes for the driver pod (Java properties).
+    properties.write_text(
+        "\n".join(
+            f"{key}={value.replace(':', chr(92) + ':')}"
+            for key, value in {
+                "spark.master": "k8s://https://kubernetes.default.svc:443",
+                "spark.submit.deployMode": "cluster",
+                "spark.kubernetes.submitInDriver": "true",
+                "spark.app.name": "prepare-corpus",
+                "spark.driver.memory": "1g",
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": events,
+                "spark.ui.enabled": "false",
+                "spark.hadoop.fs.s3a.encryption.algorithm": "SSE-KMS",
+            }.items()
+        )
+        + "\n"
+    )
+    job = ss.SparkJobSpec(name="prepare-corpus", team="a", source="corpus", dataset="corpus-v1",
+                          cores=2)  # fmt: skip
+    arguments = [a.replace(f"{ss.WORK_DIR}/", f"{work}/") for a in ss.job_arguments(job)]
+    script = ss.STAGE_SCRIPT.replace(f"{ss.WORK_DIR}/", f"{work}/")
+    done = subprocess.run(
+        ["/bin/bash", "-c", script, "stage", "driver", "--properties-file", str(properties),
+         "--class", "org.apache.spark.deploy.PythonRunner", f"local://{main}/main.py",
+         *arguments],
+        env={
+            "PATH": f"{data_bin}:{os.environ['PATH']}",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "HOME": str(tmp_path),
+            "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1",
+            ss.ENV_INPUT: f"file://{raw}/",
+            ss.ENV_OUTPUT: output,
+            ss.ENV_EVENT_LOG: events,
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "prepare: dataset corpus-v1 version" in done.stderr + done.stdout
+    dataset = store / "datasets" / "corpus-v1"
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    report = json.loads((dataset / "report.json").read_text())
+    assert {s["name"] for s in manifest["shards"]} <= {p.name for p in dataset.iterdir()}
+    assert report["pii"]["hits_by_type"]["PHONE_NUMBER"] == 1
+    assert list((store / "spark-events" / "a").iterdir())  # the event log
+    # A second run is refused before Spark starts: the dataset is written once.
+    again = subprocess.run(
+        ["/bin/bash", "-c", script, "stage", "driver", "--properties-file", str(properties)],
+        env={"PATH": f"{data_bin}:{os.environ['PATH']}", "HOME": str(tmp_path),
+             ss.ENV_INPUT: f"file://{raw}/", ss.ENV_OUTPUT: output, ss.ENV_EVENT_LOG: events},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert again.returncode == 2 and "written once" in again.stderr

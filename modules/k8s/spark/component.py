@@ -46,6 +46,7 @@ class SparkPlatform(pulumi.ComponentResource):
             register(policy, self, provider, [jobs_ns])
             for policy in ss.network_policies(inputs.store, inputs.vpc_cidr, inputs.egress_cidrs)
         ]
+        main = register(ss.main_configmap(), self, provider, [jobs_ns])
         accounts = {
             team: register(ss.service_account(team), self, provider, [jobs_ns])
             for team in inputs.spec.teams
@@ -63,8 +64,8 @@ class SparkPlatform(pulumi.ComponentResource):
                 ss.spark_application(job, inputs.store, placed.pool, inputs.image, where),
                 self,
                 provider,
-                # The operator (its CRD and webhook) first; the job's ServiceAccount and
-                # its network fence before its pods can start.
-                [operator, accounts[job.team], *fenced],
+                # The operator (its CRD and webhook) first; the main file, the job's
+                # ServiceAccount and its network fence before its pods can start.
+                [operator, main, accounts[job.team], *fenced],
             )
         self.register_outputs({})

@@ -71,7 +71,19 @@ HADOOP_VERSION = "3.5.0"
 #: the job's main file inside it.
 DATA_REPOSITORY = "data"
 RUN_AS = 1000
-MAIN_FILE = "local:///app/workloads/data/prepare.py"
+#: The application's main file: ``python -m workloads.data.prepare`` as a file Spark can
+#: run. Spark's PythonRunner runs a file, which puts the file's directory first on
+#: ``sys.path``; ``workloads/data/prepare.py`` itself would then find the package's
+#: ``tokenize.py`` in place of the standard library's. This file, from a ConfigMap in a
+#: directory of its own, runs the module instead, with Spark's arguments.
+MAIN_CONFIGMAP = "data-prepare-main"
+MAIN_DIR = "/opt/spark-main"
+MAIN_FILE = f"local://{MAIN_DIR}/main.py"
+MAIN_SOURCE = (
+    '"""python -m workloads.data.prepare, with the arguments Spark passes."""\n'
+    "import runpy\n\n"
+    'runpy.run_module("workloads.data.prepare", run_name="__main__", alter_sys=True)\n'
+)
 #: The container names Spark and the operator expect in the pod templates.
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
@@ -455,7 +467,15 @@ hadoop=()
 while IFS= read -r setting; do
   hadoop+=(-D "$setting")
 done < <(sed -n 's/^spark\\.hadoop\\.//p' "$props" | sed 's/\\\\\\(.\\)/\\1/g')
-fs() {{ spark-class org.apache.hadoop.fs.FsShell "${{hadoop[@]}}" "$@"; }}
+# FsShell insists on a core-site.xml (it loads its resources loudly); the settings are
+# the -D options.
+conf_dir=$(mktemp -d)
+printf '<configuration/>\n' > "$conf_dir/core-site.xml"
+fs() {{
+  HADOOP_CONF_DIR="$conf_dir" spark-class org.apache.hadoop.fs.FsShell "${{hadoop[@]}}" "$@"
+}}
+# A shell that works first: a JVM that fails exits 1, which -test also uses for "no".
+fs -mkdir -p "${ENV_EVENT_LOG}"
 status=0
 fs -test -e "${ENV_OUTPUT}" || status=$?
 if [ "$status" -eq 0 ]; then
@@ -465,14 +485,14 @@ elif [ "$status" -ne 1 ]; then
   echo "stage: cannot tell whether $DATA_OUTPUT_URI exists (exit $status); see above" >&2
   exit 2
 fi
-fs -mkdir -p "${ENV_EVENT_LOG}"
 echo "stage: $DATA_INPUT_URI -> {INPUT_DIR}" >&2
 fs -copyToLocal "${ENV_INPUT}" {INPUT_DIR}
 spark-submit --conf "spark.driver.bindAddress=$SPARK_DRIVER_BIND_ADDRESS" \\
   --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=$SPARK_DRIVER_BIND_ADDRESS" \\
   --deploy-mode client "$@"
 echo "stage: {OUTPUT_DIR} -> $DATA_OUTPUT_URI" >&2
-fs -put -d {OUTPUT_DIR} "${ENV_OUTPUT}"
+fs -mkdir -p "${ENV_OUTPUT}"
+fs -put -d {OUTPUT_DIR}/* "${ENV_OUTPUT}"
 """
 
 
@@ -582,6 +602,7 @@ def driver_template(
         "volumeMounts": [
             {"name": "work", "mountPath": WORK_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "main", "mountPath": MAIN_DIR, "readOnly": True},
         ],
     }
     return {
@@ -595,8 +616,19 @@ def driver_template(
             "volumes": [
                 {"name": "work", "emptyDir": {"sizeLimit": f"{job.scratch_gib}Gi"}},
                 {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
+                {"name": "main", "configMap": {"name": MAIN_CONFIGMAP}},
             ],
         },
+    }
+
+
+def main_configmap() -> Manifest:
+    """The application's main file (`MAIN_SOURCE`) in the jobs' namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(MAIN_CONFIGMAP, JOBS_NAMESPACE),
+        "data": {"main.py": MAIN_SOURCE},
     }
 
 
