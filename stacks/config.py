@@ -480,10 +480,9 @@ class StackConfig:
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
         self._check_serving(check)
-        pools = (*self.node_pools, *self.onprem_node_pools)
-        check.problems += stack_problems(
-            self.spark, self.target, [t.name for t in self.teams], pools
-        )
+        teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
+        pools = (self.node_pools, self.onprem_node_pools)
+        check.problems += stack_problems(self.spark, self.target, teams, *pools)
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

@@ -15,6 +15,10 @@ from modules.k8s.common import helm_release, namespace, register
 from modules.k8s.spark import spec as ss
 
 
+def _uri(bucket: pulumi.Output[str], key: str) -> pulumi.Output[str]:
+    return bucket.apply(lambda name: ss.s3a_uri(name, key))
+
+
 class SparkPlatform(pulumi.ComponentResource):
     """The Spark Operator, the jobs' namespace, ServiceAccounts and NetworkPolicies, and
     one ``SparkApplication`` per data-preparation job."""
@@ -56,9 +60,9 @@ class SparkPlatform(pulumi.ComponentResource):
             job = placed.job
             input_key, output_key, log_key = ss.location_keys(job)
             where = ss.Locations(
-                input_uri=bucket.apply(lambda b, k=input_key: ss.s3a_uri(b, k)),
-                output_uri=bucket.apply(lambda b, k=output_key: ss.s3a_uri(b, k)),
-                event_log_dir=bucket.apply(lambda b, k=log_key: ss.s3a_uri(b, k)),
+                input_uri=_uri(bucket, input_key),
+                output_uri=_uri(bucket, output_key),
+                event_log_dir=_uri(bucket, log_key),
             )
             register(
                 ss.spark_application(job, inputs.store, placed.pool, inputs.image, where),

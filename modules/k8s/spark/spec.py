@@ -778,10 +778,12 @@ class NamedPool(Protocol):
 
 
 def stack_problems(
-    spec: SparkSpec, target: str, teams: Sequence[str], pools: Sequence[NamedPool]
+    spec: SparkSpec, target: str, teams: Sequence[str], *pool_groups: Sequence[NamedPool]
 ) -> list[Problem]:
-    """`config_problems`, and on premises (where the stack file declares the nodes'
+    """`config_problems` over the stack's pools (``pool_groups``: ``nodePools`` and
+    ``onpremNodePools``), and on premises (where the stack file declares the nodes'
     sizes) `sizing_problems`; AWS pools are sized from the catalog (stacks/catalog.py)."""
+    pools = [pool for group in pool_groups for pool in group]
     problems = config_problems(
         spec, onprem=target == "onprem", teams=teams, pools=[(p.name, p.role) for p in pools]
     )
