@@ -755,7 +755,9 @@ def config_problems(
                     f"must be one of the teams: {', '.join(teams) or '(none declared)'}",
                 )
             )
-        if roles.get(job.pool or default) not in CPU_ROLES:
+        # A stack always declares pools: none means that section did not parse, and
+        # was reported already.
+        if pools and roles.get(job.pool or default) not in CPU_ROLES:
             problems.append(
                 Problem(
                     f"spark.jobs[{index}].pool",
