@@ -257,6 +257,8 @@ class ExampleJobSpec:
         nodes: how many nodes (one pod each), default 1.
         suspended: keep the job suspended and out of the queue until a user releases it
             by setting this to false (default true).
+        min_nodes: make the job elastic: it continues with as few as this many nodes
+            (`workloads.deploy.spec.TrainingJobSpec.min_nodes`); default: fixed.
     """
 
     team: str
@@ -264,6 +266,7 @@ class ExampleJobSpec:
     preset: str = "gpt2-124m"
     nodes: int = 1
     suspended: bool = True
+    min_nodes: int | None = None
 
     def __post_init__(self) -> None:
         check = Checker()

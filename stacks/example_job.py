@@ -54,6 +54,7 @@ def build_example_job(
             checkpoint_claim=placement.checkpoint_claim,
             preset=job.preset,
             nodes=job.nodes,
+            min_nodes=job.min_nodes,
             # Held: suspended and not yet in the team's queue (Kueue would admit and
             # start it). A user releases it by setting exampleJob.suspended: false.
             hold=job.suspended,

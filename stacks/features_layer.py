@@ -23,8 +23,12 @@ from modules.aws.storage import ImageRegistry, ImageRegistryArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.features import spec as fs
-from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
+from modules.k8s.features import training as ft
+from modules.k8s.features.component import FeatureStore, FeatureStoreArgs, FeatureTrainingArgs
+from modules.k8s.names import team_namespace
 from modules.k8s.serving.spec import SERVING_CA_ISSUER
+from modules.k8s.tracking.manifests import TRACKING_URI
+from modules.pools import NodePoolProfile
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
@@ -131,7 +135,58 @@ def build_features_aws(
         ),
         opts,
     )
+    if config.features.training_team:
+        PodIdentityRole(
+            # "training" in the name: the policy pack checks such roles' S3 scoping.
+            "features-training",
+            PodIdentityRoleArgs(
+                cluster_name=cluster_name,
+                namespace=team_namespace(config.features.training_team),
+                service_account=ft.SERVICE_ACCOUNT,
+                description="The tabular model's TrainJob: read the offline store (features/)",
+                policy=iam.json_document(
+                    functools.partial(model_artifact_read_access, region=config.region),
+                    bucket_arn,
+                    OFFLINE_PREFIX,
+                    storage_key_arn,
+                ),
+            ),
+            opts,
+        )
     return FeaturesAws(redis_host=online.group.primary_endpoint_address, bucket_name=bucket_name)
+
+
+def _training(
+    config: StackConfig, on_aws: bool, pools: tuple[NodePoolProfile, ...]
+) -> FeatureTrainingArgs | None:
+    """The TrainJob's settings, checked against the stack's teams and pools."""
+    spec = config.features
+    # The job is a TrainJob: without Kubeflow Trainer (trainer.enabled: false) there is
+    # none (docs/features.md).
+    if not spec.training_team or not config.trainer.enabled:
+        return None
+    key = f"{PROJECT}:features"
+    problems: list[str] = []
+    if not on_aws:
+        problems.append(f"{key}.trainingTeam: the training job reads S3 (AWS stacks only)")
+    if spec.training_team not in [t.name for t in config.teams]:
+        problems.append(f"{key}.trainingTeam: {spec.training_team!r} is not a team of the stack")
+    pool = next((p for p in pools if p.name == spec.training_pool), None)
+    if pool is None or pool.role != "cpu-training":
+        cpu = [p.name for p in pools if p.role == "cpu-training"] or ["none"]
+        problems.append(
+            f"{key}.trainingPool: {spec.training_pool!r} is not a cpu-training pool of the "
+            f"stack (those: {', '.join(cpu)})"
+        )
+    if problems:
+        raise ConfigError(problems)
+    assert pool is not None
+    return FeatureTrainingArgs(
+        team=spec.training_team,
+        pool=pool,
+        held=spec.training_held,
+        tracking_uri=TRACKING_URI,
+    )
 
 
 def build_feature_store(
@@ -142,6 +197,7 @@ def build_feature_store(
     aws: FeaturesAws | None,
     registry_host: pulumi.Input[str] | None,
     depends_on: list[pulumi.Resource],
+    pools: tuple[NodePoolProfile, ...] = (),
 ) -> FeatureStore:
     """The cluster side: feature server, registry, online store (on premises),
     materialisation."""
@@ -158,9 +214,13 @@ def build_feature_store(
     placement = fs.Placement(
         on_aws=on_aws,
         registry=registry,
-        # Informational in feature_store.yaml; the sources name their own paths.
-        offline_uri=f"s3://<data bucket>/{OFFLINE_PREFIX}" if on_aws else "/data/features",
+        offline_uri=(
+            pulumi.Output.concat("s3://", aws.bucket_name, "/", OFFLINE_PREFIX.rstrip("/"))
+            if aws is not None
+            else "/data/features"
+        ),
         node_selector=system_node_selector(),
+        region=config.region if on_aws else "",
     )
     storage_class = config.onprem.storage_class if config.onprem is not None else ""
     return FeatureStore(
@@ -179,6 +239,7 @@ def build_feature_store(
             registry_host=registry_host or "",
             redis_host=aws.redis_host if aws is not None else "",
             storage_class=storage_class,
+            training=_training(config, on_aws, pools),
         ),
         provider,
         pulumi.ResourceOptions(depends_on=depends_on),

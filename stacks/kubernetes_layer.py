@@ -244,6 +244,7 @@ def build_kubernetes_layer(
                 else None
             ),
             depends_on=[platform],
+            pools=args.pools,
         )
     if config.spark.enabled:
         build_spark(

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.aws.private_data_store import (
+    PrivateDataStoreNetworkArgs,
+    private_data_store_network,
+)
+
 POSTGRES_PORT = 5432
 #: MLflow's database and the RDS master user (MLflow is the only client).
 DATABASE_NAME = "mlflow"
@@ -77,28 +82,20 @@ class TrackingDatabase(pulumi.ComponentResource):
         super().__init__("gpuplatform:aws:TrackingDatabase", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         identifier = f"{args.name_prefix}-mlflow"
-        subnets = aws.rds.SubnetGroup(
+        network = private_data_store_network(
             name,
-            name=identifier,
-            description="Private subnets of the stack's VPC",
-            subnet_ids=list(args.subnet_ids),
-            opts=child,
-        )
-        group = aws.ec2.SecurityGroup(
-            name,
-            vpc_id=args.vpc_id,
-            description="MLflow database: PostgreSQL from the EKS cluster only",
-            opts=child,
-        )
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-postgres-from-cluster",
-            security_group_id=group.id,
-            referenced_security_group_id=args.client_security_group_id,
-            ip_protocol="tcp",
-            from_port=POSTGRES_PORT,
-            to_port=POSTGRES_PORT,
-            description="PostgreSQL from the cluster's nodes and pods",
-            opts=child,
+            aws.rds.SubnetGroup,
+            PrivateDataStoreNetworkArgs(
+                identifier=identifier,
+                vpc_id=args.vpc_id,
+                subnet_ids=args.subnet_ids,
+                client_security_group_id=args.client_security_group_id,
+                port=POSTGRES_PORT,
+                protocol="postgres",
+                security_group_description="MLflow database: PostgreSQL from the EKS cluster only",
+                rule_description="PostgreSQL from the cluster's nodes and pods",
+            ),
+            child,
         )
         parameters = aws.rds.ParameterGroup(
             name,
@@ -130,8 +127,8 @@ class TrackingDatabase(pulumi.ComponentResource):
             manage_master_user_password=True,
             master_user_secret_kms_key_id=args.secrets_key_arn,
             iam_database_authentication_enabled=True,
-            db_subnet_group_name=subnets.name,
-            vpc_security_group_ids=[group.id],
+            db_subnet_group_name=network.subnet_group.name,
+            vpc_security_group_ids=[network.security_group.id],
             parameter_group_name=parameters.name,
             publicly_accessible=False,
             multi_az=args.multi_az,

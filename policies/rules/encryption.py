@@ -44,8 +44,8 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
         "aws:backup/vault:Vault": "kmsKeyArn",
-        # The feature store's online store (its rules: policies/rules/features.py).
-        "aws:elasticache/replicationGroup:ReplicationGroup": "kmsKeyId",
+        # The feature store's online store (its other rules: policies/rules/features.py).
+        REPLICATION_GROUP: "kmsKeyId",
     }
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
@@ -106,6 +106,21 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
 
 #: RDS resources that store data: DB instances and Aurora clusters.
 RDS_STORAGE_TYPES = ("aws:rds/instance:Instance", "aws:rds/cluster:Cluster")
+#: ElastiCache (Redis OSS) replication groups: the feature store's online store.
+REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
+
+#: Types with a switch for encryption at rest: the property, and what is left
+#: unencrypted without it ("" where the property says it all).
+AT_REST_SWITCHES: dict[str, tuple[str, str]] = {
+    "aws:ebs/volume:Volume": ("encrypted", ""),
+    "aws:efs/fileSystem:FileSystem": ("encrypted", ""),
+    "aws:ebs/snapshotCopy:SnapshotCopy": ("encrypted", ""),
+    "aws:ec2/amiCopy:AmiCopy": ("encrypted", ""),
+    **dict.fromkeys(
+        RDS_STORAGE_TYPES, ("storageEncrypted", "the database and its snapshots are unencrypted")
+    ),
+    REPLICATION_GROUP: ("atRestEncryptionEnabled", "cached data and snapshots are unencrypted"),
+}
 
 ENCRYPTED_TYPES = (
     "aws:ebs/volume:Volume",
@@ -122,6 +137,7 @@ ENCRYPTED_TYPES = (
     "aws:ec2/instance:Instance",
     "aws:backup/vault:Vault",
     *RDS_STORAGE_TYPES,
+    REPLICATION_GROUP,
 )
 
 
@@ -152,8 +168,9 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
     id="aws-encryption-customer-managed-key",
     description=(
         "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets, ECR, RDS "
-        "(storage, Performance Insights, the managed master secret) and AWS Backup vaults "
-        "are encrypted with a customer-managed KMS key in the resource's own region."
+        "(storage, Performance Insights, the managed master secret), ElastiCache replication "
+        "groups and AWS Backup vaults are encrypted with a customer-managed KMS key in the "
+        "resource's own region."
     ),
     severity=Severity.HIGH,
     remediation=(
@@ -162,7 +179,8 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
         "with resources [secrets], ECR `encryptionType=KMS`); node groups need a launch "
         "template whose block device mappings set `encrypted` and `kmsKeyId`; RDS needs "
         "`storageEncrypted` with `kmsKeyId`, and `performanceInsightsKmsKeyId` / "
-        "`masterUserSecretKmsKeyId` where those features are on; a backup vault needs "
+        "`masterUserSecretKmsKeyId` where those features are on; ElastiCache needs "
+        "`atRestEncryptionEnabled` with `kmsKeyId`; a backup vault needs "
         "`kmsKeyArn` (else AWS Backup uses its AWS-managed key)."
     ),
     controls=(*controls.CRYPTO, controls.CIS_EKS_5_3_1),
@@ -178,14 +196,10 @@ def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator
                 "customer-managed key"
             )
         return
-    if kind in ("aws:ebs/volume:Volume", "aws:efs/fileSystem:FileSystem") and not _truthy(
-        props.get("encrypted"), "encrypted"
-    ):
-        yield "`encrypted` is not true"
-    if kind in ("aws:ebs/snapshotCopy:SnapshotCopy", "aws:ec2/amiCopy:AmiCopy") and not _truthy(
-        props.get("encrypted"), "encrypted"
-    ):
-        yield "`encrypted` is not true"
+    if kind in AT_REST_SWITCHES:
+        switch, why = AT_REST_SWITCHES[kind]
+        if not _truthy(props.get(switch), switch):
+            yield f"`{switch}` is not true" + (f": {why}" if why else "")
     if kind == "aws:fsx/lustreFileSystem:LustreFileSystem":
         deployment = known(props.get("deploymentType"), "deploymentType")
         if isinstance(deployment, str) and deployment.startswith("SCRATCH"):
@@ -232,8 +246,6 @@ def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator
             encryption = known(dig(config, "encryptionType"), path)
             if encryption not in ("KMS", "KMS_DSSE"):
                 yield f"`{path}` is {encryption!r}, not KMS"
-    if kind in RDS_STORAGE_TYPES and not _truthy(props.get("storageEncrypted"), "storageEncrypted"):
-        yield "`storageEncrypted` is not true: the database and its snapshots are unencrypted"
     if kind == "aws:ec2/instance:Instance" and not _truthy(
         dig(props, "rootBlockDevice", "encrypted"), "rootBlockDevice.encrypted"
     ):

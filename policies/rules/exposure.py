@@ -101,6 +101,47 @@ def no_world_ingress(resource: ResourceView, settings: Settings) -> Iterator[str
                     yield f"`{key}` admits {cidr}"
 
 
+#: Managed data stores and the properties that place them: (subnet group, security
+#: groups, EC2-Classic groups outside the VPC or None where the type has none).
+PRIVATE_DATA_STORES: dict[str, tuple[str, str, str | None]] = {
+    "aws:rds/instance:Instance": ("dbSubnetGroupName", "vpcSecurityGroupIds", None),
+    "aws:rds/cluster:Cluster": ("dbSubnetGroupName", "vpcSecurityGroupIds", None),
+    # The feature store's online store.
+    "aws:elasticache/replicationGroup:ReplicationGroup": (
+        "subnetGroupName",
+        "securityGroupIds",
+        "securityGroupNames",
+    ),
+}
+
+
+@resource_rule(
+    id="aws-data-store-private",
+    description=(
+        "Managed data stores (RDS, ElastiCache) sit in a subnet group of the stack (its "
+        "private subnets) behind security groups of the stack, never the VPC's defaults."
+    ),
+    severity=Severity.CRITICAL,
+    remediation=(
+        "Create a subnet group of the private subnets and a security group admitting the "
+        "cluster's security group only (`modules.aws.private_data_store`); pass them as "
+        "`dbSubnetGroupName`/`vpcSecurityGroupIds` (RDS) or `subnetGroupName`/"
+        "`securityGroupIds` (ElastiCache)."
+    ),
+    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.ISO_8_3),
+    applies_to=types_in(*PRIVATE_DATA_STORES),
+)
+def data_store_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    props = resource.props
+    subnets, groups, classic = PRIVATE_DATA_STORES[resource.type]
+    if props.get(subnets) in (None, ""):
+        yield f"`{subnets}` is not set: the store lands in the default VPC's subnets"
+    if not as_list(known(props.get(groups), groups)):
+        yield f"`{groups}` is empty: the VPC's default security group applies"
+    if classic is not None and as_list(known(props.get(classic), classic)):
+        yield f"`{classic}` is set: EC2-Classic groups, outside the stack's VPC"
+
+
 @resource_rule(
     id="aws-s3-public-access-block",
     description="S3 public access blocks turn on all four of their settings.",

@@ -2,11 +2,14 @@
 Redis-protocol server from a Helm chart on premises) kept private, encrypted,
 authenticated and recoverable inside the region.
 
-The region of every AWS resource is `uae-aws-region-allowlist`'s, and where the
-ElastiCache key comes from is `uae-kms-key-from-stack`'s (the key reference is in
-`policies.rules.encryption.key_refs`). The offline store is Parquet in the stack's data
-bucket and the registry a database on the tracking server's RDS instance: both are
-covered by the bucket and RDS rules already.
+Checked by the platform-wide rules, from their tables: encryption at rest under a
+customer-managed key in the region (`aws-encryption-customer-managed-key`,
+`policies.rules.encryption`), the subnet group and security groups
+(`aws-data-store-private`, `policies.rules.exposure`), the key's origin
+(`uae-kms-key-from-stack`) and the region (`uae-aws-region-allowlist`). Here: TLS in
+transit, authentication, snapshots, and the on-premises chart's settings. The offline
+store is Parquet in the stack's data bucket and the registry a database on the tracking
+server's RDS instance: both are covered by the bucket and RDS rules already.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ from pulumi_policy import Severity
 from policies import controls
 from policies.aws import parse_arn, region_of
 from policies.model import ResourceView, resource_rule, types_in
-from policies.rules.encryption import KeyRef, _key_problem
+from policies.rules.encryption import REPLICATION_GROUP
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
 
-REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 #: Charts of Redis-protocol servers an online store may run from on premises.
 REDIS_CHARTS = ("valkey", "redis")
@@ -34,28 +36,15 @@ def _true(props: dict[str, Any], key: str) -> bool:
 
 
 @resource_rule(
-    id="aws-elasticache-encrypted",
-    description=(
-        "ElastiCache replication groups encrypt data at rest with a customer-managed key in "
-        "their region, and require TLS in transit."
-    ),
+    id="aws-elasticache-tls",
+    description="ElastiCache replication groups require TLS in transit.",
     severity=Severity.HIGH,
-    remediation=(
-        "Set `atRestEncryptionEnabled: true` with `kmsKeyId` (a key of this stack), "
-        "`transitEncryptionEnabled: true` and `transitEncryptionMode: required`."
-    ),
+    remediation="Set `transitEncryptionEnabled: true` and `transitEncryptionMode: required`.",
     controls=controls.CRYPTO,
     applies_to=types_in(REPLICATION_GROUP),
-    config_keys=("allowedRegions",),
 )
-def elasticache_encrypted(resource: ResourceView, settings: Settings) -> Iterator[str]:
+def elasticache_tls(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
-    if not _true(props, "atRestEncryptionEnabled"):
-        yield "`atRestEncryptionEnabled` is not true: cached data and snapshots are unencrypted"
-    key = KeyRef("kmsKeyId", "kmsKeyId", props.get("kmsKeyId"))
-    problem = _key_problem(key, resource, settings)
-    if problem:
-        yield problem
     if not _true(props, "transitEncryptionEnabled"):
         yield "`transitEncryptionEnabled` is not true: clients talk to Redis in clear text"
     elif known(props.get("transitEncryptionMode"), "transitEncryptionMode") == "preferred":
@@ -79,31 +68,6 @@ def elasticache_auth(resource: ResourceView, settings: Settings) -> Iterator[str
     groups = as_list(known(props.get("userGroupIds"), "userGroupIds"))
     if token in (None, "") and not groups:
         yield "neither `authToken` nor `userGroupIds` is set: any client in the VPC may connect"
-
-
-@resource_rule(
-    id="aws-elasticache-private",
-    description=(
-        "ElastiCache replication groups sit in a subnet group of the stack (its private "
-        "subnets) behind security groups of the stack, never the VPC's defaults."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Create an `aws.elasticache.SubnetGroup` of the private subnets and a security "
-        "group admitting the cluster's security group only; pass `subnetGroupName` and "
-        "`securityGroupIds`."
-    ),
-    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.ISO_8_3),
-    applies_to=types_in(REPLICATION_GROUP),
-)
-def elasticache_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    props = resource.props
-    if props.get("subnetGroupName") in (None, ""):
-        yield "`subnetGroupName` is not set: the group lands in the default VPC's subnets"
-    if not as_list(known(props.get("securityGroupIds"), "securityGroupIds")):
-        yield "`securityGroupIds` is empty: the VPC's default security group applies"
-    if as_list(known(props.get("securityGroupNames"), "securityGroupNames")):
-        yield "`securityGroupNames` is set: EC2-Classic groups, outside the stack's VPC"
 
 
 @resource_rule(

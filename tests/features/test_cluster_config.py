@@ -12,16 +12,16 @@ from feast.repo_config import load_repo_config
 from modules.k8s.features import spec as fs
 
 
-@pytest.mark.parametrize("offline", ["s3://gpu-test-data/features", "/data/features"])
+@pytest.mark.parametrize("ca", [None, "/etc/feast/online-store-ca/ca.crt"])
 def test_feast_loads_the_cluster_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca: str | None
 ) -> None:
     monkeypatch.setenv(fs.ENV_REGISTRY_HOST, "db.example.rds.amazonaws.com")
     monkeypatch.setenv(fs.ENV_REGISTRY_PASSWORD, "s3cret")
     monkeypatch.setenv(fs.ENV_REDIS_HOST, "master.features.cache.amazonaws.com")
     monkeypatch.setenv(fs.ENV_REDIS_PASSWORD, "t0ken-of-sixteen-chars")
     path = tmp_path / "feature_store.yaml"
-    path.write_text(fs.feature_store_yaml(offline))
+    path.write_text(fs.feature_store_yaml(ca))
     config = load_repo_config(tmp_path, path)
     assert config.project == "smb_churn"
     registry = config.registry
@@ -31,8 +31,9 @@ def test_feast_loads_the_cluster_config(
     )
     online = config.online_store
     assert type(online).__name__ == "RedisOnlineStoreConfig"
+    verify = f",ssl_ca_certs={ca}" if ca else ""
     assert online.connection_string == (
-        "master.features.cache.amazonaws.com:6379,ssl=true,password=t0ken-of-sixteen-chars"
+        "master.features.cache.amazonaws.com:6379,ssl=true,password=t0ken-of-sixteen-chars" + verify
     )
     # Feast 0.67 implements `type: file` with its Dask offline store.
     assert type(config.offline_store).__name__ == "DaskOfflineStoreConfig"
@@ -41,7 +42,7 @@ def test_feast_loads_the_cluster_config(
 
 def test_a_misspelled_key_is_refused_by_feast(tmp_path: Path) -> None:
     path = tmp_path / "feature_store.yaml"
-    text = fs.feature_store_yaml("/x").replace("connection_string:", "connection_strng:")
+    text = fs.feature_store_yaml().replace("connection_string:", "connection_strng:")
     path.write_text(text)
     with pytest.raises(Exception, match="connection_strng"):
         load_repo_config(tmp_path, path).online_store  # noqa: B018

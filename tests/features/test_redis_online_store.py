@@ -129,7 +129,7 @@ def cluster_store(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, port: int, ca: Path, password: str
 ) -> Any:
     """A store with the cluster's feature_store.yaml, registry swapped for SQLite."""
-    text = fs.feature_store_yaml(str(workdir / "data"), redis_ca=str(ca))
+    text = fs.feature_store_yaml(redis_ca=str(ca))
     # The cluster's string names Redis's port 6379; this server listens on a free one.
     text = text.replace(f":{REDIS_PORT},", f":{port},")
     lines = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from tests.support.model_server import model_server
 from workloads.features import model, repo
 from workloads.features.data import ACTIVITY_FILE
 from workloads.features.server import free_port
@@ -53,34 +53,16 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    log = tmp_path_factory.mktemp("log") / "server.log"
     command = [
         "timeout", "900", sys.executable, "-m", "workloads.features", "serve",
         "--model-dir", str(workdir / "served" / "1"), "--feature-repo", str(workdir / "repo"),
         "--port", str(port),
     ]  # fmt: skip
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     url = f"127.0.0.1:{port}"
     client = triton.InferenceServerClient(url)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if client.is_model_ready(NAME):
-                    break
-            except Exception:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the server did not start: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    with model_server(command, lambda: bool(client.is_model_ready(NAME)), log, deadline_s=180):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def by_key(url: str, keys: list[int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import workloads.deploy
+from modules.k8s.names import CHECKPOINT_CLAIM_NAME, TRAINER_SERVICE_ACCOUNT
 from stacks.offline_runtime import Registration
 from tests.conftest import shipped_plan
 from tests.k8s.crd_checks import crd_errors
@@ -138,3 +139,36 @@ def test_the_docs_trainjobs_are_valid_and_name_what_the_stack_creates() -> None:
         else:
             assert "--rdzv_endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)" in trainer["args"]
             assert ("--engine=deepspeed" in trainer["args"]) == runtime.startswith("deepspeed")
+
+
+def test_the_docs_elastic_trainjob_is_what_a_trainingjob_with_min_nodes_makes() -> None:
+    """docs/workloads.md, "An elastic TrainJob on the cluster": the TrainJob with a node
+    range is the one `TrainingJobSpec(min_nodes=...)` emits for uae-prod's h200 pool."""
+    elastic = [
+        j
+        for j in doc_trainjobs()
+        if any(a.startswith("--nnodes=") for a in j["spec"]["trainer"].get("args", []))
+    ]
+    (doc,) = elastic
+    (low, high) = next(a.removeprefix("--nnodes=") for a in doc["spec"]["trainer"]["args"]).split(
+        ":"
+    )
+    spec = TrainingJobSpec(
+        name=doc["metadata"]["name"],
+        namespace=doc["metadata"]["namespace"],
+        pool=dataclasses.replace(P5EN, name="h200"),
+        local_queue=doc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        priority_class="research",
+        service_account=TRAINER_SERVICE_ACCOUNT,
+        image="123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-uae-prod/training:0.1.0",
+        checkpoint_claim=CHECKPOINT_CLAIM_NAME,
+        preset="gpt2-350m",
+        nodes=int(high),
+        min_nodes=int(low),
+        extra_args=("--grad-accum-steps=1",),
+    )
+    (emitted,) = training_job_manifests(spec)
+    assert "runtimePatches" not in emitted["spec"]
+    assert doc["spec"]["runtimeRef"]["name"] == emitted["spec"]["runtimeRef"]["name"]
+    for key in ("numNodes", "numProcPerNode", "command", "args", "env"):
+        assert doc["spec"]["trainer"][key] == emitted["spec"]["trainer"][key], key

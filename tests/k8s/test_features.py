@@ -6,6 +6,7 @@ CloudNativePG), the fences, and the component under the recording mocks."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -17,17 +18,31 @@ import pytest
 import yaml
 
 from modules.k8s.features import spec as fs
+from modules.k8s.features import training as ft
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
+from modules.k8s.names import LOCAL_QUEUE_NAME
+from modules.k8s.tracking.manifests import TRACKING_URI
+from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
+from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
+from stacks import features_layer
+from stacks.config import parse_stack_config
+from stacks.config_parsing import ConfigError
+from stacks.fleet import stack_file_config
 from tests.conftest import RunUnderMocks, shipped_plan
+from tests.k8s.crd_checks import crd_errors
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "feast"
+ROOT = Path(__file__).resolve().parents[2]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ECR = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
 SPEC = fs.FeaturesSpec(enabled=True, client_namespaces=("team-analytics", "team-risk"))
-AWS = fs.Placement(True, ECR, "s3://gpu-test-data/features", {"gpuplatform.ae/role": "system"})
+AWS = fs.Placement(
+    True, ECR, "s3://gpu-test-data/features", {"gpuplatform.ae/role": "system"}, "me-central-1"
+)
 ONPREM = fs.Placement(False, "registry.site.ae/gpu", "/data/features", {"role": "system"})
 
 
@@ -151,6 +166,7 @@ def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
         *fs.proxy_objects(SPEC, placement, "gpuplatform-serving-ca"),
         fs.repo_configmap(placement),
         fs.materialize_cronjob(SPEC, placement),
+        fs.apply_job(SPEC, placement),
         *(fs.client_egress_policy(n) for n in SPEC.client_namespaces),
     ]
     if placement.on_aws:
@@ -302,8 +318,8 @@ def test_on_aws_the_component_registers_the_server_proxy_and_registry_init(
         "master.features.cache.amazonaws.com"
     )
     assert secrets[fs.REGISTRY_INIT_SECRET].inputs["metadata"]["namespace"] == "mlflow"
-    (job,) = kinds["kubernetes:batch/v1:Job"]
-    assert job.inputs["metadata"]["name"] == "feast-registry-init"
+    jobs = {j.inputs["metadata"]["name"]: j for j in kinds["kubernetes:batch/v1:Job"]}
+    assert set(jobs) == {"feast-registry-init", "feast-apply"}
     assert "kubernetes:postgresql.cnpg.io/v1:Cluster" not in kinds
     (namespace,) = kinds["kubernetes:core/v1:Namespace"]
     assert (
@@ -320,7 +336,10 @@ def test_on_premises_it_adds_valkey_and_a_registry_cluster(run_under_mocks: RunU
     assert cluster.protect
     secrets = {s.inputs["metadata"]["name"]: s for s in kinds["kubernetes:core/v1:Secret"]}
     assert secrets[fs.ONLINE_USERS_SECRET].inputs["stringData"] == {"default": "[secret]"}
-    assert "kubernetes:batch/v1:Job" not in kinds
+    # No registry init Job (the registry is its own cluster): only the repository's apply.
+    assert [j.inputs["metadata"]["name"] for j in kinds["kubernetes:batch/v1:Job"]] == [
+        "feast-apply"
+    ]
 
 
 # -- the shipped plans ------------------------------------------------------------------
@@ -423,3 +442,161 @@ def test_on_premises_feast_verifies_valkey_with_the_platform_ca() -> None:
         base64.b64decode(fs.feature_server_values(SPEC, AWS)["feature_store_yaml_base64"])
     )
     assert "ssl_ca_certs" not in aws["online_store"]["connection_string"]
+
+
+# -- the offline store on S3, and the tabular model's TrainJob (smb-cpu) ---------------
+
+SMB_BUCKET = "gpu-smb-cpu-data-123456789012"
+SMB_OFFLINE = f"s3://{SMB_BUCKET}/features"
+SMB_ENDPOINT = "https://s3.me-central-1.amazonaws.com"
+
+
+def plan_inputs(stack: str, type_: str) -> list[dict[str, Any]]:
+    registrations, _ = shipped_plan(stack)
+    return [r.inputs for r in registrations.values() if r.type == type_]
+
+
+def features_training(stack: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    (runtime,) = [
+        r
+        for r in plan_inputs(
+            stack, "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
+        )
+        if r["metadata"]["labels"][FRAMEWORK_LABEL] == ft.FRAMEWORK
+    ]
+    (job,) = [
+        j
+        for j in plan_inputs(stack, "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob")
+        if j["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+    ]
+    return runtime, job
+
+
+def test_on_aws_the_sources_are_registered_in_the_buckets_prefix_through_the_region() -> None:
+    objects, _ = shipped_objects("smb-cpu")
+    (apply,) = [o for o in objects if o["metadata"]["name"] == "feast-apply"]
+    container = apply["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "workloads.features", "apply"]
+    assert container["args"] == [
+        "--repo", "/feature_repo", "--offline-uri", SMB_OFFLINE, "--s3-endpoint", SMB_ENDPOINT,
+    ]  # fmt: skip
+    (cron,) = [o for o in objects if o["kind"] == "CronJob"]
+    for pod in (apply["spec"]["template"], cron["spec"]["jobTemplate"]["spec"]["template"]):
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "me-central-1"
+        assert env["FEATURES_S3_ENDPOINT"] == SMB_ENDPOINT
+        assert pod["spec"]["serviceAccountName"] == fs.SERVICE_ACCOUNT  # Pod Identity
+    # On premises: the volume's path, no S3 endpoint or region.
+    objects, _ = shipped_objects("onprem-ib")
+    (apply,) = [o for o in objects if o["metadata"]["name"] == "feast-apply"]
+    container = apply["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["--repo", "/feature_repo", "--offline-uri", "/data/features"]
+    assert "AWS_REGION" not in {e["name"] for e in container["env"]}
+
+
+def test_the_training_trainjob_and_its_runtime_pass_the_vendored_trainer_crds() -> None:
+    runtime, job = features_training("smb-cpu")
+    assert crd_errors([runtime, job]) == []
+    # Kueue admits it by the team's queue label once it is released (held by default).
+    released = ft.train_job(
+        team="analytics", pool="cpu-train", image=f"{ECR}/features:0.1.0",
+        offline_uri=SMB_OFFLINE, s3_endpoint=SMB_ENDPOINT, region="me-central-1",
+        tracking_uri=TRACKING_URI, held=False,
+    )  # fmt: skip
+    assert released["metadata"]["labels"][QUEUE_LABEL] == LOCAL_QUEUE_NAME
+    assert crd_errors([released]) == []
+    assert QUEUE_LABEL not in job["metadata"]["labels"]
+    assert job["spec"]["suspend"] is True
+    broken = copy.deepcopy(job)
+    broken["spec"]["trainer"]["numNode"] = 1
+    assert any("numNode" in e for e in crd_errors([broken]))
+
+
+def test_the_training_job_reads_the_offline_store_and_tracks_to_mlflow() -> None:
+    runtime, job = features_training("smb-cpu")
+    assert job["metadata"]["namespace"] == "team-analytics"
+    assert job["spec"]["runtimeRef"]["name"] == "features-cpu-train"
+    trainer = job["spec"]["trainer"]
+    assert trainer["image"] == (
+        "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-smb-cpu/features:0.1.0"
+    )
+    args = trainer["args"]
+    assert args[args.index("--offline-uri") + 1] == SMB_OFFLINE
+    assert args[args.index("--s3-endpoint") + 1] == SMB_ENDPOINT
+    assert args[args.index("--tracking-uri") + 1] == TRACKING_URI
+    env = {e["name"]: e for e in trainer["env"]}
+    assert env["AWS_REGION"]["value"] == "me-central-1"
+    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == ft.MLFLOW_SECRET
+    # No ML policy: not upstream's xgboost one (its DMLC_* tracker is not LightGBM's).
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1}
+    (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert rjob["template"]["metadata"]["labels"][ANCESTOR_LABEL] == "trainer"
+    pod = rjob["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == ft.SERVICE_ACCOUNT
+    assert pod["priorityClassName"] == "preemptible"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    selected = {e["key"]: e["values"] for e in terms["nodeSelectorTerms"][0]["matchExpressions"]}
+    assert selected["gpuplatform.ae/pool"] == ["cpu-train"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "workloads.features", "train"]
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    (account,) = [
+        a
+        for a in plan_inputs("smb-cpu", "kubernetes:core/v1:ServiceAccount")
+        if a["metadata"]["name"] == ft.SERVICE_ACCOUNT
+    ]
+    assert account["metadata"]["namespace"] == "team-analytics"
+
+
+def test_the_training_jobs_identity_reads_only_the_offline_stores_prefix() -> None:
+    registrations, _ = shipped_plan("smb-cpu")
+    associations = [
+        r.inputs
+        for r in registrations.values()
+        if r.type == "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+        and r.inputs["serviceAccount"] == ft.SERVICE_ACCOUNT
+    ]
+    (association,) = associations
+    assert association["namespace"] == "team-analytics"
+    policies = [
+        json.loads(r.inputs["policy"])
+        for r in registrations.values()
+        if r.type == "aws:iam/rolePolicy:RolePolicy" and "features-training" in r.urn
+    ]
+    (policy,) = policies
+    actions = {a for st in policy["Statement"] for a in [st["Action"]] if st["Effect"] == "Allow"}
+    assert actions == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
+    (read,) = [st for st in policy["Statement"] if st["Action"] == "s3:GetObject"]
+    assert read["Resource"].endswith(f":::{SMB_BUCKET}/features/*")
+
+
+def test_a_training_pool_that_is_not_a_cpu_training_pool_is_refused() -> None:
+    flat = dict(stack_file_config(ROOT / "stacks" / "Pulumi.smb-cpu.yaml"))
+    raw = flat["uae-gpu-platform:features"]
+    section = yaml.safe_load(raw) if isinstance(raw, str) else dict(raw)
+    section["trainingPool"] = "preprocess"
+    flat["uae-gpu-platform:features"] = json.dumps(section)
+    config = parse_stack_config(flat)
+    pools = shipped_pools("smb-cpu")
+    with pytest.raises(ConfigError, match="trainingPool: 'preprocess' is not a cpu-training pool"):
+        features_layer._training(config, True, pools)
+    with pytest.raises(ConfigError, match="S3 \\(AWS stacks only\\)"):
+        section["trainingPool"] = "cpu-train"
+        flat["uae-gpu-platform:features"] = json.dumps(section)
+        features_layer._training(parse_stack_config(flat), False, pools)
+    with pytest.raises(InvalidArgsError):
+        fs.FeaturesSpec(training_team="analytics")
+
+
+def shipped_pools(stack: str) -> tuple[NodePoolProfile, ...]:
+    """smb-cpu's pools as the Kubernetes layer sees them (names and roles matter here)."""
+    assert stack == "smb-cpu"
+    return (
+        NodePoolProfile("system", "system", "m7i.xlarge", 4, 16),
+        NodePoolProfile("cpu-train", "cpu-training", "c7i.8xlarge", 32, 64),
+        NodePoolProfile("preprocess", "preprocess", "m7i.2xlarge", 8, 32),
+    )

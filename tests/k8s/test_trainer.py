@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from modules.k8s.trainer.runtimes import (
     runtime_name,
 )
 from modules.k8s.trainer.spec import (
+    FRAMEWORKS,
     JOBSET_VERSION,
     KUBEFLOW_TRAINER,
     TRAINER_NAMESPACE,
@@ -45,11 +47,12 @@ from stacks.config import parse_stack_config
 from stacks.config_parsing import ConfigError
 from stacks.fleet import stack_file_config
 from stacks.kubernetes_layer import _trainer_inputs
-from stacks.offline_plan import load_stack_file, plan_registrations
+from stacks.offline_plan import PlanError, load_stack_file, plan_registrations
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.vendored_crds import vendored_crd_errors
+from workloads.training.config import preset
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "kubeflow-trainer"
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +60,19 @@ HELM = "kubernetes:helm.sh/v3:Release"
 RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
 TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: What JobSet v0.12.0's webhook accepts in a failure policy and the CRD's schema does
+#: not say (kubernetes-sigs/jobset, tag v0.12.0, pkg/webhooks/jobset_webhook.go:
+#: ``ruleNameFmt`` and ``validOnJobFailureReasons``).
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+JOBSET_JOB_FAILURE_REASONS = {
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+}
+#: The shipped stack whose example job is elastic (``exampleJob.minNodes``).
+ELASTIC_STACK = "smb-cpu"
 
 #: Each shipped stack's training pool: (name, fabric, GPUs, the fabric's device resource
 #: and count per node, NCCL_NET).
@@ -73,12 +89,28 @@ def registrations(stack: str, type_: str) -> list[Registration]:
     return [r for r in records.values() if r.type == type_]
 
 
-def runtimes(stack: str) -> list[dict[str, Any]]:
+def all_runtimes(stack: str) -> list[dict[str, Any]]:
     return [r.inputs for r in registrations(stack, RUNTIME_TYPE)]
 
 
-def train_jobs(stack: str) -> list[dict[str, Any]]:
+def all_train_jobs(stack: str) -> list[dict[str, Any]]:
     return [r.inputs for r in registrations(stack, TRAINJOB_TYPE)]
+
+
+def runtimes(stack: str) -> list[dict[str, Any]]:
+    """The platform's framework runtimes (torch, DeepSpeed, MPI); the feature store's
+    CPU runtime is tests/k8s/test_features.py's."""
+    return [
+        r for r in all_runtimes(stack) if r["metadata"]["labels"][FRAMEWORK_LABEL] in FRAMEWORKS
+    ]
+
+
+def train_jobs(stack: str) -> list[dict[str, Any]]:
+    """The example training job (the feature store's TrainJob is test_features.py's)."""
+    framework_runtimes = {r["metadata"]["name"] for r in runtimes(stack)}
+    return [
+        j for j in all_train_jobs(stack) if j["spec"]["runtimeRef"]["name"] in framework_runtimes
+    ]
 
 
 def release(stack: str, name: str) -> dict[str, Any]:
@@ -108,7 +140,7 @@ def literal_env(container: Mapping[str, Any]) -> dict[str, str]:
 def test_every_trainjob_and_runtime_of_the_shipped_plans_passes_the_vendored_crds(
     stack: str,
 ) -> None:
-    objects = [*runtimes(stack), *train_jobs(stack)]
+    objects = [*all_runtimes(stack), *all_train_jobs(stack)]
     kinds = {o["kind"] for o in objects}
     assert kinds == {"ClusterTrainingRuntime", "TrainJob"}, stack
     assert crd_errors(objects) == []
@@ -274,6 +306,84 @@ def test_torch_and_deepspeed_runtimes_run_torchrun_with_a_c10d_rendezvous() -> N
         assert runtime["spec"]["template"]["spec"]["network"]["publishNotReadyAddresses"]
 
 
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_torch_runtimes_restart_after_lost_pods_and_end_with_pod_0(stack: str) -> None:
+    """A lost pod other than 0 is a disruption the node Job does not count; the loss of
+    pod 0 fails the other pods' torchrun (its c10d store is gone), and the JobSet
+    recreates every pod rather than failing; a configuration error still fails it; the
+    node Job succeeds with pod 0, so a job that finished on fewer nodes ends."""
+    for runtime in runtimes(stack):
+        jobset = runtime["spec"]["template"]["spec"]
+        if runtime["metadata"]["labels"][FRAMEWORK_LABEL] == "mpi":
+            assert "failurePolicy" not in jobset
+            continue
+        policy = jobset["failurePolicy"]
+        assert policy["maxRestarts"] >= 1
+        names = [rule["name"] for rule in policy["rules"]]
+        assert len(set(names)) == len(names)
+        assert all(JOBSET_RULE_NAME.match(name) for name in names), names
+        actions = {
+            reason: rule["action"]
+            for rule in policy["rules"]
+            for reason in rule["onJobFailureReasons"]
+        }
+        assert set(actions) <= JOBSET_JOB_FAILURE_REASONS
+        assert actions == {
+            "PodFailurePolicy": "FailJobSet",
+            "BackoffLimitExceeded": "RestartJobSet",
+        }
+        (node,) = jobset["replicatedJobs"]
+        job = node["template"]["spec"]
+        assert job["completionMode"] == "Indexed"
+        assert job["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+        rules = job["podFailurePolicy"]["rules"]
+        assert rules[0]["action"] == "FailJob"  # reason PodFailurePolicy: FailJobSet
+        assert {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        } in rules
+
+
+def test_the_elastic_example_trainjob_runs_torchrun_over_its_node_range() -> None:
+    _, plan = shipped_plan(ELASTIC_STACK)
+    raw = plan["config"]["uae-gpu-platform:exampleJob"]
+    example = json.loads(raw) if isinstance(raw, str) else raw
+    (job,) = train_jobs(ELASTIC_STACK)
+    assert crd_errors([job]) == []
+    trainer = job["spec"]["trainer"]
+    # numNodes is the maximum: what Trainer starts pods for and Kueue admits.
+    assert trainer["numNodes"] == example["nodes"] > example["minNodes"] >= 1
+    args = trainer["args"]
+    module = args.index("-m")
+    torchrun = args[:module]
+    # On torchrun's command line, --nnodes overrides the fixed PET_NNODES Trainer sets.
+    assert f"--nnodes={example['minNodes']}:{example['nodes']}" in torchrun
+    assert "--rdzv_backend=c10d" in torchrun
+    assert "--rdzv_endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)" in torchrun
+    (restarts,) = [a for a in torchrun if a.startswith("--max_restarts=")]
+    assert int(restarts.split("=")[1]) >= 1
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    config = preset(example["preset"])
+    full = config.micro_batch_size * config.grad_accum_steps * example["nodes"]
+    assert f"--global-batch-size={full * trainer['numProcPerNode']}" in args[module:]
+    # The runtime it names survives the loss of a pod (the test above).
+    (named,) = [
+        r
+        for r in runtimes(ELASTIC_STACK)
+        if r["metadata"]["name"] == job["spec"]["runtimeRef"]["name"]
+    ]
+    assert named["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] >= 1
+
+
+def test_the_other_example_trainjobs_are_fixed_size() -> None:
+    for stack in SHIPPED_STACKS:
+        if stack == ELASTIC_STACK:
+            continue
+        (job,) = train_jobs(stack)
+        assert not [a for a in job["spec"]["trainer"]["args"] if a.startswith("--nnodes")]
+
+
 def test_mpi_runtime_runs_horovod_with_a_launcher_node_and_ssh_workers() -> None:
     (runtime,) = [r for r in runtimes("uae-prod") if r["metadata"]["name"] == "mpi-h200-research"]
     policy = runtime["spec"]["mlPolicy"]["mpi"]
@@ -302,6 +412,16 @@ def test_mpi_runtime_runs_horovod_with_a_launcher_node_and_ssh_workers() -> None
         c["image"] for p in pods(runtime).values() for c in p.get("initContainers", [])
     }
     assert images == {horovod_image(training_image, TrainerSpec())}
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_kueue_keeps_an_admitted_job_while_a_lost_pod_waits_for_a_node(stack: str) -> None:
+    """Kueue admits an elastic TrainJob's maximum and keeps it admitted while the pod of
+    a lost node is pending: no ``recoveryTimeout``, which would suspend and requeue
+    the whole job once a replacement pod waits longer than it."""
+    values = release(stack, "kueue")["values"]
+    config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    assert "recoveryTimeout" not in config["waitForPodsReady"]
 
 
 # -- the chart -------------------------------------------------------------------------
@@ -449,6 +569,13 @@ def test_a_stack_without_the_trainer_runs_its_example_job_as_an_indexed_job() ->
     missing); the example job is the platform's own Indexed Job and Service."""
     config, secret_keys = load_stack_file("smb-cpu")
     config = {**config, "uae-gpu-platform:trainer": '{"enabled": false}'}
+    # smb-cpu's example job is elastic, which needs the trainer: the plan says so.
+    with pytest.raises(PlanError, match=r"exampleJob \(launcher\): .*trainer for an elastic"):
+        plan_registrations("smb-cpu", config, secret_keys)
+    raw = config["uae-gpu-platform:exampleJob"]
+    example = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    del example["minNodes"]
+    config["uae-gpu-platform:exampleJob"] = json.dumps(example)
     records = plan_registrations("smb-cpu", config, secret_keys)
     types = {r.type for r in records.values()}
     assert RUNTIME_TYPE not in types and TRAINJOB_TYPE not in types

@@ -32,6 +32,8 @@ def rds_inputs() -> dict[str, Any]:
         "masterUserSecretKmsKeyId": key_arn("1"),
         "iamDatabaseAuthenticationEnabled": True,
         "publiclyAccessible": False,
+        "dbSubnetGroupName": "gpu-test-mlflow",
+        "vpcSecurityGroupIds": ["sg-0123456789abcdef0"],
         "backupRetentionPeriod": 7,
         "deletionProtection": True,
         "skipFinalSnapshot": False,
@@ -88,6 +90,18 @@ def drop(*keys: str) -> Callable[[Plan], None]:
 
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("public", set_props(publiclyAccessible=True), "aws-rds-not-public", "public address"),
+    (
+        "default-subnets",
+        drop("dbSubnetGroupName"),
+        "aws-data-store-private",
+        "`dbSubnetGroupName` is not set",
+    ),
+    (
+        "default-security-group",
+        set_props(vpcSecurityGroupIds=[]),
+        "aws-data-store-private",
+        "`vpcSecurityGroupIds` is empty",
+    ),
     (
         "static-password",
         set_props(password="hunter2-hunter2"),

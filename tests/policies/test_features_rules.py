@@ -105,25 +105,26 @@ def drop_value(section: str) -> Callable[[Plan], None]:
     return lambda plan: values(plan).pop(section)
 
 
-ENCRYPTED, AUTH, PRIVATE = (
-    "aws-elasticache-encrypted",
-    "aws-elasticache-auth",
-    "aws-elasticache-private",
-)
+#: At rest and its key: the platform-wide CMK rule (ElastiCache is in its table); the
+#: subnet and security groups: the platform-wide data-store rule (likewise).
+AT_REST, PRIVATE = "aws-encryption-customer-managed-key", "aws-data-store-private"
+TLS, AUTH = "aws-elasticache-tls", "aws-elasticache-auth"
 RECOVERABLE, ONPREM = "aws-elasticache-recoverable", "k8s-online-store-protected"
 
 AWS_MANAGED_KEY = "arn:aws:kms:me-central-1:123456789012:alias/aws/elasticache"
 
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
-    ("at-rest-off", set_group(atRestEncryptionEnabled=False), ENCRYPTED, "`atRestEncryption"),
-    ("at-rest-missing", drop_group("atRestEncryptionEnabled"), ENCRYPTED, "`atRestEncryption"),
-    ("no-key", drop_group("kmsKeyId"), ENCRYPTED, "`kmsKeyId` is not set"),
-    ("aws-managed-key", set_group(kmsKeyId=AWS_MANAGED_KEY), ENCRYPTED, "AWS-managed key"),
-    ("key-abroad", set_group(kmsKeyId=key_arn("1", "eu-west-1")), ENCRYPTED, "eu-west-1"),
-    ("transit-off", set_group(transitEncryptionEnabled=False), ENCRYPTED, "clear text"),
-    ("transit-missing", drop_group("transitEncryptionEnabled", "transitEncryptionMode"), ENCRYPTED,
+    ("at-rest-off", set_group(atRestEncryptionEnabled=False), AT_REST,
+     "`atRestEncryptionEnabled` is not true: cached data"),
+    ("at-rest-missing", drop_group("atRestEncryptionEnabled"), AT_REST,
+     "`atRestEncryptionEnabled` is not true"),
+    ("no-key", drop_group("kmsKeyId"), AT_REST, "`kmsKeyId` is not set"),
+    ("aws-managed-key", set_group(kmsKeyId=AWS_MANAGED_KEY), AT_REST, "AWS-managed key"),
+    ("key-abroad", set_group(kmsKeyId=key_arn("1", "eu-west-1")), AT_REST, "eu-west-1"),
+    ("transit-off", set_group(transitEncryptionEnabled=False), TLS, "clear text"),
+    ("transit-missing", drop_group("transitEncryptionEnabled", "transitEncryptionMode"), TLS,
      "clear text"),
-    ("transit-preferred", set_group(transitEncryptionMode="preferred"), ENCRYPTED, "preferred"),
+    ("transit-preferred", set_group(transitEncryptionMode="preferred"), TLS, "preferred"),
     ("no-auth", drop_group("authToken"), AUTH, "any client in the VPC"),
     ("empty-auth", set_group(authToken=""), AUTH, "any client in the VPC"),
     ("default-subnets", drop_group("subnetGroupName"), PRIVATE, "default VPC"),
@@ -215,8 +216,12 @@ def _shipped_valkey(plan: Plan) -> dict[str, Any]:
     return state["inputs"]["values"]  # type: ignore[no-any-return]
 
 
-def _unencrypted(plan: Plan) -> None:
+def _clear_text(plan: Plan) -> None:
     _shipped_group(plan)["transitEncryptionEnabled"] = False
+
+
+def _unencrypted_at_rest(plan: Plan) -> None:
+    _shipped_group(plan)["atRestEncryptionEnabled"] = False
 
 
 def _unauthenticated(plan: Plan) -> None:
@@ -238,13 +243,14 @@ def _valkey_open(plan: Plan) -> None:
 @pytest.mark.parametrize(
     ("stack", "mutate", "rule_id"),
     [
-        ("smb-cpu", _unencrypted, ENCRYPTED),
+        ("smb-cpu", _clear_text, TLS),
+        ("smb-cpu", _unencrypted_at_rest, AT_REST),
         ("smb-cpu", _unauthenticated, AUTH),
         ("smb-cpu", _default_network, PRIVATE),
         ("smb-cpu", _no_snapshots, RECOVERABLE),
         ("onprem-ib", _valkey_open, ONPREM),
     ],
-    ids=["transit-off", "no-auth", "default-subnets", "no-snapshots", "valkey-open"],
+    ids=["transit-off", "at-rest-off", "no-auth", "default-subnets", "no-snapshots", "valkey-open"],
 )
 def test_a_broken_twin_of_a_shipped_store_is_caught(
     stack: str, mutate: Callable[[Plan], None], rule_id: str

@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 
 from tests.serving.conftest import run_kserve_snippet
 from tests.support.environments import run_in
+from tests.support.model_server import model_server
 from tests.workloads.helpers import free_port
 from workloads.inference import OnnxLM, drift
 
@@ -36,34 +36,16 @@ MAX_IN_FLIGHT = 4
 @pytest.fixture(scope="module")
 def server(export_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    log = tmp_path_factory.mktemp("serving-log") / "server.log"
     command = [
         "timeout", "600", sys.executable, "-m", "workloads.serving",
         "--model-dir", str(export_dir), "--port", str(port),
         "--max-body-bytes", str(MAX_BODY), "--max-in-flight", str(MAX_IN_FLIGHT),
         "--timeout-s", "60", "--threads", "1", "--grpc-port", "0",
     ]  # fmt: skip
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if get(f"{url}/v2/models/tiny/ready")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the model server did not start: {log.read_text()[-3000:]}")
-            time.sleep(1)
+    log = tmp_path_factory.mktemp("serving-log") / "server.log"
+    with model_server(command, lambda: get(f"{url}/v2/models/tiny/ready")[0] == 200, log, poll_s=1):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def get(url: str) -> tuple[int, Any]:

@@ -286,6 +286,47 @@ def test_preflight_health_check_expects_the_pools_gpus() -> None:
     assert "--expect-nvlink" not in l4_init["args"]
 
 
+def test_torch_runtimes_restart_after_lost_pods_and_end_with_pod_0() -> None:
+    for framework in ("torch", "deepspeed"):
+        jobset = runtime(make_spec(framework=framework))["spec"]["template"]["spec"]
+        assert jobset["failurePolicy"] == {
+            "maxRestarts": 3,
+            "rules": [
+                {
+                    "name": "ConfigurationError",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                },
+                {
+                    "name": "PodsLost",
+                    "action": "RestartJobSet",
+                    "onJobFailureReasons": ["BackoffLimitExceeded"],
+                },
+            ],
+        }
+        (node,) = jobset["replicatedJobs"]
+        assert node["template"]["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    # Horovod's launcher decides the MPI job: none of it there.
+    mpi = runtime(make_spec(framework="mpi"))["spec"]["template"]["spec"]
+    assert "failurePolicy" not in mpi
+    assert not [j for j in mpi["replicatedJobs"] if "successPolicy" in j["template"]["spec"]]
+
+
+@pytest.mark.parametrize("version", ["1.31", "1.33"])
+def test_the_torch_runtimes_node_job_is_a_valid_job_on_every_supported_release(
+    version: str,
+) -> None:
+    """The success policy is beta (on by default) in 1.31 and GA in 1.33: the node Job
+    Trainer makes from the runtime (completions = parallelism = numNodes) passes the
+    release's own Job schema."""
+    (node,) = runtime(make_spec())["spec"]["template"]["spec"]["replicatedJobs"]
+    spec = {**node["template"]["spec"], "completions": 2, "parallelism": 2}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": spec}
+    assert schema_errors([job], version) == []
+    spec["successPolicy"] = {"rules": [{"succeededIndex": "0"}]}
+    assert schema_errors([job], version)
+
+
 def test_pod_failure_policy_fails_fast_on_config_errors_and_ignores_disruptions() -> None:
     jobs = runtime(make_spec())["spec"]["template"]["spec"]["replicatedJobs"]
     rules = jobs[0]["template"]["spec"]["podFailurePolicy"]["rules"]
@@ -295,6 +336,48 @@ def test_pod_failure_policy_fails_fast_on_config_errors_and_ignores_disruptions(
         "action": "Ignore",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
+
+
+def test_elastic_trainjob_runs_torchrun_over_its_node_range() -> None:
+    spec = make_spec(min_nodes=1, max_restarts=2)
+    job = train_job(spec)
+    assert crd_errors([job]) == []
+    trainer = job["spec"]["trainer"]
+    args = trainer["args"]
+    # torchrun's own options, before the module: the node range overrides the fixed
+    # PET_NNODES Trainer sets from numNodes, which stays the maximum Kueue admits.
+    assert args[:5] == [
+        "--nnodes=1:2",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)",
+        "--rdzv_id=team-a-gpt2-124m",
+        "--max_restarts=2",
+    ]
+    assert args.index("-m") == 5
+    assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 8
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert env == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # The global batch of all 2 nodes x 8 GPUs: gpt2-124m's micro-batch 32 x 16 steps.
+    assert args[-1] == "--global-batch-size=8192"
+    assert spec.global_batch_size == 32 * 16 * 2 * 8
+    # A fixed job has none of it.
+    fixed = train_job(make_spec(max_restarts=2))["spec"]["trainer"]
+    assert not [a for a in fixed["args"] if a.startswith(("--nnodes", "--global-batch"))]
+    assert "env" not in fixed
+
+
+def test_elastic_trainjob_keeps_the_global_batch_its_args_give() -> None:
+    accum = make_spec(min_nodes=2, nodes=2, extra_args=("--grad-accum-steps=1",))
+    assert "--global-batch-size=512" in train_job(accum)["spec"]["trainer"]["args"]
+    assert train_job(accum)["spec"]["trainer"]["args"][0] == "--nnodes=2:2"
+    # The trainer's parser takes an abbreviation: so does the job.
+    for given in (("--global-batch-size=256",), ("--global-batch", "256")):
+        spec = make_spec(min_nodes=1, extra_args=given)
+        args = train_job(spec)["spec"]["trainer"]["args"]
+        assert spec.global_batch_size == 256
+        assert [a for a in args if a.startswith("--global-batch")] == [given[0]]
+    cpu = make_spec(CPU_POOL, min_nodes=1, nodes=3, preset="tiny")
+    assert cpu.global_batch_size == 16 * 1 * 3 * 1
 
 
 def test_deepspeed_job_runs_the_trainers_deepspeed_engine_on_its_runtime() -> None:
@@ -385,12 +468,47 @@ def test_held_job_is_suspended_and_not_queued_until_released() -> None:
         ({"framework": "mpi", "workload": "fabric-check"}, {"workload"}),
         ({"framework": "deepspeed", "launcher": "indexed-job"}, {"framework"}),
         ({"framework": "jax"}, {"framework"}),
+        # Elastic jobs (min_nodes).
+        ({"min_nodes": 0}, {"min_nodes"}),
+        ({"min_nodes": 3}, {"min_nodes"}),
+        ({"min_nodes": 1, "framework": "deepspeed"}, {"framework"}),
+        ({"min_nodes": 1, "framework": "mpi"}, {"framework"}),
+        ({"min_nodes": 1, "max_restarts": 0}, {"max_restarts"}),
+        ({"min_nodes": 1, "extra_args": ("--micro-batch-size=many",)}, {"extra_args"}),
+        ({"min_nodes": 1, "extra_args": ("--grad-accum-steps",)}, {"extra_args"}),
+        (
+            {"min_nodes": 1, "launcher": "indexed-job", "priority_class": "training-normal"},
+            {"launcher"},
+        ),
+        (
+            {
+                "min_nodes": 1,
+                "name": "fabric-check",
+                "workload": "fabric-check",
+                "checkpoint_claim": None,
+            },
+            {"workload"},
+        ),
     ],
 )
 def test_spec_validation_names_every_bad_field(changes: dict[str, Any], fields: set[str]) -> None:
     with pytest.raises(InvalidArgsError) as err:
         make_spec(**changes)
     assert {p.field for p in err.value.problems} == fields
+
+
+def test_elastic_spec_errors_are_one_line_naming_what_to_fix() -> None:
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(min_nodes=3, framework="deepspeed", max_restarts=0)
+    lines = {p.field: p.describe() for p in err.value.problems}
+    assert set(lines) == {"min_nodes", "framework", "max_restarts"}
+    assert all("\n" not in line for line in lines.values())
+    assert "between 1 and nodes (2)" in lines["min_nodes"]
+    assert "ZeRO checkpoints do not reshard" in lines["framework"]
+    with pytest.raises(InvalidArgsError) as err:
+        make_spec(min_nodes=1, extra_args=("--grad-accum-steps=x",))
+    (problem,) = err.value.problems
+    assert "\n" not in problem.describe() and "--grad-accum-steps: got 'x'" in problem.expected
 
 
 def test_spec_refuses_pools_it_cannot_train_on() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from torch.distributed.run import config_from_args, get_args_parser
 
 from tests.workloads.helpers import (
     REPO_ROOT,
@@ -137,3 +138,27 @@ def test_losing_a_node_continues_from_the_checkpoint_on_the_same_curve(tmp_path:
         step = int(str(record["step"]))
         assert float(str(record["loss"])) == pytest.approx(expected[step], rel=1e-4), record
     assert float(str(after[-1]["loss"])) < float(str(before[0]["loss"])) - 1.0
+
+
+def test_a_trainjobs_node_range_overrides_the_node_count_trainer_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kubeflow Trainer v2.3.0 sets ``PET_NNODES`` to a TrainJob's ``numNodes`` (the
+    maximum); an elastic TrainJob gives ``--nnodes=MIN:MAX`` on torchrun's command line
+    (`workloads.deploy.manifests.elastic_args`), which torchrun takes over the variable."""
+    trainer_env = {
+        "PET_NNODES": "4",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "job-node-0-0.job",
+        "PET_MASTER_PORT": "29500",
+    }
+    for name, value in trainer_env.items():
+        monkeypatch.setenv(name, value)
+    rendezvous = ["--rdzv_backend=c10d", "--rdzv_endpoint=job-node-0-0.job:29500"]
+    elastic = ["--nnodes=2:4", *rendezvous, "--rdzv_id=team-job", "--max_restarts=3"]
+    args = get_args_parser().parse_args([*elastic, "-m", "workloads.train"])
+    config, _, _ = config_from_args(args)
+    assert (config.min_nodes, config.max_nodes, config.max_restarts) == (2, 4, 3)
+    fixed = get_args_parser().parse_args([*rendezvous, "-m", "workloads.train"])
+    assert fixed.nnodes == "4"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from modules.validation import InvalidArgsError
 from tests.workloads.helpers import REPO_ROOT, sigterm_restored
@@ -116,9 +118,15 @@ def test_deepspeed_missing_is_a_configuration_error(
 
 def test_the_deepspeed_requirement_is_the_training_images() -> None:
     groups = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    assert deepspeed_engine.REQUIREMENT in groups["optional-dependencies"]["workloads"]
+    assert deepspeed_engine.REQUIREMENT in groups["optional-dependencies"]["training"]
+    # The image installs the training lock, whose deepspeed must satisfy the requirement.
     dockerfile = (REPO_ROOT / "workloads" / "Dockerfile").read_text()
-    assert f'"{deepspeed_engine.REQUIREMENT}"' in dockerfile
+    assert "locks/training.txt" in dockerfile
+    lock = (REPO_ROOT / "locks" / "training.txt").read_text()
+    pinned = re.search(r"^deepspeed==(\S+)", lock, re.MULTILINE)
+    assert pinned is not None, "deepspeed is missing from locks/training.txt"
+    specifier = SpecifierSet(deepspeed_engine.REQUIREMENT.removeprefix("deepspeed"))
+    assert Version(pinned[1]) in specifier
 
 
 def test_checkpoint_engine_tells_the_formats_apart(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ from modules.k8s.trainer.runtimes import (
 )
 from modules.k8s.trainer.spec import TRAINER_API, TrainerInputs
 from modules.pools import NodePoolProfile
-from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec
+from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec, elastic_batch_settings
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, fabric_env, supports_gpudirect_rdma
 from workloads.training.metrics_endpoint import METRICS_PORT_NAME
 
@@ -92,6 +92,10 @@ APP_LABELS = dict(TRAINING_POD_LABELS)
 #: own, ``kueue.x-k8s.io/manager``).
 PATCH_MANAGER = "gpuplatform.ae/training-job"
 
+#: Restarted workers must not read the previous attempt's addresses from a rendezvous
+#: store shared across attempts (pytorch/pytorch#135712); an elastic job restarts them
+#: on every change of its node set.
+NO_SHARED_RDZV_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 EXIT_CONFIG_ERROR = 2  # workloads.train's status for a bad config: retrying cannot help
 EXIT_FABRIC_BELOW_THRESHOLD = 1  # workloads.fabric_check's status below its threshold
 DATA_DIR = "/scratch/data"
@@ -148,9 +152,7 @@ def _environment(
         "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor",
         "TRITON_CACHE_DIR": "/tmp/triton",
         "OMP_NUM_THREADS": str(threads),
-        # Restarted workers must not read the previous attempt's addresses from a
-        # rendezvous store shared across attempts (pytorch/pytorch#135712).
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        NO_SHARED_RDZV_STORE: "1",
     }
     return env
 
@@ -191,13 +193,14 @@ def environment(spec: TrainingJobSpec) -> list[dict[str, str]]:
 
 def trainjob_env(spec: TrainingJobSpec) -> list[dict[str, str]]:
     """What a TrainJob adds to its runtime's environment: the variables whose value
-    differs for this job (Trainer merges them over the runtime's)."""
+    differs for this job (Trainer merges them over the runtime's). An elastic job
+    states ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` itself, whatever the runtime has:
+    its resumes depend on it."""
     base = runtime_env(spec.pool)
-    return [
-        {"name": name, "value": value}
-        for name, value in sorted(job_env(spec).items())
-        if base.get(name) != value
-    ]
+    env = {name: value for name, value in job_env(spec).items() if base.get(name) != value}
+    if spec.min_nodes is not None:
+        env[NO_SHARED_RDZV_STORE] = "1"
+    return [{"name": name, "value": value} for name, value in sorted(env.items())]
 
 
 def workload_args(spec: TrainingJobSpec) -> list[str]:
@@ -219,6 +222,10 @@ def workload_args(spec: TrainingJobSpec) -> list[str]:
     ]
     if spec.framework == "deepspeed":
         args.append("--engine=deepspeed")
+    if spec.min_nodes is not None and not elastic_batch_settings(spec.preset, spec.extra_args)[2]:
+        # An elastic job keeps the global batch of all its nodes, even when its first
+        # rendezvous starts with fewer (a pod that starts late joins a round later).
+        args.append(f"--global-batch-size={spec.global_batch_size}")
     return [*args, *spec.extra_args]
 
 
@@ -249,17 +256,28 @@ def _object_labels(spec: TrainingJobSpec) -> dict[str, str]:
 # -- the trainer launcher: a TrainJob -------------------------------------------------
 
 
+def elastic_args(spec: TrainingJobSpec) -> list[str]:
+    """An elastic job's node range for torchrun, ``--nnodes=MIN:MAX`` (none for a fixed
+    job). torchrun reads ``PET_NNODES`` only where its command line has no ``--nnodes``
+    (`torch.distributed.argparse_util.env`), so this overrides the fixed count Trainer
+    sets from ``numNodes``, which stays the maximum (what Kueue admits)."""
+    if spec.min_nodes is None:
+        return []
+    return [f"--nnodes={spec.min_nodes}:{spec.nodes}"]
+
+
 def trainer_command(spec: TrainingJobSpec) -> tuple[list[str], list[str]]:
     """The TrainJob's command and arguments. torch and DeepSpeed: torchrun with the c10d
     rendezvous on Trainer's pod 0 (Trainer sets ``PET_NNODES`` and
-    ``PET_NPROC_PER_NODE`` from ``numNodes`` and ``numProcPerNode``). MPI: ``mpirun``
-    forwarding the runtime's environment to every rank, running the Horovod example."""
+    ``PET_NPROC_PER_NODE`` from ``numNodes`` and ``numProcPerNode``; an elastic job
+    gives its node range, `elastic_args`). MPI: ``mpirun`` forwarding the runtime's
+    environment to every rank, running the Horovod example."""
     if spec.framework == "mpi":
         ckpt = f"--ckpt-dir={checkpoint_dir(spec)}"
         program = [*default_horovod_program()[:2], ckpt, *spec.extra_args]
         return mpirun_command(list(job_env(spec)), program), []
     rendezvous = torchrun_rendezvous_args(f"{spec.namespace}-{spec.name}", spec.max_restarts)
-    return ["torchrun"], [*rendezvous, *workload_args(spec)]
+    return ["torchrun"], [*elastic_args(spec), *rendezvous, *workload_args(spec)]
 
 
 def runtime_patches(spec: TrainingJobSpec) -> list[dict[str, Any]]:

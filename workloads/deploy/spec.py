@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn
 
 from modules.k8s.names import PRIORITY_CLASSES
 from modules.k8s.trainer import pods, runtimes
 from modules.pools import NodePoolProfile
-from modules.validation import Checker
-from workloads.training.config import PRESETS
+from modules.validation import Checker, InvalidArgsError, Problem
+from workloads.training.config import PRESETS, add_override_arguments, from_namespace
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
 from workloads.training.metrics_endpoint import METRICS_PORT
 
@@ -84,7 +85,9 @@ class TrainingJobSpec:
         hold: keep the Job out of the queue: created suspended and without the Kueue
             queue label, so nothing starts it. A user enables it (the shipped example
             job) by setting ``hold=False``, which adds the label and lets Kueue admit it.
-        max_restarts: torchrun restarts of the worker group inside the pods.
+        max_restarts: torchrun restarts of the worker group inside the pods (an
+            elastic job spends one on each loss of a node; a node that comes back
+            rejoins without spending one).
         backoff_limit: pod failures the Job tolerates before failing (preemptions
             and node disruptions are not counted; see the pod failure policy).
         cpu_training: explicitly run on a pool without GPUs (gloo on CPUs).
@@ -123,6 +126,13 @@ class TrainingJobSpec:
             Default None: the job brings its own Service ``<name>-rdzv``.
         expect_nvlink: the health check requires every NVLink up (default: on for
             8-GPU boards of NVLink accelerators).
+        min_nodes: make the job elastic: torchrun runs with ``--nnodes=min_nodes:nodes``
+            and the job continues, from its last checkpoint, with as few as
+            ``min_nodes`` nodes when nodes are lost (and takes them back when their
+            pods are scheduled again), keeping the global batch of ``nodes`` nodes
+            (`workloads.training.elastic`). Default None: a fixed ``nodes``. Torch
+            framework, ``train`` workload and ``trainer`` launcher only (see
+            docs/workloads.md, "Elastic runs", for what survives the loss of pod 0).
     """
 
     name: str
@@ -158,6 +168,7 @@ class TrainingJobSpec:
     rendezvous_service: str | None = None
     framework: Framework = "torch"
     launcher: Launcher = "trainer"
+    min_nodes: int | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -302,6 +313,7 @@ class TrainingJobSpec:
             bad_env,
             "environment variable names (letters, digits, '_')",
         )
+        self._check_elastic(check)
         check.done()
 
     def _check_launcher(self, check: Checker) -> None:
@@ -387,6 +399,70 @@ class TrainingJobSpec:
                 ">= 2 for MPI (the launcher is a node, and the runtime has workers)",
             )
 
+    def _check_elastic(self, check: Checker) -> None:
+        """What an elastic job (``min_nodes``) needs."""
+        if self.min_nodes is None:
+            return
+        check.require(
+            1 <= self.min_nodes <= self.nodes,
+            "min_nodes",
+            self.min_nodes,
+            f"between 1 and nodes ({self.nodes}): the fewest nodes the job continues with",
+        )
+        check.require(
+            self.framework == "torch",
+            "framework",
+            self.framework,
+            "torch for an elastic job (min_nodes): DeepSpeed's ZeRO checkpoints do not "
+            "reshard to another world size, and MPI (Horovod) ranks cannot rejoin",
+        )
+        check.require(
+            self.workload == "train",
+            "workload",
+            self.workload,
+            "train for an elastic job (min_nodes): the fabric check measures a fixed set of nodes",
+        )
+        check.require(
+            self.launcher == "trainer",
+            "launcher",
+            self.launcher,
+            "trainer for an elastic job (min_nodes): the platform's runtime restarts the "
+            "job set after the loss of pod 0 and ends the job with pod 0; an Indexed Job "
+            "does neither",
+        )
+        check.require(
+            self.max_restarts >= 1,
+            "max_restarts",
+            self.max_restarts,
+            ">= 1 for an elastic job (min_nodes): the surviving nodes restart their "
+            "workers once for each node lost",
+        )
+        if self.preset not in PRESETS:
+            return  # reported above
+        try:
+            elastic_batch_settings(self.preset, self.extra_args)
+        except InvalidArgsError as err:
+            check.require(
+                False,
+                "extra_args",
+                list(self.extra_args),
+                "settings the trainer accepts (an elastic job's global batch is computed "
+                "from them): " + "; ".join(_option_problem(p) for p in err.problems),
+            )
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """An elastic job's global batch, in sequences per optimizer step: the one its
+        ``extra_args`` give (``--global-batch-size``), else micro-batch x accumulation
+        x every process of ``nodes`` nodes. None for a fixed job (the trainer takes
+        its first start's world size)."""
+        if self.min_nodes is None:
+            return None
+        micro_batch, accum, given = elastic_batch_settings(self.preset, self.extra_args)
+        if given:
+            return given
+        return micro_batch * accum * self.nodes * self.processes_per_node
+
     @property
     def processes_per_node(self) -> int:
         """torchrun processes per pod: one per GPU, or one on CPU pools."""
@@ -397,3 +473,28 @@ class TrainingJobSpec:
         if self.expect_nvlink is not None:
             return self.expect_nvlink
         return pods.nvlink_expected(self.pool)
+
+
+def _option_problem(problem: Problem) -> str:
+    if problem.field == "extra_args":  # the parser's own message
+        return problem.expected
+    option = "--" + problem.field.replace("_", "-")
+    return f"{option}: got {problem.value!r}; {problem.expected}"
+
+
+class _TrainerOptions(argparse.ArgumentParser):
+    """The trainer's options, reporting a malformed one instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgsError([Problem("extra_args", None, message)])
+
+
+def elastic_batch_settings(preset: str, extra_args: Sequence[str]) -> tuple[int, int, int]:
+    """The trainer's micro-batch, gradient accumulation and ``--global-batch-size`` (0:
+    not given) for ``--preset=preset`` with ``extra_args``, read with the trainer's own
+    option parser (`InvalidArgsError` for a value it would refuse)."""
+    parser = _TrainerOptions(add_help=False)
+    add_override_arguments(parser)
+    args, _ = parser.parse_known_args([f"--preset={preset}", *extra_args])
+    config = from_namespace(args)
+    return config.micro_batch_size, config.grad_accum_steps, config.global_batch_size

@@ -11,7 +11,10 @@ Commands:
 - ``serve``: the V2 model server for a model directory and a feature repository (what
   the predictor image runs; KServe's ``--model_dir``/``--http_port`` spellings work);
 - ``bench``: online lookup latency, predictor latency with the lookup, and ONNX
-  Runtime against LightGBM throughput (BENCHMARKS.md).
+  Runtime against LightGBM throughput (BENCHMARKS.md);
+- ``publish``, ``apply``, ``train``: the cluster's steps against an offline store in the
+  stack's bucket (`workloads.features.cluster`): write the example's data there,
+  register the repository in the cluster's registry, and the training job (a TrainJob).
 
 Every user error is one message on stderr and exit status 2; nothing outside the
 working directory is written, and a working directory this command did not make is
@@ -266,6 +269,53 @@ def bench_command(args: argparse.Namespace) -> int:
     return bench.main(args)
 
 
+def offline_store(args: argparse.Namespace) -> Any:
+    from workloads.features.offline import OfflineStore  # noqa: PLC0415
+
+    uri: str = args.offline_uri
+    if not uri.startswith("s3://") and "://" in uri:
+        raise UsageError(f"--offline-uri must be a directory or s3://bucket/prefix, not {uri}")
+    return OfflineStore(uri, args.s3_endpoint, getattr(args, "kms_key_id", ""))
+
+
+def publish_command(args: argparse.Namespace) -> int:
+    quiet()
+    from workloads.features import cluster  # noqa: PLC0415
+
+    cluster.publish(
+        offline_store(args), customers=args.customers, weeks=args.weeks, seed=args.seed, say=say
+    )
+    return EXIT_OK
+
+
+def apply_command(args: argparse.Namespace) -> int:
+    quiet()
+    from workloads.features import cluster  # noqa: PLC0415
+
+    cluster.apply(args.repo, offline_store(args), say)
+    return EXIT_OK
+
+
+def train_command(args: argparse.Namespace) -> int:
+    store = offline_store(args)
+    if not args.tracking_uri:
+        raise UsageError("give the MLflow tracking server: --tracking-uri (MLFLOW_TRACKING_URI)")
+    prepare_workdir(args.workdir)
+    quiet()
+    from workloads.features import cluster  # noqa: PLC0415
+
+    cluster.train(
+        store,
+        labels_uri=args.labels or store.path("labels.parquet"),
+        workdir=args.workdir,
+        tracking_uri=args.tracking_uri,
+        seed=args.seed,
+        threads=args.threads,
+        say=say,
+    )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m workloads.features",
@@ -322,6 +372,51 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--threads", type=int, default=1, help="threads of both runtimes (1)")
     bench_p.add_argument("--record", type=Path, help="append the table to this Markdown file")
     bench_p.set_defaults(handler=bench_command)
+
+    def offline_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--offline-uri",
+            required=True,
+            help="the offline store: s3://<bucket>/features on AWS, or a directory",
+        )
+        sub.add_argument(
+            "--s3-endpoint",
+            default=os.environ.get("FEATURES_S3_ENDPOINT", ""),
+            help="S3 endpoint, the region's (https://s3.<region>.amazonaws.com)",
+        )
+
+    pub_p = commands.add_parser("publish", help="write the example's data to an offline store")
+    offline_args(pub_p)
+    pub_p.add_argument("--kms-key-id", default="", help="SSE-KMS key (default: the bucket's)")
+    pub_p.add_argument("--customers", type=int, default=1500, help="customers (1500)")
+    pub_p.add_argument("--weeks", type=int, default=26, help="weekly snapshots (26)")
+    pub_p.add_argument("--seed", type=int, default=7, help="seed of the data (7)")
+    pub_p.set_defaults(handler=publish_command)
+
+    apply_p = commands.add_parser("apply", help="register the repository in a store's registry")
+    offline_args(apply_p)
+    apply_p.add_argument(
+        "--repo", type=Path, required=True, help="directory with the store's feature_store.yaml"
+    )
+    apply_p.set_defaults(handler=apply_command)
+
+    train_p = commands.add_parser("train", help="train from an offline store, register in MLflow")
+    offline_args(train_p)
+    train_p.add_argument("--labels", default="", help="label events (<offline-uri>/labels.parquet)")
+    train_p.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI", ""),
+        help="MLflow tracking server (MLFLOW_TRACKING_URI)",
+    )
+    train_p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("build/features-train"),
+        help="working directory (build/features-train)",
+    )
+    train_p.add_argument("--seed", type=int, default=7, help="seed of the model (7)")
+    train_p.add_argument("--threads", type=int, default=2, help="LightGBM threads (2)")
+    train_p.set_defaults(handler=train_command)
     return parser
 
 

@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from workloads.features.offline import OfflineStore
+
 #: The first weekly snapshot (a Sunday, 02:00 UTC; fixed so that runs are repeatable).
 START = datetime(2025, 1, 5, 2, 0, tzinfo=UTC)
 #: A label's outcome window: churned within this long after the label event.
@@ -68,6 +70,19 @@ class Dataset:
         self.activity.to_parquet(paths["activity"], index=False)
         self.labels.to_parquet(paths["labels"], index=False)
         return paths
+
+    def publish(self, store: OfflineStore) -> dict[str, str]:
+        """Write the three Parquet files to an offline store (a directory or an S3
+        prefix, SSE-KMS); returns their locations."""
+        if not store.on_s3:
+            return {name: str(path) for name, path in self.write(Path(store.uri)).items()}
+        options = store.storage_options(write=True)
+        frames = {"profiles": self.profiles, "activity": self.activity, "labels": self.labels}
+        files = {"profiles": PROFILE_FILE, "activity": ACTIVITY_FILE, "labels": LABEL_FILE}
+        locations = {name: store.path(files[name]) for name in frames}
+        for name, frame in frames.items():
+            frame.to_parquet(locations[name], index=False, storage_options=options)
+        return locations
 
 
 def _sigmoid(x: float) -> float:

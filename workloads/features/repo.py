@@ -101,9 +101,10 @@ def feature_refs() -> list[str]:
     return [f"{views[name]}:{name}" for name in MODEL_FEATURES]
 
 
-def definitions(data_dir: Path | str) -> list[Any]:
+def definitions(data_dir: Path | str, s3_endpoint: str = "") -> list[Any]:
     """The Feast objects over the Parquet files in ``data_dir`` (a local directory or,
-    on the cluster, an ``s3://`` prefix).
+    on the cluster, an ``s3://`` prefix of the stack's bucket, read through
+    ``s3_endpoint``, the region's S3 endpoint: `workloads.features.offline`).
 
     Amounts are Float64 in both stores: a Float32 online value would differ from the
     offline one in the last digits, and the ratios computed from them with it.
@@ -114,6 +115,9 @@ def definitions(data_dir: Path | str) -> list[Any]:
     from feast.value_type import ValueType  # noqa: PLC0415
 
     base = str(data_dir).rstrip("/")
+    # Feast's readers (PyArrow's S3 file system, Dask through s3fs) take the endpoint
+    # from each source; a local path has none.
+    endpoint = s3_endpoint if base.startswith("s3://") and s3_endpoint else None
     customer = Entity(
         name=ENTITY,
         join_keys=[JOIN_KEY],
@@ -134,6 +138,7 @@ def definitions(data_dir: Path | str) -> list[Any]:
             name="customer_profiles",
             path=f"{base}/{PROFILE_FILE}",
             timestamp_field="event_timestamp",
+            s3_endpoint_override=endpoint,
         ),
         tags={"team": "smb-analytics"},
     )
@@ -153,6 +158,7 @@ def definitions(data_dir: Path | str) -> list[Any]:
             name="customer_activity_snapshots",
             path=f"{base}/{ACTIVITY_FILE}",
             timestamp_field="event_timestamp",
+            s3_endpoint_override=endpoint,
         ),
         tags={"team": "smb-analytics"},
     )
@@ -176,7 +182,8 @@ def definitions(data_dir: Path | str) -> list[Any]:
 
 def local_config(workdir: Path) -> Any:
     """Feast's local defaults under ``workdir``: file registry, SQLite online store,
-    file offline store."""
+    file offline store (also the training job's own store on the cluster, which reads
+    only the offline store: `workloads.features.cluster`)."""
     from feast.repo_config import RepoConfig  # noqa: PLC0415
 
     repo = workdir / "repo"

@@ -24,6 +24,10 @@ from modules.aws.online_store.spec import (
     SNAPSHOT_WINDOW,
     OnlineStoreSpec,
 )
+from modules.aws.private_data_store import (
+    PrivateDataStoreNetworkArgs,
+    private_data_store_network,
+)
 
 
 @dataclass(frozen=True)
@@ -62,28 +66,22 @@ class OnlineStore(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         identifier = f"{args.name_prefix}-features"
         spec = args.spec
-        subnets = aws.elasticache.SubnetGroup(
+        network = private_data_store_network(
             name,
-            name=identifier,
-            description="Private subnets of the stack's VPC",
-            subnet_ids=list(args.subnet_ids),
-            opts=child,
-        )
-        group = aws.ec2.SecurityGroup(
-            name,
-            vpc_id=args.vpc_id,
-            description="Feature store online store: Redis from the EKS cluster only",
-            opts=child,
-        )
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-redis-from-cluster",
-            security_group_id=group.id,
-            referenced_security_group_id=args.client_security_group_id,
-            ip_protocol="tcp",
-            from_port=REDIS_PORT,
-            to_port=REDIS_PORT,
-            description="Redis (TLS) from the cluster's nodes and pods",
-            opts=child,
+            aws.elasticache.SubnetGroup,
+            PrivateDataStoreNetworkArgs(
+                identifier=identifier,
+                vpc_id=args.vpc_id,
+                subnet_ids=args.subnet_ids,
+                client_security_group_id=args.client_security_group_id,
+                port=REDIS_PORT,
+                protocol="redis",
+                security_group_description=(
+                    "Feature store online store: Redis from the EKS cluster only"
+                ),
+                rule_description="Redis (TLS) from the cluster's nodes and pods",
+            ),
+            child,
         )
         parameters = aws.elasticache.ParameterGroup(
             name,
@@ -111,8 +109,8 @@ class OnlineStore(pulumi.ComponentResource):
             multi_az_enabled=spec.failover,
             port=REDIS_PORT,
             parameter_group_name=parameters.name,
-            subnet_group_name=subnets.name,
-            security_group_ids=[group.id],
+            subnet_group_name=network.subnet_group.name,
+            security_group_ids=[network.security_group.id],
             at_rest_encryption_enabled=True,
             kms_key_id=args.storage_key_arn,
             transit_encryption_enabled=True,

@@ -14,6 +14,25 @@ import pulumi_kubernetes as k8s
 
 from modules.k8s.common import helm_release, namespace, register
 from modules.k8s.features import spec as fs
+from modules.k8s.features import training as ft
+from modules.pools import NodePoolProfile
+
+
+@dataclass(frozen=True)
+class FeatureTrainingArgs:
+    """The tabular model's TrainJob (`modules.k8s.features.training`).
+
+    Args:
+        team: the team whose namespace and Kueue queue run it.
+        pool: its CPU training pool.
+        held: created without the queue label (nothing starts it).
+        tracking_uri: the MLflow tracking server it registers in.
+    """
+
+    team: str
+    pool: NodePoolProfile
+    held: bool
+    tracking_uri: str
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,7 @@ class FeatureStoreArgs:
         redis_host: the online store host (ElastiCache's primary endpoint on AWS).
         storage_class: the volumes' class on premises.
         tracking_database_secret: the ``mlflow`` Secret with the RDS master user (AWS).
+        training: the training TrainJob, where the stack runs one.
     """
 
     spec: fs.FeaturesSpec
@@ -45,6 +65,7 @@ class FeatureStoreArgs:
     redis_host: pulumi.Input[str] = ""
     storage_class: str = ""
     tracking_database_secret: str = "mlflow-db"
+    training: FeatureTrainingArgs | None = None
 
 
 def _secret(name: str, ns: str, data: dict[str, pulumi.Input[str]]) -> fs.Manifest:
@@ -150,10 +171,13 @@ class FeatureStore(pulumi.ComponentResource):
             *fs.proxy_objects(spec, placement, args.ca_issuer),
             fs.repo_configmap(placement),
             fs.materialize_cronjob(spec, placement),
+            fs.apply_job(spec, placement),
         ]:
             register(manifest, self, provider, [ns, *stores])
         for client in spec.client_namespaces:
             register(fs.client_egress_policy(client), self, provider)
+        if args.training is not None:
+            self._training(args.training, spec, placement, provider)
         helm_release(
             fs.SERVER_RELEASE,
             fs.FEATURE_SERVER_CHART,
@@ -164,3 +188,25 @@ class FeatureStore(pulumi.ComponentResource):
             depends_on=[ns, *stores],
         )
         self.register_outputs({})
+
+    def _training(
+        self,
+        training: FeatureTrainingArgs,
+        spec: fs.FeaturesSpec,
+        placement: fs.Placement,
+        provider: k8s.Provider,
+    ) -> None:
+        image = fs.image(placement, "features", spec.image_tag)
+        runtime = register(ft.training_runtime(training.pool, image), self, provider)
+        account = register(ft.service_account(training.team), self, provider)
+        job = ft.train_job(
+            team=training.team,
+            pool=training.pool.name,
+            image=image,
+            offline_uri=placement.offline_uri,
+            s3_endpoint=fs.s3_endpoint(placement),
+            region=placement.region,
+            tracking_uri=training.tracking_uri,
+            held=training.held,
+        )
+        register(job, self, provider, [runtime, account])

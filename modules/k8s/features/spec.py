@@ -12,7 +12,9 @@ What runs, in the namespace ``feast``:
   from the ``mlflow`` namespace that holds the master credentials); on premises a
   CloudNativePG cluster ``feast-registry`` of the operator the tracking server uses.
 - **Offline store**: Parquet under ``s3://<data bucket>/features/`` (SSE-KMS with the
-  stack's key, the bucket's default) on AWS; a volume on premises.
+  stack's key, the bucket's default) on AWS, read through the region's S3 endpoint
+  (`s3_endpoint`) with EKS Pod Identity; a volume on premises. The sources' paths are
+  in the registry: the Job ``feast-apply`` registers the repository with them.
 - **Online store**: Redis over TLS with a password: ElastiCache on AWS
   (`modules.aws.online_store`); on premises Valkey (the Linux Foundation's
   Redis-protocol server; its official chart, pinned) with a persistent volume.
@@ -24,6 +26,8 @@ What runs, in the namespace ``feast``:
   signature (``kubernetes_token_parser._decode_token``).
 - **Materialisation**: a CronJob running ``feast materialize-incremental`` on the
   schedule.
+- **Training**: the tabular model's TrainJob in a team's namespace on a CPU pool
+  (`modules.k8s.features.training`), on AWS.
 """
 
 from __future__ import annotations
@@ -105,6 +109,11 @@ class FeaturesSpec:
         online_store: ElastiCache settings (AWS).
         onprem_online_storage_gib: the Valkey volume on premises (default 20).
         onprem_offline_storage_gib: the Parquet volume on premises (default 100).
+        training_team: the team whose namespace and Kueue queue run the tabular model's
+            training TrainJob (AWS; default none: no job).
+        training_pool: its node pool, a ``cpu-training`` pool of the stack.
+        training_held: create the TrainJob without the team's queue label, so nothing
+            starts it (default true, like the example job); false: Kueue admits it.
     """
 
     enabled: bool = False
@@ -117,6 +126,9 @@ class FeaturesSpec:
     online_store: OnlineStoreSpec = field(default_factory=OnlineStoreSpec)
     onprem_online_storage_gib: int = 20
     onprem_offline_storage_gib: int = 100
+    training_team: str = ""
+    training_pool: str = ""
+    training_held: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -137,6 +149,12 @@ class FeaturesSpec:
         for name, (low, high) in ranges.items():
             value = getattr(self, name)
             check.require(low <= value <= high, name, value, f"use {low} to {high}")
+        check.require(
+            bool(self.training_team) == bool(self.training_pool),
+            "training_pool",
+            self.training_pool,
+            "training_team and training_pool go together",
+        )
         for index, namespace in enumerate(self.client_namespaces):
             check.require(
                 bool(_DNS_LABEL.match(namespace)) and namespace != NAMESPACE,
@@ -154,15 +172,35 @@ class Placement:
     Args:
         on_aws: ElastiCache, RDS and S3 (true) or Valkey, CloudNativePG and volumes.
         registry: the image registry in the region (ECR) or the site's.
-        offline_uri: where the Parquet sources are (``s3://bucket/features`` or a path
-            on the offline volume).
+        offline_uri: where the Parquet sources are: ``s3://<bucket>/features`` (a
+            Pulumi output of the bucket's name) or a path on the offline volume.
         node_selector: the system pool's labels.
+        region: the stack's AWS region (the S3 endpoint and the clients' signing
+            region); empty on premises.
     """
 
     on_aws: bool
     registry: str
-    offline_uri: str
+    offline_uri: Any
     node_selector: dict[str, str]
+    region: str = ""
+
+
+def s3_endpoint(placement: Placement) -> str:
+    """The region's S3 endpoint on AWS (no request leaves the region); empty on
+    premises."""
+    return f"https://s3.{placement.region}.amazonaws.com" if placement.on_aws else ""
+
+
+def s3_env(placement: Placement) -> list[Manifest]:
+    """The S3 clients' region (PyArrow's and s3fs's sign with it) and endpoint."""
+    if not placement.on_aws:
+        return []
+    return [
+        {"name": "AWS_REGION", "value": placement.region},
+        {"name": "AWS_DEFAULT_REGION", "value": placement.region},
+        {"name": "FEATURES_S3_ENDPOINT", "value": s3_endpoint(placement)},
+    ]
 
 
 def _meta(name: str, namespace: str = NAMESPACE, **labels: str) -> Manifest:
@@ -222,8 +260,9 @@ def redis_host_onprem() -> str:
 ONLINE_CA_DIR = "/etc/feast/online-store-ca"
 
 
-def feature_store_yaml(offline_uri: str, redis_ca: str | None = None) -> str:
-    """The cluster's ``feature_store.yaml``: SQL registry, Redis over TLS, Parquet.
+def feature_store_yaml(redis_ca: str | None = None) -> str:
+    """The cluster's ``feature_store.yaml``: SQL registry, Redis over TLS, Parquet (the
+    sources' locations and S3 endpoint are the registry's, from ``feast-apply``).
 
     Hosts and passwords are ``${...}`` references Feast expands from the environment
     (the Secret `CREDENTIALS_SECRET`), so the file itself holds no secret and the
@@ -249,7 +288,6 @@ def feature_store_yaml(offline_uri: str, redis_ca: str | None = None) -> str:
         "offline_store:\n"
         "  type: file\n"
         "entity_key_serialization_version: 3\n"
-        f"# offline sources: {offline_uri.rstrip('/')}/\n"
     )
 
 
@@ -284,7 +322,7 @@ def feature_server_values(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """Values of the ``feast-feature-server`` chart (every key exists in its values.yaml)."""
     amounts = {"cpu": f"{spec.cpu_millicores}m", "memory": f"{spec.memory_mib}Mi"}
     ca_file, ca_volumes, ca_mounts = online_ca(placement)
-    config = feature_store_yaml(placement.offline_uri, ca_file).encode()
+    config = feature_store_yaml(ca_file).encode()
     return {
         "replicaCount": spec.server_replicas,
         "image": {
@@ -623,6 +661,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
         ],
         "env": [
             *credential_env(),
+            *s3_env(placement),
             {"name": "FEAST_USAGE", "value": "False"},
             {"name": "HOME", "value": "/tmp"},
         ],
@@ -678,8 +717,61 @@ def repo_configmap(placement: Placement) -> Manifest:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(REPO_CONFIGMAP),
-        "data": {
-            "feature_store.yaml": feature_store_yaml(placement.offline_uri, online_ca(placement)[0])
+        "data": {"feature_store.yaml": feature_store_yaml(online_ca(placement)[0])},
+    }
+
+
+def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
+    """``python -m workloads.features apply``: the repository's objects into the SQL
+    registry, their sources under `Placement.offline_uri` (through the region's S3
+    endpoint on AWS). Idempotent (Feast's apply); rerun when the image changes."""
+    _, ca_volumes, ca_mounts = online_ca(placement)
+    args = ["--repo", "/feature_repo", "--offline-uri", placement.offline_uri]
+    if placement.on_aws:
+        args += ["--s3-endpoint", s3_endpoint(placement)]
+    container = {
+        "name": "apply",
+        "image": image(placement, "features", spec.image_tag),
+        "command": ["python", "-m", "workloads.features", "apply"],
+        "args": args,
+        "env": [
+            *credential_env(),
+            *s3_env(placement),
+            {"name": "FEAST_USAGE", "value": "False"},
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "1Gi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+        "securityContext": restricted_container(),
+        "volumeMounts": [
+            {"name": "feature-repo", "mountPath": "/feature_repo", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *ca_mounts,
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta("feast-apply"),
+        "spec": {
+            "backoffLimit": 6,
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "securityContext": pod_security(),
+                    "nodeSelector": dict(placement.node_selector),
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
+                        {"name": "tmp", "emptyDir": {}},
+                        *ca_volumes,
+                    ],
+                }
+            },
         },
     }
 

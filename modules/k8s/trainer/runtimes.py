@@ -30,6 +30,11 @@ the worker group); DeepSpeed's default command runs the trainer with
 (``runLauncherAsNode``: with whole-node pods a separate launcher would take a node of
 its own) and workers running ``sshd`` on port 2222 as the non-root user; Trainer
 generates each job's SSH keys (a Secret) and hostfile (a ConfigMap), as upstream does.
+
+The torch and DeepSpeed node Job succeeds with pod 0, and their JobSet restarts once
+its node Job fails on its backoff limit (`node_zero_success_policy`,
+`torch_failure_policy`): what an elastic TrainJob (``--nnodes=MIN:MAX``) needs to
+finish on fewer nodes and to survive the loss of pod 0.
 """
 
 from __future__ import annotations
@@ -107,6 +112,10 @@ JOB_NAMESPACE_ENV = "TRAINJOB_NAMESPACE"
 #: Variables the MPI launcher forwards to every rank (processes started over SSH do not
 #: inherit the container's environment).
 MPI_FORWARDED_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME")
+#: Whole restarts of a torch or DeepSpeed job (every pod recreated, resuming from the
+#: last checkpoint) after its node Job fails on its backoff limit: what lets a job
+#: survive the loss of pod 0, whose c10d store the other pods' torchrun cannot do without.
+JOBSET_MAX_RESTARTS = 3
 
 
 def runtime_name(framework: Framework, pool: str, priority: str) -> str:
@@ -264,6 +273,46 @@ def _job_template(
     return template
 
 
+def torch_failure_policy() -> Manifest:
+    """The torch and DeepSpeed runtimes' JobSet failure policy (JobSet v0.12).
+
+    A node Job fails in two ways: its pod failure policy's ``FailJob`` on the trainer's
+    configuration-error status (reason ``PodFailurePolicy``: a restart cannot help, the
+    job fails), or more pod failures than ``backoffLimit`` (``BackoffLimitExceeded``).
+    The second is what the loss of pod 0 causes: the other pods' torchrun loses the
+    c10d store pod 0 hosts and exits, and each exit counts. The JobSet then recreates
+    every pod, up to `JOBSET_MAX_RESTARTS` times, and they resume from the last
+    checkpoint once pod 0 is scheduled again. A lost pod other than 0 fails nothing:
+    its disruption is not counted (the pod failure policy) and the survivors'
+    torchrun carries on (an elastic job) or waits for its replacement (a fixed one).
+    Rule names follow JobSet's pattern (letters, digits, ``_,:``; no ``-``)."""
+    return {
+        "maxRestarts": JOBSET_MAX_RESTARTS,
+        "rules": [
+            {
+                "name": "ConfigurationError",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            },
+            {
+                "name": "PodsLost",
+                "action": "RestartJobSet",
+                "onJobFailureReasons": ["BackoffLimitExceeded"],
+            },
+        ],
+    }
+
+
+def node_zero_success_policy() -> Manifest:
+    """The torch and DeepSpeed node Job succeeds when pod 0 does (a Job success policy,
+    GA in Kubernetes 1.33, beta and on by default in 1.31 and 1.32). torchrun on pod 0
+    exits 0 only when its workers finished the run, and then every rank has: the
+    remaining pods are ended. Without it an elastic job that finished on fewer nodes
+    would wait for the replacement of a lost pod, holding its queue's quota, and that
+    pod would start after the job's c10d store had gone."""
+    return {"rules": [{"succeededIndexes": "0"}]}
+
+
 def _trainer_ports() -> list[Manifest]:
     return [
         {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
@@ -282,13 +331,16 @@ def _torch_runtime(
         "ports": _trainer_ports(),
     }
     pod = _pod_spec(pool, priority, inputs.training_image, container, inputs.training_image)
+    node = _job_template(pod, ancestor=True)
+    node["spec"]["successPolicy"] = node_zero_success_policy()
     return {
         "mlPolicy": {"numNodes": 1, "torch": {}},
         "template": {
             "spec": {
                 # Pods resolve by name before they are ready: the rendezvous is at start.
                 "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-                "replicatedJobs": [{"name": "node", "template": _job_template(pod, ancestor=True)}],
+                "failurePolicy": torch_failure_policy(),
+                "replicatedJobs": [{"name": "node", "template": node}],
             }
         },
     }
