@@ -11,8 +11,9 @@
 #   .venv-lifecycle  lifecycle  track, register, export, bench-infer (torch, MLflow, ONNX)
 #   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
 #   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
+#   .venv-pipelines  pipelines  pipeline, pipeline-ir (the KFP SDK only; each step runs in its stage's env)
 #
-# `make test` installs all five, each with its own test tools (locks/<env>-test.txt), and
+# `make test` installs all of them, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
 #
 # Exit codes: make reports every failing recipe as 2. The commands behind the verbs
@@ -23,13 +24,14 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving features data
+ENVS           := plan training lifecycle serving features data pipelines
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
 VENV_serving   := .venv-serving
 VENV_features  := .venv-features
 VENV_data      := .venv-data
+VENV_pipelines := .venv-pipelines
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -114,6 +116,7 @@ DEPS_lifecycle := $(VENV_lifecycle)/.installed-torch $(VENV_lifecycle)/.installe
 DEPS_serving   := $(VENV_serving)/.installed-serving
 DEPS_features  := $(VENV_features)/.installed-features
 DEPS_data      := $(VENV_data)/.installed-data
+DEPS_pipelines := $(VENV_pipelines)/.installed-pipelines
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -126,7 +129,7 @@ CODE_plan      := stacks modules policies tools workloads/deploy
 # workloads/data: the Spark job's modules run in the data image; the shard format, the
 # byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
 DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
-	make_pii_sample validate bench))
+	make_pii_sample validate bench ingest))
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
@@ -134,17 +137,21 @@ CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
 CODE_data      := $(DATA_JOB)
+CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py \
-	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py
+	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py \
+	tests/workloads/test_job_tracking.py
 TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \
 	compat config data elastic engines entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
 	profile trainer_image_boundary tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
-	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py
+	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
+	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
+TESTS_pipelines := tests/pipelines
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -197,6 +204,7 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,serving)
 	$(call mypy_in,features)
 	$(call mypy_in,data)
+	$(call mypy_in,pipelines)
 
 # pytest in each environment over its tests (TESTS_<env>); every environment runs even
 # when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
@@ -331,3 +339,18 @@ pii-eval: $(DEPS_data) ## recall and precision per PII type on the shipped label
 
 bench-data: $(DEPS_data) $(DEPS_training) ## Spark job vs single-process shard builder (MB/s), PII scan throughput
 	@$(PY_data) -m workloads.data.bench --builder-python $(PY_training) $(ARGS)
+
+# --- pipelines (issue 20, docs/pipelines.md): Kubeflow Pipelines, data to a registered model ---
+# The pipeline runs in the pipelines environment (.venv-pipelines: the KFP SDK only) with
+# KFP's local runner; each step starts its own stage's environment (data, training,
+# lifecycle), so the verb installs all four. The tracking server is TRACKING_URI= (or
+# TRACK_PORT= for `make track`'s), as for `make register`.
+.PHONY: pipeline pipeline-ir
+
+pipeline: $(DEPS_pipelines) $(DEPS_data) $(DEPS_training) $(DEPS_lifecycle) ## SOURCE=<dir>: ingest, prepare, train, evaluate (vs champion), export, register, canary plan (KFP local runner; NAME=, PRESET=, NPROC=, ARGS="--steps N")
+	@test -n "$(SOURCE)" || { echo "pipeline: give SOURCE=<directory of .txt/.jsonl files> (and a tracking server: make track, TRACK_PORT= or TRACKING_URI=)" >&2; exit 2; }
+	@$(call exact,$(PY_pipelines) -m workloads.pipelines.local "$(SOURCE)" --tracking-uri $(TRACKING_URI) \
+		--preset '$(PRESET)' --nproc '$(NPROC)' $(if $(NAME),--name '$(NAME)') $(ARGS))
+
+pipeline-ir: $(DEPS_pipelines) ## compile the pipeline to KFP's IR YAML: workloads/pipelines/data_to_model.yaml (the cluster's)
+	@$(PY_pipelines) -m workloads.pipelines.pipeline

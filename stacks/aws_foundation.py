@@ -7,7 +7,7 @@ the add-ons that run on them); everything else is expressed through Outputs.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
@@ -39,10 +39,12 @@ from modules.aws.storage import (
     SharedFileSystem,
     SharedFileSystemArgs,
 )
+from modules.aws.tracking_users import TrackingUserSecrets, TrackingUserSecretsArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
 from modules.k8s.tracking import manifests as k8s_tracking
 from modules.k8s.tracking.spec import TrackingStoreInputs
+from modules.k8s.tracking.users import team_password, team_username
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
@@ -80,6 +82,8 @@ class AwsFoundation:
     file_system: SharedFileSystem | None
     ready: list[pulumi.Resource]
     tracking_store: TrackingStoreInputs | None = None
+    #: Team name -> its MLflow password as its Secrets Manager secret holds it.
+    tracking_team_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
@@ -117,6 +121,7 @@ def build_aws_foundation(
     config: StackConfig,
     provider: aws.Provider,
     key_store_secrets: KeyStoreSecrets | None = None,
+    tracking_admin_password: pulumi.Input[str] | None = None,
 ) -> AwsFoundation | None:
     """Declare the AWS foundation; raises `ConfigError` if the catalog rejects a pool.
 
@@ -125,6 +130,8 @@ def build_aws_foundation(
         config: the validated stack config.
         provider: the region-pinned AWS provider.
         key_store_secrets: the custom key store's secrets (key custody ``hsm``).
+        tracking_admin_password: the MLflow admin password (a Pulumi secret); each
+            team's MLflow password, kept in Secrets Manager, is derived from it.
 
     Returns:
         The foundation, or None while a key store the stack creates is not ready for
@@ -349,6 +356,11 @@ def build_aws_foundation(
     )
 
     tracking_store, database = None, None
+    team_passwords: dict[str, pulumi.Output[str]] = {}
+    if config.tracking.enabled and tracking_admin_password is not None and config.teams:
+        team_passwords = _tracking_users(
+            config, name, keys.arn("secrets"), tracking_admin_password, provider
+        )
     if config.tracking.enabled:
         tracking_store, database = _tracking_store(
             config,
@@ -465,9 +477,38 @@ def build_aws_foundation(
         file_system=file_system,
         ready=[addons, *[p.node_group for p in pools]],
         tracking_store=tracking_store,
+        tracking_team_passwords=team_passwords,
         serving_registry=serving_registry,
         features=features,
     )
+
+
+def _tracking_users(
+    config: StackConfig,
+    name: str,
+    secrets_key_arn: pulumi.Input[str],
+    admin_password: pulumi.Input[str],
+    provider: aws.Provider,
+) -> dict[str, pulumi.Output[str]]:
+    """Each team's MLflow credentials in Secrets Manager (the stack's secrets key)."""
+    admin = pulumi.Output.from_input(admin_password)
+    users = TrackingUserSecrets(
+        "tracking-users",
+        TrackingUserSecretsArgs(
+            name_prefix=name,
+            secrets_key_arn=secrets_key_arn,
+            teams=[
+                (
+                    team.name,
+                    team_username(team.name),
+                    admin.apply(functools.partial(_team_password, team.name)),
+                )
+                for team in config.teams
+            ],
+        ),
+        pulumi.ResourceOptions(provider=provider),
+    )
+    return users.passwords
 
 
 def _network(
@@ -582,3 +623,7 @@ def _tracking_store(
         storage_key_arn=keys.arn("storage"),
     )
     return inputs, database
+
+
+def _team_password(team: str, admin_password: str) -> str:
+    return team_password(admin_password, team)

@@ -58,6 +58,8 @@ KEY_STORE_SECRET_KEYS = ("keyStorePassword", "xksProxyAccessKeyId", "xksProxySec
 SECRET_KEYS = (
     "kubeconfig",
     "trackingAdminPassword",
+    "trackingBackupAccessKeyId",
+    "trackingBackupSecretAccessKey",
     "featuresRegistryPassword",
     "featuresRedisAuthToken",
 )
@@ -683,6 +685,13 @@ class StackConfig:
                     "only for target aws (an onprem site holds its own keys and backups)",
                 )
             return
+        check.require(
+            self.tracking.database_backup is None,
+            "tracking.database_backup",
+            "(given)",
+            "only for target onprem (on AWS the tracking database is RDS, kept by its "
+            "automated backups and the `backup` section's AWS Backup plan)",
+        )
         store = self.keys.key_store if self.keys is not None else None
         if store is None:
             return

@@ -60,6 +60,8 @@ def build_example_job(
             hold=job.suspended,
             cpu_training=not pool.has_gpus,
             launcher="trainer" if trainer else "indexed-job",
+            tracking=placement.tracking,
+            cloud_identity=placement.cloud_identity,
         )
     except InvalidArgsError as err:
         raise ConfigError(

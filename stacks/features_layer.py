@@ -26,6 +26,7 @@ from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs, FeatureTrainingArgs
 from modules.k8s.names import team_namespace
+from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.serving.spec import SERVING_CA_ISSUER
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.pools import NodePoolProfile
@@ -198,6 +199,7 @@ def build_feature_store(
     registry_host: pulumi.Input[str] | None,
     depends_on: list[pulumi.Resource],
     pools: tuple[NodePoolProfile, ...] = (),
+    network: ClusterNetwork,
 ) -> FeatureStore:
     """The cluster side: feature server, registry, online store (on premises),
     materialisation."""
@@ -240,6 +242,8 @@ def build_feature_store(
             redis_host=aws.redis_host if aws is not None else "",
             storage_class=storage_class,
             training=_training(config, on_aws, pools),
+            network=network,
+            vpc_cidr=config.network.vpc_cidr if on_aws else None,
         ),
         provider,
         pulumi.ResourceOptions(depends_on=depends_on),

@@ -86,6 +86,14 @@ def site_of(config: StackConfig) -> SiteSpec:
     return SiteSpec(name=f"aws-{config.region}", kind="aws-eks", region=config.region)
 
 
+def api_server_cidrs(config: StackConfig) -> tuple[str, ...]:
+    """Where a stack's API server is: an AWS stack's VPC (its EKS private endpoint's
+    interfaces are there), an on-premises stack's declared addresses."""
+    if config.onprem is not None:
+        return config.onprem.api_server_cidrs
+    return (config.network.vpc_cidr,)
+
+
 def outside_uae(site: SiteSpec) -> str | None:
     """Why ``site`` is not a UAE cluster, or None."""
     if site.kind == "aws-eks" and site.region not in UAE_AWS_REGIONS:
@@ -267,5 +275,7 @@ def manager_inputs(config: StackConfig, load: StackLoader = load_stack) -> Fleet
         workers[ref.stack] = worker
         reference = pulumi.StackReference(f"fleet-{ref.stack}", stack_name=ref.reference(PROJECT))
         kubeconfig = reference.require_output(KUBECONFIG_OUTPUT).apply(str)
-        inputs.append(WorkerInputs(ref.stack, site_of(worker), kubeconfig))
+        inputs.append(
+            WorkerInputs(ref.stack, site_of(worker), kubeconfig, api_server_cidrs(worker))
+        )
     return FleetManagerInputs(tuple(inputs), burst_quotas(config, workers, load_snapshot()))

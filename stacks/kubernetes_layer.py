@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -50,7 +50,43 @@ def _tracking_inputs(
             ]
         )
     store = foundation.tracking_store if foundation is not None else None
-    return TrackingInputs(admin_password=admin_password, store=store)
+    # On AWS each team's password comes from its Secrets Manager secret; on premises
+    # the tracking layer derives it from the admin password (the stack's secret).
+    passwords = foundation.tracking_team_passwords if foundation is not None else {}
+    return TrackingInputs(
+        admin_password=admin_password,
+        store=store,
+        team_passwords=passwords,
+        backup_credentials=_backup_credentials(config),
+    )
+
+
+#: The secret config pair of the site object store's access key (database backups).
+BACKUP_SECRET_KEYS = ("trackingBackupAccessKeyId", "trackingBackupSecretAccessKey")
+
+
+def _backup_credentials(
+    config: StackConfig,
+) -> tuple[pulumi.Output[str], pulumi.Output[str]] | None:
+    """The object store's access key for the tracking database's backups, from the
+    stack's secret config only (never the stack file); every missing key is named."""
+    if config.tracking.database_backup is None:
+        return None
+    secrets = pulumi.Config(PROJECT)
+    values = [secrets.get_secret(key) for key in BACKUP_SECRET_KEYS]
+    missing = [key for key, value in zip(BACKUP_SECRET_KEYS, values, strict=True) if value is None]
+    if missing:
+        raise ConfigError(
+            [
+                f"{PROJECT}:{key}: missing; the site object store's access key for the "
+                f"tracking database's backups: pulumi config set --secret {key} (or remove "
+                "tracking.databaseBackup)"
+                for key in missing
+            ]
+        )
+    access_key_id, secret_access_key = values
+    assert access_key_id is not None and secret_access_key is not None
+    return access_key_id, secret_access_key
 
 
 def _fleet_inputs(
@@ -223,7 +259,7 @@ def build_kubernetes_layer(
     platform = KubernetesPlatform("platform", args)
     if config.api_audit is not None:
         SiteAuditPolicy("site-audit", config.api_audit, provider)
-    pulumi.export("teams", {t: vars(p) for t, p in platform.placements.items()})
+    pulumi.export("teams", {t: asdict(p) for t, p in platform.placements.items()})
     if args.tracking_enabled:
         pulumi.export("trackingUri", TRACKING_URI)
     if platform.fleet_kubeconfig is not None:
@@ -245,6 +281,7 @@ def build_kubernetes_layer(
             ),
             depends_on=[platform],
             pools=args.pools,
+            network=args.network,
         )
     if config.spark.enabled:
         build_spark(

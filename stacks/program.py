@@ -58,8 +58,9 @@ def main(state: StateResidency | None = None) -> None:
             problems += price_problems(config, snapshot)
         if problems:
             raise ConfigError(problems)
-        foundation = None
         secrets = pulumi.Config(PROJECT)
+        admin_password = secrets.get_secret("trackingAdminPassword")
+        foundation = None
         if config.target == "aws":
             key_store_secrets = KeyStoreSecrets(
                 key_store_password=secrets.get_secret("keyStorePassword"),
@@ -67,15 +68,13 @@ def main(state: StateResidency | None = None) -> None:
                 xks_secret_access_key=secrets.get_secret("xksProxySecretAccessKey"),
             )
             foundation = build_aws_foundation(
-                stack, config, region_provider(config), key_store_secrets
+                stack, config, region_provider(config), key_store_secrets, admin_password
             )
             if foundation is None:
                 # Key custody before stage `keys`: no key exists yet, so nothing that
                 # needs one (no cluster, no Kubernetes layer) is declared.
                 return
         kubeconfig = secrets.get_secret("kubeconfig")
-        build_kubernetes_layer(
-            config, foundation, kubeconfig, secrets.get_secret("trackingAdminPassword")
-        )
+        build_kubernetes_layer(config, foundation, kubeconfig, admin_password)
     except ConfigError as err:
         raise pulumi.RunError(err.render(stack)) from None

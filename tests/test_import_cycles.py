@@ -281,7 +281,9 @@ def test_k8s_layers_pure_modules_stay_below_the_aggregate_and_the_components() -
 #: What each room (and each workload stage) may import besides itself, as ARCHITECTURE.md
 #: states it. Workload stages import only the stages before them: data -> training ->
 #: inference -> tracking / serving; deploy (the Pulumi side of workloads) reads the
-#: trainer's config; the aliases at the workloads root run the trainer.
+#: trainer's config; the aliases at the workloads root run the trainer. The pipeline
+#: imports no stage: each step runs its stage's module in that stage's own image or
+#: environment (`python -m workloads.<stage>...`), named in workloads.pipelines.steps.
 ALLOWED_IMPORTS: dict[str, set[str]] = {
     "modules": set(),
     "stacks": {"modules", "workloads.deploy", "workloads.training"},
@@ -290,10 +292,16 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "workloads.data": {"modules"},
     "workloads.training": {"modules", "workloads.data"},
     "workloads.inference": {"modules", "workloads.data", "workloads.training"},
-    "workloads.tracking": {"modules", "workloads.training", "workloads.inference"},
+    "workloads.tracking": {
+        "modules",
+        "workloads.data",
+        "workloads.training",
+        "workloads.inference",
+    },
     "workloads.serving": {"modules", "workloads.inference"},
     "workloads.deploy": {"modules", "workloads.training"},
     "workloads.horovod": set(),
+    "workloads.pipelines": set(),
     "workloads.aliases": {"workloads.training"},
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.

@@ -117,7 +117,11 @@ def test_protobuf_5_stays_with_the_pulumi_sdks() -> None:
 
 @pytest.mark.parametrize(
     ("dockerfile", "lock"),
-    [("workloads/Dockerfile", "training"), ("workloads/serving/Dockerfile", "serving")],
+    [
+        ("workloads/Dockerfile", "training"),
+        ("workloads/serving/Dockerfile", "serving"),
+        ("workloads/tracking/Dockerfile", "lifecycle"),
+    ],
 )
 def test_each_image_installs_its_own_lock(dockerfile: str, lock: str) -> None:
     text = (ROOT / dockerfile).read_text()

@@ -72,6 +72,30 @@ def namespace(
     }
 
 
+def cluster_ip_service(
+    name: str,
+    namespace: str,
+    selector: Mapping[str, str],
+    ports: Sequence[tuple[str, int]],
+    labels: Mapping[str, str] | None = None,
+) -> Manifest:
+    """A ClusterIP Service over the pods with ``selector``: each ``(name, port)`` is a TCP
+    port whose target is the pods' container port of the same name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(name, namespace, labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(selector),
+            "ports": [
+                {"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}
+                for port_name, port in ports
+            ],
+        },
+    }
+
+
 def toleration(taint: Taint) -> Manifest:
     """The toleration matching exactly one taint."""
     return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}

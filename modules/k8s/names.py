@@ -25,10 +25,11 @@ TRAINER_SERVICE_ACCOUNT = "trainer"
 #: for exactly ``kube-system/cluster-autoscaler``.
 CLUSTER_AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 
-#: UID/GID the training containers run as; team checkpoint directories on the shared
-#: file system belong to them.
-TRAINER_UID = 1000
-TRAINER_GID = 1000
+#: UID/GID the training containers run as (the images' ``USER``); team checkpoint
+#: directories on the shared file system belong to them. 10000 or more, so that no
+#: container user is also a user of the node (checkov CKV_K8S_40).
+TRAINER_UID = 10001
+TRAINER_GID = 10001
 
 LOCAL_QUEUE_NAME = "training"
 CHECKPOINT_CLAIM_NAME = "checkpoints"
@@ -79,6 +80,25 @@ def secondary_network_name(team: str) -> str:
 
 
 @dataclass(frozen=True)
+class TrackingAccess:
+    """How a team's jobs reach the cluster's MLflow tracking server.
+
+    Args:
+        uri: the server's address (``MLFLOW_TRACKING_URI``; https).
+        credentials_secret: the Secret in the team namespace with the team's MLflow
+            user (keys ``username`` and ``password``).
+        ca_secret: the Secret in the team namespace whose ``ca_key`` is the cluster CA
+            the server's certificate is verified with.
+        ca_key: the CA's key in ``ca_secret`` (default ``ca.crt``).
+    """
+
+    uri: str
+    credentials_secret: str
+    ca_secret: str
+    ca_key: str = "ca.crt"
+
+
+@dataclass(frozen=True)
 class TeamPlacement:
     """Where a team's training job goes: what the workloads' ``TrainingJob`` takes.
 
@@ -91,6 +111,10 @@ class TeamPlacement:
             (higher ones are refused by the namespace quota).
         secondary_network: the NetworkAttachmentDefinition to request for IPoIB
             (``k8s.v1.cni.cncf.io/networks``), or ``None`` where there is none.
+        tracking: how the team's jobs reach the tracking server, or ``None`` where the
+            cluster runs none.
+        cloud_identity: the service account carries a cloud identity (EKS Pod Identity,
+            which authenticates with the account's token); ``False`` on premises.
     """
 
     namespace: str
@@ -99,15 +123,19 @@ class TeamPlacement:
     checkpoint_claim: str
     priority_classes: tuple[str, ...]
     secondary_network: str | None = None
+    tracking: TrackingAccess | None = None
+    cloud_identity: bool = True
 
 
 def team_placement(
     team: str,
     secondary_network: bool = False,
     priority_classes: tuple[str, ...] = tuple(PRIORITY_CLASSES),
+    tracking: TrackingAccess | None = None,
+    cloud_identity: bool = True,
 ) -> TeamPlacement:
-    """The placement of a team's jobs (pure: derived from the team name and the
-    PriorityClasses the team may use)."""
+    """The placement of a team's jobs (pure: derived from the team name, the
+    PriorityClasses the team may use and what the cluster offers)."""
     return TeamPlacement(
         namespace=team_namespace(team),
         local_queue=LOCAL_QUEUE_NAME,
@@ -115,4 +143,6 @@ def team_placement(
         checkpoint_claim=CHECKPOINT_CLAIM_NAME,
         priority_classes=priority_classes,
         secondary_network=secondary_network_name(team) if secondary_network else None,
+        tracking=tracking,
+        cloud_identity=cloud_identity,
     )

@@ -43,6 +43,8 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
         "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
         "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
         "aws:cloudtrail/trail:Trail": "kmsKeyId",
+        # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
+        "aws:secretsmanager/secret:Secret": "kmsKeyId",
         "aws:backup/vault:Vault": "kmsKeyArn",
         # The feature store's online store (its other rules: policies/rules/features.py).
         REPLICATION_GROUP: "kmsKeyId",
@@ -135,6 +137,7 @@ ENCRYPTED_TYPES = (
     "aws:ebs/snapshotCopy:SnapshotCopy",
     "aws:ec2/amiCopy:AmiCopy",
     "aws:ec2/instance:Instance",
+    "aws:secretsmanager/secret:Secret",
     "aws:backup/vault:Vault",
     *RDS_STORAGE_TYPES,
     REPLICATION_GROUP,

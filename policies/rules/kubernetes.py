@@ -26,9 +26,9 @@ from policies.k8s import (
     parse_image,
     pod_specs,
 )
-from policies.model import ResourceView, resource_rule
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.settings import Settings
-from policies.values import dig, known
+from policies.values import Deferred, dig, known
 
 
 @resource_rule(
@@ -253,3 +253,67 @@ def no_default_namespace(resource: ResourceView, settings: Settings) -> Iterator
         namespace = provider_namespace or "default"
     if namespace == "default":
         yield "the object lands in the `default` namespace"
+
+
+NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
+NETWORK_POLICY_TYPE = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def _denies_all(policy: ResourceView) -> str | None:
+    """The namespace a NetworkPolicy denies all ingress and egress of, or None: it
+    selects every pod (``podSelector: {}``), names both policy types (Kubernetes reads a
+    policy without ``policyTypes`` as ingress-only unless it has egress rules) and
+    allows nothing."""
+    spec = known(policy.props.get("spec"), "spec")
+    namespace = known(metadata(policy).get("namespace"), "metadata.namespace")
+    if not isinstance(spec, dict) or not isinstance(namespace, str):
+        return None
+    types = known(spec.get("policyTypes"), "spec.policyTypes")
+    if (
+        known(spec.get("podSelector"), "spec.podSelector") == {}
+        and isinstance(types, list)
+        and sorted(types) == ["Egress", "Ingress"]
+        and not spec.get("ingress")
+        and not spec.get("egress")
+    ):
+        return namespace
+    return None
+
+
+@stack_rule(
+    id="k8s-namespace-default-deny",
+    description=(
+        "Every namespace the stack creates denies all ingress and egress by default (a "
+        "NetworkPolicy selecting every pod, of both types, allowing nothing)."
+    ),
+    severity=Severity.HIGH,
+    remediation=(
+        "Add a NetworkPolicy in the namespace with `podSelector: {}`, `policyTypes: "
+        "[Ingress, Egress]` and no rules (`modules.k8s.netpol.default_deny`), then allow "
+        "exactly what its pods need: DNS, the API server, Prometheus' scrape, webhooks."
+    ),
+    controls=(controls.CIS_EKS_4_3_2, controls.ISO_8_20, controls.ISO_8_22),
+    applies_to=types_in(NAMESPACE_TYPE),
+)
+def namespace_default_deny(
+    stack: StackView, settings: Settings
+) -> Iterator[tuple[str | None, str]]:
+    denied: set[str] = set()
+    deferred = Deferred()
+    for policy in stack.of_type(NETWORK_POLICY_TYPE):
+        with deferred.each():
+            target = _denies_all(policy)
+            if target is not None:
+                denied.add(target)
+    for resource in stack.of_type(NAMESPACE_TYPE):
+        with deferred.each():
+            name = known(metadata(resource).get("name"), "metadata.name")
+            if not isinstance(name, str) or not name:
+                yield resource.urn, f"namespace {resource.name} sets no metadata.name"
+            elif name not in denied:
+                yield (
+                    resource.urn,
+                    f"namespace {name} has no default-deny NetworkPolicy: every pod in it "
+                    "may reach, and be reached from, anything the network routes",
+                )
+    deferred.finish()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from modules.k8s.names import TRAINER_GID, TRAINER_UID
 from modules.k8s.trainer.runtimes import (
     SSH_AUTH_MOUNT_PATH,
     SSHD_PORT,
@@ -53,7 +54,9 @@ def test_the_image_holds_what_the_runtime_runs() -> None:
     # The user the pods run as has its home where Trainer mounts the keys.
     home = str(Path(SSH_AUTH_MOUNT_PATH).parent)
     assert f"usermod --home {home} --shell /bin/bash trainer" in dockerfile
-    assert "USER 1000:1000" in dockerfile
+    # ...and is the user the runtime's pods run as (sshd refuses keys owned by another).
+    uid = f"{TRAINER_UID}:{TRAINER_GID}"
+    assert f"USER {uid}" in dockerfile and f"chown -R {uid} {home}" in dockerfile
     # Horovod is built from a pinned commit (0.28.1 does not build against PyTorch 2.1+).
     assert re.search(r"^ARG HOROVOD_COMMIT=[0-9a-f]{40}$", dockerfile, re.M)
     assert "HOROVOD_WITH_MPI=1" in dockerfile and "HOROVOD_GPU_OPERATIONS=NCCL" in dockerfile

@@ -165,6 +165,7 @@ def _ipoib_network(m: Mapping[str, Any]) -> Iterable[str]:
 
 
 def _service_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+    yield from vendored_crd_errors(m)
     spec = m.get("spec", {})
     if "selector" not in spec:
         yield "spec.selector: required"
@@ -187,6 +188,19 @@ def _vendored_crd(m: Mapping[str, Any]) -> Iterable[str]:
     from tests.k8s.vendored_crds import vendored_errors  # noqa: PLC0415 - keeps YAML lazy
 
     return [e.split(": ", 1)[1] for e in vendored_errors([m])]
+
+
+#: robfig/cron with seconds, as CloudNativePG parses a ScheduledBackup's schedule (six
+#: fields; the Kubernetes CronJob format has five and would mean something else).
+_CNPG_SCHEDULE = re.compile(r"^(\S+\s+){5}\S+$")
+
+
+def _scheduled_backup(m: Mapping[str, Any]) -> Iterable[str]:
+    """The vendored ScheduledBackup schema, and its schedule's six fields."""
+    yield from vendored_crd_errors(m)
+    schedule = m.get("spec", {}).get("schedule", "")
+    if not _CNPG_SCHEDULE.match(str(schedule)):
+        yield f"spec.schedule: {schedule!r} is not six cron fields (seconds first)"
 
 
 def _vendored_kueue_schema(m: Mapping[str, Any]) -> Iterable[str]:
@@ -286,6 +300,8 @@ def _spark_application(m: Mapping[str, Any]) -> Iterable[str]:
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ServiceMonitor": _service_monitor,
     "Cluster": _vendored_crd,
+    "ScheduledBackup": _scheduled_backup,
+    "Backup": vendored_crd_errors,
     "MultiKueueConfig": _vendored_kueue_schema,
     "MultiKueueCluster": _vendored_kueue_schema,
     "AdmissionCheck": _vendored_kueue_schema,

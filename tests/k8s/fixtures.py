@@ -136,6 +136,8 @@ def onprem_args(
             storage_class="ceph-rbd-encrypted",
             checkpoint_storage_class="cephfs",
             egress_cidrs=("10.20.0.0/24",),
+            api_server_cidrs=("10.20.0.10/32",),
+            node_cidrs=("10.20.0.0/22",),
         ),
         infiniband=InfinibandSpec(secondary_network=secondary_network, install_ofed_driver=True),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 
 import kubernetes_validate
@@ -11,6 +12,7 @@ import pytest
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.queueing.spec import QueueingSpec
+from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec, site_configmap
 from modules.k8s.tenancy.spec import TeamSpec
@@ -23,16 +25,31 @@ from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
 from tests.k8s.fixtures import G6, SYSTEM, eks_args, onprem_args
 
-CONFIG_SECTIONS = (TeamSpec, MonitoringSpec, QueueingSpec, InfinibandSpec, OnPremSpec, SiteSpec)
+CONFIG_SECTIONS = (
+    TeamSpec,
+    MonitoringSpec,
+    QueueingSpec,
+    InfinibandSpec,
+    OnPremSpec,
+    OidcSpec,
+    SiteSpec,
+)
 SIMPLE = (str, int, float, bool)
 
 
 def _simple(tp: object) -> bool:
+    """Scalars, literals, tuples and string maps of them, and an optional section that is
+    itself one of `CONFIG_SECTIONS` (checked on its own)."""
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return True
     if origin is tuple:
         return all(_simple(a) for a in typing.get_args(tp) if a is not Ellipsis)
+    if origin is dict:
+        return typing.get_args(tp) == (str, str)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return len(options) == 1 and options[0] in CONFIG_SECTIONS
     return tp in SIMPLE
 
 
@@ -71,16 +88,36 @@ def test_site_spec() -> None:
     assert {p.field for p in error.value.problems} == {"name", "country", "region"}
 
 
+SITE_NETWORK = {"api_server_cidrs": ("10.20.0.10/32",), "node_cidrs": ("10.20.0.0/22",)}
+
+
 def test_on_prem_spec() -> None:
-    spec = OnPremSpec(storage_class="ceph-rbd")
+    spec = OnPremSpec(storage_class="ceph-rbd", **SITE_NETWORK)
     assert spec.checkpoint_class == "ceph-rbd"
     with pytest.raises(InvalidArgsError) as error:
-        OnPremSpec(storage_class="", egress_cidrs=("0.0.0.0/0", "nope"))
+        OnPremSpec(
+            storage_class="",
+            egress_cidrs=("0.0.0.0/0", "nope"),
+            api_server_cidrs=("10.20.0.300/32",),
+            node_cidrs=("0.0.0.0/0",),
+        )
     assert {p.field for p in error.value.problems} == {
         "storage_class",
         "egress_cidrs[0]",
         "egress_cidrs[1]",
+        "api_server_cidrs[0]",
+        "node_cidrs[0]",
     }
+
+
+def test_an_on_prem_site_names_its_api_server_and_nodes() -> None:
+    """Every platform namespace denies egress by default: without the API server's
+    addresses no operator could reach it, so the site must declare them."""
+    with pytest.raises(InvalidArgsError) as error:
+        OnPremSpec(storage_class="ceph-rbd")
+    problems = {p.field: p.expected for p in error.value.problems}
+    assert set(problems) == {"api_server_cidrs", "node_cidrs"}
+    assert "API server" in problems["api_server_cidrs"]
 
 
 def test_platform_args_report_every_problem_together() -> None:
@@ -93,7 +130,7 @@ def test_platform_args_report_every_problem_together() -> None:
             kubernetes_version="1.29",
             pools=(SYSTEM, G6, bad_pool),
             eks=None,
-            onprem=OnPremSpec("x"),
+            onprem=OnPremSpec("x", **SITE_NETWORK),
         )
     fields = {p.field for p in error.value.problems}
     assert fields == {"kubernetes_version", "eks", "onprem", "pools", "pools[gpu-g6].gpu_replicas"}

@@ -25,6 +25,8 @@ from modules.k8s.cost.spec import (
     opencost_values,
     recording_rules,
 )
+from modules.k8s.monitoring.spec import PROMETHEUS_TLS, monitoring_certificates
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY
 from stacks.config import parse_stack_config
 from stacks.cost import unit_prices
 from stacks.offline_plan import load_stack_file
@@ -55,11 +57,27 @@ def test_every_opencost_value_is_a_key_of_the_pinned_chart() -> None:
 
 
 def test_opencost_uses_the_platform_prometheus_and_local_prices_only() -> None:
-    values = opencost_values(INPUTS)["opencost"]
+    top = opencost_values(INPUTS)
+    values = top["opencost"]
     assert values["prometheus"]["external"] == {
         "enabled": True,
-        "url": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090",
+        "url": "https://kube-prometheus-stack-prometheus.monitoring.svc:9090",
     }
+    # Over TLS, verified with the cluster CA only (Go reads SSL_CERT_FILE), which the
+    # pod mounts from the namespace's CA bundle (the key Prometheus' certificate names).
+    env = {e["name"]: e["value"] for e in values["exporter"]["env"]}
+    (mount,) = values["exporter"]["extraVolumeMounts"]
+    (volume,) = top["extraVolumes"]
+    assert volume["name"] == mount["name"]
+    assert volume["secret"]["secretName"] == CA_BUNDLE_SECRET
+    assert env["SSL_CERT_FILE"] == f"{mount['mountPath']}/{volume['secret']['items'][0]['path']}"
+    assert volume["secret"]["items"][0]["key"] == CA_KEY
+    # The certificate Prometheus serves carries the URL's host.
+    (prometheus,) = [
+        c for c in monitoring_certificates() if c["metadata"]["name"] == PROMETHEUS_TLS
+    ]
+    host = values["prometheus"]["external"]["url"].split("//")[1].split(":")[0]
+    assert host in prometheus["spec"]["dnsNames"]
     assert {"name": "USE_CUSTOM_PROVIDER", "value": "true"} in values["exporter"]["env"]
     assert values["customPricing"]["enabled"] is True
     assert values["customPricing"]["costModel"]["GPU"] == "2.000000"

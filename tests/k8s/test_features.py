@@ -17,11 +17,13 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from modules.k8s.features import network
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
 from modules.k8s.names import LOCAL_QUEUE_NAME
-from modules.k8s.tracking.manifests import TRACKING_URI
+from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
+from modules.k8s.tracking.manifests import TRACKING_NAMESPACE, TRACKING_URI
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
@@ -44,6 +46,8 @@ AWS = fs.Placement(
     True, ECR, "s3://gpu-test-data/features", {"gpuplatform.ae/role": "system"}, "me-central-1"
 )
 ONPREM = fs.Placement(False, "registry.site.ae/gpu", "/data/features", {"role": "system"})
+VPC = "10.40.0.0/16"
+NETWORK = ClusterNetwork(("10.40.0.0/16",), ("10.40.0.0/16",))
 
 
 def chart_defaults(name: str) -> Any:
@@ -162,7 +166,7 @@ def test_the_valkey_schema_refuses_a_mistyped_value() -> None:
 def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
     objects = [
         *fs.rbac_objects(SPEC),
-        *fs.network_policies(SPEC, placement.on_aws),
+        *network.network_policies(SPEC, NETWORK, VPC if placement.on_aws else None),
         *fs.proxy_objects(SPEC, placement, "gpuplatform-serving-ca"),
         fs.repo_configmap(placement),
         fs.materialize_cronjob(SPEC, placement),
@@ -171,8 +175,10 @@ def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
     ]
     if placement.on_aws:
         objects.append(fs.registry_init_job(placement, "mlflow-db", "db.example.rds.amazonaws.com"))
+        objects.append(network.registry_init_policy(VPC))
     else:
         objects += [fs.onprem_registry_cluster("ceph"), fs.online_store_certificate("ca")]
+        objects.append(network.operator_egress_policy())
     return objects
 
 
@@ -194,8 +200,8 @@ def test_a_misspelled_field_fails_the_schema() -> None:
 
 
 def test_the_feature_server_is_reachable_only_through_the_authenticating_proxy() -> None:
-    policies = {p["metadata"]["name"]: p for p in fs.network_policies(SPEC, True)}
-    assert policies["default-deny"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    policies = {p["metadata"]["name"]: p for p in network.network_policies(SPEC, NETWORK, VPC)}
+    assert is_default_deny(policies[DEFAULT_DENY])
     (server_rule,) = policies["feast-feature-server"]["spec"]["ingress"]
     assert server_rule["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": fs.PROXY_NAME}}}
@@ -209,7 +215,7 @@ def test_the_feature_server_is_reachable_only_through_the_authenticating_proxy()
 
 def test_without_clients_nobody_may_reach_the_endpoint() -> None:
     alone = fs.FeaturesSpec(enabled=True)
-    policies = {p["metadata"]["name"]: p for p in fs.network_policies(alone, True)}
+    policies = {p["metadata"]["name"]: p for p in network.network_policies(alone, NETWORK, VPC)}
     assert policies["feast-endpoint"]["spec"]["ingress"] == []
     assert "RoleBinding" not in {o["kind"] for o in fs.rbac_objects(alone)}
 
@@ -224,7 +230,7 @@ def test_the_proxy_checks_tokens_and_rbac_over_tls() -> None:
     }  # fmt: skip
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"{ECR}/kube-rbac-proxy:v0.18.0"
-    assert "--tls-min-version=VersionTLS12" in container["args"]
+    assert "--tls-min-version=VersionTLS13" in container["args"]
     assert f"--upstream=http://{fs.SERVER_RELEASE}.feast.svc.cluster.local:80/" in container["args"]
     assert certificate["spec"]["secretName"] == fs.TLS_SECRET
     assert service["spec"]["type"] == "ClusterIP"
@@ -290,6 +296,8 @@ def program(placement: fs.Placement) -> None:
             registry_host="db.example.rds.amazonaws.com" if placement.on_aws else "",
             redis_host="master.features.cache.amazonaws.com" if placement.on_aws else "",
             storage_class="" if placement.on_aws else "ceph-rbd-encrypted",
+            network=NETWORK,
+            vpc_cidr=VPC if placement.on_aws else None,
         ),
         provider,
     )
@@ -600,3 +608,12 @@ def shipped_pools(stack: str) -> tuple[NodePoolProfile, ...]:
         NodePoolProfile("cpu-train", "cpu-training", "c7i.8xlarge", 32, 64),
         NodePoolProfile("preprocess", "preprocess", "m7i.2xlarge", 8, 32),
     )
+
+
+def test_the_registry_init_runs_in_the_tracking_namespace() -> None:
+    """`spec` names the tracking namespace without importing the tracking package (it
+    stays free of Pulumi for the features environment): the two must agree."""
+    assert fs.TRACKING_NAMESPACE == TRACKING_NAMESPACE
+    job = fs.registry_init_job(AWS, "mlflow-db", "db.example")
+    assert job["metadata"]["namespace"] == TRACKING_NAMESPACE
+    assert network.registry_init_policy(VPC)["metadata"]["namespace"] == TRACKING_NAMESPACE

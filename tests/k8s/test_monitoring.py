@@ -48,8 +48,10 @@ def test_grafana_is_never_public(access: str) -> None:
     spec = MonitoringSpec(grafana_access=access)  # type: ignore[arg-type]
     grafana = kube_prometheus_stack_values(spec, "gp3-encrypted", True)["grafana"]
     service = grafana["service"]
+    # Grafana serves TLS: its Service listens on 443 and forwards to 3000.
+    assert (service["port"], service["targetPort"], service["portName"]) == (443, 3000, "https")
     if access == "port-forward":
-        assert service == {"type": "ClusterIP"}
+        assert service["type"] == "ClusterIP" and "annotations" not in service
     else:
         assert service["type"] == "LoadBalancer"
         annotations = service["annotations"]

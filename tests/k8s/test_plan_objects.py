@@ -35,6 +35,11 @@ def teams(stack: str) -> list[str]:
     return [t.name for t in parse_stack_config(load_stack_file(stack)[0]).teams]
 
 
+def oidc_groups(stack: str, team: str) -> list[str]:
+    onprem = parse_stack_config(load_stack_file(stack)[0]).onprem
+    return [onprem.oidc.team_group(team)] if onprem and onprem.oidc else []
+
+
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_team_namespace_is_fenced_in(stack: str) -> None:
     namespaces = by_place(stack, "Namespace")
@@ -58,9 +63,13 @@ def test_every_team_namespace_is_fenced_in(stack: str) -> None:
         assert {"requests.cpu", "requests.memory", "requests.nvidia.com/gpu", "pods"} <= set(hard)
         assert limits[(ns, "container-defaults")]["spec"]["limits"][0]["type"] == "Container"
         assert (ns, "trainer") in accounts
+        # The team's group; on premises with OpenID Connect also the team's
+        # identity-provider group as the API server names it (prefixed).
+        groups = [f"team:{team}", *oidc_groups(stack, team)]
         for name in ("team-edit", "team-queue-viewer"):
             assert bindings[(ns, name)]["subjects"] == [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"team:{team}"}
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+                for group in groups
             ]
         assert (ns, "checkpoints") in claims
         # The queue-viewer binding grants read-only access to the team's queue status.

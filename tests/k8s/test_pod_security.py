@@ -20,6 +20,7 @@ from tests.k8s.programs import STACKS, of_kind, registrations
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 PLATFORM_NAMESPACES = {
+    "cert-manager",
     "monitoring",
     "gpu-operator",
     "nvidia-network-operator",

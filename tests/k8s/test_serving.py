@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from modules.k8s.monitoring.dashboards import dashboard_queries
+from modules.k8s.netpol import ClusterNetwork
+from modules.k8s.pki.spec import CLUSTER_CA_ISSUER, cert_manager_values, certificate_authority
 from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.serving.manifests import (
     api_server_egress,
     auth_delegation,
-    cert_manager_values,
-    certificate_authority,
     inference_service_account,
     kserve_values,
     metrics_server_values,
@@ -287,7 +287,7 @@ def test_kserve_values_exist_in_the_pinned_chart() -> None:
 
 
 def test_cert_manager_values_exist_in_the_pinned_chart() -> None:
-    values = cert_manager_values(SPEC)
+    values = cert_manager_values(REGISTRY)
     assert unknown_keys(values, chart_values("cert-manager-v1.20.3-values.yaml")) == []
     assert values["crds"] == {"enabled": True, "keep": True}
 
@@ -313,7 +313,7 @@ def test_every_chart_image_comes_from_the_registry() -> None:
             return found + [i for v in node.values() for i in images(v)]
         return []
 
-    found = images(kserve_values(SPEC, None)) + images(cert_manager_values(SPEC))
+    found = images(kserve_values(SPEC, None)) + images(cert_manager_values(REGISTRY))
     found += images(metrics_server_values(SPEC))
     assert len(found) == 10
     assert all(image.startswith(f"{REGISTRY}/") for image in found), found
@@ -327,7 +327,7 @@ def serving_layer(args: Any) -> list[Any]:
     return run(program)
 
 
-def test_the_layer_installs_cert_manager_then_kserve_and_the_runtimes() -> None:
+def test_the_layer_installs_kserve_after_the_cluster_ca_and_the_runtimes() -> None:
     records = serving_layer(eks_args(serving=SPEC))
     urns = {r.urn: r for r in records}
     releases = {r.inputs["name"]: r for r in records if r.type == HELM}
@@ -336,10 +336,14 @@ def test_the_layer_installs_cert_manager_then_kserve_and_the_runtimes() -> None:
     assert releases["kserve-crd"].inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-crd"
     kserve = releases["kserve"]
     assert kserve.inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-resources"
-    assert {urns[d].inputs.get("name") for d in kserve.dependencies if d in urns} >= {
-        "cert-manager",
-        "kserve-crd",
+    assert {urns[d].inputs.get("name") for d in kserve.dependencies if d in urns} >= {"kserve-crd"}
+    # Its webhooks' certificates come from the cluster CA: the issuer exists first.
+    issuers = {
+        urns[d].inputs["metadata"]["name"]
+        for d in kserve.dependencies
+        if d in urns and urns[d].inputs.get("kind") == "ClusterIssuer"
     }
+    assert issuers == {CLUSTER_CA_ISSUER}
     kinds = [
         r.inputs["kind"] for r in records if r.custom and r.type != HELM and "kind" in r.inputs
     ]
@@ -350,7 +354,9 @@ def test_the_layer_installs_cert_manager_then_kserve_and_the_runtimes() -> None:
 def test_the_layer_without_serving_installs_none_of_it() -> None:
     records = serving_layer(eks_args())
     names = {r.inputs["name"] for r in records if r.type == HELM}
-    assert not names & {"kserve", "kserve-crd", "cert-manager", "metrics-server"}
+    assert not names & {"kserve", "kserve-crd", "metrics-server"}
+    # cert-manager is the platform's PKI: monitoring and tracking need it too.
+    assert "cert-manager" in names
 
 
 def test_an_onprem_layer_needs_the_site_registry() -> None:
@@ -378,7 +384,11 @@ def test_identity_objects_are_valid() -> None:
     objects = [
         inference_service_account("nlp"),
         auth_delegation(["nlp", "vision"]),
-        api_server_egress(replace(SPEC, api_server_cidrs=("10.20.0.10/32",)), "nlp"),
+        api_server_egress(
+            replace(SPEC, api_server_cidrs=("10.20.0.11/32",)),
+            "nlp",
+            ClusterNetwork(("10.20.0.10/32",), ("10.20.0.0/22",)),
+        ),
     ]
     assert schema_errors(objects, "1.33") == []
     assert auth_delegation(["nlp"])["roleRef"]["name"] == "system:auth-delegator"

@@ -72,7 +72,7 @@ def test_grpc_is_exposed_through_its_own_tls_proxy(make: Any, model_port: int) -
     assert f"--upstream=http://127.0.0.1:{model_port}/" in grpc["args"]
     assert "--upstream-force-h2c" in grpc["args"]
     assert "--tls-cert-file=/etc/tls/private/tls.crt" in grpc["args"]
-    assert "--tls-min-version=VersionTLS12" in grpc["args"]
+    assert "--tls-min-version=VersionTLS13" in grpc["args"]
     port_names = {p["containerPort"]: p["name"] for c in containers.values() for p in c["ports"]}
     health = [int(a.split("=")[1]) for c in containers.values() for a in c["args"]
               if a.startswith("--proxy-endpoints-port=")]  # fmt: skip

@@ -16,10 +16,15 @@ import jsonschema
 import pytest
 import yaml
 
+from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
 from modules.k8s.platform.spec import KubernetesPlatformArgs
-from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tracking import manifests as tracking
-from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec, TrackingStoreInputs
+from modules.k8s.tracking.spec import (
+    TrackingInputs,
+    TrackingSpec,
+    TrackingStoreInputs,
+)
+from modules.k8s.tracking.users import team_password, team_username
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config
@@ -28,6 +33,7 @@ from stacks.kubernetes_layer import _tracking_inputs
 from stacks.offline_plan import load_stack_file
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
+from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
@@ -153,8 +159,8 @@ def test_on_premises_artifacts_are_on_the_claimed_volume() -> None:
     values = tracking.mlflow_values(SPEC, ONPREM_STORE)
     assert "s3" not in values["artifactRoot"]
     assert values["artifactRoot"]["defaultArtifactsDestination"] == tracking.ARTIFACT_MOUNT
-    (volume,) = values["extraVolumes"]
-    assert volume["persistentVolumeClaim"]["claimName"] == tracking.ARTIFACT_CLAIM
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["artifacts"]["persistentVolumeClaim"]["claimName"] == tracking.ARTIFACT_CLAIM
     assert values["backendStore"]["postgres"]["host"] == "mlflow-db-rw.mlflow.svc"
     assert values["backendStore"]["existingDatabaseSecret"]["name"] == "mlflow-db-app"
 
@@ -181,8 +187,17 @@ def test_the_vendored_crd_refuses_a_misspelled_or_mistyped_field() -> None:
 # -- fences -----------------------------------------------------------------------
 
 
-def test_the_server_admits_only_team_namespaces_and_prometheus() -> None:
-    (policy,) = tracking.server_network_policies("10.42.0.0/16")
+NETWORK = ClusterNetwork(("10.20.0.10/32",), ("10.20.0.0/22",))
+
+
+def _by_name(policies: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in policies}
+
+
+def test_the_server_admits_only_team_namespaces_and_prometheus_on_tls() -> None:
+    policies = _by_name(tracking.server_network_policies(NETWORK, "10.42.0.0/16"))
+    assert is_default_deny(policies[DEFAULT_DENY])
+    policy = policies["mlflow-server"]
     (rule,) = policy["spec"]["ingress"]
     team, monitoring = rule["from"]
     assert team == {
@@ -193,37 +208,114 @@ def test_the_server_admits_only_team_namespaces_and_prometheus() -> None:
     assert monitoring["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
-    assert rule["ports"] == [{"protocol": "TCP", "port": tracking.SERVER_PORT}]
+    # Only the TLS proxy's port: MLflow's own 5000 admits no one but the kubelet.
+    assert rule["ports"] == [{"protocol": "TCP", "port": tracking.TLS_PORT}]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     egress_ports = {p["port"] for e in policy["spec"]["egress"] for p in e["ports"]}
-    assert egress_ports == {53, 5432, 443, 80}  # DNS, RDS, S3/STS endpoints, Pod Identity
+    assert egress_ports == {5432, 443, 80}  # RDS, S3/STS endpoints, Pod Identity
+    # DNS for every pod of the namespace, nothing else (no API server on AWS).
+    assert set(policies) == {DEFAULT_DENY, "allow-dns", "mlflow-server"}
 
 
 def test_on_premises_the_database_admits_only_the_server_its_peers_and_the_operator() -> None:
-    server, database = tracking.server_network_policies(None)
-    assert {p["port"] for e in server["spec"]["egress"] for p in e["ports"]} == {53, 5432}
+    policies = _by_name(tracking.server_network_policies(NETWORK, None))
+    server, database = policies["mlflow-server"], policies["mlflow-database"]
+    assert {p["port"] for e in server["spec"]["egress"] for p in e["ports"]} == {5432}
     peers = [peer for rule in database["spec"]["ingress"] for peer in rule["from"]]
     assert {"podSelector": {"matchLabels": tracking.SERVER_POD_LABELS}} in peers
     assert not any("ipBlock" in peer for peer in peers)
+    # The instances replicate between themselves and their managers watch the API.
+    (egress,) = database["spec"]["egress"]
+    assert egress["to"] == [{"podSelector": {"matchLabels": {"cnpg.io/cluster": "mlflow-db"}}}]
+    api = policies["mlflow-database-api-server"]
+    assert api["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.20.0.10/32"}}]
+
+
+def test_the_cloudnative_pg_operator_reaches_the_instances_and_serves_its_webhook() -> None:
+    policies = _by_name(tracking.cnpg_network_policies(NETWORK))
+    assert is_default_deny(policies[DEFAULT_DENY])
+    webhook = policies["allow-webhooks"]["spec"]["ingress"][0]
+    assert webhook["from"] == [{"ipBlock": {"cidr": "10.20.0.10/32"}}]
+    assert webhook["ports"] == [{"protocol": "TCP", "port": tracking.CNPG_WEBHOOK_PORT}]
+    (rule,) = policies["allow-database-instances"]["spec"]["egress"]
+    assert {p["port"] for p in rule["ports"]} == {tracking.CNPG_STATUS_PORT, 5432}
 
 
 @pytest.mark.parametrize("on_aws", [True, False])
 def test_the_fences_pass_the_strict_schema(on_aws: bool) -> None:
     objects = [
-        *tracking.server_network_policies("10.42.0.0/16" if on_aws else None),
+        *tracking.server_network_policies(NETWORK, "10.42.0.0/16" if on_aws else None),
+        *tracking.cnpg_network_policies(NETWORK),
         tracking.team_egress_policy("nlp"),
         tracking.tracking_namespace("1.33"),
         tracking.artifact_claim(SPEC, "cephfs-encrypted", "ReadWriteMany"),
+        tracking.tls_service(),
+        tracking.user_sync_configmap(),
     ]
     assert schema_errors(objects, "1.33") == []
 
 
-def test_the_service_monitor_logs_in_with_the_admin_secret() -> None:
+def test_the_service_monitor_logs_in_over_tls_with_the_admin_secret() -> None:
     monitor = tracking.service_monitor(30)
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics" and endpoint["interval"] == "30s"
     assert endpoint["basicAuth"]["password"] == {"name": tracking.ADMIN_SECRET, "key": "password"}
-    assert monitor["spec"]["selector"]["matchLabels"] == tracking.SERVER_POD_LABELS
+    # It selects the platform's TLS Service (not the chart's plain one) by its port name,
+    # and verifies the certificate with the CA its Secret carries, for the Service's name.
+    service = tracking.tls_service()
+    assert all(
+        service["metadata"]["labels"][k] == v
+        for k, v in monitor["spec"]["selector"]["matchLabels"].items()
+    )
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": tracking.TLS_SECRET, "key": "ca.crt"}
+    certificate = tracking.tls_certificate()
+    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+    assert crd_errors([monitor]) == []
+
+
+def test_the_tls_proxy_serves_the_certificate_and_forwards_to_the_loopback_only() -> None:
+    values = tracking.mlflow_values(SPEC, ONPREM_STORE)
+    proxy, sync = values["extraContainers"]
+    args = proxy["args"]
+    assert args[0] == "server"
+    assert f"--listen=0.0.0.0:{tracking.TLS_PORT}" in args
+    assert f"--target=127.0.0.1:{tracking.SERVER_PORT}" in args
+    assert "--disable-authentication" in args  # MLflow's basic auth authenticates
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    (mount,) = proxy["volumeMounts"]
+    assert volumes[mount["name"]]["secret"]["secretName"] == tracking.TLS_SECRET
+    assert f"--cert={mount['mountPath']}/tls.crt" in args
+    assert f"--key={mount['mountPath']}/tls.key" in args
+    # The Service targets the proxy's port by name.
+    service = tracking.tls_service()
+    assert service["spec"]["ports"][0]["targetPort"] == proxy["ports"][0]["name"]
+    assert service["spec"]["selector"] == tracking.SERVER_POD_LABELS
+    assert (
+        f"https://{service['metadata']['name']}.{tracking.TRACKING_NAMESPACE}.svc.cluster.local"
+    ) == tracking.TRACKING_URI
+    host = tracking.TRACKING_URI.split("//")[1]
+    assert host in tracking.tls_certificate()["spec"]["dnsNames"]
+    # The user-sync sidecar mounts the users Secret and the script, and logs in as admin.
+    mounts = {m["name"]: m for m in sync["volumeMounts"]}
+    assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
+    assert volumes["user-sync-script"]["configMap"]["name"] == tracking.USER_SYNC_CONFIGMAP
+    env = {e["name"]: e for e in sync["env"]}
+    assert env["USERS_FILE"]["value"] == f"{mounts['team-users']['mountPath']}/users.json"
+    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": tracking.ADMIN_SECRET,
+        "key": "password",
+    }
+    assert env["MLFLOW_TRACKING_URI"]["value"] == f"http://127.0.0.1:{tracking.SERVER_PORT}"
+
+
+def test_team_passwords_are_distinct_stable_and_not_the_admins() -> None:
+    first = team_password("correct horse battery staple", "nlp")
+    assert first == team_password("correct horse battery staple", "nlp")
+    assert first != team_password("correct horse battery staple", "vision")
+    assert first != team_password("another admin password", "nlp")
+    assert len(first) == 43 and "correct" not in first  # 256 bits, url-safe base64
 
 
 # -- typed config and args ------------------------------------------------------------
@@ -264,7 +356,9 @@ def test_eks_needs_the_rds_store_and_onprem_refuses_it() -> None:
 def test_replicas_on_premises_need_a_shared_artifact_volume() -> None:
     base = onprem_args(provider=NO_PROVIDER)
     assert base.onprem is not None
-    single = OnPremSpec(storage_class="local-encrypted", checkpoint_access_mode="ReadWriteOnce")
+    single = replace(
+        base.onprem, checkpoint_storage_class="", checkpoint_access_mode="ReadWriteOnce"
+    )
     with pytest.raises(InvalidArgsError, match="ReadWriteMany"):
         replace(
             base,
@@ -389,3 +483,190 @@ def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:
     assert "trackingAdminPassword" in problem and "pulumi config set --secret" in problem
     disabled = replace(config, tracking=TrackingSpec(enabled=False))
     assert _tracking_inputs(disabled, None, None) is None
+
+
+# -- a cluster job reaches the tracking server: each reference followed in the plan ------
+
+
+def _release_values(stack: str, name: str) -> dict[str, Any]:
+    (release,) = [
+        r for r in _by_type(stack, "kubernetes:helm.sh/v3:Release") if r.inputs["name"] == name
+    ]
+    values: dict[str, Any] = release.inputs["values"]
+    return values
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _example_trainer(stack: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The example job's namespace, trainer pod and trainer container as they will run:
+    a TrainJob's pods are its ClusterTrainingRuntime's ``node`` pods (the runtime the
+    TrainJob names, in the same plan) with the TrainJob's environment merged over the
+    runtime's; an Indexed Job's are its own."""
+    jobs = [
+        j
+        for kind in ("TrainJob", "Job")
+        for j in _objects(stack, kind)
+        if j["metadata"]["name"].startswith("example-")
+    ]
+    (job,) = jobs
+    ns = job["metadata"]["namespace"]
+    if job["kind"] == "Job":
+        pod = job["spec"]["template"]["spec"]
+        (trainer,) = [c for c in pod["containers"] if c["name"] == "trainer"]
+        return ns, pod, trainer
+    ref = job["spec"]["runtimeRef"]
+    assert ref["kind"] == "ClusterTrainingRuntime"
+    (runtime,) = [
+        r for r in _objects(stack, "ClusterTrainingRuntime") if r["metadata"]["name"] == ref["name"]
+    ]
+    (node,) = [
+        j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"
+    ]
+    pod = node["template"]["spec"]["template"]["spec"]
+    (trainer,) = [c for c in pod["containers"] if c["name"] == "node"]
+    overrides = {e["name"]: e for e in job["spec"]["trainer"].get("env", [])}
+    assert not {n for n in overrides if n.startswith("MLFLOW_")}, "the runtime's, not the job's"
+    env = {e["name"]: e for e in trainer["env"]} | overrides
+    return ns, pod, {**trainer, "env": list(env.values())}
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> None:
+    """Follow every reference of the trainer's tracking settings to the object it names
+    in the same plan: a renamed Service, Secret, key, certificate or port breaks it."""
+    ns, pod, trainer = _example_trainer(stack)
+    env = {e["name"]: e for e in trainer["env"]}
+
+    # The URI names the platform's TLS Service, on a port it serves.
+    uri = urlsplit(env["MLFLOW_TRACKING_URI"]["value"])
+    assert uri.scheme == "https"
+    service_name, service_ns = uri.hostname.split(".")[:2]  # type: ignore[union-attr]
+    (service,) = [
+        s
+        for s in _objects(stack, "Service")
+        if (s["metadata"]["name"], s["metadata"].get("namespace")) == (service_name, service_ns)
+    ]
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == (uri.port or 443)]
+    # ...whose target is the TLS proxy's container port in the server's pods.
+    values = _release_values(stack, tracking.RELEASE)
+    proxy_ports = {
+        p["name"]: p["containerPort"] for c in values["extraContainers"] for p in c.get("ports", [])
+    }
+    assert port["targetPort"] in proxy_ports
+    assert _selects(service["spec"]["selector"], tracking.SERVER_POD_LABELS)
+    # ...and whose certificate names the URI's host.
+    (certificate,) = [
+        c
+        for c in _objects(stack, "Certificate")
+        if c["metadata"].get("namespace") == service_ns
+        and c["spec"]["secretName"] == tracking.TLS_SECRET
+    ]
+    assert uri.hostname in certificate["spec"]["dnsNames"]
+
+    # The credentials come from a Secret of the job's namespace with those keys.
+    secrets = {
+        s["metadata"]["name"]: s
+        for s in _objects(stack, "Secret")
+        if s["metadata"]["namespace"] == ns
+    }
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        ref = env[name]["valueFrom"]["secretKeyRef"]
+        assert ref["key"] in secrets[ref["name"]]["stringData"], (name, ref)
+    team = ns.removeprefix("team-")
+    assert secrets[env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"]["name"]][
+        "stringData"
+    ]["username"] == team_username(team)
+
+    # The CA file is the ca.crt of a certificate issued in the job's namespace.
+    ca_path = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]["value"]
+    mounts = {m["name"]: m for m in trainer["volumeMounts"]}
+    (volume,) = [
+        v
+        for v in pod["volumes"]
+        if v["name"] in mounts and ca_path.startswith(mounts[v["name"]]["mountPath"] + "/")
+    ]
+    bundles = [
+        c
+        for c in _objects(stack, "Certificate")
+        if c["metadata"].get("namespace") == ns
+        and c["spec"]["secretName"] == volume["secret"]["secretName"]
+    ]
+    assert bundles and bundles[0]["spec"]["issuerRef"] == certificate["spec"]["issuerRef"]
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca_path.rsplit("/", 1)[1]}]
+
+    # The job's namespace lets its pods reach exactly the server pods on the proxy port.
+    reach = [
+        rule
+        for p in _objects(stack, "NetworkPolicy")
+        if p["metadata"]["namespace"] == ns
+        for rule in p["spec"].get("egress", [])
+        for peer in rule.get("to", [])
+        if peer.get("namespaceSelector", {}).get("matchLabels")
+        == {"kubernetes.io/metadata.name": service_ns}
+    ]
+    (rule,) = reach
+    (peer,) = rule["to"]
+    assert _selects(peer["podSelector"]["matchLabels"], service["spec"]["selector"])
+    assert [p["port"] for p in rule["ports"]] == [proxy_ports[port["targetPort"]]]
+    # ...and the server's own fence admits the team namespace on that port.
+    (server,) = [
+        p
+        for p in _objects(stack, "NetworkPolicy")
+        if (p["metadata"]["namespace"], p["metadata"]["name"]) == (service_ns, "mlflow-server")
+    ]
+    (ingress,) = server["spec"]["ingress"]
+    assert [p["port"] for p in ingress["ports"]] == [proxy_ports[port["targetPort"]]]
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
+    """The users Secret the server's sidecar reads holds each team's user; each team
+    namespace holds that user's credentials."""
+    (users,) = [
+        s for s in _objects(stack, "Secret") if s["metadata"]["name"] == tracking.TEAM_USERS_SECRET
+    ]
+    assert users["metadata"]["namespace"] == tracking.TRACKING_NAMESPACE
+    assert users["stringData"][tracking.USERS_FILE] == "[secret]"
+    config = parse_stack_config(load_stack_file(stack)[0])
+    credentials = {
+        s["metadata"]["namespace"]: s["stringData"]
+        for s in _objects(stack, "Secret")
+        if s["metadata"]["name"] == tracking.TEAM_CREDENTIALS_SECRET
+    }
+    assert set(credentials) == {f"team-{t.name}" for t in config.teams}
+    for team in config.teams:
+        data = credentials[f"team-{team.name}"]
+        assert data == {"username": team_username(team.name), "password": "[secret]"}
+    values = _release_values(stack, tracking.RELEASE)
+    volumes = {v["name"]: v for v in values["extraVolumes"]}
+    assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
+    (script,) = [
+        c
+        for c in _objects(stack, "ConfigMap")
+        if c["metadata"]["name"] == tracking.USER_SYNC_CONFIGMAP
+    ]
+    assert volumes["user-sync-script"]["configMap"]["name"] == script["metadata"]["name"]
+    assert set(script["data"]) == {tracking.SYNC_SCRIPT.name}
+
+
+@pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if s != "onprem-ib"])
+def test_aws_team_credentials_are_secrets_manager_secrets_under_the_stack_key(stack: str) -> None:
+    config = parse_stack_config(load_stack_file(stack)[0])
+    secrets = {
+        s.inputs["name"]: s.inputs for s in _by_type(stack, "aws:secretsmanager/secret:Secret")
+    }
+    for team in config.teams:
+        secret = secrets[f"gpu-{stack}/mlflow/team-{team.name}"]
+        assert secret["kmsKeyId"].startswith("arn:aws:kms:me-central-1:")
+        assert "replicas" not in secret  # in the region only
+    (key,) = [
+        k.inputs["targetKeyId"]
+        for k in _by_type(stack, "aws:kms/alias:Alias")
+        if k.inputs["name"].endswith("-secrets")
+    ]
+    assert key  # the stack's secrets key exists; the CMK rule checks which key is used
+    versions = _by_type(stack, "aws:secretsmanager/secretVersion:SecretVersion")
+    assert len(versions) == len(config.teams)

@@ -21,6 +21,7 @@ from modules.k8s.names import (
     LOCAL_QUEUE_NAME,
     PRIORITY_CLASSES,
     TRAINER_SERVICE_ACCOUNT,
+    TRAINER_UID,
 )
 from modules.k8s.trainer.pods import PREFLIGHT_CONTAINER
 from modules.k8s.trainer.runtimes import (
@@ -276,7 +277,7 @@ def test_runtimes_are_restricted_with_the_teams_identity_and_checkpoints(stack: 
             assert not pod.get("hostNetwork") and not pod.get("hostIPC")
             for container in [*pod["containers"], *pod.get("initContainers", [])]:
                 security = container["securityContext"]
-                assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+                assert security["runAsNonRoot"] is True and security["runAsUser"] == TRAINER_UID
                 assert security["allowPrivilegeEscalation"] is False
                 assert security["readOnlyRootFilesystem"] is True
                 assert security["capabilities"] == {"drop": ["ALL"]}
@@ -550,18 +551,24 @@ def test_each_team_may_run_trainjobs_in_its_own_namespace_only(stack: str) -> No
         (trainjobs, *_) = role["rules"]
         assert trainjobs["apiGroups"] == ["trainer.kubeflow.org"]
         assert "create" in trainjobs["verbs"] and "*" not in str(role["rules"])
-        (binding,) = [
+        bindings = [
             r.inputs
             for r in registrations(stack, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
             if r.inputs["metadata"] == {**r.inputs["metadata"], "namespace": ns}
-            and r.inputs["roleRef"]["name"] == "trainjob-editor"
         ]
-        (subject,) = binding["subjects"]
-        assert subject == {
+        (binding,) = [b for b in bindings if b["roleRef"]["name"] == "trainjob-editor"]
+        (edit,) = [b for b in bindings if b["roleRef"]["name"] == "edit"]
+        subjects = binding["subjects"]
+        assert subjects[0] == {
             "kind": "Group",
             "name": f"team:{ns.removeprefix('team-')}",
             "apiGroup": "rbac.authorization.k8s.io",
         }
+        # Whoever may edit the namespace (on premises also the identity provider's
+        # group) may run TrainJobs in it.
+        assert subjects == edit["subjects"]
+        if stack == "onprem-ib":
+            assert len(subjects) == 2 and subjects[1]["name"].startswith("oidc:")
 
 
 def test_a_stack_without_the_trainer_runs_its_example_job_as_an_indexed_job() -> None:
@@ -588,3 +595,25 @@ def test_a_stack_without_the_trainer_runs_its_example_job_as_an_indexed_job() ->
         if r.type == HELM and r.inputs.get("name") == "kueue"
     )
     assert "managerConfig" in values
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_runtimes_mount_a_token_only_where_a_cloud_identity_uses_it(stack: str) -> None:
+    """EKS Pod Identity authenticates with the ServiceAccount's token; on premises the
+    training pods have no cloud identity and get no token (checkov CKV_K8S_38)."""
+    on_aws = parse_stack_config(load_stack_file(stack)[0]).target == "aws"
+    for runtime in runtimes(stack):
+        for pod in pods(runtime).values():
+            assert pod["automountServiceAccountToken"] is on_aws, runtime["metadata"]["name"]
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_torch_and_deepspeed_runtimes_log_to_the_clusters_mlflow(stack: str) -> None:
+    """Every TrainJob a team submits on these runtimes logs to the tracking server as the
+    team's user (the references are followed to their objects in test_tracking.py)."""
+    for runtime in runtimes(stack):
+        framework = runtime["metadata"]["labels"][FRAMEWORK_LABEL]
+        for pod in pods(runtime).values():
+            names = {e["name"] for c in pod["containers"] for e in c.get("env", [])}
+            tracked = "MLFLOW_TRACKING_URI" in names
+            assert tracked is (framework != "mpi"), runtime["metadata"]["name"]

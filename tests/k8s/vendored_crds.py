@@ -1,7 +1,8 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
-releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG,
-Kubeflow Trainer v2.3.0, Kubeflow Spark Operator v2.5.2; the READMEs there name
-sources, versions and commits).
+releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG (Cluster,
+Backup, ScheduledBackup),
+Kubeflow Trainer v2.3.0, the Prometheus Operator's ServiceMonitor, Kubeflow Spark
+Operator v2.5.2; the READMEs there name sources, versions and commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -32,6 +33,13 @@ FILES: dict[tuple[str, str], str] = {
     ("cert-manager.io", "Certificate"): "cert-manager/cert-manager.io_certificates.yaml",
     ("cert-manager.io", "ClusterIssuer"): "cert-manager/cert-manager.io_clusterissuers.yaml",
     ("postgresql.cnpg.io", "Cluster"): "cloudnative-pg/clusters.postgresql.cnpg.io.yaml",
+    ("postgresql.cnpg.io", "Backup"): "cloudnative-pg/backups.postgresql.cnpg.io.yaml",
+    ("postgresql.cnpg.io", "ScheduledBackup"): (
+        "cloudnative-pg/scheduledbackups.postgresql.cnpg.io.yaml"
+    ),
+    ("monitoring.coreos.com", "ServiceMonitor"): (
+        "charts/prometheus-operator-v0.93.1-servicemonitors-crd.yaml"
+    ),
     ("trainer.kubeflow.org", "TrainJob"): "kubeflow-trainer/trainer.kubeflow.org_trainjobs.yaml",
     ("trainer.kubeflow.org", "ClusterTrainingRuntime"): (
         "kubeflow-trainer/trainer.kubeflow.org_clustertrainingruntimes.yaml"

@@ -113,6 +113,16 @@ def secure_pod(image: str = f"{ECR}/trainer:1.4.2") -> dict[str, Any]:
     }
 
 
+def default_deny(namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy denying all ingress and egress of ``namespace``."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "default-deny-all", "namespace": namespace},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
 def compliant_plan() -> dict[str, Any]:
     """A small sovereign stack: every mandatory rule passes on it."""
     b = PlanBuilder()
@@ -372,6 +382,12 @@ def compliant_plan() -> dict[str, Any]:
         "kubernetes:core/v1:Namespace",
         "team-a",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+        provider=k8s,
+    )
+    b.add(
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        "team-a-default-deny-all",
+        default_deny("team-a"),
         provider=k8s,
     )
     b.add(

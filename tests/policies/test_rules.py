@@ -764,9 +764,15 @@ def test_every_rule_has_a_failing_case() -> None:
         BACKUP_CASES,
         CUSTODY_CASES,
     )
+    from tests.policies.test_database_backup_rules import (  # noqa: PLC0415
+        COVERED_RULE_IDS as DATABASE_BACKUPS,
+    )
     from tests.policies.test_database_rules import CASES as DATABASE_CASES  # noqa: PLC0415
     from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
+    from tests.policies.test_segmentation_rules import (  # noqa: PLC0415
+        COVERED_RULE_IDS as SEGMENTATION,
+    )
     from tests.policies.test_spark_rules import CASES as SPARK_CASES  # noqa: PLC0415
 
     covered = (
@@ -783,6 +789,8 @@ def test_every_rule_has_a_failing_case() -> None:
         }
         | COVERED_RULE_IDS
         | ACCESS_AND_LINK
+        | SEGMENTATION
+        | DATABASE_BACKUPS
     )
     assert {r.id for r in ALL_RULES} - covered == set()
 

@@ -23,6 +23,7 @@ VENVS = {
     "serving": ".venv-serving",
     "features": ".venv-features",
     "data": ".venv-data",
+    "pipelines": ".venv-pipelines",
 }
 
 

@@ -7,10 +7,14 @@ Run on demand (not part of the normal suite; it runs the plan tests once per mut
     .venv/bin/python -m tests.tools.deletion_check aws:ec2/flowLog:FlowLog \\
         'aws:ec2/launchTemplate:LaunchTemplate#metadataOptions'
     .venv/bin/python -m tests.tools.deletion_check --tests tests/aws -- aws:kms/alias:Alias
+    .venv/bin/python -m tests.tools.deletion_check \
+        'kubernetes:networking.k8s.io/v1:NetworkPolicy@monitoring/allow-webhooks'
 
 A mutation is a resource type token (every resource of that type is left out of the
-plan, as if the code no longer declared it) or ``TYPE#dotted.property`` (that input is
-removed from every resource of the type, as if it were no longer set). Each shipped
+plan, as if the code no longer declared it), ``TYPE@[namespace/]name`` (only the
+Kubernetes objects of that type with that ``metadata.name``, in that namespace where
+given: one NetworkPolicy, Certificate or Secret at a time) or ``TYPE#dotted.property``
+(that input is removed from every resource of the type, as if it were no longer set). Each shipped
 stack's registrations are built once (`stacks.offline_plan.plan_registrations`); for
 each mutation the plan tests run in this process (``pytest -x``) against mutated copies:
 the shipped stacks' plans are served from the copies, and every other program run under
@@ -43,6 +47,12 @@ DEFAULT_TESTS = (
     "tests/k8s/test_shipped_stacks.py",
     "tests/k8s/test_plan_objects.py",
     "tests/k8s/test_site_audit.py",
+    "tests/k8s/test_segmentation.py",
+    "tests/k8s/test_tracking.py",
+    "tests/k8s/test_tracking_backup.py",
+    "tests/k8s/test_trainer.py",
+    "tests/k8s/test_features.py",
+    "tests/k8s/test_site_oidc.py",
     "tests/k8s/test_spark.py",
     "tests/policies/test_shipped_stacks.py",
 )
@@ -110,6 +120,16 @@ DEFAULT_MUTATIONS = (
     "kubernetes:core/v1:Namespace#metadata.labels",
     "kubernetes:core/v1:ConfigMap#data",
     "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy#spec.policyTypes",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy#spec.egress",
+    "kubernetes:cert-manager.io/v1:Certificate",
+    "kubernetes:cert-manager.io/v1:ClusterIssuer",
+    "kubernetes:core/v1:Secret",
+    "kubernetes:core/v1:Secret#stringData",
+    "kubernetes:core/v1:Service",
+    "aws:secretsmanager/secret:Secret",
+    "aws:secretsmanager/secret:Secret#kmsKeyId",
+    "aws:secretsmanager/secretVersion:SecretVersion",
     "kubernetes:core/v1:ResourceQuota",
     "kubernetes:core/v1:LimitRange",
     "kubernetes:core/v1:ServiceAccount",
@@ -139,14 +159,45 @@ DEFAULT_MUTATIONS = (
     "aws:backup/plan:Plan#rules",
     "aws:backup/selection:Selection",
     "aws:backup/selection:Selection#conditions",
+    # The on-premises tracking database's backups to the site's object store.
+    "kubernetes:postgresql.cnpg.io/v1:ScheduledBackup",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup.retentionPolicy",
+    "kubernetes:postgresql.cnpg.io/v1:Cluster#spec.backup.barmanObjectStore.data",
+    "kubernetes:core/v1:Secret@mlflow/mlflow-db-backup-credentials",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@mlflow/mlflow-database-backup",
+    # Segmentation of what main added: the trainer's and the feature store's namespaces.
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/default-deny-all",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/allow-trainer-webhook",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@kubeflow-system/allow-jobset-webhook",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/default-deny-all",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/feast-stores",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@feast/feast-online-store",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@cnpg-system/allow-feast-registry",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy@mlflow/feast-registry-init",
+    "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime#spec.template",
     *EDITED_CONFIG_MUTATIONS,
 )
 
 
 def parse(mutation: str) -> tuple[str, tuple[str, ...]]:
-    """``TYPE`` or ``TYPE#a.b`` -> (type token, property path; empty to drop)."""
+    """``TYPE``, ``TYPE@[ns/]name`` or ``TYPE#a.b`` -> (type token with its object
+    selector, property path; empty to drop)."""
     type_token, _, path = mutation.partition("#")
     return type_token, tuple(p for p in path.split(".") if p)
+
+
+def _selects(selector: str, reg: Registration) -> bool:
+    """Whether ``reg`` is what ``TYPE[@[ns/]name]`` names."""
+    type_token, _, name = selector.partition("@")
+    if reg.type != type_token:
+        return False
+    if not name:
+        return True
+    namespace, _, name = name.rpartition("/")
+    meta = reg.inputs.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return meta.get("name") == name and (not namespace or meta.get("namespace") == namespace)
 
 
 def mutate(registrations: Mapping[str, Registration], mutation: str) -> dict[str, Registration]:
@@ -154,7 +205,7 @@ def mutate(registrations: Mapping[str, Registration], mutation: str) -> dict[str
     type_token, path = parse(mutation)
     result: dict[str, Registration] = {}
     for urn, reg in registrations.items():
-        if reg.type == type_token:
+        if _selects(type_token, reg):
             if not path:
                 continue
             changed = copy.deepcopy(reg)
@@ -194,7 +245,7 @@ def mutated_runtime(
     def register(self: RecordingMonitor, request: Any) -> Any:
         response = original_register(self, request)
         reg = self.registrations.get(response.urn)
-        if reg is not None and reg.type == type_token:
+        if reg is not None and _selects(type_token, reg):
             if path:
                 _remove(reg.inputs, path)
             else:
@@ -203,12 +254,10 @@ def mutated_runtime(
 
     patched: list[tuple[object, str, Callable[..., Any]]] = [
         (stacks.offline_plan, "plan_registrations", plan_registrations),
+        # tests.conftest imports it from stacks.offline_plan when it builds a plan (the
+        # plan environment only), so patching the module above reaches it too.
         (RecordingMonitor, "RegisterResource", register),
     ]
-    # tests.conftest imports the plan function when it builds a plan (patched above);
-    # an older conftest held its own reference.
-    if hasattr(tests.conftest, "plan_registrations"):
-        patched.append((tests.conftest, "plan_registrations", plan_registrations))
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
     try:
         for owner, name, value in patched:
@@ -240,7 +289,9 @@ def run_tests(test_paths: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.tools.deletion_check")
-    parser.add_argument("mutations", nargs="*", help="TYPE or TYPE#property (default: all)")
+    parser.add_argument(
+        "mutations", nargs="*", help="TYPE, TYPE@[ns/]name or TYPE#property (default: all)"
+    )
     parser.add_argument("--tests", nargs="+", default=list(DEFAULT_TESTS), help="test paths")
     options = parser.parse_args(argv)
     mutations = options.mutations or list(DEFAULT_MUTATIONS)
@@ -258,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("the plan tests fail without any mutation: fix them first", file=sys.stderr)
         return 2
     for mutation in mutations:
-        if parse(mutation)[0] not in present and mutation not in EDITED_CONFIG_MUTATIONS:
+        kind = parse(mutation)[0].partition("@")[0]
+        if kind not in present and mutation not in EDITED_CONFIG_MUTATIONS:
             results.append((mutation, "absent from every shipped plan", 0.0))
             continue
         started = time.perf_counter()

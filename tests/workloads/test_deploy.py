@@ -238,7 +238,7 @@ def test_pods_are_non_root_with_a_read_only_root_and_writable_scratch() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     for container in pod["containers"] + pod["initContainers"]:
         security = container["securityContext"]
-        assert security["runAsUser"] == 1000 and security["runAsNonRoot"] is True
+        assert security["runAsUser"] == 10001 and security["runAsNonRoot"] is True
         assert security["allowPrivilegeEscalation"] is False
         assert security["readOnlyRootFilesystem"] is True
         assert security["capabilities"] == {"drop": ["ALL"]}

@@ -28,3 +28,15 @@ def test_the_training_image_client_tracks_a_run(tmp_path: Path) -> None:
         assert run.data.tags["checkpoint"].endswith("step_00000010")
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "tokens_per_s")]
         assert steps == [1, 5, 10]
+
+
+def test_the_trainer_takes_the_uri_a_cluster_job_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster job's trainer is given MLFLOW_TRACKING_URI (modules/k8s/trainer/pods.py
+    tracking_wiring, tests/workloads/test_job_tracking.py); with no URI in its config,
+    the trainer's client takes it."""
+    from workloads.training.config import preset  # noqa: PLC0415
+    from workloads.training.tracking import resolve_tracking_uri  # noqa: PLC0415
+
+    uri = "https://mlflow.mlflow.svc.cluster.local"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert resolve_tracking_uri(preset("tiny")) == uri

@@ -31,7 +31,8 @@ from typing import Any
 
 import pulumi
 
-from modules.k8s.common import toleration
+from modules.k8s import netpol
+from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.serving.observability import DRIFT_POD_LABEL, ISVC_POD_LABEL
 from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
@@ -218,66 +219,30 @@ def _resources(cpu: str, memory: str) -> dict[str, dict[str, str]]:
 
 
 def drift_service_object(spec: InferenceServiceSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": drift_name(spec),
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {DRIFT_POD_LABEL: spec.name},
-            "ports": [
-                {
-                    "name": "events",
-                    "port": DRIFT_EVENTS_PORT,
-                    "targetPort": "events",
-                    "protocol": "TCP",
-                },
-                {
-                    "name": "metrics",
-                    "port": DRIFT_METRICS_PORT,
-                    "targetPort": "metrics",
-                    "protocol": "TCP",
-                },
-            ],
-        },
-    }
+    return cluster_ip_service(
+        drift_name(spec),
+        spec.namespace,
+        {DRIFT_POD_LABEL: spec.name},
+        [("events", DRIFT_EVENTS_PORT), ("metrics", DRIFT_METRICS_PORT)],
+        labels=_labels(spec),
+    )
 
 
 def drift_network_policy(spec: InferenceServiceSpec) -> dict[str, Any]:
     """The service's predictor pods send events; monitoring scrapes the metrics."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": f"{drift_name(spec)}-ingress",
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "spec": {
-            "podSelector": {"matchLabels": {DRIFT_POD_LABEL: spec.name}},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}}}],
-                    "ports": [{"protocol": "TCP", "port": DRIFT_EVENTS_PORT}],
-                },
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
-                            }
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": DRIFT_METRICS_PORT}],
-                },
-            ],
-        },
-    }
+    return netpol.allow_ingress_rules(
+        spec.namespace,
+        f"{drift_name(spec)}-ingress",
+        [
+            (
+                [netpol.same_namespace_peer({ISVC_POD_LABEL: spec.name})],
+                netpol.tcp(DRIFT_EVENTS_PORT),
+            ),
+            ([netpol.namespace_peer(MONITORING_NAMESPACE)], netpol.tcp(DRIFT_METRICS_PORT)),
+        ],
+        pod_labels={DRIFT_POD_LABEL: spec.name},
+        labels=_labels(spec),
+    )
 
 
 def drift_manifests(spec: InferenceServiceSpec, images: DriftImages) -> list[dict[str, Any]]:

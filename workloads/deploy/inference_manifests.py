@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from modules.k8s.common import toleration
+from modules.k8s import netpol
+from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT
 from modules.k8s.serving.observability import ISVC_POD_LABEL
@@ -203,7 +204,9 @@ def _proxy(  # noqa: PLR0917  (each proxy's six facts, named at the two call sit
             # cert-manager's certificate; the proxy reloads it when it is renewed.
             f"--tls-cert-file={TLS_PATH}/tls.crt",
             f"--tls-private-key-file={TLS_PATH}/tls.key",
-            "--tls-min-version=VersionTLS12",
+            # TLS 1.3 only: every client of the endpoint (tritonclient, httpx, curl,
+            # Go) speaks it, and it leaves no weak cipher suite to choose.
+            "--tls-min-version=VersionTLS13",
         ],
         "ports": [
             {"name": port_name, "containerPort": port, "protocol": "TCP"},
@@ -321,104 +324,50 @@ def inference_service_manifest(
 
 def endpoint_service(spec: InferenceServiceSpec) -> dict[str, Any]:
     """The authenticated endpoint over all predictor pods (stable and canary)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": endpoint_service_name(spec),
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": {ISVC_POD_LABEL: spec.name, COMPONENT_LABEL: "predictor"},
-            "ports": [
-                {"name": "https", "port": PROXY_PORT, "targetPort": "https", "protocol": "TCP"},
-                {
-                    "name": "grpcs",
-                    "port": GRPC_PROXY_PORT,
-                    "targetPort": "grpcs",
-                    "protocol": "TCP",
-                },
-            ],
-        },
-    }
-
-
-def _namespaces(names: list[str]) -> dict[str, Any]:
-    return {
-        "namespaceSelector": {
-            "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
-            ]
-        }
-    }
+    return cluster_ip_service(
+        endpoint_service_name(spec),
+        spec.namespace,
+        {ISVC_POD_LABEL: spec.name, COMPONENT_LABEL: "predictor"},
+        [("https", PROXY_PORT), ("grpcs", GRPC_PROXY_PORT)],
+        labels=_labels(spec),
+    )
 
 
 def network_policy(spec: InferenceServiceSpec) -> dict[str, Any]:
     """Only the client namespaces reach the proxy; only monitoring reaches the metrics
     ports (the team namespace's default-deny policy keeps everything else out)."""
     metrics_port = TRITON_METRICS_PORT if spec.pool.has_gpus else MODEL_SERVER_PORT
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": f"{spec.name}-clients",
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "spec": {
-            "podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [_namespaces(sorted(spec.client_namespaces))],
-                    "ports": [
-                        {"protocol": "TCP", "port": PROXY_PORT},
-                        {"protocol": "TCP", "port": GRPC_PROXY_PORT},
-                    ],
-                },
-                {
-                    "from": [_namespaces([MONITORING_NAMESPACE])],
-                    "ports": [{"protocol": "TCP", "port": metrics_port}],
-                },
-            ],
-        },
-    }
+    return netpol.allow_ingress_rules(
+        spec.namespace,
+        f"{spec.name}-clients",
+        [
+            (
+                [netpol.namespaces_peer(sorted(spec.client_namespaces))],
+                netpol.tcp(PROXY_PORT, GRPC_PROXY_PORT),
+            ),
+            ([netpol.namespaces_peer([MONITORING_NAMESPACE])], netpol.tcp(metrics_port)),
+        ],
+        pod_labels={ISVC_POD_LABEL: spec.name},
+        labels=_labels(spec),
+    )
 
 
 def client_egress_policies(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
     """In each client namespace other than the service's own: egress to the endpoint's
     pods on the proxy port (team namespaces deny all egress by default). The client
     namespaces must exist before the service is deployed."""
+    endpoint = {
+        **netpol.namespaces_peer([spec.namespace]),
+        "podSelector": netpol.pods({ISVC_POD_LABEL: spec.name}),
+    }
     return [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {
-                "name": f"allow-egress-to-{spec.name}",
-                "namespace": ns,
-                "labels": _labels(spec),
-            },
-            "spec": {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {
-                                **_namespaces([spec.namespace]),
-                                "podSelector": {"matchLabels": {ISVC_POD_LABEL: spec.name}},
-                            }
-                        ],
-                        "ports": [
-                            {"protocol": "TCP", "port": PROXY_PORT},
-                            {"protocol": "TCP", "port": GRPC_PROXY_PORT},
-                        ],
-                    }
-                ],
-            },
-        }
+        netpol.allow_egress(
+            ns,
+            f"allow-egress-to-{spec.name}",
+            [endpoint],
+            netpol.tcp(PROXY_PORT, GRPC_PROXY_PORT),
+            labels=_labels(spec),
+        )
         for ns in sorted(spec.client_namespaces)
         if ns != spec.namespace
     ]

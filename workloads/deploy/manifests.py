@@ -62,6 +62,7 @@ from modules.k8s.trainer.runtimes import (
     checkpoint_dir as runtime_checkpoint_dir,
 )
 from modules.k8s.trainer.spec import TRAINER_API, TrainerInputs
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.pools import NodePoolProfile
 from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec, elastic_batch_settings
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, fabric_env, supports_gpudirect_rdma
@@ -422,6 +423,12 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     pool = spec.pool
     resources = container_resources(spec)
     volumes, mounts = _volumes(spec)
+    # The trainer logs to the cluster's MLflow as the team's user; a fabric check logs
+    # nothing.
+    tracking_env, tracking_volumes, tracking_mounts = tracking_wiring(
+        spec.tracking if spec.workload == "train" else None
+    )
+    volumes += tracking_volumes
     ports = [{"name": "c10d", "containerPort": RDZV_PORT, "protocol": "TCP"}]
     if spec.workload == "train":
         ports.insert(
@@ -433,11 +440,11 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["torchrun"],
         "args": torchrun_args(spec),
-        "env": environment(spec),
+        "env": [*environment(spec), *tracking_env],
         "ports": ports,
         "resources": resources,
         "securityContext": restricted_container_security(),
-        "volumeMounts": mounts,
+        "volumeMounts": [*mounts, *tracking_mounts],
     }
     pod_labels = {**_labels(spec)}
     annotations: dict[str, str] = {}
@@ -452,8 +459,9 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "subdomain": service_name(spec),
         "serviceAccountName": spec.service_account,
-        # EKS Pod Identity authenticates with the service account's token.
-        "automountServiceAccountToken": True,
+        # EKS Pod Identity authenticates with the service account's token; on premises
+        # nothing uses it, so none is mounted.
+        "automountServiceAccountToken": spec.cloud_identity,
         "priorityClassName": spec.priority_class,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
         "securityContext": pod_security_context(),

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
-from modules.k8s.names import PRIORITY_CLASSES
+from modules.k8s.names import PRIORITY_CLASSES, TrackingAccess
 from modules.k8s.trainer import pods, runtimes
 from modules.pools import NodePoolProfile
 from modules.validation import Checker, InvalidArgsError, Problem
@@ -133,6 +133,15 @@ class TrainingJobSpec:
             (`workloads.training.elastic`). Default None: a fixed ``nodes``. Torch
             framework, ``train`` workload and ``trainer`` launcher only (see
             docs/workloads.md, "Elastic runs", for what survives the loss of pod 0).
+        tracking: (``indexed-job``) the cluster's MLflow server as the team reaches it
+            (URI, the team's credentials Secret, the CA): the trainer logs its run
+            there. ``None``: not tracked (no tracking server on the cluster). On the
+            ``trainer`` launcher the platform's runtime carries the cluster's tracking
+            wiring for every team (`modules.k8s.trainer.runtimes.RuntimeSite`).
+        cloud_identity: (``indexed-job``) the service account carries a cloud identity
+            (EKS Pod Identity authenticates with its token, so the token is mounted);
+            ``False`` on premises, where no token is mounted. On the ``trainer``
+            launcher the runtime carries the cluster's setting.
     """
 
     name: str
@@ -169,6 +178,8 @@ class TrainingJobSpec:
     framework: Framework = "torch"
     launcher: Launcher = "trainer"
     min_nodes: int | None = None
+    tracking: TrackingAccess | None = None
+    cloud_identity: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()

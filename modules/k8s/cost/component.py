@@ -15,8 +15,11 @@ from modules.k8s.cost.spec import (
     CostInputs,
     cost_dashboard_configmap,
     cost_rule,
+    opencost_network_policies,
     opencost_values,
 )
+from modules.k8s.netpol import ClusterNetwork
+from modules.k8s.pki.spec import ca_bundle
 
 
 class CostAllocation(pulumi.ComponentResource):
@@ -28,6 +31,7 @@ class CostAllocation(pulumi.ComponentResource):
         inputs: CostInputs,
         provider: k8s.Provider,
         kubernetes_version: str,
+        network: ClusterNetwork,
         *,
         depends_on: Sequence[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
@@ -36,6 +40,14 @@ class CostAllocation(pulumi.ComponentResource):
         ns = register(
             namespace(OPENCOST_NAMESPACE, "restricted", kubernetes_version), self, provider
         )
+        fences = [
+            register(m, self, provider, depends_on=[ns]) for m in opencost_network_policies(network)
+        ]
+        # The cluster CA OpenCost verifies Prometheus with (``depends_on`` carries the
+        # monitoring release, which waits for the CA's issuer).
+        bundle = register(
+            ca_bundle(OPENCOST_NAMESPACE), self, provider, depends_on=[ns, *depends_on]
+        )
         self.release = helm_release(
             "opencost",
             OPENCOST,
@@ -43,7 +55,7 @@ class CostAllocation(pulumi.ComponentResource):
             values=opencost_values(inputs),
             parent=self,
             provider=provider,
-            depends_on=[ns, *depends_on],
+            depends_on=[ns, bundle, *fences, *depends_on],
         )
         register(cost_rule(inputs), self, provider, depends_on=list(depends_on))
         register(cost_dashboard_configmap(), self, provider, depends_on=list(depends_on))

@@ -13,6 +13,9 @@
 * A Grafana dashboard: GPU-hours and cost per team per day and per month, GPU-hours
   per Kueue queue (the pods' ``kueue.x-k8s.io/queue-name`` label, exported by
   kube-state-metrics as the monitoring values allow-list).
+* OpenCost reads Prometheus over TLS, trusting only the cluster CA (``ca.crt`` of the
+  namespace's `modules.k8s.pki.spec.ca_bundle`); its namespace denies all traffic but
+  DNS, the API server, Prometheus on 9090 and Prometheus' scrape of OpenCost's 9003.
 
 OpenCost metric names and labels used here (``container_cpu_allocation``,
 ``container_memory_allocation_bytes``, ``container_gpu_allocation`` by namespace, pod,
@@ -27,17 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, system_node_selector
 from modules.k8s.monitoring.dashboards import DASHBOARD_LABEL
+from modules.k8s.monitoring.spec import PROMETHEUS_POD_LABELS, PROMETHEUS_PORT, PROMETHEUS_URL
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
+from modules.k8s.pki.spec import CA_KEY, ca_volume
 from modules.k8s.versions import Chart
 
 #: OpenCost's chart (github.com/opencost/opencost-helm-chart, tag opencost-2.5.17,
 #: app 1.120.1); values checked against that tag's values.yaml and templates.
 OPENCOST = Chart("opencost", "2.5.17", "https://opencost.github.io/opencost-helm-chart")
 OPENCOST_NAMESPACE = "opencost"
-#: kube-prometheus-stack's Prometheus service (release ``kube-prometheus-stack``).
-PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc:9090"
+#: OpenCost's API and metrics port (the chart's ``exporter.apiPort``).
+OPENCOST_PORT = 9003
+CA_DIR = "/etc/gpuplatform/ca"
 COST_RULE_NAME = "gpuplatform-cost"
 COST_DASHBOARD_CONFIGMAP = "gpuplatform-cost-dashboard"
 COST_DASHBOARD_FILE = "team-gpu-hours-and-cost.json"
@@ -115,7 +122,14 @@ def opencost_values(inputs: CostInputs) -> dict[str, Any]:
                 "defaultClusterId": inputs.cluster_id,
                 "securityContext": restricted,
                 # Custom prices on every cluster: never the AWS pricing endpoints.
-                "env": [{"name": "USE_CUSTOM_PROVIDER", "value": "true"}],
+                # SSL_CERT_FILE: Go trusts only the cluster CA (Prometheus' issuer).
+                "env": [
+                    {"name": "USE_CUSTOM_PROVIDER", "value": "true"},
+                    {"name": "SSL_CERT_FILE", "value": f"{CA_DIR}/{CA_KEY}"},
+                ],
+                "extraVolumeMounts": [
+                    {"name": "gpuplatform-ca", "mountPath": CA_DIR, "readOnly": True}
+                ],
             },
             "customPricing": {
                 "enabled": True,
@@ -145,7 +159,24 @@ def opencost_values(inputs: CostInputs) -> dict[str, Any]:
             "mcp": {"enabled": False},
             "ui": {"enabled": False},
         },
+        "extraVolumes": [ca_volume()],
     }
+
+
+def opencost_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """OpenCost reaches DNS, the API server (it lists nodes and pods) and Prometheus;
+    Prometheus scrapes it."""
+    ns = OPENCOST_NAMESPACE
+    return [
+        *netpol.baseline(ns, network),
+        netpol.allow_egress(
+            ns,
+            "allow-prometheus",
+            [netpol.namespace_peer(MONITORING_NAMESPACE, PROMETHEUS_POD_LABELS)],
+            netpol.tcp(PROMETHEUS_PORT),
+        ),
+        netpol.allow_scrape(ns, netpol.tcp(OPENCOST_PORT)),
+    ]
 
 
 def _per_namespace(allocation: str, price: str, scale: str = "") -> str:

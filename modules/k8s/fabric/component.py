@@ -11,6 +11,7 @@ from modules.k8s.fabric.spec import (
     ib_ip_pool,
     ipoib_network,
     network_operator_namespace,
+    network_operator_network_policies,
     network_operator_values,
     nic_cluster_policy,
 )
@@ -47,6 +48,10 @@ class Fabric(pulumi.ComponentResource):
         spec = args.infiniband
         if spec is not None and args.pools_with_fabric("infiniband"):
             ns = register(network_operator_namespace(args.kubernetes_version), self, provider)
+            fences = [
+                register(m, self, provider, depends_on=[ns])
+                for m in network_operator_network_policies(args.network)
+            ]
             release = helm_release(
                 "network-operator",
                 NETWORK_OPERATOR,
@@ -54,7 +59,7 @@ class Fabric(pulumi.ComponentResource):
                 values=network_operator_values(),
                 parent=self,
                 provider=provider,
-                depends_on=[ns],
+                depends_on=[ns, *fences],
             )
             self.releases.append(release)
             register(nic_cluster_policy(spec), self, provider, depends_on=[release])

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
     metadata,
@@ -178,15 +179,23 @@ def network_operator_namespace(kubernetes_version: str) -> Manifest:
 
 
 def network_operator_values() -> dict[str, Any]:
-    """Values of the Network Operator chart: the operator on the system pool, no
-    NicClusterPolicy from the chart (the platform writes its own), and no second node
-    feature discovery (the GPU Operator's labels the Mellanox NICs as well)."""
+    """Values of the Network Operator chart (keys checked against its values.yaml at
+    v26.4.1): the operator on the system pool and no second node feature discovery (the
+    GPU Operator's labels the Mellanox NICs as well). The chart has deployed no
+    NicClusterPolicy since 2024 (upstream commit 8fc96f20 removed ``deployCR``); the
+    platform writes its own (`nic_cluster_policy`)."""
     return {
         "nfd": {"enabled": False},
         "sriovNetworkOperator": {"enabled": False},
-        "deployCR": False,
         "operator": {"nodeSelector": system_node_selector()},
     }
+
+
+def network_operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The operator and the NVIDIA IPAM controller reach DNS and the API server; the
+    node agents (device plugin, Multus, IPoIB CNI, the driver) use the host's network,
+    which NetworkPolicies do not govern. No admission webhook is enabled."""
+    return netpol.baseline(NETWORK_OPERATOR_NAMESPACE, network)
 
 
 def _image(name: str) -> dict[str, str]:

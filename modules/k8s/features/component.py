@@ -13,8 +13,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.k8s.common import helm_release, namespace, register
+from modules.k8s.features import network as policies
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
+from modules.k8s.netpol import ClusterNetwork
 from modules.pools import NodePoolProfile
 
 
@@ -48,11 +50,14 @@ class FeatureStoreArgs:
             ``featuresRegistryPassword``).
         redis_password: the online store's password (secret config
             ``featuresRedisAuthToken``; on AWS also ElastiCache's AUTH token).
+        network: where the API server is (the proxy reviews tokens there) and the nodes.
         registry_host: the registry database host (the tracking RDS address on AWS).
         redis_host: the online store host (ElastiCache's primary endpoint on AWS).
         storage_class: the volumes' class on premises.
         tracking_database_secret: the ``mlflow`` Secret with the RDS master user (AWS).
         training: the training TrainJob, where the stack runs one.
+        vpc_cidr: on AWS the VPC, where the registry database, the online store and the
+            S3/STS endpoints are; ``None`` on premises.
     """
 
     spec: fs.FeaturesSpec
@@ -61,11 +66,13 @@ class FeatureStoreArgs:
     ca_issuer: str
     registry_password: pulumi.Input[str]
     redis_password: pulumi.Input[str]
+    network: ClusterNetwork
     registry_host: pulumi.Input[str] = ""
     redis_host: pulumi.Input[str] = ""
     storage_class: str = ""
     tracking_database_secret: str = "mlflow-db"
     training: FeatureTrainingArgs | None = None
+    vpc_cidr: pulumi.Input[str] | None = None
 
 
 def _secret(name: str, ns: str, data: dict[str, pulumi.Input[str]]) -> fs.Manifest:
@@ -93,6 +100,14 @@ class FeatureStore(pulumi.ComponentResource):
         ns = register(
             namespace(fs.NAMESPACE, "restricted", args.kubernetes_version), self, provider
         )
+        network = args.network
+        # Default deny and the exact paths, before any pod of the namespace runs.
+        fences = [
+            register(m, self, provider, [ns])
+            for m in policies.network_policies(
+                spec, network, args.vpc_cidr if placement.on_aws else None
+            )
+        ]
         registry_password = pulumi.Output.secret(args.registry_password)
         redis_password = pulumi.Output.secret(args.redis_password)
         on_aws = placement.on_aws
@@ -120,9 +135,15 @@ class FeatureStore(pulumi.ComponentResource):
                 self,
                 provider,
             )
+            if args.vpc_cidr is None:
+                raise ValueError("the feature store on AWS needs the VPC's CIDR")
+            init_fence = register(policies.registry_init_policy(args.vpc_cidr), self, provider)
             job = fs.registry_init_job(placement, args.tracking_database_secret, args.registry_host)
-            stores.append(register(job, self, provider, [init_secret]))
+            stores.append(register(job, self, provider, [init_secret, init_fence]))
         else:
+            # CloudNativePG's operator (in its own default-deny namespace) reaches the
+            # registry's instances.
+            register(policies.operator_egress_policy(), self, provider)
             owner = register(
                 {
                     **_secret(
@@ -167,13 +188,12 @@ class FeatureStore(pulumi.ComponentResource):
             )
         for manifest in [
             *fs.rbac_objects(spec),
-            *fs.network_policies(spec, on_aws),
             *fs.proxy_objects(spec, placement, args.ca_issuer),
             fs.repo_configmap(placement),
             fs.materialize_cronjob(spec, placement),
             fs.apply_job(spec, placement),
         ]:
-            register(manifest, self, provider, [ns, *stores])
+            register(manifest, self, provider, [ns, *fences, *stores])
         for client in spec.client_namespaces:
             register(fs.client_egress_policy(client), self, provider)
         if args.training is not None:

@@ -56,6 +56,12 @@ KUBE_RBAC_PROXY_TAG = "v0.18.0"  # the tag the serving layer runs
 POSTGRES_IMAGE_TAG = "17.6"
 
 SERVER_RELEASE = "feast-feature-server"  # the chart's fullname is then the release name
+#: The feature server pods' ``app.kubernetes.io/name`` (the chart's name).
+SERVER_NAME = "feast-feature-server"
+#: The materialisation CronJob's and the registry init Job's pod names (labels).
+MATERIALIZE_NAME = "feast-materialize"
+REGISTRY_INIT_NAME = "feast-registry-init"
+REGISTRY_PORT = 5432
 SERVER_SERVICE_PORT = 80
 SERVER_CONTAINER_PORT = 6566
 PROXY_NAME = "feast-endpoint"
@@ -72,8 +78,14 @@ REGISTRY_CLUSTER = "feast-registry"
 REGISTRY_DATABASE = "feast"
 REGISTRY_USER = "feast"
 REGISTRY_INIT_SECRET = "feast-registry-init"
+#: The tracking server's namespace, where the registry init Job runs on AWS
+#: (`modules.k8s.tracking.manifests.TRACKING_NAMESPACE`; this module stays free of
+#: Pulumi for the features environment's tests, so a test ties the two).
+TRACKING_NAMESPACE = "mlflow"
 SERVICE_ACCOUNT = "feast"
-RUN_AS = 1000
+#: The features image's user (``workloads/features/Dockerfile``): 10000 or more, so
+#: that no container user is also a user of the node (checkov CKV_K8S_40).
+RUN_AS = 10001
 #: The feature server's authorisation: RBAC verb (POST -> create, GET -> get) on this
 #: virtual resource, which a Role grants to the client namespaces' ServiceAccounts.
 AUTH_API_GROUP = "gpuplatform.ae"
@@ -380,7 +392,8 @@ def proxy_objects(spec: FeaturesSpec, placement: Placement, ca_issuer: str) -> l
             f"--proxy-endpoints-port={PROXY_HEALTH_PORT}",
             "--tls-cert-file=/etc/tls/private/tls.crt",
             "--tls-private-key-file=/etc/tls/private/tls.key",
-            "--tls-min-version=VersionTLS12",
+            # TLS 1.3 only, as the inference endpoints (every client speaks it).
+            "--tls-min-version=VersionTLS13",
         ],
         "ports": [
             {"name": "https", "containerPort": PROXY_PORT, "protocol": "TCP"},
@@ -523,103 +536,11 @@ def rbac_objects(spec: FeaturesSpec) -> list[Manifest]:
     return objects
 
 
-# -- network: default deny, then exactly the paths that are needed -------------------
+# -- network: the feature store's own policies are `modules.k8s.features.network` ------
 
 
 def _ns_selector(name: str) -> Manifest:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-
-def network_policies(spec: FeaturesSpec, on_aws: bool) -> list[Manifest]:
-    """Default deny in ``feast``; clients -> proxy; proxy -> server; feast -> Redis."""
-    proxy = {"matchLabels": {"app.kubernetes.io/name": PROXY_NAME}}
-    server = {"matchLabels": {"app.kubernetes.io/name": "feast-feature-server"}}
-    policies: list[Manifest] = [
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("default-deny"),
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
-        },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-endpoint"),
-            "spec": {
-                "podSelector": proxy,
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [_ns_selector(n) for n in spec.client_namespaces],
-                        "ports": [{"protocol": "TCP", "port": PROXY_PORT}],
-                    }
-                ]
-                if spec.client_namespaces
-                else [],
-            },
-        },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-feature-server"),
-            "spec": {
-                "podSelector": server,
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [{"podSelector": proxy}],
-                        "ports": [{"protocol": "TCP", "port": SERVER_CONTAINER_PORT}],
-                    }
-                ],
-            },
-        },
-    ]
-    policies.append(
-        {
-            # Egress of every pod here: DNS, the registry database, Redis, the feature
-            # server behind the proxy, and HTTPS (the API server's token and access
-            # reviews, S3 for the offline store).
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta("feast-egress"),
-            "spec": {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "ports": [
-                            {"protocol": "UDP", "port": 53},
-                            {"protocol": "TCP", "port": 53},
-                            {"protocol": "TCP", "port": 5432},
-                            {"protocol": "TCP", "port": REDIS_PORT},
-                            {"protocol": "TCP", "port": SERVER_CONTAINER_PORT},
-                            {"protocol": "TCP", "port": 443},
-                        ]
-                    }
-                ],
-            },
-        }
-    )
-    if not on_aws:
-        policies.append(
-            {
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "NetworkPolicy",
-                "metadata": _meta("feast-online-store"),
-                "spec": {
-                    "podSelector": {"matchLabels": {"app.kubernetes.io/instance": ONLINE_RELEASE}},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            # The feature server and materialisation (same namespace).
-                            "from": [{"podSelector": {}}],
-                            "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
-                        }
-                    ],
-                },
-            }
-        )
-    return policies
 
 
 def client_egress_policy(namespace: str) -> Manifest:
@@ -692,6 +613,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                     "backoffLimit": 2,
                     "activeDeadlineSeconds": 3300,
                     "template": {
+                        "metadata": {"labels": {"app.kubernetes.io/name": MATERIALIZE_NAME}},
                         "spec": {
                             "restartPolicy": "Never",
                             "serviceAccountName": SERVICE_ACCOUNT,
@@ -703,7 +625,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                                 {"name": "tmp", "emptyDir": {}},
                                 *ca_volumes,
                             ],
-                        }
+                        },
                     },
                 }
             },
@@ -884,11 +806,12 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta("feast-registry-init", namespace="mlflow"),
+        "metadata": _meta(REGISTRY_INIT_NAME, namespace=TRACKING_NAMESPACE),
         "spec": {
             "backoffLimit": 6,
             "ttlSecondsAfterFinished": 86400,
             "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": REGISTRY_INIT_NAME}},
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "automountServiceAccountToken": False,
@@ -932,7 +855,7 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                             },
                         }
                     ],
-                }
+                },
             },
         },
     }

@@ -197,11 +197,15 @@ class WorkerInputs:
         site: the worker's site (from its validated stack file).
         kubeconfig: the kubeconfig of the worker's manager identity (a secret output of
             the worker stack, read through ``pulumi.StackReference``).
+        api_server_cidrs: where the worker's API server is (an AWS worker's VPC, where
+            its private endpoint is; an on-premises worker's ``apiServerCidrs``): the
+            only addresses the manager's Kueue may reach besides its own cluster.
     """
 
     stack: str
     site: SiteSpec
     kubeconfig: pulumi.Input[str]
+    api_server_cidrs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

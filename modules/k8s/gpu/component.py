@@ -8,7 +8,12 @@ from collections.abc import Sequence
 import pulumi
 
 from modules.k8s.common import helm_release, register
-from modules.k8s.gpu.spec import gpu_configmaps, gpu_operator_namespace, gpu_operator_values
+from modules.k8s.gpu.spec import (
+    gpu_configmaps,
+    gpu_operator_namespace,
+    gpu_operator_network_policies,
+    gpu_operator_values,
+)
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import GPU_OPERATOR
@@ -29,6 +34,10 @@ class GpuEnablement(pulumi.ComponentResource):
         onprem = args.onprem
         ns = register(gpu_operator_namespace(args.kubernetes_version), self, provider)
         configs = [register(m, self, provider, depends_on=[ns]) for m in gpu_configmaps(args.pools)]
+        configs += [
+            register(m, self, provider, depends_on=[ns])
+            for m in gpu_operator_network_policies(args.network)
+        ]
         self.release = helm_release(
             "gpu-operator",
             GPU_OPERATOR,

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
     metadata,
@@ -218,3 +219,16 @@ def gpu_operator_values(
             },
         },
     }
+
+
+#: The DCGM exporter's metrics port (its ServiceMonitor scrapes it).
+DCGM_EXPORTER_PORT = 9400
+
+
+def gpu_operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The operator and its node agents (device plugin, feature discovery, validator,
+    MIG manager) reach DNS and the API server; Prometheus scrapes the DCGM exporter.
+    Nothing else: a driver container that would download packages from outside the
+    site is refused (use the nodes' driver, or a precompiled driver image)."""
+    ns = GPU_OPERATOR_NAMESPACE
+    return [*netpol.baseline(ns, network), netpol.allow_scrape(ns, netpol.tcp(DCGM_EXPORTER_PORT))]

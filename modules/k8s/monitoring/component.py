@@ -1,5 +1,6 @@
-"""`Monitoring`: installs kube-prometheus-stack and registers the training PodMonitor, the
-dashboards and the alert rules that `spec`, `dashboards` and `alerts` build."""
+"""`Monitoring`: installs kube-prometheus-stack and registers its certificates and fences,
+the training PodMonitor, the dashboards and the alert rules that `spec`, `dashboards` and
+`alerts` build (and the PodMonitor of cert-manager, installed before monitoring)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from collections.abc import Sequence
 import pulumi
 
 from modules.k8s.common import helm_release, register
+from modules.k8s.cost.spec import OPENCOST_NAMESPACE
 from modules.k8s.monitoring.alerts import prometheus_rule
 from modules.k8s.monitoring.dashboards import dashboards_configmap
 from modules.k8s.monitoring.spec import (
     GRAFANA_SERVICE,
     kube_prometheus_stack_values,
+    monitoring_certificates,
     monitoring_namespace,
+    monitoring_network_policies,
     training_pod_monitor,
 )
 from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.pki.spec import cert_manager_pod_monitor
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import KUBE_PROMETHEUS_STACK
 
@@ -36,6 +41,21 @@ class Monitoring(pulumi.ComponentResource):
         provider = args.provider
         ns = register(monitoring_namespace(args.kubernetes_version), self, provider)
         dashboards = register(dashboards_configmap(), self, provider, depends_on=[ns])
+        fences = [
+            register(m, self, provider, depends_on=[ns])
+            for m in monitoring_network_policies(
+                args.network,
+                args.monitoring.grafana_access,
+                OPENCOST_NAMESPACE if args.cost is not None else None,
+                managed_control_plane=args.eks is not None,
+            )
+        ]
+        # The servers' certificates (``depends_on`` carries the cluster CA's issuer):
+        # their pods mount the Secrets, so they exist before the release waits on them.
+        certificates = [
+            register(m, self, provider, depends_on=[ns, *depends_on])
+            for m in monitoring_certificates()
+        ]
         self.release = helm_release(
             "kube-prometheus-stack",
             KUBE_PROMETHEUS_STACK,
@@ -45,9 +65,10 @@ class Monitoring(pulumi.ComponentResource):
             ),
             parent=self,
             provider=provider,
-            depends_on=[ns, dashboards, *depends_on],
+            depends_on=[ns, dashboards, *fences, *certificates, *depends_on],
         )
         register(prometheus_rule(args.monitoring), self, provider, depends_on=[self.release])
+        register(cert_manager_pod_monitor(), self, provider, depends_on=[self.release])
         if args.teams:
             register(
                 training_pod_monitor([t.name for t in args.teams]),

@@ -3,9 +3,10 @@
 `KubernetesPlatform` composes the concerns in dependency order (each a component of its
 own, every object through ``args.provider``):
 
-    site -> storage -> tenancy (team namespaces) -> monitoring (CRDs for monitors)
-         -> GPU operator -> fabric -> queueing (Kueue, queues) -> autoscaler (EKS)
-         -> serving (cert-manager, KServe, runtimes; where configured)
+    site -> storage -> PKI (cert-manager, the cluster CA) -> tenancy (team namespaces)
+         -> monitoring (CRDs for monitors) -> GPU operator -> fabric -> queueing (Kueue,
+         queues) -> Kubeflow Trainer (runtimes) -> autoscaler (EKS) -> serving (KServe,
+         runtimes; where configured)
 
 and exposes, per team, what the workloads' ``TrainingJob`` needs (`TeamPlacement`)
 together with the resources to ``depends_on``.
@@ -22,6 +23,7 @@ from modules.k8s.fleet.component import FleetManager, FleetWorker
 from modules.k8s.gpu.component import GpuEnablement
 from modules.k8s.monitoring.component import Monitoring
 from modules.k8s.names import TeamPlacement, team_placement
+from modules.k8s.pki.component import Pki
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.platform.summary import installed_charts, pool_plugins
 from modules.k8s.queueing.component import Queueing
@@ -31,7 +33,9 @@ from modules.k8s.storage.component import Storage
 from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tenancy.component import Tenancy
 from modules.k8s.tracking.component import Tracking
+from modules.k8s.tracking.manifests import team_tracking_access
 from modules.k8s.trainer.component import KubeflowTrainer
+from modules.k8s.trainer.runtimes import RuntimeSite
 
 
 class KubernetesPlatform(pulumi.ComponentResource):
@@ -57,19 +61,29 @@ class KubernetesPlatform(pulumi.ComponentResource):
         super().__init__("gpuplatform:k8s:KubernetesPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        site = SiteDeclaration(f"{name}-site", args.site, args.provider, child)
+        oidc = args.onprem.oidc if args.onprem is not None else None
+        site = SiteDeclaration(
+            f"{name}-site",
+            args.site,
+            args.provider,
+            child,
+            oidc=oidc,
+            kubernetes_version=args.kubernetes_version,
+        )
         storage = Storage(f"{name}-storage", args, child)
+        pki = Pki(f"{name}-pki", args, child)
         tenancy = Tenancy(
             f"{name}-tenancy",
             args,
             storage_ready=[*storage.ready.classes, *storage.ready.team_directories],
             opts=child,
+            pki_ready=[pki.issuer],
         )
         monitoring = Monitoring(
             f"{name}-monitoring",
             args,
             platform_storage_class(args),
-            depends_on=storage.ready.classes,
+            depends_on=[*storage.ready.classes, pki.issuer],
             opts=child,
         )
         self.platform_ready: list[pulumi.Resource] = [site.configmap]
@@ -80,6 +94,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 args.cost,
                 args.provider,
                 args.kubernetes_version,
+                args.network,
                 depends_on=[monitoring.release],
                 opts=child,
             )
@@ -96,6 +111,11 @@ class KubernetesPlatform(pulumi.ComponentResource):
             opts=child,
         )
         self.platform_ready += [queueing.release, *queueing.priority_classes]
+        # What every training pod gets from the cluster: its team's MLflow wiring (where
+        # the cluster tracks) and a ServiceAccount token only where a cloud identity
+        # uses it (EKS Pod Identity).
+        tracking = team_tracking_access() if args.tracking_enabled else None
+        cloud_identity = args.eks is not None
         # -- Kubeflow Trainer (TrainJobs, the platform's runtimes) --
         if args.trainer.enabled:
             trainer = KubeflowTrainer(
@@ -104,6 +124,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 tenancy.namespaces,
                 depends_on=[queueing.release],
                 opts=child,
+                site=RuntimeSite(tracking, cloud_identity),
             )
             self.platform_ready += [trainer.release, *trainer.runtimes]
         # -- fleet (MultiKueue, docs/fleet.md) --
@@ -138,7 +159,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 f"{name}-tracking",
                 args,
                 tenancy.namespaces,
-                depends_on=[monitoring.release, *storage.ready.classes],
+                depends_on=[monitoring.release, pki.issuer, *storage.ready.classes],
                 opts=child,
             )
         # Model serving: KServe, its runtimes and monitoring (InferenceServices wait on it).
@@ -150,6 +171,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 tenancy.namespaces,
                 monitoring.release,
                 child,
+                pki_ready=[pki.issuer],
             )
             self.serving_ready = serving.ready
 
@@ -157,7 +179,11 @@ class KubernetesPlatform(pulumi.ComponentResource):
         self.team_ready: dict[str, list[pulumi.Resource]] = {}
         for team in args.teams:
             self.placements[team.name] = team_placement(
-                team.name, args.secondary_network, team.allowed_priorities
+                team.name,
+                args.secondary_network,
+                team.allowed_priorities,
+                tracking=tracking,
+                cloud_identity=cloud_identity,
             )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],

@@ -18,6 +18,7 @@ from modules.k8s.cost.spec import CostInputs
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.fleet.spec import FleetInputs
 from modules.k8s.monitoring.spec import MonitoringSpec
+from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.queueing.spec import QueueingSpec
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.eks import EksInputs
@@ -128,6 +129,17 @@ class KubernetesPlatformArgs:
         check.done()
 
     @property
+    def network(self) -> ClusterNetwork:
+        """Where the API server and the nodes are (NetworkPolicies name them by address):
+        on EKS the VPC (the private endpoint's interfaces and the nodes are in it), on
+        premises the addresses the site declares."""
+        if self.eks is not None:
+            return ClusterNetwork((self.eks.vpc_cidr,), (self.eks.vpc_cidr,))
+        if self.onprem is not None:
+            return ClusterNetwork(self.onprem.api_server_cidrs, self.onprem.node_cidrs)
+        raise ValueError("a platform needs EksInputs or OnPremSpec")  # checked above
+
+    @property
     def tracking_enabled(self) -> bool:
         """True where the layer deploys the MLflow tracking server."""
         return self.tracking is not None and self.tracking.enabled
@@ -146,6 +158,12 @@ class KubernetesPlatformArgs:
                 None,
                 "on EKS the tracking server needs its RDS database and bucket",
             )
+            check.require(
+                self.tracking.database_backup is None,
+                "tracking.database_backup",
+                "(given)",
+                "on EKS the database is RDS (automated backups, AWS Backup)",
+            )
         else:
             check.require(
                 inputs.store is None,
@@ -162,6 +180,12 @@ class KubernetesPlatformArgs:
                 self.tracking.replicas,
                 "more than one replica shares the artifact volume: needs a ReadWriteMany "
                 "checkpointStorageClass (onprem.checkpointAccessMode)",
+            )
+            check.require(
+                self.tracking.database_backup is None or inputs.backup_credentials is not None,
+                "tracking_inputs.backup_credentials",
+                None,
+                "database backups need the object store's access key (secret config)",
             )
 
     def _check_pools(self, check: Checker) -> None:
@@ -231,6 +255,14 @@ class KubernetesPlatformArgs:
         for name in sorted({n for n in names if names.count(n) > 1}):
             check.require(False, "teams", name, "team names must be unique")
         has_fabric = any(p.fabric != "none" for p in self.pools)
+        oidc = self.onprem.oidc if self.onprem is not None else None
+        for grouped in sorted(oidc.team_groups if oidc is not None else ()):
+            check.require(
+                grouped in names,
+                f"onprem.oidc.team_groups.{grouped}",
+                grouped,
+                f"must be one of the teams: {', '.join(names) or '(none declared)'}",
+            )
         for team in self.teams:
             check.require(
                 team.pod_security == "restricted" or has_fabric,

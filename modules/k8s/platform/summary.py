@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from modules.k8s.cost.spec import OPENCOST
 from modules.k8s.fabric.spec import fabric_plugins
+from modules.k8s.pki.spec import CERT_MANAGER
 from modules.k8s.platform.spec import KubernetesPlatformArgs
-from modules.k8s.serving.spec import CERT_MANAGER, KSERVE, KSERVE_CRD, METRICS_SERVER
+from modules.k8s.serving.spec import KSERVE, KSERVE_CRD, METRICS_SERVER
 from modules.k8s.trainer.spec import KUBEFLOW_TRAINER
 from modules.k8s.versions import (
     CLOUDNATIVE_PG,
@@ -77,7 +78,11 @@ def pool_plugins(args: KubernetesPlatformArgs) -> dict[str, list[str]]:
 
 def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
     """Helm release name -> the pinned chart, for the charts this stack installs."""
-    charts = {"kube-prometheus-stack": KUBE_PROMETHEUS_STACK, "kueue": KUEUE}
+    charts = {
+        "cert-manager": CERT_MANAGER,
+        "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
+        "kueue": KUEUE,
+    }
     if args.trainer.enabled:
         charts["kubeflow-trainer"] = KUBEFLOW_TRAINER
     if args.gpu_pools:
@@ -98,7 +103,7 @@ def installed_charts(args: KubernetesPlatformArgs) -> dict[str, Chart]:
         if args.eks is None:
             charts["cloudnative-pg"] = CLOUDNATIVE_PG
     if args.serving is not None:
-        charts |= {"cert-manager": CERT_MANAGER, "kserve-crd": KSERVE_CRD, "kserve": KSERVE}
+        charts |= {"kserve-crd": KSERVE_CRD, "kserve": KSERVE}
         if args.serving.install_metrics_server:
             charts["metrics-server"] = METRICS_SERVER
     return charts

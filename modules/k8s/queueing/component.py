@@ -13,6 +13,7 @@ from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.queueing.spec import (
     cluster_queue,
     kueue_namespace,
+    kueue_network_policies,
     kueue_values,
     local_queue,
     priority_classes,
@@ -37,6 +38,12 @@ class Queueing(pulumi.ComponentResource):
         provider = args.provider
         self.priority_classes = [register(m, self, provider) for m in priority_classes()]
         ns = register(kueue_namespace(args.kubernetes_version), self, provider)
+        manager = args.fleet.manager if args.fleet is not None else None
+        workers = [c for w in manager.workers for c in w.api_server_cidrs] if manager else []
+        fences = [
+            register(m, self, provider, depends_on=[ns])
+            for m in kueue_network_policies(args.network, workers)
+        ]
         self.release = helm_release(
             "kueue",
             KUEUE,
@@ -48,7 +55,7 @@ class Queueing(pulumi.ComponentResource):
             ),
             parent=self,
             provider=provider,
-            depends_on=[ns, *depends_on],
+            depends_on=[ns, *fences, *depends_on],
         )
         flavors = [
             register(resource_flavor(p), self, provider, depends_on=[self.release])

@@ -21,8 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pulumi
 import yaml
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
 from modules.k8s.names import (
     COHORT_NAME,
@@ -256,3 +258,42 @@ def priority_classes() -> list[Manifest]:
 def kueue_namespace(kubernetes_version: str) -> Manifest:
     # The Kueue controller runs non-root with all capabilities dropped: restricted fits.
     return namespace(KUEUE_NAMESPACE, "restricted", kubernetes_version)
+
+
+#: Kueue's controller pods (the chart's selector labels) and their ports: the admission
+#: webhook (``webhook-server``, 9443), the visibility API the API server aggregates
+#: (``visibility``, 8082) and the metrics endpoint Prometheus scrapes (``metrics``, 8443).
+KUEUE_CONTROLLER_LABELS = {"control-plane": "controller-manager"}
+KUEUE_WEBHOOK_PORT = "webhook-server"
+KUEUE_VISIBILITY_PORT = "visibility"
+KUEUE_METRICS_PORT = "metrics"
+
+
+def kueue_network_policies(
+    network: netpol.ClusterNetwork, worker_api_cidrs: Sequence[pulumi.Input[str]] = ()
+) -> list[Manifest]:
+    """Kueue reaches DNS and the API server; the API server calls its webhook and
+    visibility API; Prometheus scrapes its metrics. On a fleet manager, MultiKueue also
+    reaches the workers' API servers (``worker_api_cidrs``, over the site link)."""
+    ns = KUEUE_NAMESPACE
+    policies = [
+        *netpol.baseline(ns, network),
+        netpol.allow_from_api_server(
+            ns,
+            network,
+            netpol.tcp(KUEUE_WEBHOOK_PORT, KUEUE_VISIBILITY_PORT),
+            pod_labels=KUEUE_CONTROLLER_LABELS,
+        ),
+        netpol.allow_scrape(ns, netpol.tcp(KUEUE_METRICS_PORT), pod_labels=KUEUE_CONTROLLER_LABELS),
+    ]
+    if worker_api_cidrs:
+        policies.append(
+            netpol.allow_egress(
+                ns,
+                "allow-fleet-workers",
+                netpol.cidr_peers(worker_api_cidrs),
+                netpol.tcp(*netpol.API_SERVER_PORTS),
+                pod_labels=KUEUE_CONTROLLER_LABELS,
+            )
+        )
+    return policies

@@ -1,9 +1,10 @@
-"""`Serving`: installs cert-manager, KServe and metrics-server and registers the runtimes,
-identities and monitoring that `manifests` and `observability` build."""
+"""`Serving`: installs KServe and metrics-server and registers the runtimes, identities,
+fences and monitoring that `manifests` and `observability` build (cert-manager and the
+cluster CA are the platform's PKI, `modules.k8s.pki`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pulumi
 
@@ -14,9 +15,8 @@ from modules.k8s.serving.manifests import (
     DEPLOYMENT_MODE,
     api_server_egress,
     auth_delegation,
-    cert_manager_values,
-    certificate_authority,
     inference_service_account,
+    kserve_network_policies,
     kserve_values,
     metrics_server_values,
     serving_runtimes,
@@ -28,8 +28,6 @@ from modules.k8s.serving.observability import (
     serving_prometheus_rule,
 )
 from modules.k8s.serving.spec import (
-    CERT_MANAGER,
-    CERT_MANAGER_NAMESPACE,
     KSERVE,
     KSERVE_CRD,
     KSERVE_NAMESPACE,
@@ -38,8 +36,8 @@ from modules.k8s.serving.spec import (
 
 
 class Serving(pulumi.ComponentResource):
-    """cert-manager, KServe, the runtimes, the inference identities and their monitoring
-    (from ``args.serving``).
+    """KServe, the runtimes, the inference identities and their monitoring (from
+    ``args.serving``); its certificates come from the cluster CA (``pki_ready``).
 
     Attributes:
         ready: what an InferenceService must ``depends_on`` (KServe and its runtimes).
@@ -52,6 +50,8 @@ class Serving(pulumi.ComponentResource):
         team_namespaces: Mapping[str, pulumi.Resource],
         monitoring_release: pulumi.Resource,
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        pki_ready: Sequence[pulumi.Resource] = (),
     ) -> None:
         super().__init__("gpuplatform:k8s:Serving", name, None, opts)
         if args.serving is None:
@@ -59,17 +59,11 @@ class Serving(pulumi.ComponentResource):
         spec = args.serving
         provider = args.provider
         version = args.kubernetes_version
-        cm_ns = register(namespace(CERT_MANAGER_NAMESPACE, "restricted", version), self, provider)
         kserve_ns = register(namespace(KSERVE_NAMESPACE, "restricted", version), self, provider)
-        cert_manager = helm_release(
-            "cert-manager",
-            CERT_MANAGER,
-            CERT_MANAGER_NAMESPACE,
-            values=cert_manager_values(spec),
-            parent=self,
-            provider=provider,
-            depends_on=[cm_ns, monitoring_release],
-        )
+        fences = [
+            register(m, self, provider, depends_on=[kserve_ns])
+            for m in kserve_network_policies(args.network)
+        ]
         crds = helm_release(
             "kserve-crd",
             KSERVE_CRD,
@@ -87,13 +81,9 @@ class Serving(pulumi.ComponentResource):
             values=kserve_values(spec, region if isinstance(region, str) else None),
             parent=self,
             provider=provider,
-            depends_on=[kserve_ns, crds, cert_manager],
+            depends_on=[kserve_ns, crds, *fences, *pki_ready],
         )
-        self.ready: list[pulumi.Resource] = [kserve]
-        issued: list[pulumi.Resource] = [cert_manager]
-        for issuer in certificate_authority():
-            issued = [register(issuer, self, provider, depends_on=issued)]
-        self.ready += issued
+        self.ready: list[pulumi.Resource] = [kserve, *pki_ready]
         if spec.install_metrics_server:
             # kube-system: where the resource metrics API's server conventionally runs.
             self.ready.append(
@@ -119,13 +109,12 @@ class Serving(pulumi.ComponentResource):
                     depends_on=[team_namespaces[team]],
                 )
             )
-            if spec.api_server_cidrs:
-                register(
-                    api_server_egress(spec, team),
-                    self,
-                    provider,
-                    depends_on=[team_namespaces[team]],
-                )
+            register(
+                api_server_egress(spec, team, args.network),
+                self,
+                provider,
+                depends_on=[team_namespaces[team]],
+            )
         if teams:
             register(auth_delegation(teams), self, provider)
             register(inference_pod_monitor(teams), self, provider, depends_on=[monitoring_release])

@@ -1,8 +1,7 @@
-"""Model serving on the cluster: cert-manager, KServe in RawDeployment mode, runtimes.
+"""Model serving on the cluster: KServe in RawDeployment mode, runtimes, identities.
 
-* cert-manager (jetstack chart, CRDs installed by the chart) issues the certificates of
-  KServe's admission webhooks, and, from a cluster-internal CA, those of the inference
-  endpoints.
+* The platform's cert-manager (`modules.k8s.pki`) issues the certificates of KServe's
+  admission webhooks, and, from the cluster CA, those of the inference endpoints.
 * KServe from its own OCI charts: ``kserve-crd``, then ``kserve-resources`` with
   ``deploymentMode: Standard`` (KServe v0.20's name for RawDeployment: plain
   Deployments, Services and HPAs; no Knative, no Istio) and no Ingress objects
@@ -12,6 +11,8 @@
 * Every image (KServe's controller, storage initializer, agent, router, the runtimes,
   cert-manager, kube-rbac-proxy) comes from ``ServingSpec.registry``: the stack's ECR in
   the region, or the site's registry on premises.
+* The ``kserve`` namespace's NetworkPolicies: default deny, the API server, and the API
+  server's calls to KServe's webhooks.
 * In each team namespace the ``inference`` ServiceAccount its inference pods run as
   (bound on EKS to a read-only role on the model artifacts) with the right to check
   callers' tokens (``system:auth-delegator``), for the endpoints' kube-rbac-proxy.
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, system_node_selector
 from modules.k8s.names import team_namespace
 from modules.k8s.serving.observability import (
@@ -34,20 +36,20 @@ from modules.k8s.serving.observability import (
     TRITON_METRICS_PORT_NAME,
 )
 from modules.k8s.serving.spec import (
-    CERT_MANAGER_NAMESPACE,
     CPU_MODEL_FORMAT,
     CPU_RUNTIME,
     INFERENCE_SERVICE_ACCOUNT,
+    KSERVE_NAMESPACE,
     KUBE_RBAC_PROXY_TAG,
     ONNX_MODEL_FORMAT,
-    SERVING_CA_ISSUER,
     TRITON_RUNTIME,
     ServingSpec,
 )
 
-#: The runtimes' containers run as this non-root user (Triton's image has it as
-#: ``triton-server``; the predictor image creates it).
-RUNTIME_UID = 1000
+#: The runtimes' containers run as this non-root user: the predictor image creates it
+#: (``USER 10001``); Triton's image runs as any UID (its ``triton-server`` user is 1000,
+#: below the 10000 at which a container user can no longer be a node's user).
+RUNTIME_UID = 10001
 #: KServe's storage initializer downloads the model here; runtimes read it from here.
 MODEL_DIR = "/mnt/models"
 #: The model servers' ports: REST (KServe's default 8080) and gRPC (the CPU predictor on
@@ -63,26 +65,6 @@ def _registry(spec: ServingSpec) -> str:
     if spec.registry is None:
         raise ValueError("serving.registry is unresolved (set by the AWS foundation)")
     return spec.registry
-
-
-def cert_manager_values(spec: ServingSpec) -> dict[str, Any]:
-    """Values of jetstack/cert-manager (keys checked against the chart's values.yaml)."""
-    registry = _registry(spec)
-    system = system_node_selector()
-    values: dict[str, Any] = {
-        "crds": {"enabled": True, "keep": True},
-        "image": {"repository": f"{registry}/cert-manager-controller"},
-        "nodeSelector": system,
-        # Its ServiceMonitor: kube-prometheus-stack picks every monitor up.
-        "prometheus": {"enabled": True, "servicemonitor": {"enabled": True}},
-    }
-    for component in ("webhook", "cainjector", "startupapicheck"):
-        values[component] = {
-            "image": {"repository": f"{registry}/cert-manager-{component}"},
-            "nodeSelector": system,
-        }
-    values["acmesolver"] = {"image": {"repository": f"{registry}/cert-manager-acmesolver"}}
-    return values
 
 
 def metrics_server_values(spec: ServingSpec) -> dict[str, Any]:
@@ -253,47 +235,6 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
     )
 
 
-SELF_SIGNED_ISSUER = "gpuplatform-selfsigned"
-SERVING_CA_SECRET = "gpuplatform-serving-ca"
-
-
-def _issuer_ref(name: str) -> dict[str, str]:
-    return {"name": name, "kind": "ClusterIssuer", "group": "cert-manager.io"}
-
-
-def certificate_authority() -> list[Manifest]:
-    """The CA of the inference endpoints (cert-manager's documented CA bootstrap): a
-    self-signed ClusterIssuer signs the CA certificate (kept in the cert-manager
-    namespace), and the CA ClusterIssuer signs each endpoint's serving certificate."""
-    return [
-        {
-            "apiVersion": "cert-manager.io/v1",
-            "kind": "ClusterIssuer",
-            "metadata": metadata(SELF_SIGNED_ISSUER),
-            "spec": {"selfSigned": {}},
-        },
-        {
-            "apiVersion": "cert-manager.io/v1",
-            "kind": "Certificate",
-            "metadata": metadata(SERVING_CA_SECRET, CERT_MANAGER_NAMESPACE),
-            "spec": {
-                "isCA": True,
-                "commonName": "gpuplatform inference endpoints CA",
-                "secretName": SERVING_CA_SECRET,
-                "duration": "87600h",  # ten years; endpoints' certificates rotate often
-                "privateKey": {"algorithm": "ECDSA", "size": 256},
-                "issuerRef": _issuer_ref(SELF_SIGNED_ISSUER),
-            },
-        },
-        {
-            "apiVersion": "cert-manager.io/v1",
-            "kind": "ClusterIssuer",
-            "metadata": metadata(SERVING_CA_ISSUER),
-            "spec": {"ca": {"secretName": SERVING_CA_SECRET}},
-        },
-    ]
-
-
 def inference_service_account(team: str) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -327,9 +268,10 @@ def auth_delegation(teams: Sequence[str]) -> Manifest:
     }
 
 
-def api_server_egress(spec: ServingSpec, team: str) -> Manifest:
+def api_server_egress(spec: ServingSpec, team: str, network: netpol.ClusterNetwork) -> Manifest:
     """Lets inference pods reach the API server (their kube-rbac-proxy reviews each
-    caller's token), where it is outside what the team namespace already allows."""
+    caller's token): the cluster's API server addresses and any the serving section adds."""
+    cidrs = [*network.api_server_cidrs, *spec.api_server_cidrs]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -339,11 +281,8 @@ def api_server_egress(spec: ServingSpec, team: str) -> Manifest:
             "policyTypes": ["Egress"],
             "egress": [
                 {
-                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.api_server_cidrs],
-                    "ports": [
-                        {"protocol": "TCP", "port": 443},
-                        {"protocol": "TCP", "port": 6443},
-                    ],
+                    "to": netpol.cidr_peers(cidrs),
+                    "ports": netpol.tcp(*netpol.API_SERVER_PORTS),
                 }
             ],
         },
@@ -353,3 +292,24 @@ def api_server_egress(spec: ServingSpec, team: str) -> Manifest:
 def serving_runtimes(spec: ServingSpec, has_gpus: bool) -> list[Manifest]:
     """The runtimes this stack offers: Triton only where there are GPU pools."""
     return [cpu_runtime(spec), *([triton_runtime(spec)] if has_gpus else [])]
+
+
+#: KServe's controller pods (``control-plane`` label of the kserve-resources chart) and
+#: their webhook port (``webhook-server``, 9443).
+KSERVE_CONTROLLER_LABELS = {"control-plane": "kserve-controller-manager"}
+KSERVE_WEBHOOK_PORT = "webhook-server"
+
+
+def kserve_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The controller reaches the API server only; the API server calls its admission
+    webhooks. Its metrics (behind kube-rbac-proxy on 8443) are not scraped: no scrape
+    is allowed."""
+    return [
+        *netpol.baseline(KSERVE_NAMESPACE, network),
+        netpol.allow_from_api_server(
+            KSERVE_NAMESPACE,
+            network,
+            netpol.tcp(KSERVE_WEBHOOK_PORT),
+            pod_labels=KSERVE_CONTROLLER_LABELS,
+        ),
+    ]

@@ -1,11 +1,12 @@
-"""Model serving settings and the pinned parts it installs (KServe, cert-manager, images).
+"""Model serving settings and the pinned parts it installs (KServe, images).
 
 `ServingSpec` is the ``uae-gpu-platform:serving`` section. The charts and images are
 pinned here, one place to bump: versions were checked against the upstream releases
-(KServe v0.20.0 charts ``kserve-crd`` and ``kserve-resources``, cert-manager v1.20.3,
-metrics-server chart 3.13.1,
-kube-rbac-proxy v0.18.0; the values this layer sets are each present in those charts'
-``values.yaml`` at the pinned tags).
+(KServe v0.20.0 charts ``kserve-crd`` and ``kserve-resources``, metrics-server chart
+3.13.1, kube-rbac-proxy v0.18.0; the values this layer sets are each present in those
+charts' ``values.yaml`` at the pinned tags). cert-manager and the cluster CA, which
+issue the webhooks' and endpoints' certificates, are the platform's PKI
+(`modules.k8s.pki.spec`); its images are mirrored with these.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from modules.k8s.pki.spec import CLUSTER_CA_ISSUER
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -23,10 +25,6 @@ KSERVE_VERSION = "v0.20.0"
 #: ``kserve`` chart is ``kserve-resources`` (controller, webhooks, inferenceservice-config).
 KSERVE_CRD = Chart("oci://ghcr.io/kserve/charts/kserve-crd", KSERVE_VERSION)
 KSERVE = Chart("oci://ghcr.io/kserve/charts/kserve-resources", KSERVE_VERSION)
-#: cert-manager issues the KServe webhooks' serving certificates; the chart installs its
-#: own CRDs (``crds.enabled``). KServe v0.20's quick install tests with v1.17; v1.20 is a
-#: supported cert-manager release with the same API.
-CERT_MANAGER = Chart("cert-manager", "v1.20.3", "https://charts.jetstack.io")
 #: KServe's HPAs (RawDeployment autoscaling on CPU) read the resource metrics API.
 METRICS_SERVER = Chart(
     "metrics-server", "3.13.1", "https://kubernetes-sigs.github.io/metrics-server/"
@@ -40,16 +38,15 @@ KUBE_RBAC_PROXY_TAG = "v0.18.0"
 DEFAULT_TRITON_TAG = "25.09-py3"
 
 KSERVE_NAMESPACE = "kserve"
-CERT_MANAGER_NAMESPACE = "cert-manager"
 #: Runtimes every team namespace can use (cluster-wide ServingRuntimes).
 CPU_RUNTIME = "uae-cpu-predictor"
 TRITON_RUNTIME = "uae-triton"
 #: Model format names the runtimes declare; an InferenceService names one of them.
 CPU_MODEL_FORMAT = "uae-gpt"
 ONNX_MODEL_FORMAT = "onnx"
-#: cert-manager issuer of the inference endpoints' TLS certificates: a cluster-internal
-#: CA (its certificate is the ``ca.crt`` of every endpoint's TLS secret).
-SERVING_CA_ISSUER = "gpuplatform-serving-ca"
+#: cert-manager issuer of the inference endpoints' TLS certificates: the cluster CA (its
+#: certificate is the ``ca.crt`` of every endpoint's TLS secret).
+SERVING_CA_ISSUER = CLUSTER_CA_ISSUER
 #: ServiceAccount of inference pods in each team namespace; on EKS the AWS side binds
 #: ``<team namespace>/inference`` to a read-only role on the model artifacts.
 INFERENCE_SERVICE_ACCOUNT = "inference"
@@ -72,9 +69,9 @@ class ServingSpec:
             trailing slash. AWS stacks leave it unset: their own ECR
             (``<account>.dkr.ecr.<region>.amazonaws.com/gpu-<stack>``) is used, with one
             repository per image. Required on premises (the site's registry).
-        api_server_cidrs: CIDRs of the Kubernetes API server, which the endpoints'
-            kube-rbac-proxy calls to check tokens. EKS stacks reach it inside the VPC
-            already; on premises list the API server's addresses.
+        api_server_cidrs: more addresses of the Kubernetes API server, which the
+            endpoints' kube-rbac-proxy calls to check tokens, besides the cluster's own
+            (the VPC on EKS, ``onprem.apiServerCidrs`` on premises); default none.
         drift_token_js_threshold: Jensen-Shannon distance of the live token distribution
             from the training reference above which drift alerts (default 0.1).
         drift_prompt_length_psi_threshold: population stability index of prompt lengths

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from modules.k8s.site.oidc import OidcSpec
 from modules.validation import Checker
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -35,6 +36,15 @@ class OnPremSpec:
             Toolkit in containerd (default true).
         egress_cidrs: extra destinations (IPv4 CIDRs) team pods may reach on port 443, such
             as the site's object store (default none).
+        api_server_cidrs: the API server's addresses (IPv4 CIDRs, e.g. the control-plane
+            nodes or their load balancer). Required: every namespace of the platform
+            denies egress by default, and its operators reach the API server only
+            there; the API server's calls to admission webhooks come from there too.
+        node_cidrs: the nodes' addresses, control-plane nodes included (IPv4 CIDRs).
+            Required: Prometheus scrapes the kubelets, node exporters and the control
+            plane's components there.
+        oidc: the API server's OpenID Connect settings (`OidcSpec`): how people sign in,
+            and which identity-provider group each team is; ``null`` for none.
     """
 
     storage_class: str
@@ -43,6 +53,9 @@ class OnPremSpec:
     install_gpu_driver: bool = True
     install_container_toolkit: bool = True
     egress_cidrs: tuple[str, ...] = ()
+    api_server_cidrs: tuple[str, ...] = ()
+    node_cidrs: tuple[str, ...] = ()
+    oidc: OidcSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -64,15 +77,30 @@ class OnPremSpec:
             self.checkpoint_access_mode,
             "one of 'ReadWriteOnce', 'ReadWriteMany'",
         )
-        for i, cidr in enumerate(self.egress_cidrs):
-            try:
-                network = ipaddress.IPv4Network(cidr, strict=True)
-            except ValueError:
-                check.require(False, f"egress_cidrs[{i}]", cidr, "expected an IPv4 CIDR")
-                continue
-            check.require(
-                network.prefixlen > 0, f"egress_cidrs[{i}]", cidr, "0.0.0.0/0 is not allowed"
-            )
+        for name in ("egress_cidrs", "api_server_cidrs", "node_cidrs"):
+            for i, cidr in enumerate(getattr(self, name)):
+                try:
+                    network = ipaddress.IPv4Network(cidr, strict=True)
+                except ValueError:
+                    check.require(False, f"{name}[{i}]", cidr, "expected an IPv4 CIDR")
+                    continue
+                check.require(
+                    network.prefixlen > 0, f"{name}[{i}]", cidr, "0.0.0.0/0 is not allowed"
+                )
+        check.require(
+            bool(self.api_server_cidrs),
+            "api_server_cidrs",
+            [],
+            "list the API server's addresses (e.g. 10.20.0.10/32): every platform namespace "
+            "denies egress by default and reaches the API server only there",
+        )
+        check.require(
+            bool(self.node_cidrs),
+            "node_cidrs",
+            [],
+            "list the nodes' addresses (e.g. 10.20.0.0/22): Prometheus scrapes the kubelets "
+            "and node exporters there",
+        )
         check.done()
 
     @property

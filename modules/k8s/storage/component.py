@@ -16,6 +16,7 @@ from modules.k8s.storage.spec import (
     fsx_root_volume,
     platform_storage_class,
     storage_namespace,
+    storage_network_policies,
     team_directories_job,
 )
 from modules.k8s.versions import FSX_CSI_DRIVER
@@ -60,6 +61,10 @@ class Storage(pulumi.ComponentResource):
             )
             ns = register(storage_namespace(args.kubernetes_version), self, provider)
             root = [register(m, self, provider, depends_on=[ns]) for m in fsx_root_volume(fsx)]
+            root += [
+                register(m, self, provider, depends_on=[ns])
+                for m in storage_network_policies(args.network)
+            ]
             job = register(
                 team_directories_job([t.name for t in args.teams], fsx.init_image),
                 self,

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import pulumi
 
+from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
     metadata,
@@ -191,6 +192,12 @@ def storage_namespace(kubernetes_version: str) -> Manifest:
         kubernetes_version,
         reason="the team-directory Job runs as root with CAP_CHOWN on the shared file system",
     )
+
+
+def storage_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The team-directory Job touches only the file system its node mounts (the CSI
+    driver's mount is the node's traffic): its namespace allows nothing but DNS."""
+    return netpol.baseline(STORAGE_NAMESPACE, network, api_server=False)
 
 
 def team_directories_script(team_names: Sequence[str]) -> str:

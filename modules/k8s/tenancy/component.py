@@ -1,5 +1,6 @@
-"""`Tenancy`: registers each team's namespace, the objects that fence it in (`spec`) and its
-checkpoint volume (`modules.k8s.storage.spec`)."""
+"""`Tenancy`: registers each team's namespace, the objects that fence it in (`spec`), its
+checkpoint volume (`modules.k8s.storage.spec`) and the cluster CA its pods verify the
+platform's endpoints with (`modules.k8s.pki.spec.ca_bundle`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pulumi
 
 from modules.k8s.common import register
 from modules.k8s.names import team_namespace
+from modules.k8s.pki.spec import ca_bundle
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.storage.spec import checkpoint_volume_manifests
 from modules.k8s.tenancy.spec import team_manifests, team_namespace_manifest
@@ -23,6 +25,7 @@ class Tenancy(pulumi.ComponentResource):
         args: KubernetesPlatformArgs,
         storage_ready: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
+        pki_ready: Sequence[pulumi.Resource] = (),
     ) -> None:
         super().__init__("gpuplatform:k8s:Tenancy", name, None, opts)
         self.namespaces: dict[str, pulumi.Resource] = {}
@@ -36,6 +39,14 @@ class Tenancy(pulumi.ComponentResource):
                 register(manifest, self, args.provider, depends_on=[ns])
                 for manifest in team_manifests(team, args)
             ]
+            objects.append(
+                register(
+                    ca_bundle(team_namespace(team.name)),
+                    self,
+                    args.provider,
+                    depends_on=[ns, *pki_ready],
+                )
+            )
             objects += [
                 register(
                     manifest,

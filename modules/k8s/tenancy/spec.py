@@ -29,6 +29,7 @@ from modules.k8s.names import (
     team_namespace,
 )
 from modules.k8s.site.eks import EksInputs
+from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tenancy.quotas import GPU_RESOURCE, namespace_ceiling
 from modules.pools import NodePoolProfile
@@ -331,15 +332,21 @@ def network_policies(
     return policies
 
 
-def team_rbac(team: TeamSpec) -> list[Manifest]:
+def team_rbac(team: TeamSpec, oidc: OidcSpec | None = None) -> list[Manifest]:
     """The team's group may edit its own namespace (the built-in ``edit`` role through a
-    RoleBinding: no cluster-wide rights, no RBAC or quota changes) and read its queue."""
+    RoleBinding: no cluster-wide rights, no RBAC or quota changes) and read its queue.
+
+    The group is ``team:<name>`` (on EKS an access entry maps the team's IAM role to
+    it); on premises with OpenID Connect also the team's identity-provider group as the
+    API server names it (``<groupsPrefix><group>``)."""
     ns = team_namespace(team.name)
-    subject = {
-        "kind": "Group",
-        "name": team_group(team.name),
-        "apiGroup": "rbac.authorization.k8s.io",
-    }
+    groups = [team_group(team.name)]
+    if oidc is not None:
+        groups.append(oidc.team_group(team.name))
+    subjects = [
+        {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}
+        for group in groups
+    ]
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -350,7 +357,7 @@ def team_rbac(team: TeamSpec) -> list[Manifest]:
                 "kind": "ClusterRole",
                 "name": "edit",
             },
-            "subjects": [subject],
+            "subjects": subjects,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -373,7 +380,7 @@ def team_rbac(team: TeamSpec) -> list[Manifest]:
                 "kind": "Role",
                 "name": "queue-viewer",
             },
-            "subjects": [subject],
+            "subjects": [dict(s) for s in subjects],
         },
     ]
 
@@ -409,10 +416,11 @@ def team_manifests(team: TeamSpec, args: TenancyArgs) -> list[Manifest]:
     """Everything inside a team namespace except its queue and checkpoint volume."""
     vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
     extra = args.onprem.egress_cidrs if args.onprem is not None else ()
+    oidc = args.onprem.oidc if args.onprem is not None else None
     return [
         *resource_quotas(team, args.pools),
         limit_range(team),
         *network_policies(team, vpc_cidr, extra),
-        *team_rbac(team),
+        *team_rbac(team, oidc),
         trainer_service_account(team),
     ]

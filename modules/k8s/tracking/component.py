@@ -1,12 +1,15 @@
 """`Tracking`: installs the MLflow tracking server (and on premises its CloudNativePG
-database) with the values and objects that `manifests` builds."""
+database) with the values and objects that `manifests` builds: its certificate and TLS
+Service, its fences, the teams' MLflow users and their credentials."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from modules.k8s.common import helm_release, register
 from modules.k8s.platform.spec import KubernetesPlatformArgs
@@ -21,8 +24,11 @@ from modules.k8s.tracking.manifests import (
     TRACKING_URI,
     StoreSettings,
     artifact_claim,
+    backup_ca_secret,
+    backup_credentials_secret,
     cloudnative_pg_values,
     cnpg_namespace,
+    cnpg_network_policies,
     credentials_secret,
     database_cluster,
     database_host,
@@ -30,12 +36,20 @@ from modules.k8s.tracking.manifests import (
     database_secret_name,
     ini_safe_admin,
     mlflow_values,
+    scheduled_backup,
     server_network_policies,
     service_monitor,
+    team_credentials_secret,
     team_egress_policy,
+    team_users_secret,
+    tls_certificate,
+    tls_service,
     tracking_namespace,
     url_safe,
+    user_sync_configmap,
 )
+from modules.k8s.tracking.spec import TrackingInputs, TrackingSpec
+from modules.k8s.tracking.users import team_password, users_json
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 
 
@@ -55,7 +69,15 @@ class Tracking(pulumi.ComponentResource):
         if spec is None or inputs is None:  # KubernetesPlatformArgs checks the pair
             raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
         ns = register(tracking_namespace(args.kubernetes_version), self, provider)
-        ready: list[pulumi.Resource] = [ns, *depends_on]
+        vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
+        fences = [
+            register(manifest, self, provider, depends_on=[ns])
+            for manifest in server_network_policies(args.network, vpc_cidr, spec.database_backup)
+        ]
+        # The endpoint's certificate (the cluster CA's issuer is among ``depends_on``):
+        # the server pods mount it, so it exists before the release waits for them.
+        certificate = register(tls_certificate(), self, provider, depends_on=[ns, *depends_on])
+        ready: list[pulumi.Resource] = [ns, certificate, *fences, *depends_on]
         admin = pulumi.Output.from_input(inputs.admin_password)
         ready += [
             register(
@@ -114,6 +136,10 @@ class Tracking(pulumi.ComponentResource):
             if onprem is None:  # checked by KubernetesPlatformArgs
                 raise ValueError("an on-premises tracking server needs OnPremSpec")
             cnpg_ns = register(cnpg_namespace(args.kubernetes_version), self, provider)
+            cnpg_fences = [
+                register(m, self, provider, depends_on=[cnpg_ns])
+                for m in cnpg_network_policies(args.network)
+            ]
             operator = helm_release(
                 "cloudnative-pg",
                 CLOUDNATIVE_PG,
@@ -121,18 +147,27 @@ class Tracking(pulumi.ComponentResource):
                 values=cloudnative_pg_values(),
                 parent=self,
                 provider=provider,
-                depends_on=[cnpg_ns, *depends_on],
+                depends_on=[cnpg_ns, *cnpg_fences, *depends_on],
             )
+            # Backups to the site's object store: its access key (secret config values)
+            # and CA bundle exist before the cluster archives its first WAL file.
+            backup_secrets = self._backup_secrets(spec, inputs, ns, provider)
             # The database and the artifacts are data: protected like checkpoint claims.
-            ready.append(
+            database = register(
+                database_cluster(spec, onprem.storage_class),
+                self,
+                provider,
+                depends_on=[ns, operator, *backup_secrets],
+                protect=True,
+            )
+            ready.append(database)
+            if spec.database_backup is not None:
                 register(
-                    database_cluster(spec, onprem.storage_class),
+                    scheduled_backup(spec.database_backup),
                     self,
                     provider,
-                    depends_on=[ns, operator],
-                    protect=True,
+                    depends_on=[database],
                 )
-            )
             ready.append(
                 register(
                     artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode),
@@ -153,11 +188,9 @@ class Tracking(pulumi.ComponentResource):
                     ssl_mode="require",
                 ),
             )
-        vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
-        for manifest in server_network_policies(vpc_cidr):
-            register(manifest, self, provider, depends_on=[ns])
         for team, team_ns in team_namespaces.items():
             register(team_egress_policy(team), self, provider, depends_on=[team_ns])
+        ready += self._team_users(args, inputs.team_passwords, admin, team_namespaces, ns)
         self.release = helm_release(
             RELEASE,
             MLFLOW,
@@ -167,10 +200,76 @@ class Tracking(pulumi.ComponentResource):
             provider=provider,
             depends_on=ready,
         )
+        endpoint = register(tls_service(), self, provider, depends_on=[ns])
         register(
             service_monitor(args.monitoring.scrape_interval_seconds),
             self,
             provider,
-            depends_on=[self.release, *depends_on],
+            depends_on=[self.release, endpoint, *depends_on],
         )
         self.register_outputs({"trackingUri": TRACKING_URI})
+
+    def _backup_secrets(
+        self,
+        spec: TrackingSpec,
+        inputs: TrackingInputs,
+        ns: pulumi.Resource,
+        provider: k8s.Provider,
+    ) -> list[pulumi.Resource]:
+        """The database backups' Secrets: the object store's access key (as secrets) and
+        the site CA bundle where given; none without backups."""
+        backup = spec.database_backup
+        if backup is None:
+            return []
+        if inputs.backup_credentials is None:  # KubernetesPlatformArgs checks the pair
+            raise ValueError("database backups need the object store's access key")
+        access_key_id, secret_access_key = (
+            pulumi.Output.secret(value) for value in inputs.backup_credentials
+        )
+        secrets: list[pulumi.Resource] = [
+            register(
+                backup_credentials_secret(access_key_id, secret_access_key),
+                self,
+                provider,
+                depends_on=[ns],
+            )
+        ]
+        if backup.endpoint_ca:
+            secrets.append(register(backup_ca_secret(backup), self, provider, depends_on=[ns]))
+        return secrets
+
+    def _team_users(
+        self,
+        args: KubernetesPlatformArgs,
+        given: Mapping[str, pulumi.Input[str]],
+        admin: pulumi.Output[str],
+        team_namespaces: Mapping[str, pulumi.Resource],
+        ns: pulumi.Resource,
+    ) -> list[pulumi.Resource]:
+        """Each team's MLflow credentials in its namespace, and what the server pod's
+        user-sync sidecar mounts: every team's password and the script. Returns the
+        latter (the release waits for them)."""
+        provider = args.provider
+        passwords: dict[str, pulumi.Output[str]] = {}
+        for team in args.teams:
+            password = given.get(team.name)
+            passwords[team.name] = pulumi.Output.secret(
+                pulumi.Output.from_input(password)
+                if password is not None
+                else admin.apply(functools.partial(_derived, team.name))
+            )
+            register(
+                team_credentials_secret(team.name, passwords[team.name]),
+                self,
+                provider,
+                depends_on=[team_namespaces[team.name]],
+            )
+        users = pulumi.Output.all(**passwords).apply(users_json)
+        return [
+            register(team_users_secret(users), self, provider, depends_on=[ns]),
+            register(user_sync_configmap(), self, provider, depends_on=[ns]),
+        ]
+
+
+def _derived(team: str, admin_password: str) -> str:
+    return team_password(admin_password, team)

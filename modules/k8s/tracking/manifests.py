@@ -10,9 +10,22 @@
   touches the store: on AWS the data bucket under ``mlflow/``, written with SSE-KMS
   under the stack's key through EKS Pod Identity (no static keys); on premises a
   volume on the site's checkpoint class (shared file system where the site has one).
-* Reached only from team namespaces and scraped by Prometheus (NetworkPolicies on the
-  server pods; each team namespace gets an egress allowance to it); metrics are
-  exposed with ``--expose-prometheus`` and scraped by a ServiceMonitor that logs in.
+* TLS only: a ghostunnel sidecar (pinned below) terminates TLS on the pod's 8443 with
+  a certificate from the cluster CA and forwards to MLflow on the pod's loopback; the
+  platform's Service ``mlflow`` (443) points at it, so teams reach
+  ``https://mlflow.mlflow.svc.cluster.local``. MLflow itself listens on 5000 for the
+  kubelet's probes (the chart's, plain HTTP), which no NetworkPolicy admits anyone else
+  to. The chart's own Service (``mlflow-server``, port 80 to 5000) is therefore unused.
+* Each team has its own MLflow user ``team-<name>`` (`team_username`), its credentials
+  a Secret ``mlflow-credentials`` in the team namespace; a sidecar of the server
+  (`user_sync_container`) keeps the server's users matching them through MLflow's user
+  API, as the admin, on the pod's loopback.
+* The ``mlflow`` namespace denies all traffic by default: the server accepts the team
+  namespaces and Prometheus on 8443 only, and reaches DNS and the
+  database (and on EKS the S3 and STS endpoints and the Pod Identity agent); each team
+  namespace gets an egress allowance to the server's 8443 and nothing else of it.
+  Metrics are exposed with ``--expose-prometheus`` and scraped over TLS by a
+  ServiceMonitor that logs in.
 
 Charts and images cannot be pulled in the offline plan: ``pulumi up`` downloads them.
 """
@@ -22,26 +35,49 @@ from __future__ import annotations
 import json
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
-from modules.k8s.names import KUBE_SYSTEM, MONITORING_NAMESPACE, TEAM_LABEL, team_namespace
+from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
-from modules.k8s.tracking.spec import TrackingSpec
+from modules.k8s.tracking.spec import DatabaseBackupSpec, TrackingSpec
+from modules.k8s.tracking.users import team_username
 from modules.k8s.versions import CLOUDNATIVE_PG_POSTGRES_IMAGE
 
 TRACKING_NAMESPACE = "mlflow"
 CNPG_NAMESPACE = "cnpg-system"
 RELEASE = "mlflow"
-#: The chart's fullname (fullnameOverride): Deployment, Service and ServiceAccount.
-SERVER_NAME = "mlflow"
+#: The chart's fullname (fullnameOverride): its Deployment and its own plain Service.
+SERVER_NAME = "mlflow-server"
 SERVICE_ACCOUNT = "mlflow"
-SERVER_PORT = 5000  # the container port; the Service listens on 80
-SERVICE_PORT = 80
+#: MLflow's own port (plain HTTP): the kubelet's probes and the TLS proxy, nothing else.
+SERVER_PORT = 5000
+#: The TLS proxy's container port and name, and the platform's Service in front of it.
+TLS_PORT = 8443
+TLS_PORT_NAME = "https"
+TLS_SERVICE = "mlflow"
+TLS_SERVICE_PORT = 443
+TLS_SECRET = "mlflow-tls"
+TLS_DIR = "/etc/mlflow/tls"
+#: ghostunnel (github.com/ghostunnel/ghostunnel v1.11.1, Apache-2.0), the distroless
+#: image its release publishes to Docker Hub: a TLS-terminating proxy that reloads its
+#: certificate (``--timed-reload``) when cert-manager renews it.
+TLS_PROXY_IMAGE = "ghostunnel/ghostunnel:v1.11.1-distroless"
 #: What teams set as MLFLOW_TRACKING_URI.
-TRACKING_URI = f"http://{SERVER_NAME}.{TRACKING_NAMESPACE}.svc.cluster.local"
+TRACKING_URI = f"https://{TLS_SERVICE}.{TRACKING_NAMESPACE}.svc.cluster.local"
+#: In each team namespace: the team's MLflow user (keys ``username``, ``password``).
+TEAM_CREDENTIALS_SECRET = "mlflow-credentials"
+#: In the tracking namespace: every team user's password, for the user-sync Job.
+TEAM_USERS_SECRET = "mlflow-team-users"
+USERS_FILE = "users.json"
+#: The ConfigMap holding the user-sync sidecar's script.
+USER_SYNC_CONFIGMAP = "mlflow-user-sync"
+SYNC_SCRIPT = Path(__file__).with_name("sync_users.py")
 ADMIN_SECRET = "mlflow-admin"
 #: The admin credentials escaped for the chart's auth ini (see `ini_safe_admin`).
 ADMIN_INI_SECRET = "mlflow-admin-ini"
@@ -63,8 +99,11 @@ METRICS_DIR = "/tmp/mlflow-metrics"
 IMAGE_REPOSITORY = "burakince/mlflow"
 #: Image tag = the chart's appVersion, pinned here so a chart bump is a reviewed change.
 IMAGE_TAG = "3.15.1"
-#: The chart's selector labels (``mlflow.selectorLabels``) with fullname/release mlflow.
+#: The chart's selector labels (``mlflow.selectorLabels``: chart name and release).
 SERVER_POD_LABELS = {"app.kubernetes.io/name": "mlflow", "app.kubernetes.io/instance": RELEASE}
+#: The platform's TLS Service carries these besides the server's labels (the
+#: ServiceMonitor selects it, not the chart's plain Service).
+TLS_SERVICE_LABELS = {**SERVER_POD_LABELS, "app.kubernetes.io/component": "tls-endpoint"}
 CNPG_CLUSTER_LABEL = "cnpg.io/cluster"
 #: UID/GID of the server (the chart's defaults; the image's ``mlflow`` user).
 SERVER_UID = 1001
@@ -105,14 +144,17 @@ def cnpg_namespace(kubernetes_version: str) -> Manifest:
 
 
 def credentials_secret(
-    name: str, username: str, password: pulumi.Input[str]
+    name: str,
+    username: str,
+    password: pulumi.Input[str],
+    secret_namespace: str = TRACKING_NAMESPACE,
 ) -> dict[str, pulumi.Input[Any]]:
     """An Opaque Secret with ``username`` and ``password`` (``stringData``: the provider
     stores it; the plan shows the password only as ``[secret]``)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": metadata(name, TRACKING_NAMESPACE),
+        "metadata": metadata(name, secret_namespace),
         "type": "Opaque",
         "stringData": {"username": username, "password": pulumi.Output.secret(password)},
     }
@@ -211,7 +253,8 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         },
         "resources": _resources(spec),
         "nodeSelector": system_node_selector(),
-        "service": {"enabled": True, "type": "ClusterIP", "port": SERVICE_PORT},
+        # The chart's own Service (plain, to 5000) always exists; nothing may reach it.
+        "service": {"enabled": True, "type": "ClusterIP", "port": 80},
         "ingress": {"enabled": False},
         "telemetry": {"enabled": False},
         "backendStore": {
@@ -222,6 +265,8 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
             "existingDatabaseSecret": existing,
         },
         "artifactRoot": artifact_root,
+        # The TLS proxy in front of MLflow and the teams' user sync (module docstring).
+        "extraContainers": [tls_proxy_container(), user_sync_container()],
         "auth": {
             "enabled": True,
             "appName": "basic-auth",
@@ -238,8 +283,77 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         "extraArgs": {"exposePrometheus": METRICS_DIR},
         "serviceMonitor": {"enabled": False},
         "extraEnvVars": env,
-        "extraVolumes": extra_volumes,
+        "extraVolumes": [
+            *extra_volumes,
+            {"name": "tls", "secret": {"secretName": TLS_SECRET, "defaultMode": 0o440}},
+            *user_sync_volumes(),
+        ],
         "extraVolumeMounts": extra_mounts,
+    }
+
+
+def tls_proxy_container() -> dict[str, Any]:
+    """ghostunnel: TLS on the pod's 8443 (certificate from the cluster CA, re-read every
+    hour), forwarding to MLflow on the pod's loopback only (ghostunnel refuses any other
+    target unless told). No client certificates: MLflow authenticates every request."""
+    return {
+        "name": "tls-proxy",
+        "image": TLS_PROXY_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "server",
+            f"--listen=0.0.0.0:{TLS_PORT}",
+            f"--target=127.0.0.1:{SERVER_PORT}",
+            f"--cert={TLS_DIR}/tls.crt",
+            f"--key={TLS_DIR}/tls.key",
+            "--disable-authentication",
+            "--timed-reload=1h",
+        ],
+        "ports": [{"name": TLS_PORT_NAME, "containerPort": TLS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": TLS_PORT_NAME}, "periodSeconds": 10},
+        "livenessProbe": {"tcpSocket": {"port": TLS_PORT_NAME}, "periodSeconds": 30},
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
+    }
+
+
+def tls_certificate() -> Manifest:
+    """The tracking endpoint's certificate: the names of the platform's Service, and
+    ``localhost`` for ``kubectl port-forward`` (a laptop's client checks the name)."""
+    names = [*service_dns_names(TLS_SERVICE, TRACKING_NAMESPACE), "localhost"]
+    return serving_certificate(TLS_SECRET, TRACKING_NAMESPACE, names)
+
+
+def tls_service() -> Manifest:
+    """``mlflow`` on 443: the TLS proxy of every server pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(TLS_SERVICE, TRACKING_NAMESPACE, labels=TLS_SERVICE_LABELS),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(SERVER_POD_LABELS),
+            "ports": [
+                {
+                    "name": TLS_PORT_NAME,
+                    "port": TLS_SERVICE_PORT,
+                    "targetPort": TLS_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
     }
 
 
@@ -253,28 +367,118 @@ def cloudnative_pg_values() -> dict[str, Any]:
     }
 
 
+#: The database's backups on premises: the object store's access key (the Secret's
+#: keys are CloudNativePG's usual names), the CA bundle of the object store, and the
+#: schedule of base backups.
+BACKUP_CREDENTIALS_SECRET = "mlflow-db-backup-credentials"
+BACKUP_ACCESS_KEY_ID = "ACCESS_KEY_ID"
+BACKUP_SECRET_ACCESS_KEY = "ACCESS_SECRET_KEY"
+BACKUP_CA_SECRET = "mlflow-db-backup-ca"
+SCHEDULED_BACKUP = "mlflow-db-daily"
+
+
+def database_backup(backup: DatabaseBackupSpec) -> Manifest:
+    """The ``Cluster``'s ``spec.backup``: Barman Cloud to the site's object store over
+    TLS (the site's CA where given), with the access key from a Secret, every base
+    backup and WAL file compressed and encrypted by the object store, base backups
+    taken from a standby where there is one, and ``retentionPolicy`` in days (the
+    operator deletes older backups and the WAL they need).
+
+    CloudNativePG 1.26 deprecated this in-tree Barman Cloud support in favour of its
+    Barman Cloud plugin; it remains functional in the operator the platform pins
+    (1.30.0). Moving to the plugin is a migration of its own (docs/recovery.md)."""
+    store: Manifest = {
+        "destinationPath": backup.destination_path,
+        "endpointURL": backup.endpoint_url,
+        "s3Credentials": {
+            "accessKeyId": {"name": BACKUP_CREDENTIALS_SECRET, "key": BACKUP_ACCESS_KEY_ID},
+            "secretAccessKey": {
+                "name": BACKUP_CREDENTIALS_SECRET,
+                "key": BACKUP_SECRET_ACCESS_KEY,
+            },
+        },
+        "data": {"compression": "gzip", "encryption": backup.encryption},
+        "wal": {"compression": "gzip", "encryption": backup.encryption, "maxParallel": 2},
+    }
+    if backup.endpoint_ca:
+        store["endpointCA"] = {"name": BACKUP_CA_SECRET, "key": CA_KEY}
+    return {
+        "barmanObjectStore": store,
+        "retentionPolicy": f"{backup.retention_days}d",
+        "target": "prefer-standby",
+    }
+
+
+def backup_credentials_secret(
+    access_key_id: pulumi.Input[str], secret_access_key: pulumi.Input[str]
+) -> Manifest:
+    """The object store's access key (secret config values, never in the stack file)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(BACKUP_CREDENTIALS_SECRET, TRACKING_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {
+            BACKUP_ACCESS_KEY_ID: access_key_id,
+            BACKUP_SECRET_ACCESS_KEY: secret_access_key,
+        },
+    }
+
+
+def backup_ca_secret(backup: DatabaseBackupSpec) -> Manifest:
+    """The CA bundle barman-cloud verifies the object store's certificate with."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(BACKUP_CA_SECRET, TRACKING_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {CA_KEY: backup.endpoint_ca},
+    }
+
+
+def scheduled_backup(backup: DatabaseBackupSpec) -> Manifest:
+    """Base backups of the database on ``backup.schedule`` (the first one at once), each
+    ``Backup`` object owned by this schedule; WAL is archived continuously between them."""
+    return {
+        "apiVersion": "postgresql.cnpg.io/v1",
+        "kind": "ScheduledBackup",
+        "metadata": metadata(SCHEDULED_BACKUP, TRACKING_NAMESPACE),
+        "spec": {
+            "cluster": {"name": DATABASE_CLUSTER},
+            "schedule": backup.schedule,
+            "method": "barmanObjectStore",
+            "immediate": True,
+            "backupOwnerReference": "self",
+        },
+    }
+
+
 def database_cluster(spec: TrackingSpec, storage_class: str) -> Manifest:
     """The CloudNativePG ``Cluster`` holding MLflow's database on premises.
 
     The volume is on the site's storage class; whether that class encrypts at rest is
-    the site's to guarantee (this layer cannot see into the storage backend).
+    the site's to guarantee (this layer cannot see into the storage backend). With
+    ``spec.database_backup`` it archives to the site's object store (`database_backup`).
     """
     amount = {"cpu": "1", "memory": "2Gi"}
+    cluster_spec: Manifest = {
+        "instances": spec.database_instances,
+        "imageName": CLOUDNATIVE_PG_POSTGRES_IMAGE,
+        "primaryUpdateStrategy": "unsupervised",
+        "enableSuperuserAccess": False,
+        "bootstrap": {"initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}},
+        "storage": {"storageClass": storage_class, "size": f"{spec.database_storage_gib}Gi"},
+        "resources": {"requests": dict(amount), "limits": dict(amount)},
+        "affinity": {"nodeSelector": system_node_selector(), "enablePodAntiAffinity": True},
+        "enablePDB": spec.database_instances > 1,
+    }
+    if spec.database_backup is not None:
+        cluster_spec["backup"] = database_backup(spec.database_backup)
     return {
         "apiVersion": "postgresql.cnpg.io/v1",
         "kind": "Cluster",
         "metadata": metadata(DATABASE_CLUSTER, TRACKING_NAMESPACE),
-        "spec": {
-            "instances": spec.database_instances,
-            "imageName": CLOUDNATIVE_PG_POSTGRES_IMAGE,
-            "primaryUpdateStrategy": "unsupervised",
-            "enableSuperuserAccess": False,
-            "bootstrap": {"initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}},
-            "storage": {"storageClass": storage_class, "size": f"{spec.database_storage_gib}Gi"},
-            "resources": {"requests": dict(amount), "limits": dict(amount)},
-            "affinity": {"nodeSelector": system_node_selector(), "enablePodAntiAffinity": True},
-            "enablePDB": spec.database_instances > 1,
-        },
+        "spec": cluster_spec,
     }
 
 
@@ -302,61 +506,47 @@ def artifact_claim(spec: TrackingSpec, storage_class: str, access_mode: str) -> 
     }
 
 
-def _policy(ns: str, name: str, spec: Manifest) -> Manifest:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(name, ns),
-        "spec": spec,
-    }
+#: CloudNativePG's instance manager (status, 8000) and PostgreSQL's exporter (9187).
+CNPG_STATUS_PORT = 8000
+CNPG_METRICS_PORT = 9187
+#: The CloudNativePG operator's pods and admission webhook port (9443).
+CNPG_OPERATOR_LABELS = {"app.kubernetes.io/name": "cloudnative-pg"}
+CNPG_WEBHOOK_PORT = 9443
 
 
-def _namespace_peer(name: str) -> Manifest:
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-
-_DNS_EGRESS = {
-    "to": [
-        {
-            **_namespace_peer(KUBE_SYSTEM),
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-        }
-    ],
-    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-}
-
-
-def server_network_policies(vpc_cidr: pulumi.Input[str] | None) -> list[Manifest]:
-    """The server pods accept only team namespaces (any namespace labelled with a team)
-    and Prometheus, and reach only DNS and the database; on EKS also the Pod Identity
-    agent and HTTPS inside the VPC (the S3 and STS endpoints). CloudNativePG's pods
-    accept PostgreSQL only from the server, their own instances and the operator."""
+def server_network_policies(
+    network: netpol.ClusterNetwork,
+    vpc_cidr: pulumi.Input[str] | None,
+    backup: DatabaseBackupSpec | None = None,
+) -> list[Manifest]:
+    """The ``mlflow`` namespace: default deny and DNS; the server pods accept the team
+    namespaces (any namespace labelled with a team) and Prometheus on the TLS port only,
+    and reach the database (on EKS also the Pod Identity agent and HTTPS inside the VPC:
+    the S3 and STS endpoints). On premises, CloudNativePG's instances accept PostgreSQL from the
+    server, each other and the operator (which also reads their status), Prometheus'
+    scrape of their exporter, and reach each other and the API server; with
+    ``backup``, also the site's object store at its declared addresses and port (WAL
+    archiving from the primary, base backups from a standby), and nowhere else."""
+    ns = TRACKING_NAMESPACE
     server = {"matchLabels": dict(SERVER_POD_LABELS)}
-    egress: list[Manifest] = [_DNS_EGRESS]
+    egress: list[Manifest] = []
     if vpc_cidr is None:
         database_peer: Manifest = {
             "podSelector": {"matchLabels": {CNPG_CLUSTER_LABEL: DATABASE_CLUSTER}}
         }
-        egress.append(
-            {"to": [database_peer], "ports": [{"protocol": "TCP", "port": DATABASE_PORT}]}
-        )
+        egress.append({"to": [database_peer], "ports": netpol.tcp(DATABASE_PORT)})
     else:
         egress += [
+            {"to": netpol.cidr_peers([vpc_cidr]), "ports": netpol.tcp(DATABASE_PORT, 443)},
             {
-                "to": [{"ipBlock": {"cidr": vpc_cidr}}],
-                "ports": [
-                    {"protocol": "TCP", "port": DATABASE_PORT},
-                    {"protocol": "TCP", "port": 443},
-                ],
-            },
-            {
-                "to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT_CIDR}}],
-                "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}],
+                "to": netpol.cidr_peers([POD_IDENTITY_AGENT_CIDR]),
+                "ports": netpol.tcp(POD_IDENTITY_AGENT_PORT),
             },
         ]
     policies = [
-        _policy(
-            TRACKING_NAMESPACE,
+        *netpol.baseline(ns, network, api_server=False),
+        netpol.policy(
+            ns,
             "mlflow-server",
             {
                 "podSelector": server,
@@ -369,78 +559,104 @@ def server_network_policies(vpc_cidr: pulumi.Input[str] | None) -> list[Manifest
                                     "matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]
                                 }
                             },
-                            _namespace_peer(MONITORING_NAMESPACE),
+                            netpol.namespace_peer(MONITORING_NAMESPACE),
                         ],
-                        "ports": [{"protocol": "TCP", "port": SERVER_PORT}],
+                        "ports": netpol.tcp(TLS_PORT),
                     }
                 ],
                 "egress": egress,
             },
-        )
+        ),
     ]
     if vpc_cidr is None:
-        instances = {"matchLabels": {CNPG_CLUSTER_LABEL: DATABASE_CLUSTER}}
-        policies.append(
-            _policy(
-                TRACKING_NAMESPACE,
+        instances = {CNPG_CLUSTER_LABEL: DATABASE_CLUSTER}
+        policies += [
+            netpol.policy(
+                ns,
                 "mlflow-database",
                 {
-                    "podSelector": instances,
-                    "policyTypes": ["Ingress"],
+                    "podSelector": netpol.pods(instances),
+                    "policyTypes": ["Ingress", "Egress"],
                     "ingress": [
                         {
-                            "from": [{"podSelector": server}, {"podSelector": instances}],
-                            "ports": [{"protocol": "TCP", "port": DATABASE_PORT}],
-                        },
-                        # The operator talks to each instance's manager (status, 8000)
-                        # and to PostgreSQL itself.
-                        {
-                            "from": [_namespace_peer(CNPG_NAMESPACE)],
-                            "ports": [
-                                {"protocol": "TCP", "port": 8000},
-                                {"protocol": "TCP", "port": DATABASE_PORT},
+                            "from": [
+                                {"podSelector": server},
+                                netpol.same_namespace_peer(instances),
                             ],
+                            "ports": netpol.tcp(DATABASE_PORT),
                         },
-                        # Prometheus scrapes the instances' exporter (9187).
+                        # The operator talks to each instance's manager and to PostgreSQL.
                         {
-                            "from": [_namespace_peer(MONITORING_NAMESPACE)],
-                            "ports": [{"protocol": "TCP", "port": 9187}],
+                            "from": [netpol.namespace_peer(CNPG_NAMESPACE)],
+                            "ports": netpol.tcp(CNPG_STATUS_PORT, DATABASE_PORT),
+                        },
+                        {
+                            "from": [netpol.namespace_peer(MONITORING_NAMESPACE)],
+                            "ports": netpol.tcp(CNPG_METRICS_PORT),
                         },
                     ],
+                    # Replication between the instances; their managers watch the API.
+                    "egress": [
+                        {
+                            "to": [netpol.same_namespace_peer(instances)],
+                            "ports": netpol.tcp(DATABASE_PORT, CNPG_STATUS_PORT),
+                        }
+                    ],
                 },
+            ),
+            netpol.allow_api_server(
+                ns, network, pod_labels=instances, name="mlflow-database-api-server"
+            ),
+        ]
+        if backup is not None:
+            policies.append(
+                netpol.allow_egress(
+                    ns,
+                    "mlflow-database-backup",
+                    netpol.cidr_peers(backup.endpoint_cidrs),
+                    netpol.tcp(backup.endpoint_port),
+                    pod_labels=instances,
+                )
             )
-        )
     return policies
 
 
+def cnpg_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The CloudNativePG operator reaches DNS, the API server and the database instances
+    (their manager and PostgreSQL); the API server calls its webhook."""
+    ns = CNPG_NAMESPACE
+    return [
+        *netpol.baseline(ns, network),
+        netpol.allow_from_api_server(
+            ns, network, netpol.tcp(CNPG_WEBHOOK_PORT), pod_labels=CNPG_OPERATOR_LABELS
+        ),
+        netpol.allow_egress(
+            ns,
+            "allow-database-instances",
+            [netpol.namespace_peer(TRACKING_NAMESPACE, {CNPG_CLUSTER_LABEL: DATABASE_CLUSTER})],
+            netpol.tcp(CNPG_STATUS_PORT, DATABASE_PORT),
+            pod_labels=CNPG_OPERATOR_LABELS,
+        ),
+    ]
+
+
 def team_egress_policy(team: str) -> Manifest:
-    """Lets a team namespace's pods reach the tracking server (their namespace denies
-    all egress by default)."""
-    return _policy(
+    """Lets a team namespace's pods reach the tracking server's TLS port (their
+    namespace denies all egress by default) and nothing else of the ``mlflow``
+    namespace."""
+    return netpol.allow_egress(
         team_namespace(team),
         "allow-mlflow",
-        {
-            "podSelector": {},
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [
-                        {
-                            **_namespace_peer(TRACKING_NAMESPACE),
-                            "podSelector": {"matchLabels": dict(SERVER_POD_LABELS)},
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": SERVER_PORT}],
-                }
-            ],
-        },
+        [netpol.namespace_peer(TRACKING_NAMESPACE, SERVER_POD_LABELS)],
+        netpol.tcp(TLS_PORT),
     )
 
 
 def service_monitor(scrape_interval_seconds: int) -> Manifest:
-    """Scrapes the server's ``/metrics``. Basic auth protects every path but
-    ``/health``, so Prometheus logs in with the admin Secret (MLflow has no read-only
-    role that a config file could create)."""
+    """Scrapes the server's ``/metrics`` through the TLS Service (verifying the
+    certificate with the cluster CA). Basic auth protects every path but ``/health``,
+    so Prometheus logs in with the admin Secret (MLflow has no read-only role that a
+    config file could create)."""
     credentials = {
         "username": {"name": ADMIN_SECRET, "key": "username"},
         "password": {"name": ADMIN_SECRET, "key": "password"},
@@ -448,13 +664,18 @@ def service_monitor(scrape_interval_seconds: int) -> Manifest:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": metadata(SERVER_NAME, TRACKING_NAMESPACE),
+        "metadata": metadata(TLS_SERVICE, TRACKING_NAMESPACE),
         "spec": {
-            "selector": {"matchLabels": dict(SERVER_POD_LABELS)},
+            "selector": {"matchLabels": dict(TLS_SERVICE_LABELS)},
             "namespaceSelector": {"matchNames": [TRACKING_NAMESPACE]},
             "endpoints": [
                 {
-                    "port": "http",
+                    "port": TLS_PORT_NAME,
+                    "scheme": "https",
+                    "tlsConfig": {
+                        "ca": {"secret": {"name": TLS_SECRET, "key": CA_KEY}},
+                        "serverName": f"{TLS_SERVICE}.{TRACKING_NAMESPACE}.svc",
+                    },
                     "path": "/metrics",
                     "interval": f"{scrape_interval_seconds}s",
                     "basicAuth": credentials,
@@ -477,3 +698,87 @@ def database_pod_monitor() -> Manifest:
             "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}],
         },
     }
+
+
+# -- the teams' MLflow users --------------------------------------------------------
+
+
+def team_tracking_access() -> TrackingAccess:
+    """What a team's job is given to reach the server: the URI, the team's credentials
+    Secret and the cluster CA (both in the team's namespace)."""
+    return TrackingAccess(TRACKING_URI, TEAM_CREDENTIALS_SECRET, CA_BUNDLE_SECRET, CA_KEY)
+
+
+def team_credentials_secret(team: str, password: pulumi.Input[str]) -> Manifest:
+    """The team's MLflow credentials in its own namespace (what its jobs read)."""
+    return credentials_secret(
+        TEAM_CREDENTIALS_SECRET, team_username(team), password, team_namespace(team)
+    )
+
+
+def team_users_secret(users: pulumi.Input[str]) -> Manifest:
+    """Every team user's password, as the user-sync Job reads them (`users_json`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(TEAM_USERS_SECRET, TRACKING_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {USERS_FILE: pulumi.Output.secret(users)},
+    }
+
+
+def user_sync_configmap() -> Manifest:
+    """The user-sync script (`modules/k8s/tracking/sync_users.py`, standard library
+    only: it runs in the MLflow image)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(USER_SYNC_CONFIGMAP, TRACKING_NAMESPACE),
+        "data": {SYNC_SCRIPT.name: SYNC_SCRIPT.read_text(encoding="utf-8")},
+    }
+
+
+def user_sync_container() -> dict[str, Any]:
+    """The sidecar that keeps MLflow's users matching the teams' credentials
+    (`sync_users.py`): it calls the server's user API on the pod's loopback as the
+    admin, at start and whenever the mounted users Secret changes."""
+    admin = {"MLFLOW_TRACKING_USERNAME": "username", "MLFLOW_TRACKING_PASSWORD": "password"}
+    return {
+        "name": "user-sync",
+        "image": f"{IMAGE_REPOSITORY}:{IMAGE_TAG}",
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", f"/scripts/{SYNC_SCRIPT.name}"],
+        "env": [
+            {"name": "MLFLOW_TRACKING_URI", "value": f"http://127.0.0.1:{SERVER_PORT}"},
+            {"name": "USERS_FILE", "value": f"/users/{USERS_FILE}"},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *[
+                {"name": env, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": key}}}
+                for env, key in admin.items()
+            ],
+        ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"cpu": "200m", "memory": "128Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "user-sync-script", "mountPath": "/scripts", "readOnly": True},
+            {"name": "team-users", "mountPath": "/users", "readOnly": True},
+        ],
+    }
+
+
+def user_sync_volumes() -> list[dict[str, Any]]:
+    return [
+        {"name": "user-sync-script", "configMap": {"name": USER_SYNC_CONFIGMAP}},
+        {"name": "team-users", "secret": {"secretName": TEAM_USERS_SECRET, "defaultMode": 0o440}},
+    ]

@@ -9,8 +9,11 @@ imports these settings only.
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import dataclass
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
@@ -23,6 +26,114 @@ _INSTANCE_CLASS = re.compile(r"^db\.[a-z][a-z0-9]*\.[a-z0-9]+$")
 _USERNAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 
 Permission = Literal["READ", "EDIT", "MANAGE", "NO_PERMISSIONS"]
+#: Server-side encryption barman-cloud asks the object store for (the values
+#: CloudNativePG's ``barmanObjectStore.data/wal.encryption`` accepts).
+BackupEncryption = Literal["AES256", "aws:kms"]
+# s3://bucket[/prefix]: a bucket name as S3 and Ceph RGW accept it, then a key prefix.
+_DESTINATION = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$")
+# robfig/cron with seconds (CloudNativePG's ScheduledBackup): six fields.
+_SIX_FIELD_CRON = re.compile(r"^(\S+\s+){5}\S+$")
+#: CloudNativePG's retentionPolicy unit is days, weeks or months; the platform keeps days.
+MAX_BACKUP_RETENTION_DAYS = 3650
+
+
+@dataclass(frozen=True)
+class DatabaseBackupSpec:
+    """Scheduled backups of the on-premises tracking database to the site's object store
+    (CloudNativePG's Barman Cloud: continuous WAL archiving plus base backups; config key
+    ``uae-gpu-platform:tracking.databaseBackup``). The access key is not here: it is the
+    secret config pair ``trackingBackupAccessKeyId`` / ``trackingBackupSecretAccessKey``.
+
+    Args:
+        destination_path: ``s3://<bucket>[/<prefix>]`` in the site's object store; the
+            bucket must exist (Barman Cloud 3.16 and later do not create it).
+        endpoint_url: the site's S3-compatible object store, ``https://host[:port]``
+            (TLS only).
+        endpoint_cidrs: the object store's addresses (private IPv4 CIDRs, in the site):
+            the database's only way out besides its peers and the API server, so a
+            name that resolves elsewhere cannot be reached.
+        endpoint_ca: the PEM certificate of the CA the object store's certificate chains
+            to (empty: the PostgreSQL image's system CAs).
+        schedule: when base backups run, six cron fields with seconds first, UTC
+            (default ``0 0 2 * * *``: 02:00 every day). WAL is archived continuously.
+        retention_days: how long backups (and the WAL they need) are kept (default 30):
+            CloudNativePG deletes older ones.
+        encryption: the server-side encryption barman-cloud requests for every base
+            backup and WAL file (``AES256``, default, or ``aws:kms``).
+    """
+
+    destination_path: str
+    endpoint_url: str
+    endpoint_cidrs: tuple[str, ...]
+    endpoint_ca: str = ""
+    schedule: str = "0 0 2 * * *"
+    retention_days: int = 30
+    encryption: BackupEncryption = "AES256"
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(
+            bool(_DESTINATION.match(self.destination_path)),
+            "destination_path",
+            self.destination_path,
+            "s3://<bucket>[/<prefix>] in the site's object store",
+        )
+        url = urllib.parse.urlsplit(self.endpoint_url)
+        check.require(
+            url.scheme == "https" and bool(url.hostname) and url.path in ("", "/"),
+            "endpoint_url",
+            self.endpoint_url,
+            "https://<host>[:<port>] of the site's object store (TLS only)",
+        )
+        check.require(
+            bool(self.endpoint_cidrs),
+            "endpoint_cidrs",
+            [],
+            "list the object store's addresses (e.g. 10.20.8.0/24): the database may reach "
+            "nothing else",
+        )
+        for i, cidr in enumerate(self.endpoint_cidrs):
+            try:
+                network = ipaddress.IPv4Network(cidr, strict=True)
+            except ValueError:
+                check.require(False, f"endpoint_cidrs[{i}]", cidr, "expected an IPv4 CIDR")
+                continue
+            check.require(
+                network.is_private and network.prefixlen > 0,
+                f"endpoint_cidrs[{i}]",
+                cidr,
+                "a private address range of the site (backups stay in the site)",
+            )
+        check.require(
+            self.endpoint_ca == "" or self.endpoint_ca.lstrip().startswith("-----BEGIN"),
+            "endpoint_ca",
+            "(given)",
+            "a PEM certificate (-----BEGIN CERTIFICATE-----...) or empty",
+        )
+        check.require(
+            bool(_SIX_FIELD_CRON.match(self.schedule)),
+            "schedule",
+            self.schedule,
+            "six cron fields, seconds first (e.g. '0 0 2 * * *' for 02:00 every day)",
+        )
+        check.require(
+            1 <= self.retention_days <= MAX_BACKUP_RETENTION_DAYS,
+            "retention_days",
+            self.retention_days,
+            f"use 1 to {MAX_BACKUP_RETENTION_DAYS}",
+        )
+        check.require(
+            self.encryption in ("AES256", "aws:kms"),
+            "encryption",
+            self.encryption,
+            "one of 'AES256', 'aws:kms' (backups are never written unencrypted)",
+        )
+        check.done()
+
+    @property
+    def endpoint_port(self) -> int:
+        """The object store's port (443 unless the URL names one)."""
+        return urllib.parse.urlsplit(self.endpoint_url).port or 443
 
 
 @dataclass(frozen=True)
@@ -50,6 +161,9 @@ class TrackingSpec:
             replicas, default 2).
         artifact_storage_gib: size of the artifact volume on premises (default 100); on
             AWS artifacts go to the data bucket under ``mlflow/``.
+        database_backup: on premises, scheduled backups of the database to the site's
+            object store (`DatabaseBackupSpec`); ``null`` for none. On AWS the RDS
+            instance's automated backups and AWS Backup (``backup``) keep it.
     """
 
     enabled: bool = True
@@ -65,6 +179,7 @@ class TrackingSpec:
     database_multi_az: bool = False
     database_instances: int = 2
     artifact_storage_gib: int = 100
+    database_backup: DatabaseBackupSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -148,7 +263,14 @@ class TrackingInputs:
         admin_password: the basic-auth admin password (a Pulumi secret).
         store: the RDS database and artifact bucket on AWS; ``None`` on premises, where
             the database is a CloudNativePG cluster and artifacts a volume.
+        team_passwords: team name -> its MLflow user's password as an in-region secret
+            store holds it (on AWS: the team's Secrets Manager secret); a team left out
+            gets `modules.k8s.tracking.users.team_password` of the admin password.
+        backup_credentials: on premises with ``database_backup``, the object store's
+            access key id and secret access key (Pulumi secrets); ``None`` otherwise.
     """
 
     admin_password: pulumi.Input[str]
     store: TrackingStoreInputs | None = None
+    team_passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    backup_credentials: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None

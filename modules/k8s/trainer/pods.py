@@ -4,8 +4,9 @@ One place for the conventions the platform's ClusterTrainingRuntimes (`runtimes`
 the workloads' Indexed Job path (`workloads.deploy.manifests`) share: requests equal
 to a whole node's allocatable share (GPUs, EFA or RDMA devices, CPU and memory), the
 restricted security context, the writable volumes under a read-only root filesystem,
-the checkpoint volume, placement on the pool with one pod per node, and the NVML
-preflight init container. Nothing here imports a component or the aggregate.
+the checkpoint volume, placement on the pool with one pod per node, the NVML
+preflight init container (the trainer's MLflow wiring is `modules.k8s.trainer.tracking`).
+Nothing here imports a component or the aggregate.
 """
 
 from __future__ import annotations

@@ -10,9 +10,13 @@ One runtime per framework, training pool and PriorityClass, named
   preflight init container (GPU pools), ``/dev/shm`` sized from the node's memory;
 * **what every team has under the same name** is in the runtime too, and resolves in the
   job's namespace: the ServiceAccount ``trainer`` (EKS Pod Identity on AWS; on premises
-  the same account, with no cloud identity), the claim ``checkpoints`` mounted at
-  ``/checkpoints``, the restricted security context, the metrics port and labels the
-  monitoring layer scrapes;
+  the same account, with no cloud identity and no token mounted), the claim
+  ``checkpoints`` mounted at ``/checkpoints``, the restricted security context, the
+  metrics port and labels the monitoring layer scrapes, and, where the cluster runs a
+  tracking server, the trainer's MLflow wiring (`pods.tracking_wiring`: the URI, the
+  team's credentials from the Secret ``mlflow-credentials`` and the cluster CA from
+  ``gpuplatform-ca``, both in the job's own namespace, so every TrainJob a team submits
+  logs as the team's own MLflow user);
 * **the PriorityClass** is in the runtime because a TrainJob cannot set it (Trainer
   v2.3's ``runtimePatches`` have no ``priorityClassName``) and Kueue takes a workload's
   priority from its pods: the namespace quota still refuses a PriorityClass above the
@@ -40,6 +44,7 @@ finish on fewer nodes and to survive the loss of pod 0.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from modules.k8s.common import Manifest, metadata
@@ -50,6 +55,7 @@ from modules.k8s.names import (
     METRICS_PORT_NAME,
     PRIORITY_CLASSES,
     TRAINER_SERVICE_ACCOUNT,
+    TrackingAccess,
 )
 from modules.k8s.trainer.pods import (
     CHECKPOINT_VOLUME,
@@ -75,6 +81,7 @@ from modules.k8s.trainer.spec import (
     TrainerSpec,
     horovod_image,
 )
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.pools import NodePoolProfile
 
 #: Trainer's label naming the step a replicated job runs (TrainJob's ``trainer``
@@ -116,6 +123,24 @@ MPI_FORWARDED_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME")
 #: last checkpoint) after its node Job fails on its backoff limit: what lets a job
 #: survive the loss of pod 0, whose c10d store the other pods' torchrun cannot do without.
 JOBSET_MAX_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class RuntimeSite:
+    """What the cluster gives every training pod, whichever team runs it.
+
+    Args:
+        tracking: how a team's jobs reach the cluster's MLflow server (the same Secret
+            names in every team namespace), or ``None`` where the cluster runs none.
+            The torch and DeepSpeed runtimes wire it into the trainer; the MPI runtime
+            (the Horovod example, which logs nothing to MLflow) does not.
+        cloud_identity: the trainer ServiceAccount carries a cloud identity (EKS Pod
+            Identity, which authenticates with the account's token, so the token is
+            mounted); ``False`` on premises, where no token is mounted.
+    """
+
+    tracking: TrackingAccess | None = None
+    cloud_identity: bool = True
 
 
 def runtime_name(framework: Framework, pool: str, priority: str) -> str:
@@ -196,10 +221,20 @@ def _pod_spec(
     image: str,
     container: Manifest,
     preflight_image: str,
+    *,
+    site: RuntimeSite,
+    tracked: bool = False,
 ) -> Manifest:
     volumes, mounts = scratch_volumes(default_shm_size_gib(pool))
     volumes.insert(0, checkpoint_volume(CHECKPOINT_CLAIM_NAME))
     mounts.insert(0, {"name": CHECKPOINT_VOLUME, "mountPath": DEFAULT_CHECKPOINT_MOUNT})
+    tracking_env, tracking_volumes, tracking_mounts = tracking_wiring(
+        site.tracking if tracked else None
+    )
+    volumes += tracking_volumes
+    mounts += tracking_mounts
+    if tracking_env:
+        container = {**container, "env": [*container.get("env", []), *tracking_env]}
     container = {
         "name": NODE_CONTAINER,
         "image": image,
@@ -212,8 +247,9 @@ def _pod_spec(
     spec: Manifest = {
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "serviceAccountName": TRAINER_SERVICE_ACCOUNT,
-        # EKS Pod Identity authenticates with the service account's token.
-        "automountServiceAccountToken": True,
+        # EKS Pod Identity authenticates with the service account's token; on premises
+        # nothing in the pod uses it, so none is mounted.
+        "automountServiceAccountToken": site.cloud_identity,
         "priorityClassName": priority,
         "terminationGracePeriodSeconds": DEFAULT_GRACE_PERIOD_S,
         "securityContext": pod_security_context(),
@@ -321,7 +357,11 @@ def _trainer_ports() -> list[Manifest]:
 
 
 def _torch_runtime(
-    framework: Framework, pool: NodePoolProfile, priority: str, inputs: TrainerInputs
+    framework: Framework,
+    pool: NodePoolProfile,
+    priority: str,
+    inputs: TrainerInputs,
+    site: RuntimeSite,
 ) -> Manifest:
     env = inputs.pool_env.get(pool.name, {})
     container = {
@@ -330,7 +370,15 @@ def _torch_runtime(
         "env": _env(env),
         "ports": _trainer_ports(),
     }
-    pod = _pod_spec(pool, priority, inputs.training_image, container, inputs.training_image)
+    pod = _pod_spec(
+        pool,
+        priority,
+        inputs.training_image,
+        container,
+        inputs.training_image,
+        site=site,
+        tracked=True,
+    )
     node = _job_template(pod, ancestor=True)
     node["spec"]["successPolicy"] = node_zero_success_policy()
     return {
@@ -347,7 +395,11 @@ def _torch_runtime(
 
 
 def _mpi_runtime(
-    pool: NodePoolProfile, priority: str, inputs: TrainerInputs, spec: TrainerSpec
+    pool: NodePoolProfile,
+    priority: str,
+    inputs: TrainerInputs,
+    spec: TrainerSpec,
+    site: RuntimeSite,
 ) -> Manifest:
     env = inputs.pool_env.get(pool.name, {})
     image = horovod_image(inputs.training_image, spec)
@@ -386,7 +438,9 @@ def _mpi_runtime(
                     {
                         "name": "node",
                         "template": _job_template(
-                            _pod_spec(pool, priority, image, worker, inputs.training_image),
+                            _pod_spec(
+                                pool, priority, image, worker, inputs.training_image, site=site
+                            ),
                             ancestor=False,
                         ),
                     },
@@ -394,7 +448,9 @@ def _mpi_runtime(
                         "name": "launcher",
                         "dependsOn": [{"name": "node", "status": "Ready"}],
                         "template": _job_template(
-                            _pod_spec(pool, priority, image, launcher, inputs.training_image),
+                            _pod_spec(
+                                pool, priority, image, launcher, inputs.training_image, site=site
+                            ),
                             ancestor=True,
                         ),
                     },
@@ -410,12 +466,15 @@ def cluster_training_runtime(
     priority: str,
     inputs: TrainerInputs,
     spec: TrainerSpec,
+    *,
+    site: RuntimeSite | None = None,
 ) -> Manifest:
     """One of the platform's ClusterTrainingRuntimes."""
+    site = site or RuntimeSite()
     if framework == "mpi":
-        body = _mpi_runtime(pool, priority, inputs, spec)
+        body = _mpi_runtime(pool, priority, inputs, spec, site)
     else:
-        body = _torch_runtime(framework, pool, priority, inputs)
+        body = _torch_runtime(framework, pool, priority, inputs, site)
     labels = {FRAMEWORK_LABEL: framework, POOL_LABEL: pool.name, PRIORITY_LABEL: priority}
     return {
         "apiVersion": TRAINER_API,
@@ -426,12 +485,15 @@ def cluster_training_runtime(
 
 
 def training_runtimes(
-    pools: Sequence[NodePoolProfile], inputs: TrainerInputs, spec: TrainerSpec
+    pools: Sequence[NodePoolProfile],
+    inputs: TrainerInputs,
+    spec: TrainerSpec,
+    site: RuntimeSite | None = None,
 ) -> list[Manifest]:
     """Every runtime: each framework of ``spec`` on each training pool at each
     PriorityClass (highest first)."""
     return [
-        cluster_training_runtime(framework, pool, priority, inputs, spec)
+        cluster_training_runtime(framework, pool, priority, inputs, spec, site=site)
         for framework in spec.frameworks
         for pool in pools
         if is_training_pool(pool)

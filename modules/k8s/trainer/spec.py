@@ -25,8 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
 from modules.k8s.names import team_group, team_namespace
+from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -39,6 +41,19 @@ TRAINER_NAMESPACE = "kubeflow-system"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 #: Kueue's name for the TrainJob integration.
 TRAINJOB_INTEGRATION = "trainer.kubeflow.org/trainjob"
+#: The controllers' pods as the charts label them (kubeflow-trainer's manager
+#: ``trainer.manager.selectorLabels``; JobSet's ``jobset.controller.selectorLabels``),
+#: and the admission webhook port both serve (their Deployments' ``webhook`` and
+#: ``webhook-server`` container ports): read at the tags above.
+TRAINER_CONTROLLER_LABELS = {
+    "app.kubernetes.io/name": "kubeflow-trainer",
+    "app.kubernetes.io/component": "manager",
+}
+JOBSET_CONTROLLER_LABELS = {
+    "app.kubernetes.io/name": "jobset",
+    "app.kubernetes.io/component": "controller",
+}
+WEBHOOK_PORT = 9443
 #: Upstream images (registry, repository): the chart's controller and JobSet's.
 CONTROLLER_IMAGE = ("ghcr.io", "kubeflow/trainer/trainer-controller-manager")
 JOBSET_IMAGE = ("registry.k8s.io", "jobset/jobset")
@@ -196,12 +211,44 @@ def trainer_namespace(kubernetes_version: str) -> Manifest:
     return namespace(TRAINER_NAMESPACE, "restricted", kubernetes_version)
 
 
-def team_trainjob_rbac(team: str) -> list[Manifest]:
+def network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """The controllers' namespace: default deny; DNS and the API server (both controllers
+    only watch and write objects); the API server calls each one's admission webhook.
+    Nothing else reaches them: the TrainJob status server (port 10443) runs only with the
+    ``TrainJobStatus`` feature gate, which is off, and no platform monitor scrapes them.
+    The training pods themselves run in the team namespaces, under those namespaces'
+    policies."""
+    ns = TRAINER_NAMESPACE
+    return [
+        *netpol.baseline(ns, network),
+        netpol.allow_from_api_server(
+            ns,
+            network,
+            netpol.tcp(WEBHOOK_PORT),
+            pod_labels=TRAINER_CONTROLLER_LABELS,
+            name="allow-trainer-webhook",
+        ),
+        netpol.allow_from_api_server(
+            ns,
+            network,
+            netpol.tcp(WEBHOOK_PORT),
+            pod_labels=JOBSET_CONTROLLER_LABELS,
+            name="allow-jobset-webhook",
+        ),
+    ]
+
+
+def team_trainjob_rbac(team: str, oidc: OidcSpec | None = None) -> list[Manifest]:
     """The team's group may run TrainJobs in its own namespace and read their JobSets (the
     built-in ``edit`` role it has there knows neither kind; the chart ships no aggregated
     role). Nothing cluster-wide: the runtimes' names are documented and in the plan, so
-    listing ClusterTrainingRuntimes is left to the platform's administrators."""
+    listing ClusterTrainingRuntimes is left to the platform's administrators. The
+    subjects are the team's groups as its namespace's ``edit`` binding names them:
+    ``team:<name>``, and on premises with OpenID Connect the identity provider's group."""
     ns = team_namespace(team)
+    groups = [team_group(team)]
+    if oidc is not None:
+        groups.append(oidc.team_group(team))
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -235,7 +282,8 @@ def team_trainjob_rbac(team: str) -> list[Manifest]:
                 "name": "trainjob-editor",
             },
             "subjects": [
-                {"kind": "Group", "name": team_group(team), "apiGroup": "rbac.authorization.k8s.io"}
+                {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}
+                for group in groups
             ],
         },
     ]

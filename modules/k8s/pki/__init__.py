@@ -1,0 +1,1 @@
+"""The cluster's PKI: cert-manager, the cluster CA, and the certificates services serve."""

@@ -1,0 +1,53 @@
+"""`Pki`: installs cert-manager and the cluster CA that `spec` builds."""
+
+from __future__ import annotations
+
+import pulumi
+
+from modules.k8s.common import helm_release, register
+from modules.k8s.pki.spec import (
+    CERT_MANAGER,
+    CERT_MANAGER_NAMESPACE,
+    RELEASE,
+    cert_manager_namespace,
+    cert_manager_values,
+    certificate_authority,
+    network_policies,
+)
+from modules.k8s.platform.spec import KubernetesPlatformArgs
+
+
+class Pki(pulumi.ComponentResource):
+    """cert-manager, its fences, and the cluster CA.
+
+    Attributes:
+        issuer: the CA ClusterIssuer; every Certificate ``depends_on`` it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesPlatformArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpuplatform:k8s:Pki", name, None, opts)
+        provider = args.provider
+        ns = register(cert_manager_namespace(args.kubernetes_version), self, provider)
+        fences = [
+            register(m, self, provider, depends_on=[ns]) for m in network_policies(args.network)
+        ]
+        registry = args.serving.registry if args.serving is not None else None
+        release = helm_release(
+            RELEASE,
+            CERT_MANAGER,
+            CERT_MANAGER_NAMESPACE,
+            values=cert_manager_values(registry),
+            parent=self,
+            provider=provider,
+            depends_on=[ns, *fences],
+        )
+        issued: list[pulumi.Resource] = [release]
+        for manifest in certificate_authority():
+            issued = [register(manifest, self, provider, depends_on=issued)]
+        self.issuer: pulumi.Resource = issued[0]
+        self.register_outputs({"certManager": CERT_MANAGER.version})

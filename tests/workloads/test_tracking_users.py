@@ -1,0 +1,284 @@
+"""The teams' MLflow users against a real MLflow server with the basic-auth app, over
+TLS from a CA as the cluster's: the sync script (the tracking server's sidecar) creates
+each team's user and resets its password as the admin, and MLflow's own client,
+configured the way a cluster job's trainer is (the job's environment), logs a run as
+the team and is refused with a wrong password or an unknown CA."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+# The basic-auth app's CSRF check needs Flask-WTF (`mlflow[auth]`), as the tracking
+# server's image has it; an environment without it cannot start the server.
+pytest.importorskip("flask_wtf", reason="the basic-auth app needs mlflow[auth] (Flask-WTF)")
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+from modules.k8s.names import TrackingAccess  # noqa: E402
+from modules.k8s.tracking import sync_users  # noqa: E402
+from modules.k8s.tracking.users import team_password, team_username, users_json  # noqa: E402
+from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
+from tests.workloads.helpers import free_port  # noqa: E402
+
+ADMIN, ADMIN_PASSWORD = "admin", "an admin password for this test only"
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def _pki(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 (ECDSA P-256, as cert-manager's)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("test cluster CA"))
+        .issuer_name(_name("test cluster CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("127.0.0.1"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return paths
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """``mlflow server --app-name basic-auth`` on 127.0.0.1 behind TLS (uvicorn's)."""
+    root = tmp_path_factory.mktemp("mlflow")
+    ca, cert, key = _pki(root)
+    ini = root / "basic_auth.ini"
+    ini.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{root / 'auth.db'}\n"
+        f"admin_username = {ADMIN}\nadmin_password = {ADMIN_PASSWORD}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    port = free_port()
+    command = [
+        "timeout",
+        "900",
+        str(Path(sys.executable).with_name("mlflow")),
+        "server",
+        "--app-name=basic-auth",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--backend-store-uri=sqlite:///{root / 'mlflow.db'}",
+        f"--artifacts-destination={root / 'artifacts'}",
+        "--workers=1",
+        f"--uvicorn-opts=--ssl-keyfile={key} --ssl-certfile={cert}",
+    ]
+    # The chart sets a static key the same way (its flask-server-secret-key Secret).
+    env = {
+        **os.environ,
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf key of this test server",
+    }
+    log = (root / "server.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    uri = f"https://127.0.0.1:{port}"
+    context = __import__("ssl").create_default_context(cafile=str(ca))
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2, context=context):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    output = (root / "server.log").read_text()[-3000:]
+                    raise RuntimeError(f"mlflow server did not start: {output}") from None
+                time.sleep(1)
+        yield {"uri": uri, "ca": ca, "root": root}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
+        log.close()
+
+
+def _sync(server: dict[str, Any], passwords: dict[str, str]) -> int:
+    users = server["root"] / "users.json"
+    users.write_text(users_json(passwords))
+    return sync_users.main(
+        {
+            "MLFLOW_TRACKING_URI": server["uri"],
+            "MLFLOW_TRACKING_USERNAME": ADMIN,
+            "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
+            "MLFLOW_TRACKING_SERVER_CERT_PATH": str(server["ca"]),
+            "USERS_FILE": str(users),
+        },
+        once=True,
+    )
+
+
+def _job_environment(server: dict[str, Any], team: str, password: str) -> dict[str, str]:
+    """The environment a cluster job's trainer gets (`tracking_wiring`), with the
+    Secret references resolved as the kubelet resolves them and the CA's path."""
+    access = TrackingAccess(server["uri"], "mlflow-credentials", "gpuplatform-ca")
+    secret = {"username": team_username(team), "password": password}
+    env: dict[str, str] = {}
+    for entry in tracking_wiring(access)[0]:
+        if "valueFrom" in entry:
+            env[entry["name"]] = secret[entry["valueFrom"]["secretKeyRef"]["key"]]
+        else:
+            env[entry["name"]] = entry["value"]
+    env["MLFLOW_TRACKING_SERVER_CERT_PATH"] = str(server["ca"])
+    return env
+
+
+def _log_run(env: dict[str, str], experiment: str) -> str:
+    """Log a run with MLflow's client in a fresh process, configured only by ``env``."""
+    code = (
+        "import mlflow\n"
+        f"mlflow.set_experiment({experiment!r})\n"
+        "with mlflow.start_run() as run:\n"
+        "    mlflow.log_metric('loss', 1.5)\n"
+        "print(run.info.run_id)\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise PermissionError(result.stderr[-1500:])
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _user(server: dict[str, Any], username: str) -> dict[str, Any]:
+    from mlflow.server.auth.client import AuthServiceClient  # noqa: PLC0415
+
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    os.environ.update(
+        {
+            "MLFLOW_TRACKING_USERNAME": ADMIN,
+            "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
+            "MLFLOW_TRACKING_SERVER_CERT_PATH": str(server["ca"]),
+        }
+    )
+    try:
+        user = AuthServiceClient(server["uri"]).get_user(username)
+        return {"username": user.username, "is_admin": user.is_admin}
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_SERVER_CERT_PATH", None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_sync_creates_each_team_user_and_the_job_logs_a_run_as_its_team(
+    server: dict[str, Any],
+) -> None:
+    passwords = {t: team_password(ADMIN_PASSWORD, t) for t in ("nlp", "vision")}
+    assert _sync(server, passwords) == 0
+    for team in passwords:
+        assert _user(server, team_username(team)) == {
+            "username": team_username(team),
+            "is_admin": False,
+        }
+    env = _job_environment(server, "nlp", passwords["nlp"])
+    run_id = _log_run(env, "nlp-tracked-job")
+    assert len(run_id) == 32
+    client_env = {**env}
+    os.environ.update(client_env)
+    try:
+        run = mlflow.MlflowClient(server["uri"]).get_run(run_id)
+    finally:
+        for key in client_env:
+            os.environ.pop(key, None)
+    assert run.info.user_id == team_username("nlp")
+    assert run.data.metrics == {"loss": 1.5}
+
+
+def test_a_wrong_password_or_an_unknown_ca_is_refused(server: dict[str, Any]) -> None:
+    passwords = {"nlp": team_password(ADMIN_PASSWORD, "nlp")}
+    assert _sync(server, passwords) == 0
+    wrong = _job_environment(server, "nlp", "not-the-team-password")
+    with pytest.raises(PermissionError, match=r"401|Unauthorized|credentials"):
+        _log_run(wrong, "nlp-refused")
+    unknown_ca = {**_job_environment(server, "nlp", passwords["nlp"])}
+    unknown_ca.pop("MLFLOW_TRACKING_SERVER_CERT_PATH")  # system CAs do not know ours
+    with pytest.raises(PermissionError, match=r"CERTIFICATE_VERIFY_FAILED|SSL"):
+        _log_run(unknown_ca, "nlp-unverified")
+
+
+def test_a_rotated_password_replaces_the_old_one(server: dict[str, Any]) -> None:
+    old = team_password(ADMIN_PASSWORD, "speech")
+    new = team_password("the rotated admin password", "speech")
+    assert _sync(server, {"speech": old}) == 0
+    assert _log_run(_job_environment(server, "speech", old), "speech-before")
+    assert _sync(server, {"speech": new}) == 0  # the user exists: its password is reset
+    with pytest.raises(PermissionError):
+        _log_run(_job_environment(server, "speech", old), "speech-old-password")
+    assert _log_run(_job_environment(server, "speech", new), "speech-after")
+
+
+def test_the_script_reports_a_server_that_refuses_the_admin(server: dict[str, Any]) -> None:
+    users = server["root"] / "refused.json"
+    users.write_text(json.dumps({"team-x": "pw-pw-pw-pw"}))
+    status = sync_users.main(
+        {
+            "MLFLOW_TRACKING_URI": server["uri"],
+            "MLFLOW_TRACKING_USERNAME": ADMIN,
+            "MLFLOW_TRACKING_PASSWORD": "wrong",
+            "MLFLOW_TRACKING_SERVER_CERT_PATH": str(server["ca"]),
+            "USERS_FILE": str(users),
+        },
+        once=True,
+    )
+    assert status == 1
+    assert sync_users.main({"USERS_FILE": str(users)}, once=True) == 2
