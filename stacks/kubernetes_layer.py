@@ -292,6 +292,7 @@ def build_kubernetes_layer(
             bucket_name=foundation.bucket_name if foundation is not None else None,
             storage_key_arn=foundation.storage_key_arn if foundation is not None else None,
             vpc_cidr=foundation.vpc_cidr if foundation is not None else None,
+            network=args.network,
             depends_on=[platform],
         )
     if config.example_job is not None:

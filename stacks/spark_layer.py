@@ -17,6 +17,7 @@ from modules.aws.spark_access import spark_data_access
 from modules.aws.storage import ImageRegistry, ImageRegistryArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
+from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.spark import spec as ss
 from modules.k8s.spark.component import SparkPlatform
 from modules.pools import NodePoolProfile
@@ -76,6 +77,7 @@ def build_spark(
     bucket_name: pulumi.Input[str] | None,
     storage_key_arn: pulumi.Input[str] | None,
     vpc_cidr: str | None,
+    network: ClusterNetwork,
     depends_on: list[pulumi.Resource],
 ) -> SparkPlatform:
     """The operator and the jobs. On AWS (``bucket_name`` given) the data image is in
@@ -104,6 +106,7 @@ def build_spark(
             store=store,
             image=ss.data_image(registry, spec.image_tag),
             kubernetes_version=config.kubernetes_version,
+            network=network,
             vpc_cidr=vpc_cidr,
             egress_cidrs=config.onprem.egress_cidrs if config.onprem is not None else (),
             node_selector=system_node_selector(),

@@ -147,6 +147,9 @@ def test_the_operator_chart_is_pinned_with_known_values(stack: str) -> None:
         assert values[part]["nodeSelector"] == {"gpuplatform.ae/role": "system"}
         assert values[part]["resources"]["limits"]
     assert values["controller"]["uiService"] == {"enable": False}
+    # The webhook's NetworkPolicy opens the chart's default port (not set here).
+    assert "port" not in values["webhook"] and chart_defaults()["webhook"]["port"] == 9443
+    assert ss.WEBHOOK_PORT == 9443
 
 
 def test_the_value_check_notices_a_misspelt_key() -> None:
@@ -315,22 +318,28 @@ def test_the_jobs_namespace_is_fenced(stack: str) -> None:
     for name in (ss.JOBS_NAMESPACE, ss.OPERATOR_NAMESPACE):
         labels = namespaces[name]["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
-    policies = {o["metadata"]["name"]: o["spec"] for o in found if o["kind"] == "NetworkPolicy"}
-    assert policies["default-deny-all"] == {
-        "podSelector": {},
-        "policyTypes": ["Ingress", "Egress"],
+    policies = {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]
+        for o in found
+        if o["kind"] == "NetworkPolicy"
     }
-    allowed = policies["allow-object-store"]
+    jobs = {name: spec for (ns, name), spec in policies.items() if ns == ss.JOBS_NAMESPACE}
+    assert set(jobs) == {"default-deny-all", "allow-dns", "allow-object-store"}
+    assert jobs["default-deny-all"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    allowed = jobs["allow-object-store"]
     assert allowed["policyTypes"] == ["Egress"]  # nothing may connect to a job
     destinations = [(t.get("ipBlock", {}).get("cidr"), tuple(p["port"] for p in rule["ports"]))
                     for rule in allowed["egress"] for t in rule["to"]]  # fmt: skip
     vpc = shipped_plan(stack)[1]["config"].get("uae-gpu-platform:network")
     vpc_cidr = json.loads(vpc)["vpcCidr"] if vpc else "10.42.0.0/16"
-    assert destinations == [
-        (None, (53, 53)),
-        (ss.POD_IDENTITY_AGENT_CIDR, (80,)),
-        (vpc_cidr, (443,)),
-    ]
+    assert destinations == [(ss.POD_IDENTITY_AGENT_CIDR, (80,)), (vpc_cidr, (443,))]
+    # The operator: its controller reaches the API server, the API server its webhook.
+    operator = {n: spec for (ns, n), spec in policies.items() if ns == ss.OPERATOR_NAMESPACE}
+    assert set(operator) == {"default-deny-all", "allow-dns", "allow-api-server", "allow-webhooks"}
+    webhook = operator["allow-webhooks"]
+    assert webhook["podSelector"] == {"matchLabels": ss.WEBHOOK_LABELS}
+    assert webhook["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9443}]
+    assert webhook["ingress"][0]["from"] == [{"ipBlock": {"cidr": vpc_cidr}}]
     accounts = {o["metadata"]["name"]: o for o in found if o["kind"] == "ServiceAccount"}
     teams = {team for team, _, _ in SPARK_STACKS[stack].values()}
     assert set(accounts) == {f"spark-{t}" for t in teams}
@@ -391,13 +400,13 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
         and s["inputs"]["metadata"] == {**s["inputs"]["metadata"], "name": "allow-object-store"}
     ]
     rules = policy["egress"]
-    assert rules[1] == {
+    assert rules[0] == {
         "to": [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "rook-ceph"}}}
         ],
         "ports": [{"protocol": "TCP", "port": 443}],
     }
-    assert rules[2]["to"] == [{"ipBlock": {"cidr": "10.20.30.0/24"}}]
+    assert rules[1]["to"] == [{"ipBlock": {"cidr": "10.20.30.0/24"}}]
     assert not [s for s in states if s["type"].startswith("aws:")]
 
 

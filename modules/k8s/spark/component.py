@@ -46,6 +46,8 @@ class SparkPlatform(pulumi.ComponentResource):
             # The chart creates the controller's Role in the jobs' namespace.
             depends_on=[operator_ns, jobs_ns],
         )
+        for policy in ss.operator_network_policies(inputs.network):
+            register(policy, self, provider, [operator_ns])
         fenced = [
             register(policy, self, provider, [jobs_ns])
             for policy in ss.network_policies(inputs.store, inputs.vpc_cidr, inputs.egress_cidrs)

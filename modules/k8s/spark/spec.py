@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, toleration
-from modules.k8s.names import KUBE_SYSTEM
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
 from modules.pools import POOL_LABEL, NodePoolProfile
@@ -874,14 +874,14 @@ def operator_values(spec: SparkSpec, node_selector: dict[str, str]) -> Manifest:
 
 # -- network ----------------------------------------------------------------------------
 
-
-def _policy(name: str, spec: Manifest) -> Manifest:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(name, JOBS_NAMESPACE),
-        "spec": spec,
-    }
+#: The webhook's pods (the chart's selector labels for release `OPERATOR_RELEASE`) and
+#: the port the API server calls them on (the chart's ``webhook.port``).
+WEBHOOK_LABELS = {
+    "app.kubernetes.io/name": "spark-operator",
+    "app.kubernetes.io/instance": OPERATOR_RELEASE,
+    "app.kubernetes.io/component": "webhook",
+}
+WEBHOOK_PORT = 9443
 
 
 def in_cluster_service(endpoint: str) -> tuple[str, int] | None:
@@ -890,73 +890,54 @@ def in_cluster_service(endpoint: str) -> tuple[str, int] | None:
     parsed = urlparse(endpoint)
     host = parsed.hostname or ""
     parts = host.split(".")
-    if (
-        len(parts) >= 3
-        and parts[2] == "svc"
-        and (len(parts) == 3 or host.endswith(".svc.cluster.local"))
-    ):
+    in_cluster = len(parts) == 3 or host.endswith(".svc.cluster.local")
+    if len(parts) >= 3 and parts[2] == "svc" and in_cluster:
         return parts[1], parsed.port or 443
     return None
+
+
+def operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
+    """``spark-operator``: default deny, DNS, the API server (the controller watches and
+    submits; spark-submit runs in its pod), and the API server's calls to the webhook."""
+    return [
+        *netpol.baseline(OPERATOR_NAMESPACE, network),
+        netpol.allow_from_api_server(
+            OPERATOR_NAMESPACE, network, netpol.tcp(WEBHOOK_PORT), WEBHOOK_LABELS
+        ),
+    ]
 
 
 def network_policies(
     store: Store, vpc_cidr: Any = None, egress_cidrs: tuple[str, ...] = ()
 ) -> list[Manifest]:
-    """Default deny in ``spark-jobs``; then DNS and the object store only: on AWS the
-    Pod Identity agent and HTTPS to the VPC (its S3 interface endpoint answers for
+    """``spark-jobs``: default deny, DNS, and the object store only: on AWS the Pod
+    Identity agent and HTTPS to the VPC (its S3 interface endpoint answers for
     ``s3.<region>.amazonaws.com``); on premises HTTPS to the site's egress CIDRs (its
-    store) or the store's Service in the cluster. Nothing may connect to a job."""
-    dns = {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": KUBE_SYSTEM}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
-    egress: list[Manifest] = [dns]
+    store) or the store's Service in the cluster. Nothing may connect to a job, and a
+    job calls no Kubernetes API (Spark runs in local mode in the driver)."""
+    egress: list[Manifest] = []
     if store.on_aws:
         egress.append(
             {
-                "to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT_CIDR}}],
-                "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}],
+                "to": netpol.cidr_peers([POD_IDENTITY_AGENT_CIDR]),
+                "ports": netpol.tcp(POD_IDENTITY_AGENT_PORT),
             }
         )
         if vpc_cidr is not None:
-            egress.append(
-                {
-                    "to": [{"ipBlock": {"cidr": vpc_cidr}}],
-                    "ports": [{"protocol": "TCP", "port": 443}],
-                }
-            )
+            egress.append({"to": netpol.cidr_peers([vpc_cidr]), "ports": netpol.tcp(443)})
     else:
         port = urlparse(store.endpoint).port or 443
         service = in_cluster_service(store.endpoint)
         if service is not None:
             namespace, port = service
-            egress.append(
-                {
-                    "to": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": namespace}
-                            }
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": port}],
-                }
-            )
+            egress.append({"to": [netpol.namespace_peer(namespace)], "ports": netpol.tcp(port)})
         if egress_cidrs:
-            egress.append(
-                {
-                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in egress_cidrs],
-                    "ports": [{"protocol": "TCP", "port": port}],
-                }
-            )
+            egress.append({"to": netpol.cidr_peers(egress_cidrs), "ports": netpol.tcp(port)})
     return [
-        _policy("default-deny-all", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        _policy(
+        netpol.default_deny(JOBS_NAMESPACE),
+        netpol.allow_dns(JOBS_NAMESPACE),
+        netpol.policy(
+            JOBS_NAMESPACE,
             "allow-object-store",
             {
                 "podSelector": {"matchExpressions": [{"key": APP_LABEL, "operator": "Exists"}]},
@@ -988,6 +969,7 @@ class SparkInputs:
         store: the object store (`aws_store` or `onprem_store`).
         image: the data image, ``<registry>/data:<tag>``.
         kubernetes_version: the cluster's minor version (Pod Security labels).
+        network: where the API server and the nodes are (the operator's policies).
         vpc_cidr: the VPC's CIDR (AWS): HTTPS egress to its S3 endpoint.
         egress_cidrs: the site's egress CIDRs (on premises).
         node_selector: the system pool's labels (the operator).
@@ -998,6 +980,7 @@ class SparkInputs:
     store: Store
     image: str
     kubernetes_version: str
+    network: netpol.ClusterNetwork
     vpc_cidr: Any = None
     egress_cidrs: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
