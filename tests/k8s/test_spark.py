@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -490,3 +491,18 @@ def test_the_job_spec_names_every_bad_field() -> None:
     assert {p.field for p in err.value.problems} == {
         "name", "source", "dataset", "cores", "near_dup",
     }  # fmt: skip
+
+
+def test_the_data_image_has_what_the_driver_container_runs() -> None:
+    """The pods run as the data image's user; the stage script calls bash, Spark's own
+    launchers (PySpark's, on the image's PATH) and Java; the main file imports the
+    package from the image's PYTHONPATH."""
+    dockerfile = Path(__file__).resolve().parents[2] / "workloads" / "data" / "Dockerfile"
+    text = dockerfile.read_text(encoding="utf-8")
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", text, re.MULTILINE)
+    assert user == (str(ss.RUN_AS), str(ss.RUN_AS))
+    assert "python:3.11-slim-bookworm" in text  # Debian: bash, sed, mktemp
+    assert re.search(r"^ENV PATH=/opt/venv/bin:", text, re.MULTILINE)  # spark-class, spark-submit
+    assert "openjdk-17-jre-headless" in text and "ENV JAVA_HOME=" in text
+    assert re.search(r"^ENV PYTHONPATH=/app\b", text, re.MULTILINE)
+    assert "COPY workloads/data/ /app/workloads/data/" in text
