@@ -62,6 +62,14 @@ CONFIG_SCHEMAS: dict[str, dict[str, Any]] = {
             "prefix (e.g. registry.dc1.example.ae or mirror.example.ae/nvidia)."
         ),
     },
+    "allowedObjectStores": {
+        **_STRING_LIST,
+        "default": [],
+        "description": (
+            "Object stores of UAE sites a Spark job may use besides the stack's buckets and "
+            "stores inside the cluster, as host or host:port (e.g. objects.dc1.example.ae)."
+        ),
+    },
     "ecrAccountIds": {
         **_STRING_LIST,
         "default": [],
@@ -150,6 +158,7 @@ class Settings:
     allowed_countries: tuple[str, ...] = DEFAULT_ALLOWED_COUNTRIES
     required_tags: tuple[str, ...] = DEFAULT_REQUIRED_TAGS
     allowed_registries: tuple[str, ...] = ()
+    allowed_object_stores: tuple[str, ...] = ()
     ecr_account_ids: tuple[str, ...] = ()
     allowed_endpoint_cidrs: tuple[str, ...] = ()
     max_metadata_hop_limit: int = 2
@@ -213,6 +222,7 @@ class Settings:
             allowed_countries=within("allowedCountries", UAE_COUNTRIES, "UAE country codes"),
             required_tags=strings("requiredTags", DEFAULT_REQUIRED_TAGS),
             allowed_registries=strings("allowedRegistries", ()),
+            allowed_object_stores=tuple(h.lower() for h in strings("allowedObjectStores", ())),
             ecr_account_ids=strings("ecrAccountIds", ()),
             allowed_endpoint_cidrs=strings("allowedEndpointCidrs", ()),
             max_metadata_hop_limit=integer("maxMetadataHopLimit", 2, 1, 64),

@@ -57,6 +57,7 @@ from .features_layer import FeaturesAws, build_features_aws
 from .pipelines_layer import PipelinesAws, build_pipelines_aws
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
+from .spark_layer import build_spark_aws
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -450,6 +451,16 @@ def build_aws_foundation(
             bucket_name=data.bucket.bucket,
             storage_key_arn=keys.arn("storage"),
             database_host=tracking_store.database_host,
+            opts=opts,
+        )
+
+    if config.spark.enabled:
+        build_spark_aws(
+            name,
+            config,
+            cluster_name=cluster.cluster.name,
+            bucket_arn=data.bucket.arn,
+            storage_key_arn=keys.arn("storage"),
             opts=opts,
         )
 

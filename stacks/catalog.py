@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from modules.aws.instance_types import InstanceTypeInfo
 from modules.aws.node_pool import node_pool_profile, pool_zones
+from modules.k8s.spark.spec import sizing_problems
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.validation import Problem
 
@@ -91,4 +92,6 @@ def _quota_problems(
         assert info is not None  # unknown types were reported above
         profiles.append(node_pool_profile(spec, info, pool_zones(spec, info, vpc_zones)))
     problems = quota_problems(config.teams, profiles)
+    if config.spark.enabled:  # each Spark job's driver fits one node of its pool
+        problems += sizing_problems(config.spark, profiles)
     return [p.describe(f"{PROJECT}:{stack_key(p.field)}") for p in problems]

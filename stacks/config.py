@@ -32,6 +32,7 @@ from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.site.spec import SiteSpec
 from modules.k8s.site_audit.spec import ApiAuditSpec
+from modules.k8s.spark.spec import SparkSpec, stack_problems
 from modules.k8s.tenancy.quotas import quota_problems
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.tracking.spec import TrackingSpec
@@ -397,6 +398,8 @@ class StackConfig:
         pipelines: Kubeflow Pipelines and the data-to-model loop (`PipelinesSpec`,
             docs/pipelines.md), off by default; needs ``tracking`` and the secret config
             value ``pipelinesDatabasePassword``.
+        spark: the Spark Operator and the data-preparation jobs (`SparkSpec`,
+            docs/data.md), off by default.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -436,6 +439,7 @@ class StackConfig:
     backup: BackupSpec | None = None
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
     pipelines: PipelinesSpec = field(default_factory=PipelinesSpec)
+    spark: SparkSpec = field(default_factory=SparkSpec)
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -492,6 +496,9 @@ class StackConfig:
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
         self._check_serving(check)
+        teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
+        pools = (self.node_pools, self.onprem_node_pools)
+        check.problems += stack_problems(self.spark, self.target, teams, *pools)
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

@@ -30,6 +30,7 @@ from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
 from .pipelines_layer import build_pipelines
 from .pricing import load_snapshot, snapshot_path
+from .spark_layer import build_spark
 
 
 def _tracking_inputs(
@@ -288,6 +289,18 @@ def build_kubernetes_layer(
             config,
             provider,
             aws=foundation.pipelines if foundation is not None else None,
+            depends_on=[platform],
+        )
+    if config.spark.enabled:
+        build_spark(
+            config,
+            provider,
+            pools=args.pools,
+            training_image=foundation.training_image if foundation is not None else None,
+            bucket_name=foundation.bucket_name if foundation is not None else None,
+            storage_key_arn=foundation.storage_key_arn if foundation is not None else None,
+            vpc_cidr=foundation.vpc_cidr if foundation is not None else None,
+            network=args.network,
             depends_on=[platform],
         )
     if config.example_job is not None:

@@ -17,6 +17,7 @@ from policies.rules import (
     residency,
     serving,
     site_link,
+    spark,
     stack,
     state,
     tags,
@@ -46,6 +47,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         backup,
         features,
         pipelines,
+        spark,
     )
     for rule in _rules_of(module)
 )

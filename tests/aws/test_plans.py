@@ -257,6 +257,8 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-acmesolver",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-startupapicheck",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
+        # The data image's repository (Spark, stacks/spark_layer.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-data",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
         # The site VPN's tunnel logs (siteLink, docs/fleet.md): network evidence.

@@ -266,6 +266,37 @@ def _cluster_training_runtime(m: Mapping[str, Any]) -> Iterable[str]:
         yield "an MPI runtime with runLauncherAsNode needs the jobs launcher and node"
 
 
+#: The container each pod template must hold: Spark and the operator name them so.
+SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
+
+
+def _spark_application(m: Mapping[str, Any]) -> Iterable[str]:
+    """The vendored SparkApplication schema (Kubeflow Spark Operator v2.5.2), and its pod
+    templates, which that CRD leaves unchecked (``x-kubernetes-preserve-unknown-fields``),
+    against the Kubernetes API's own PodTemplateSpec (the oldest supported version),
+    each holding the container Spark fills in."""
+    from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS  # noqa: PLC0415
+    from tests.support.k8s_schema import schema_errors  # noqa: PLC0415
+
+    yield from vendored_crd_errors(m)
+    name = m.get("metadata", {}).get("name", "?")
+    for role, container in SPARK_CONTAINERS.items():
+        template = m.get("spec", {}).get(role, {}).get("template")
+        if template is None:
+            continue
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": f"{name}-{role}"},
+            "template": template,
+        }
+        for error in schema_errors([pod_template], SUPPORTED_KUBERNETES_VERSIONS[0]):
+            yield f"spec.{role}.template: {error.split(': ', 1)[1]}"
+        names = [c.get("name") for c in template.get("spec", {}).get("containers", [])]
+        if container not in names:
+            yield f"spec.{role}.template: no container {container!r} for Spark to fill in"
+
+
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ServiceMonitor": _service_monitor,
     "Cluster": _vendored_crd,
@@ -291,6 +322,8 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     # Kubeflow Trainer: the vendored CRDs strictly, and their creation-time CEL rules.
     "TrainJob": _train_job,
     "ClusterTrainingRuntime": _cluster_training_runtime,
+    # Kubeflow Spark Operator: the vendored CRD strictly, and the pod templates.
+    "SparkApplication": _spark_application,
 }
 
 

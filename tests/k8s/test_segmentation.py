@@ -54,6 +54,9 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
         "allow-jobset-webhook",
     },
     "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
+    # Spark (tests/k8s/test_spark.py): the operator's webhook; the jobs reach their store.
+    "spark-operator": {"allow-dns", "allow-api-server", "allow-webhooks"},
+    "spark-jobs": {"allow-dns", "allow-object-store"},
 }
 #: The feature store's further allowances: on AWS its materialisation reaches S3/STS and
 #: the Pod Identity agent; on premises its own stores admit it.

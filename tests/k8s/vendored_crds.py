@@ -1,7 +1,8 @@
 """Strict validation of custom resources against CRDs vendored from their upstream
 releases (tests/k8s/vendor/: KServe v0.20.0, cert-manager v1.20.3, CloudNativePG (Cluster,
 Backup, ScheduledBackup), Kubeflow Trainer v2.3.0, the Prometheus Operator's ServiceMonitor
-and v0.93.1's AlertmanagerConfig; the READMEs there name sources, versions and commits).
+and v0.93.1's AlertmanagerConfig, Kubeflow Spark Operator v2.5.2; the READMEs there name
+sources, versions and commits).
 
 The API server validates a custom resource against the CRD's OpenAPI v3 schema and,
 with strict field validation, rejects fields the schema does not declare. Here the same:
@@ -45,6 +46,9 @@ FILES: dict[tuple[str, str], str] = {
     ),
     ("monitoring.coreos.com", "AlertmanagerConfig"): (
         "prometheus-operator/crd-alertmanagerconfigs.yaml"
+    ),
+    ("sparkoperator.k8s.io", "SparkApplication"): (
+        "spark-operator/sparkoperator.k8s.io_sparkapplications.yaml"
     ),
 }
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}

@@ -774,10 +774,21 @@ def test_every_rule_has_a_failing_case() -> None:
     from tests.policies.test_segmentation_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as SEGMENTATION,
     )
+    from tests.policies.test_spark_rules import CASES as SPARK_CASES  # noqa: PLC0415
 
     covered = (
-        {c[2] for c in (*CASES, *DATABASE_CASES, *BACKUP_CASES, *CUSTODY_CASES, *FEATURES_CASES)}
-        | {c[2] for c in PIPELINES_CASES}
+        {
+            c[2]
+            for c in (
+                *CASES,
+                *DATABASE_CASES,
+                *BACKUP_CASES,
+                *CUSTODY_CASES,
+                *FEATURES_CASES,
+                *SPARK_CASES,
+                *PIPELINES_CASES,
+            )
+        }
         | COVERED_RULE_IDS
         | ACCESS_AND_LINK
         | SEGMENTATION

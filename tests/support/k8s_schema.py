@@ -11,13 +11,16 @@ from typing import Any
 
 import kubernetes_validate
 
+#: CRD groups that end in ``.k8s.io`` although the upstream schema does not have them.
+CRD_GROUPS_UNDER_K8S_IO = frozenset({"sparkoperator.k8s.io"})
+
 
 def is_builtin(manifest: Mapping[str, Any]) -> bool:
     """True for kinds the upstream schema covers (core and ``*.k8s.io`` groups)."""
     group = manifest["apiVersion"].rpartition("/")[0]
     return (
         group == ""
-        or group.endswith(".k8s.io")
+        or (group.endswith(".k8s.io") and group not in CRD_GROUPS_UNDER_K8S_IO)
         or group in {"apps", "batch", "policy", "autoscaling"}
     )
 

@@ -53,6 +53,7 @@ DEFAULT_TESTS = (
     "tests/k8s/test_trainer.py",
     "tests/k8s/test_features.py",
     "tests/k8s/test_site_oidc.py",
+    "tests/k8s/test_spark.py",
     "tests/policies/test_shipped_stacks.py",
 )
 
@@ -144,6 +145,11 @@ DEFAULT_MUTATIONS = (
     "kubernetes:monitoring.coreos.com/v1:PodMonitor",
     "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
     "kubernetes:helm.sh/v3:Release",
+    # Spark (docs/data.md): the jobs, their settings and pod templates.
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.sparkConf",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.driver.template",
+    "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication#spec.executor.template",
     # Backups (docs/recovery.md).
     "aws:backup/vault:Vault",
     "aws:backup/vault:Vault#kmsKeyArn",

@@ -1,0 +1,66 @@
+"""IAM for a team's Spark jobs: its raw files in, its datasets and event logs out, the
+stack's key through S3 in the region; nothing else (`modules.k8s.spark.spec` has the
+prefixes)."""
+
+from __future__ import annotations
+
+from modules.aws.iam import Document, document
+
+
+def spark_data_access(
+    bucket_arn: str,
+    storage_key_arn: str,
+    region: str,
+    *,
+    raw_prefix: str,
+    datasets_prefix: str,
+    event_log_prefix: str,
+) -> Document:
+    """The policy of one team's Spark role.
+
+    Args:
+        bucket_arn: ARN of the data bucket.
+        storage_key_arn: ARN of the CMK the bucket is encrypted with.
+        region: the stack's region (the key may only be used via S3 there).
+        raw_prefix: the team's raw files (read only), e.g. ``teams/nlp/raw/``.
+        datasets_prefix: the team's datasets (read, to refuse an existing dataset, and
+            write; never delete: a dataset is written once).
+        event_log_prefix: the team's Spark event logs (Spark writes a log under a
+            temporary name and renames it, a copy and a delete in S3).
+    """
+    prefixes = (raw_prefix, datasets_prefix, event_log_prefix)
+    upload = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+    return document(
+        {
+            "Sid": "ListOwnPrefixes",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": bucket_arn,
+            "Condition": {"StringLike": {"s3:prefix": [p for x in prefixes for p in (x, f"{x}*")]}},
+        },
+        {
+            "Sid": "ReadRawFiles",
+            "Effect": "Allow",
+            "Action": "s3:GetObject",
+            "Resource": f"{bucket_arn}/{raw_prefix}*",
+        },
+        {
+            "Sid": "WriteDatasetsOnce",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", *upload],
+            "Resource": f"{bucket_arn}/{datasets_prefix}*",
+        },
+        {
+            "Sid": "WriteEventLogs",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:DeleteObject", *upload],
+            "Resource": f"{bucket_arn}/{event_log_prefix}*",
+        },
+        {
+            "Sid": "UseStorageKeyThroughS3",
+            "Effect": "Allow",
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "Resource": storage_key_arn,
+            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+        },
+    )

@@ -1,0 +1,152 @@
+"""A team's Spark role is least privilege: its raw files read only, its datasets written
+but never deleted, its event logs, the stack's key only through S3 in the region; the
+shipped stacks bind exactly ``spark-jobs/spark-<team>`` to it through Pod Identity, and
+give the data image its own ECR repository under the stack's key. (The project has no
+IAM policy simulator, so the document's statements are read directly; moto's IAM checks
+the document is valid, here and for every shipped role in test_iam_documents.py.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from modules.aws.spark_access import spark_data_access
+from modules.k8s.spark import spec as ss
+from tests.conftest import shipped_plan
+
+BUCKET = "arn:aws:s3:::gpu-test-data-123456789012"
+KEY = "arn:aws:kms:me-central-1:123456789012:key/00000000-0000-4000-8000-000000000001"
+SPARK_STACKS = {"smb-cpu": ("analytics",), "uae-prod": ("nlp",)}
+
+
+def document(team: str = "nlp") -> dict[str, Any]:
+    return spark_data_access(
+        BUCKET,
+        KEY,
+        "me-central-1",
+        raw_prefix=ss.raw_prefix(team),
+        datasets_prefix=ss.datasets_prefix(team),
+        event_log_prefix=ss.event_log_prefix(team),
+    )
+
+
+def grants(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """Every (action, resource) pair the document allows."""
+    pairs = set()
+    for statement in doc["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"]
+        resources = statement["Resource"]
+        for action in [actions] if isinstance(actions, str) else actions:
+            for resource in [resources] if isinstance(resources, str) else resources:
+                pairs.add((action, resource))
+    return pairs
+
+
+def test_the_role_reaches_only_the_teams_prefixes_and_the_storage_key() -> None:
+    upload = {"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
+    raw, datasets, logs = (
+        f"{BUCKET}/teams/nlp/raw/*",
+        f"{BUCKET}/teams/nlp/datasets/*",
+        f"{BUCKET}/spark-events/nlp/*",
+    )
+    assert grants(document()) == {
+        ("s3:ListBucket", BUCKET),
+        ("s3:GetObject", raw),
+        *{(a, datasets) for a in {"s3:GetObject", *upload}},
+        *{(a, logs) for a in {"s3:GetObject", "s3:DeleteObject", *upload}},
+        ("kms:Decrypt", KEY),
+        ("kms:GenerateDataKey", KEY),
+    }
+
+
+def test_listing_and_the_key_are_fenced_by_conditions() -> None:
+    by_sid = {s["Sid"]: s for s in document()["Statement"]}
+    assert by_sid["ListOwnPrefixes"]["Condition"] == {
+        "StringLike": {
+            "s3:prefix": [
+                "teams/nlp/raw/",
+                "teams/nlp/raw/*",
+                "teams/nlp/datasets/",
+                "teams/nlp/datasets/*",
+                "spark-events/nlp/",
+                "spark-events/nlp/*",
+            ]
+        }
+    }
+    assert by_sid["UseStorageKeyThroughS3"]["Condition"] == {
+        "StringEquals": {"kms:ViaService": "s3.me-central-1.amazonaws.com"}
+    }
+
+
+def test_nothing_of_the_team_can_be_deleted_and_no_other_team_is_reached() -> None:
+    pairs = grants(document("nlp"))
+    deletable = {r for a, r in pairs if a == "s3:DeleteObject"}
+    assert deletable == {f"{BUCKET}/spark-events/nlp/*"}  # Spark's rename of its log only
+    assert not any("teams/vision" in r or r.endswith("teams/*") for _, r in pairs)
+    assert not any(r in ("*", f"{BUCKET}/*") for _, r in pairs)
+    assert not any(a.endswith("*") for a, _ in pairs)
+    # Another team's document grants nothing of this team's.
+    assert not {r for _, r in grants(document("vision"))} & {
+        r for _, r in pairs if "/teams/" in r or "/spark-events/" in r
+    }
+
+
+def test_iam_accepts_the_document() -> None:
+    with mock_aws():
+        client = boto3.client("iam", region_name="us-east-1")
+        client.create_policy(PolicyName="spark", PolicyDocument=json.dumps(document()))
+
+
+@pytest.mark.parametrize("stack", SPARK_STACKS)
+def test_each_team_with_a_job_gets_its_role_bound_to_its_service_account(stack: str) -> None:
+    registrations, _ = shipped_plan(stack)
+    associations = [
+        r.inputs
+        for r in registrations.values()
+        if r.type == "aws:eks/podIdentityAssociation:PodIdentityAssociation"
+        and r.inputs["namespace"] == ss.JOBS_NAMESPACE
+    ]
+    assert sorted(a["serviceAccount"] for a in associations) == sorted(
+        f"spark-{team}" for team in SPARK_STACKS[stack]
+    )
+    (bucket,) = [
+        r.inputs["bucket"]
+        for r in registrations.values()
+        if r.type == "aws:s3/bucket:Bucket" and r.name == "data"
+    ]
+    for team in SPARK_STACKS[stack]:
+        (policy,) = [
+            json.loads(r.inputs["policy"])
+            for r in registrations.values()
+            if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == f"spark-{team}-access"
+        ]
+        resources = {r for _, r in grants(policy)}
+        assert f"arn:aws:s3:::{bucket}/teams/{team}/raw/*" in resources
+        assert all(
+            r.startswith(f"arn:aws:s3:::{bucket}") or r.startswith("arn:aws:kms:me-central-1:")
+            for r in resources
+        )
+        (trust,) = [
+            json.loads(r.inputs["assumeRolePolicy"])
+            for r in registrations.values()
+            if r.type == "aws:iam/role:Role" and r.name == f"spark-{team}"
+        ]
+        assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+
+
+@pytest.mark.parametrize("stack", SPARK_STACKS)
+def test_the_data_image_has_its_own_encrypted_immutable_repository(stack: str) -> None:
+    registrations, _ = shipped_plan(stack)
+    (repository,) = [
+        r.inputs
+        for r in registrations.values()
+        if r.type == "aws:ecr/repository:Repository" and r.name == "registry-data"
+    ]
+    assert repository["name"] == f"gpu-{stack}/data"
+    assert repository["imageTagMutability"] == "IMMUTABLE"
+    assert repository["encryptionConfigurations"][0]["encryptionType"] == "KMS"

@@ -1,0 +1,320 @@
+"""The Spark rules: a compliant plan with two SparkApplications as the platform writes
+them (`modules.k8s.spark.spec`: one on the stack's bucket through S3 in the region, one
+on the site's object store inside the cluster) passes every rule; each job broken one
+setting at a time, or with the setting left out, fails exactly its rule (the failing,
+passing and missing twins); broken copies of the shipped plans' jobs are caught."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from modules.k8s.spark import spec as ss
+from modules.pools import NodePoolProfile
+from stacks.offline_plan import build_plan
+from tests.policies.builder import ECR, REGION, PlanBuilder, compliant_plan, find_step, key_arn
+from tests.policies.conftest import failing_rules, messages, review
+
+Plan = dict[str, Any]
+APP = "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication"
+SCHEDULED = "kubernetes:sparkoperator.k8s.io/v1beta2:ScheduledSparkApplication"
+LOCATION, EVENTS = "uae-spark-data-location", "uae-spark-event-logs-encrypted"
+POOL = NodePoolProfile(
+    name="preprocess", role="preprocess", instance_type="m7i.2xlarge", vcpus=8, memory_gib=32
+)
+JOB = ss.SparkJobSpec(name="prepare-corpus", team="a", source="corpus/2026-07", dataset="c-v1")
+SITE_STORE = ss.ObjectStoreSpec(
+    endpoint="https://rook-ceph-rgw-data.rook-ceph.svc",
+    bucket="site-data",
+    region="dc1",
+    kms_key_id="site-data-key",
+)
+IMAGE = f"{ECR}/gpu-test/data:0.1.0"
+AWS_JOB, SITE_JOB = "spark-aws", "spark-site"
+
+
+def aws_application() -> dict[str, Any]:
+    store = ss.aws_store("uae-data", REGION, key_arn("1"))
+    return ss.spark_application(JOB, store, POOL, IMAGE, ss.locations(JOB, "uae-data"))
+
+
+def site_application() -> dict[str, Any]:
+    store = ss.onprem_store(SITE_STORE)
+    manifest = ss.spark_application(JOB, store, POOL, IMAGE, ss.locations(JOB, "site-data"))
+    manifest["metadata"]["name"] = "prepare-on-site"
+    return manifest
+
+
+def plan_with_jobs() -> Plan:
+    plan = compliant_plan()
+    steps = [s["newState"] for s in plan["steps"]]
+    k8s = next(s["urn"] for s in steps if s["type"] == "pulumi:providers:kubernetes")
+    key = find_step(plan, "aws:kms/key:Key", "storage-key")["urn"]
+    builder = PlanBuilder()
+    builder.add(APP, AWS_JOB, aws_application(), provider=f"{k8s}::id", deps={"spec": [key]})
+    builder.add(APP, SITE_JOB, site_application(), provider=f"{k8s}::id")
+    plan["steps"].extend(builder.steps)
+    return plan
+
+
+def spec(plan: Plan, job: str = AWS_JOB) -> dict[str, Any]:
+    return find_step(plan, APP, job)["inputs"]["spec"]  # type: ignore[no-any-return]
+
+
+def conf(plan: Plan, job: str = AWS_JOB) -> dict[str, Any]:
+    return spec(plan, job)["sparkConf"]  # type: ignore[no-any-return]
+
+
+def put_conf(key: str, value: Any, job: str = AWS_JOB) -> Callable[[Plan], None]:
+    return lambda plan: conf(plan, job).update({key: value})
+
+
+def drop_conf(*keys: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        for key in keys:
+            del conf(plan, job)[key]
+
+    return mutate
+
+
+def set_env(name: str, value: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        (container,) = spec(plan, job)["driver"]["template"]["spec"]["containers"]
+        for item in container["env"]:
+            if item["name"] == name:
+                item["value"] = value
+
+    return mutate
+
+
+def add_argument(value: str) -> Callable[[Plan], None]:
+    return lambda plan: spec(plan)["arguments"].append(value)
+
+
+def set_spec(key: str, value: Any) -> Callable[[Plan], None]:
+    return lambda plan: spec(plan).update({key: value})
+
+
+def both(*mutations: Callable[[Plan], None]) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        for mutation in mutations:
+            mutation(plan)
+
+    return mutate
+
+
+H = "spark.hadoop.fs.s3a."
+OTHER_KEY = "arn:aws:kms:me-central-1:210987654321:key/11111111-2222-4333-8444-555555555555"
+
+CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
+    # -- where the data is --
+    ("input-foreign-bucket", set_env(ss.ENV_INPUT, "s3a://someone-else/raw/"), LOCATION,
+     "not one this stack creates"),
+    ("output-gcs", set_env(ss.ENV_OUTPUT, "gs://abroad/datasets/c-v1/"), LOCATION, "gs://"),
+    ("output-abfss", set_env(ss.ENV_OUTPUT, "abfss://c@acct.dfs.core.windows.net/x"), LOCATION,
+     "abfss://"),
+    ("argument-https", add_argument("https://example.com/corpus.jsonl"), LOCATION, "https://"),
+    ("event-log-foreign-bucket", put_conf("spark.eventLog.dir", "s3a://someone-else/logs/"),
+     LOCATION, "someone-else"),
+    ("region-abroad", both(put_conf(H + "endpoint", "s3.eu-west-1.amazonaws.com"),
+                           put_conf(H + "endpoint.region", "eu-west-1")),
+     LOCATION, "eu-west-1, outside the allowed regions"),
+    ("region-missing", drop_conf(H + "endpoint", H + "endpoint.region"), LOCATION,
+     "global endpoint (us-east-1)"),
+    ("global-endpoint", both(put_conf(H + "endpoint", "s3.amazonaws.com"),
+                             drop_conf(H + "endpoint.region")), LOCATION, "global endpoint"),
+    ("tls-off", put_conf(H + "connection.ssl.enabled", "false"), LOCATION, "clear text"),
+    ("per-bucket-endpoint-abroad",
+     put_conf(H + "bucket.uae-data.endpoint.region", "eu-central-1"), LOCATION, "eu-central-1"),
+    ("hadoop-conf-abroad", lambda p: spec(p).update(
+        {"hadoopConf": {"fs.s3a.endpoint.region": "us-east-1"}}), LOCATION, "us-east-1"),
+    ("settings-in-configmap", set_spec("sparkConfigMap", "extra-spark-settings"), LOCATION,
+     "cannot see"),
+    ("site-store-not-allowed", put_conf(H + "endpoint", "https://objects.example.com",
+                                        job=SITE_JOB), LOCATION, "neither a Service"),
+    ("site-store-http", put_conf(H + "endpoint", "http://rook-ceph-rgw-data.rook-ceph.svc",
+                                 job=SITE_JOB), LOCATION, "not HTTPS"),
+    # -- event logs --
+    ("event-log-off", put_conf("spark.eventLog.enabled", "false"), EVENTS, "no record"),
+    ("event-log-switch-missing", drop_conf("spark.eventLog.enabled"), EVENTS, "no record"),
+    ("event-log-dir-missing", drop_conf("spark.eventLog.dir"), EVENTS, "pod's /tmp"),
+    ("event-log-on-pod-disk", put_conf("spark.eventLog.dir", "file:///tmp/spark-events"),
+     EVENTS, "not an object store location"),
+    ("sse-s3", put_conf(H + "encryption.algorithm", "SSE-S3"), EVENTS, "not SSE-KMS"),
+    ("algorithm-missing", drop_conf(H + "encryption.algorithm"), EVENTS, "no S3A encryption"),
+    ("per-bucket-sse-s3", put_conf(H + "bucket.uae-data.encryption.algorithm", "SSE-S3"),
+     EVENTS, "not SSE-KMS"),
+    ("key-missing", drop_conf(H + "encryption.key"), EVENTS, "name no key"),
+    ("key-empty", put_conf(H + "encryption.key", ""), EVENTS, "is empty"),
+    ("aws-managed-key", put_conf(H + "encryption.key", "alias/aws/s3"), EVENTS, "AWS-managed"),
+    ("key-of-another-account", put_conf(H + "encryption.key", OTHER_KEY), EVENTS,
+     "which this stack does not create"),
+    ("site-event-log-unencrypted", drop_conf(H + "encryption.algorithm", job=SITE_JOB), EVENTS,
+     "no S3A encryption"),
+    ("site-event-log-keyless", drop_conf(H + "encryption.key", job=SITE_JOB), EVENTS,
+     "name no key"),
+]  # fmt: skip
+
+
+def test_the_plan_with_both_jobs_passes_every_rule() -> None:
+    result = review(plan_with_jobs())
+    assert result.violations == []
+    assert [f for f in result.findings if f.unknown] == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_the_broken_job_fails_exactly_the_rule(
+    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+) -> None:
+    plan = plan_with_jobs()
+    mutate(plan)
+    assert failing_rules(plan) == {rule_id}
+    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        # The older S3A names of the encryption settings.
+        both(
+            drop_conf(H + "encryption.algorithm", H + "encryption.key"),
+            put_conf(H + "server-side-encryption-algorithm", "SSE-KMS"),
+            put_conf(H + "server-side-encryption.key", key_arn("1")),
+        ),
+        put_conf(H + "encryption.algorithm", "DSSE-KMS"),
+        # The key by the stack's alias, and the settings in hadoopConf instead.
+        put_conf(H + "encryption.key", "alias/storage"),
+        lambda p: spec(p).update(
+            {"hadoopConf": {k.removeprefix("spark.hadoop."): v for k, v in conf(p).items()
+                            if k.startswith("spark.hadoop.")}}
+        ),
+        # The region alone (the SDK derives the regional endpoint), or a per-bucket one.
+        drop_conf(H + "endpoint"),
+        both(drop_conf(H + "endpoint", H + "endpoint.region"),
+             put_conf(H + "bucket.uae-data.endpoint.region", REGION)),
+        # Files in the image and on the pod's disk are no store.
+        set_spec("deps", {"pyFiles": ["local:///app/extra.zip"], "files": ["file:///etc/x"]}),
+    ],
+    ids=["legacy-names", "dsse-kms", "key-alias", "hadoop-conf", "region-only",
+         "per-bucket-region", "local-files"],
+)  # fmt: skip
+def test_equivalent_settings_pass(mutate: Callable[[Plan], None]) -> None:
+    plan = plan_with_jobs()
+    mutate(plan)
+    assert failing_rules(plan) == set()
+
+
+def test_an_allowed_site_store_outside_the_cluster_passes() -> None:
+    plan = plan_with_jobs()
+    put_conf(H + "endpoint", "https://objects.dc1.example.ae", job=SITE_JOB)(plan)
+    assert failing_rules(plan) == {LOCATION}
+    config = {LOCATION: {"allowedObjectStores": ["Objects.dc1.example.ae"]}}
+    assert failing_rules(plan, config) == set()
+
+
+def test_a_scheduled_application_is_judged_by_its_template() -> None:
+    plan = plan_with_jobs()
+    k8s = find_step(plan, APP, AWS_JOB)["provider"]
+    key = find_step(plan, "aws:kms/key:Key", "storage-key")["urn"]
+    application = aws_application()
+    scheduled = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "ScheduledSparkApplication",
+        "metadata": {"name": "nightly", "namespace": "spark-jobs"},
+        "spec": {"schedule": "@daily", "concurrencyPolicy": "Forbid",
+                 "template": application["spec"]},
+    }  # fmt: skip
+    builder = PlanBuilder()
+    builder.add(SCHEDULED, "nightly", scheduled, provider=k8s, deps={"spec": [key]})
+    plan["steps"].extend(builder.steps)
+    assert failing_rules(plan) == set()
+    template = find_step(plan, SCHEDULED, "nightly")["inputs"]["spec"]["template"]
+    template["arguments"].append("gs://abroad/corpus/")
+    template["sparkConf"]["spark.eventLog.enabled"] = "false"
+    assert failing_rules(plan) == {LOCATION, EVENTS}
+    assert any("nightly" in m and "gs://" in m for m in messages(plan, LOCATION))
+
+
+def test_other_kinds_are_not_spark_jobs() -> None:
+    plan = plan_with_jobs()
+    state = find_step(plan, APP, AWS_JOB)
+    state["type"] = "kubernetes:example.com/v1:SomethingElse"
+    spec_ = state["inputs"]["spec"]
+    spec_["sparkConf"]["spark.eventLog.enabled"] = "false"
+    assert {LOCATION, EVENTS}.isdisjoint(failing_rules(plan))
+
+
+# -- broken twins of the shipped plans ----------------------------------------------------
+
+
+@functools.cache
+def _shipped(stack: str) -> Plan:
+    return build_plan(stack)
+
+
+def _shipped_app(plan: Plan) -> dict[str, Any]:
+    (state,) = [s["newState"] for s in plan["steps"] if s["newState"]["type"] == APP]
+    return state["inputs"]["spec"]  # type: ignore[no-any-return]
+
+
+def _input_abroad(plan: Plan) -> None:
+    (container,) = _shipped_app(plan)["driver"]["template"]["spec"]["containers"]
+    for item in container["env"]:
+        if item["name"] == ss.ENV_INPUT:
+            item["value"] = "s3a://a-bucket-in-frankfurt/raw/"
+
+
+def _output_abroad(plan: Plan) -> None:
+    _shipped_app(plan)["sparkConf"]["spark.hadoop.fs.s3a.endpoint.region"] = "eu-central-1"
+
+
+def _logs_unencrypted(plan: Plan) -> None:
+    del _shipped_app(plan)["sparkConf"]["spark.hadoop.fs.s3a.encryption.algorithm"]
+
+
+def _logs_off(plan: Plan) -> None:
+    _shipped_app(plan)["sparkConf"]["spark.eventLog.enabled"] = "false"
+
+
+@pytest.mark.parametrize(
+    ("stack", "mutate", "rule_id"),
+    [
+        ("smb-cpu", _input_abroad, LOCATION),
+        ("uae-prod", _output_abroad, LOCATION),
+        ("smb-cpu", _logs_unencrypted, EVENTS),
+        ("uae-prod", _logs_off, EVENTS),
+    ],
+    ids=["input-abroad", "region-abroad", "logs-unencrypted", "logs-off"],
+)
+def test_a_broken_twin_of_a_shipped_job_is_caught(
+    stack: str, mutate: Callable[[Plan], None], rule_id: str
+) -> None:
+    before = failing_rules(_shipped(stack))
+    assert rule_id not in before
+    plan = copy.deepcopy(_shipped(stack))
+    mutate(plan)
+    assert failing_rules(plan) - before == {rule_id}
+    assert not review(plan).passed
+
+
+def test_an_onprem_stack_with_a_job_on_the_site_store_passes() -> None:
+    """The job as an onprem stack writes it (tests/k8s/test_spark.py's site: an object
+    store inside the cluster) passes both rules with the pack's defaults."""
+    from tests.k8s.test_spark import onprem_config  # noqa: PLC0415
+
+    plan = build_plan("onprem-ib", onprem_config())
+    assert [s for s in plan["steps"] if s["newState"]["type"] == APP]
+    result = review(plan)
+    assert [(f.rule_id, f.message) for f in result.mandatory_violations] == []
+    plan_abroad = copy.deepcopy(plan)
+    (state,) = [s["newState"] for s in plan_abroad["steps"] if s["newState"]["type"] == APP]
+    state["inputs"]["spec"]["sparkConf"]["spark.hadoop.fs.s3a.endpoint"] = (
+        "https://s3.eu-west-1.amazonaws.com"
+    )
+    assert LOCATION in failing_rules(plan_abroad)
