@@ -111,6 +111,10 @@ def test_each_team_and_the_autoscaler_get_their_own_pod_identity() -> None:
         ("kube-system", "cluster-autoscaler"),
         ("mlflow", "mlflow"),  # the tracking server's artifacts
         ("spark-jobs", "spark-nlp"),  # team nlp's Spark job (tests/aws/test_spark_access.py)
+        # Kubeflow Pipelines: API server, UI, the runs (tests/k8s/test_pipelines.py)
+        ("kubeflow", "ml-pipeline"),
+        ("kubeflow", "ml-pipeline-ui"),
+        ("kubeflow", "pipeline-runner"),
     }
     assert len(set(associations.values())) == len(associations)  # no role is shared
     for team in teams:

@@ -259,6 +259,22 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
         # The data image's repository (Spark, stacks/spark_layer.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-data",
+        # Kubeflow Pipelines' images mirrored into the stack's ECR, and the platform's
+        # pipelines image (publisher, trigger; stacks/pipelines_layer.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-alpine",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-argoexec",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-api-server",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-driver",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-frontend",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-launcher",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-metadata-envoy",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-persistence-agent",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-scheduled-workflow-controller",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-ml_metadata_store_server",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-pgbouncer",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-postgresql",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-workflow-controller",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-pipelines",
         "gpuplatform:aws:EksCluster$aws:cloudwatch/logGroup:LogGroup::cluster-control-plane",
         "gpuplatform:aws:Network$aws:cloudwatch/logGroup:LogGroup::network-flow-logs",
         # The site VPN's tunnel logs (siteLink, docs/fleet.md): network evidence.

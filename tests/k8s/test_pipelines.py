@@ -25,6 +25,7 @@ from modules.k8s.monitoring.spec import (
     kube_prometheus_stack_values,
 )
 from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.netpol import DEFAULT_DENY
 from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import manifests as kfp
 from modules.k8s.pipelines import spec as ps
@@ -445,7 +446,7 @@ def policy(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 def test_the_namespace_denies_by_default_and_admits_nothing_from_outside() -> None:
     objects = kfp.network_policies(SPEC, AWS)
-    assert policy(objects, "default-deny") == {
+    assert policy(objects, DEFAULT_DENY) == {
         "podSelector": {},
         "policyTypes": ["Ingress", "Egress"],
     }
@@ -738,7 +739,7 @@ def test_shipped_plans_install_kfp_and_the_loop_iff_the_pipeline_exists(stack: s
     for kind, name in [
         ("ConfigMap", kfp.PROXY_CONFIG),
         ("ConfigMap", kfp.APISERVER_CONFIG),
-        ("NetworkPolicy", "default-deny"),
+        ("NetworkPolicy", DEFAULT_DENY),
         ("NetworkPolicy", "allow-kubeflow-pipelines"),
         ("Secret", kfp.DATABASE_SECRET),
         ("Secret", kfp.PROXY_USERS_SECRET),
@@ -764,8 +765,9 @@ OWN_COMMON = {
     ("Secret", kfp.DATABASE_SECRET),
     ("Secret", kfp.METADATA_SECRET),
     ("Secret", kfp.PROXY_USERS_SECRET),
-    ("NetworkPolicy", "default-deny"),
-    ("NetworkPolicy", "allow-namespace-and-dns"),
+    ("NetworkPolicy", DEFAULT_DENY),
+    ("NetworkPolicy", "allow-dns"),
+    ("NetworkPolicy", "allow-same-namespace"),
     ("NetworkPolicy", "allow-kubernetes-api"),
     ("NetworkPolicy", "allow-object-store"),
     ("NetworkPolicy", "allow-runs-object-store"),

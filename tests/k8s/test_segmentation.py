@@ -61,6 +61,22 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
 #: The feature store's further allowances: on AWS its materialisation reaches S3/STS and
 #: the Pod Identity agent; on premises its own stores admit it.
 FEAST_AWS = {"feast-materialize-aws"}
+#: Kubeflow Pipelines' namespace (modules/k8s/pipelines/manifests.py network_policies):
+#: its pods to each other, the API server, its database, the object store; the runs to
+#: the object store and MLflow; Alertmanager to the retrain trigger.
+KFP_ALLOWS = {
+    "allow-dns",
+    "allow-same-namespace",
+    "allow-kubernetes-api",
+    "allow-object-store",
+    "allow-runs-object-store",
+    "allow-runs-tracking",
+    "allow-alertmanager-to-trigger",
+}
+#: On AWS the databases are on the tracking RDS instance (through the TLS sidecars); on
+#: premises the CloudNativePG operator manages its own cluster in the namespace.
+KFP_AWS = {"allow-database", "allow-metadata-database"}
+KFP_ONPREM = {"allow-database-operator"}
 FEAST_ONPREM = {"feast-online-store", "feast-registry-database", "feast-registry-api-server"}
 
 
@@ -118,15 +134,17 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
     fenced = policies(stack)
     namespaces = {n["metadata"]["name"] for n in objects(stack, "Namespace")}
     platform = namespaces - {n for n in namespaces if n.startswith("team-")} - {"mlflow"}
-    assert platform <= set(PLATFORM_ALLOWS), platform - set(PLATFORM_ALLOWS)
+    assert platform <= {*PLATFORM_ALLOWS, "kubeflow"}, platform - set(PLATFORM_ALLOWS)
     for name in platform:
-        expected = set(PLATFORM_ALLOWS[name])
+        expected = set(PLATFORM_ALLOWS.get(name, ()))
         if name == "monitoring" and config(stack).monitoring.grafana_access != "port-forward":
             expected.add("allow-grafana-load-balancer")
         if name == "kueue-system" and config(stack).fleet is not None:
             expected.add("allow-fleet-workers")
         if name == "feast":
             expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
+        if name == "kubeflow":
+            expected = KFP_ALLOWS | (KFP_ONPREM if config(stack).onprem is not None else KFP_AWS)
         if name == "cnpg-system" and config(stack).features.enabled:
             # The operator also manages the feature registry's database.
             expected.add("allow-feast-registry")
@@ -197,6 +215,9 @@ def test_the_tracking_namespace_allows_exactly_the_server_and_its_database(stack
             expected.add("mlflow-database-backup")
             (store,) = fenced["mlflow-database-backup"]["spec"]["egress"]
             assert store["to"] == [{"ipBlock": {"cidr": c}} for c in backup.endpoint_cidrs]
+    if config(stack).pipelines.enabled:
+        # Kubeflow Pipelines' runs reach the server (evaluate, register, canary).
+        expected.add("allow-kubeflow-pipelines")
     if config(stack).features.enabled and config(stack).onprem is None:
         # The feature registry's init Job reaches the tracking RDS instance, nothing else.
         expected.add("feast-registry-init")

@@ -398,7 +398,8 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
         s["inputs"]["spec"]
         for s in states
         if s["type"].endswith(":NetworkPolicy")
-        and s["inputs"]["metadata"] == {**s["inputs"]["metadata"], "name": "allow-object-store"}
+        and s["inputs"]["metadata"]["name"] == "allow-object-store"
+        and s["inputs"]["metadata"]["namespace"] == ss.JOBS_NAMESPACE
     ]
     rules = policy["egress"]
     assert rules[0] == {

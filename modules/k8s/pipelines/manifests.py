@@ -40,9 +40,10 @@ from typing import Any
 
 import yaml
 
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace
 from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
-from modules.k8s.names import KUBE_SYSTEM, PART_OF
+from modules.k8s.names import PART_OF
 from modules.k8s.pipelines.spec import (
     DATABASE_CLUSTER,
     DATABASE_PORT,
@@ -967,25 +968,19 @@ def network_policies(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
     Nothing outside the namespace may connect in: the UI is reached with
     ``kubectl port-forward`` (through the API server and the kubelet, which
     NetworkPolicies do not see), the trigger only from Alertmanager (`loop`)."""
-    dns = {
-        "to": [
-            {
-                **_namespace_peer(KUBE_SYSTEM),
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
     own: list[Manifest] = [{"podSelector": {}}]
+    # The platform's convention (modules.k8s.netpol): the default deny, DNS, and here the
+    # namespace's pods to each other.
     policies = [
-        _policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        netpol.default_deny(NAMESPACE),
+        netpol.allow_dns(NAMESPACE),
         _policy(
-            "allow-namespace-and-dns",
+            "allow-same-namespace",
             {
                 "podSelector": {},
                 "policyTypes": ["Ingress", "Egress"],
                 "ingress": [{"from": own}],
-                "egress": [{"to": own}, dns],
+                "egress": [{"to": own}],
             },
         ),
     ]
