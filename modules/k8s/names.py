@@ -146,3 +146,8 @@ def team_placement(
         tracking=tracking,
         cloud_identity=cloud_identity,
     )
+
+
+#: cert-manager's ClusterIssuer of the cluster CA (`modules.k8s.pki`), here so that what
+#: only needs its name (the serving spec, which the serving image imports) needs no Pulumi.
+CLUSTER_CA_ISSUER = "gpuplatform-cluster-ca"

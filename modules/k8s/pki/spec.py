@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modules.k8s import netpol
+from modules.k8s import names, netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
 from modules.k8s.versions import Chart
 
@@ -35,8 +35,9 @@ CERT_MANAGER = Chart("cert-manager", "v1.20.3", "https://charts.jetstack.io")
 CERT_MANAGER_NAMESPACE = "cert-manager"
 RELEASE = "cert-manager"
 SELF_SIGNED_ISSUER = "gpuplatform-selfsigned"
-#: The cluster CA's ClusterIssuer and the Secret holding its key pair.
-CLUSTER_CA_ISSUER = "gpuplatform-cluster-ca"
+#: The cluster CA's ClusterIssuer and the Secret holding its key pair (`names`: the
+#: serving image reads the name without Pulumi).
+CLUSTER_CA_ISSUER = names.CLUSTER_CA_ISSUER
 CLUSTER_CA_SECRET = "gpuplatform-cluster-ca"
 #: In each namespace whose pods call a platform endpoint in another namespace: the
 #: Secret whose ``ca.crt`` is the cluster CA (`ca_bundle`).

@@ -15,7 +15,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from modules.k8s.pki.spec import CLUSTER_CA_ISSUER
+from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
