@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modules.aws.online_store.spec import REDIS_PORT, OnlineStoreSpec
+from modules.k8s import security
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -229,25 +230,11 @@ def _meta(name: str, namespace: str = NAMESPACE, **labels: str) -> Manifest:
 
 def restricted_container() -> Manifest:
     """The restricted Pod Security profile for one container."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return security.restricted_container(RUN_AS)
 
 
 def pod_security() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return security.restricted_pod(RUN_AS)
 
 
 def image(placement: Placement, name: str, tag: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from modules.k8s import security
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
 from modules.k8s.names import MONITORING_NAMESPACE
@@ -212,24 +213,12 @@ def _service_account(name: str) -> Manifest:
 
 
 def _container_security() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    """The restricted profile for the publisher and trigger containers."""
+    return security.restricted_container(RUN_AS)
 
 
 def _pod_security() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return security.restricted_pod(RUN_AS, fs_group=False)
 
 
 def _volumes() -> list[Manifest]:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from modules.k8s import netpol
+from modules.k8s import netpol, security
 from modules.k8s.common import Manifest, metadata, toleration
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
@@ -512,25 +512,11 @@ def job_arguments(job: SparkJobSpec) -> list[str]:
 
 def restricted_container() -> Manifest:
     """The restricted Pod Security profile for one container (the data image's user)."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return security.restricted_container(RUN_AS)
 
 
 def pod_security() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return security.restricted_pod(RUN_AS)
 
 
 def service_account_name(team: str) -> str:
