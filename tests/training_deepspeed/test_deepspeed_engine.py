@@ -17,7 +17,13 @@ from pathlib import Path
 import deepspeed
 import pytest
 
-from tests.workloads.helpers import REPO_ROOT, losses_by_step, run_torchrun, torchrun_env
+from tests.workloads.helpers import (
+    REPO_ROOT,
+    losses_by_step,
+    run_torchrun,
+    tiny_args,
+    torchrun_env,
+)
 from workloads.training.checkpoint import checkpoint_engine, complete_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -29,21 +35,15 @@ WIDE = ["--n-embd", "512", "--n-head", "8", "--seq-len", "32", "--micro-batch-si
 
 
 def args(run_dir: Path, *extra: str) -> list[str]:
-    return [
-        "--preset",
-        "tiny",
-        "--data-dir",
-        str(run_dir.parent / "data"),
-        "--log-jsonl",
-        str(run_dir / "log.jsonl"),
-        "--metrics-port",
-        "0",
+    return tiny_args(
+        run_dir.parent / "data",
+        run_dir / "log.jsonl",
         "--log-every",
         "1",
         "--grad-accum-steps",
         "2",
         *extra,
-    ]
+    )
 
 
 def train(run_dir: Path, *extra: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:

@@ -64,6 +64,22 @@ def run_torchrun(
     )
 
 
+def tiny_args(data_dir: Path, log_jsonl: Path, *extra: str) -> list[str]:
+    """The trainer's arguments every multi-process test starts from: the tiny preset on
+    ``data_dir``, JSON-lines log at ``log_jsonl``, no metrics port; then ``extra``."""
+    return [
+        "--preset",
+        "tiny",
+        "--data-dir",
+        str(data_dir),
+        "--log-jsonl",
+        str(log_jsonl),
+        "--metrics-port",
+        "0",
+        *extra,
+    ]
+
+
 def read_log(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

@@ -20,6 +20,7 @@ from tests.workloads.helpers import (
     losses_by_step,
     read_log,
     run_torchrun,
+    tiny_args,
     torchrun_env,
 )
 
@@ -29,21 +30,15 @@ STEPS = 12
 
 
 def train_args(run_dir: Path, *extra: str) -> list[str]:
-    return [
-        "--preset",
-        "tiny",
-        "--data-dir",
-        str(run_dir.parent / "data"),
-        "--log-jsonl",
-        str(run_dir / "log.jsonl"),
-        "--metrics-port",
-        "0",
+    return tiny_args(
+        run_dir.parent / "data",
+        run_dir / "log.jsonl",
         "--log-every",
         "1",
         "--steps",
         str(STEPS),
         *extra,
-    ]
+    )
 
 
 def elastic_agent(port: int, args: list[str]) -> list[str]:

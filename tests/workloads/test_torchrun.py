@@ -16,6 +16,7 @@ from tests.workloads.helpers import (
     losses_by_step,
     read_log,
     run_torchrun,
+    tiny_args,
     torchrun_command,
     torchrun_env,
 )
@@ -25,17 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def common_args(tmp_path: Path, *extra: str) -> list[str]:
-    return [
-        "--preset",
-        "tiny",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--log-jsonl",
-        str(tmp_path / "log.jsonl"),
-        "--metrics-port",
-        "0",
-        *extra,
-    ]
+    return tiny_args(tmp_path / "data", tmp_path / "log.jsonl", *extra)
 
 
 def test_two_processes_train_and_loss_falls(tmp_path: Path) -> None:
