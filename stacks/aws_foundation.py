@@ -44,7 +44,7 @@ from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, 
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
 from modules.k8s.tracking import manifests as k8s_tracking
 from modules.k8s.tracking.spec import TrackingStoreInputs
-from modules.k8s.tracking.users import team_password, team_username
+from modules.k8s.tracking.users import service_password, team_password, team_username
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
@@ -54,7 +54,7 @@ from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
-from .pipelines_layer import PipelinesAws, build_pipelines_aws
+from .pipelines_layer import PipelinesAws, build_pipelines_aws, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .serving_foundation import build_serving_aws
 from .spark_layer import build_spark_aws
@@ -85,6 +85,9 @@ class AwsFoundation:
     tracking_store: TrackingStoreInputs | None = None
     #: Team name -> its MLflow password as its Secrets Manager secret holds it.
     tracking_team_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
+    #: Platform service user (``pipelines``) -> its MLflow password as its Secrets
+    #: Manager secret holds it; empty when no service needs one.
+    tracking_service_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
@@ -364,6 +367,11 @@ def build_aws_foundation(
         team_passwords = _tracking_users(
             config, name, keys.arn("secrets"), tracking_admin_password, provider
         )
+    service_passwords: dict[str, pulumi.Output[str]] = {}
+    if config.tracking.enabled and tracking_admin_password is not None:
+        service_passwords = _tracking_service_users(
+            config, name, keys.arn("secrets"), tracking_admin_password, provider
+        )
     if config.tracking.enabled:
         tracking_store, database = _tracking_store(
             config,
@@ -495,6 +503,7 @@ def build_aws_foundation(
         ready=[addons, *[p.node_group for p in pools]],
         tracking_store=tracking_store,
         tracking_team_passwords=team_passwords,
+        tracking_service_passwords=service_passwords,
         serving_registry=serving_registry,
         features=features,
         pipelines=pipelines,
@@ -527,6 +536,40 @@ def _tracking_users(
         pulumi.ResourceOptions(provider=provider),
     )
     return users.passwords
+
+
+def _tracking_service_users(
+    config: StackConfig,
+    name: str,
+    secrets_key_arn: pulumi.Input[str],
+    admin_password: pulumi.Input[str],
+    provider: aws.Provider,
+) -> dict[str, pulumi.Output[str]]:
+    """Each platform service user's MLflow credentials in Secrets Manager, as the teams'
+    (`_tracking_users`): ``<prefix>/mlflow/<user>``. A component of its own, so that its
+    resource names cannot meet a team's."""
+    users = tracking_service_users(config)
+    if not users:
+        return {}
+    admin = pulumi.Output.from_input(admin_password)
+    secrets = TrackingUserSecrets(
+        "tracking-service-users",
+        TrackingUserSecretsArgs(
+            name_prefix=name,
+            secrets_key_arn=secrets_key_arn,
+            teams=[
+                (user, user, admin.apply(functools.partial(_service_password, user)))
+                for user in users
+            ],
+            holder="service",
+        ),
+        pulumi.ResourceOptions(provider=provider),
+    )
+    return secrets.passwords
+
+
+def _service_password(username: str, admin_password: str) -> str:
+    return service_password(admin_password, username)
 
 
 def _network(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, replace
 
 import pulumi
@@ -15,6 +16,7 @@ from modules.k8s.site.spec import SiteSpec
 from modules.k8s.site_audit.component import SiteAuditPolicy
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.tracking.spec import TrackingInputs
+from modules.k8s.tracking.users import PIPELINES_USERNAME, service_password
 from modules.k8s.trainer.spec import TrainerInputs
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
@@ -28,7 +30,7 @@ from .example_job import build_example_job
 from .example_service import build_example_service
 from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
-from .pipelines_layer import build_pipelines
+from .pipelines_layer import build_pipelines, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .spark_layer import build_spark
 
@@ -54,12 +56,25 @@ def _tracking_inputs(
     # On AWS each team's password comes from its Secrets Manager secret; on premises
     # the tracking layer derives it from the admin password (the stack's secret).
     passwords = foundation.tracking_team_passwords if foundation is not None else {}
+    # The platform's own users (the pipelines runs'): the same, each under its own label.
+    services: dict[str, pulumi.Input[str]] = {}
+    if foundation is not None:
+        services.update(foundation.tracking_service_passwords)
+    else:
+        admin = pulumi.Output.secret(admin_password)
+        for user in tracking_service_users(config):
+            services[user] = admin.apply(functools.partial(_service_password, user))
     return TrackingInputs(
         admin_password=admin_password,
         store=store,
         team_passwords=passwords,
         backup_credentials=_backup_credentials(config),
+        service_passwords=services,
     )
+
+
+def _service_password(username: str, admin_password: str) -> str:
+    return service_password(admin_password, username)
 
 
 #: The secret config pair of the site object store's access key (database backups).
@@ -285,10 +300,13 @@ def build_kubernetes_layer(
             network=args.network,
         )
     if config.pipelines.enabled:
+        # StackConfig requires tracking for pipelines: the runs' user is in its inputs.
+        assert tracking is not None
         build_pipelines(
             config,
             provider,
             aws=foundation.pipelines if foundation is not None else None,
+            tracking_password=tracking.service_passwords[PIPELINES_USERNAME],
             depends_on=[platform],
         )
     if config.spark.enabled:

@@ -25,6 +25,7 @@ from modules.k8s.common import system_node_selector
 from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import spec as kfp
 from modules.k8s.pipelines.component import KubeflowPipelines, PipelinesArgs
+from modules.k8s.tracking.users import PIPELINES_USERNAME
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
@@ -68,6 +69,12 @@ ROLES: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] = (
         (kfp.RUNS_PREFIX,),
     ),
 )
+
+
+def tracking_service_users(config: StackConfig) -> tuple[str, ...]:
+    """The platform's own MLflow users the stack needs besides the teams': ``pipelines``
+    where Kubeflow Pipelines is enabled (its runs' steps log, gate and register as it)."""
+    return (PIPELINES_USERNAME,) if config.pipelines.enabled else ()
 
 
 def build_pipelines_aws(
@@ -190,9 +197,12 @@ def build_pipelines(
     provider: k8s.Provider,
     *,
     aws: PipelinesAws | None,
+    tracking_password: pulumi.Input[str],
     depends_on: list[pulumi.Resource],
 ) -> KubeflowPipelines:
-    """The cluster side: KFP, its database and store, the loop."""
+    """The cluster side: KFP, its database and store, the loop, and the runs' MLflow
+    credentials (``tracking_password``: the ``pipelines`` user's, as the tracking
+    server's users file has it)."""
     spec = config.pipelines
     ir, parameters = pipeline_for(config)
     keys = None
@@ -231,6 +241,7 @@ def build_pipelines(
             object_store_keys=keys,
             pipeline=ir,
             parameters=parameters,
+            tracking_password=tracking_password,
         ),
         provider,
         pulumi.ResourceOptions(depends_on=depends_on),

@@ -1,13 +1,15 @@
-"""Each team's MLflow credentials, kept in Secrets Manager in the stack's region.
+"""Each team's (and platform service's) MLflow credentials, kept in Secrets Manager in
+the stack's region.
 
-One secret per team, ``<prefix>/mlflow/team-<name>``, encrypted with the stack's
-``secrets`` CMK, holding ``{"username": "team-<name>", "password": ...}``: the record
-an operator or the team reads (``aws secretsmanager get-secret-value``). The Kubernetes
-layer makes the team's Secret in its namespace, and the tracking server's user, from
-the secret's value (`TrackingUserSecrets.passwords` reads it back from the version).
-The password is `modules.k8s.tracking.users.team_password` of the tracking admin
-password: stable across runs (nothing in this project's SDKs generates a random value
-that stays put) and never in git.
+One secret per user, ``<prefix>/mlflow/<user>`` (``team-<name>`` for a team,
+``pipelines`` for the Kubeflow Pipelines runs), encrypted with the stack's ``secrets``
+CMK, holding ``{"username": ..., "password": ...}``: the record an operator or the team
+reads (``aws secretsmanager get-secret-value``). The Kubernetes layer makes the user's
+Secret in its namespace, and the tracking server's user, from the secret's value
+(`TrackingUserSecrets.passwords` reads it back from the version). The password is
+`modules.k8s.tracking.users.team_password` (or ``service_password``) of the tracking
+admin password: stable across runs (nothing in this project's SDKs generates a random
+value that stays put) and never in git.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ RECOVERY_WINDOW_DAYS = 7
 
 def secret_name(name_prefix: str, team: str) -> str:
     """``<prefix>/mlflow/team-<name>``."""
-    return f"{name_prefix}/mlflow/team-{team}"
+    return user_secret_name(name_prefix, f"team-{team}")
+
+
+def user_secret_name(name_prefix: str, username: str) -> str:
+    """``<prefix>/mlflow/<user>``: a team's (``team-<name>``) or a service's."""
+    return f"{name_prefix}/mlflow/{username}"
 
 
 def secret_document(username: str, password: str) -> str:
@@ -52,12 +59,17 @@ class TrackingUserSecretsArgs:
     Args:
         name_prefix: the stack's resource prefix (``gpu-<stack>``).
         secrets_key_arn: the stack's ``secrets`` CMK (in its region).
-        teams: team name -> (MLflow user name, password as a Pulumi secret).
+        teams: (key, MLflow user name, password as a Pulumi secret) per user; the key
+            names the resources and `TrackingUserSecrets.passwords` (a team's name, or a
+            service user's name).
+        holder: whose credentials these are, for the secrets' descriptions (``team``,
+            or ``service`` for the platform's own users).
     """
 
     name_prefix: str
     secrets_key_arn: pulumi.Input[str]
     teams: Sequence[tuple[str, str, pulumi.Input[str]]]
+    holder: str = "team"
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -68,10 +80,10 @@ class TrackingUserSecretsArgs:
 
 
 class TrackingUserSecrets(pulumi.ComponentResource):
-    """One Secrets Manager secret per team (the stack's ``secrets`` CMK, no replicas).
+    """One Secrets Manager secret per user (the stack's ``secrets`` CMK, no replicas).
 
     Attributes:
-        passwords: team name -> the password as the secret's version holds it.
+        passwords: key (team name) -> the password as the secret's version holds it.
     """
 
     def __init__(
@@ -85,8 +97,8 @@ class TrackingUserSecrets(pulumi.ComponentResource):
         for team, username, password in args.teams:
             secret = aws.secretsmanager.Secret(
                 f"{name}-{team}",
-                name=secret_name(args.name_prefix, team),
-                description=f"MLflow credentials of team {team} (user {username})",
+                name=user_secret_name(args.name_prefix, username),
+                description=f"MLflow credentials of {args.holder} {team} (user {username})",
                 kms_key_id=args.secrets_key_arn,
                 recovery_window_in_days=RECOVERY_WINDOW_DAYS,
                 opts=pulumi.ResourceOptions(parent=self),
@@ -104,5 +116,5 @@ class TrackingUserSecrets(pulumi.ComponentResource):
             readback: pulumi.Output[str] = version.secret_string.apply(password_of)
             self.passwords[team] = pulumi.Output.secret(readback)
         self.register_outputs(
-            {"secrets": [secret_name(args.name_prefix, t) for t, _, _ in args.teams]}
+            {"secrets": [user_secret_name(args.name_prefix, u) for _, u, _ in args.teams]}
         )

@@ -30,9 +30,17 @@ from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import manifests as kfp
 from modules.k8s.pipelines import spec as ps
 from modules.k8s.pipelines.component import KubeflowPipelines, PipelinesArgs
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, CLUSTER_CA_ISSUER
 from modules.k8s.serving.observability import serving_alert_rules
 from modules.k8s.serving.spec import ServingSpec
-from modules.k8s.tracking.manifests import SERVER_POD_LABELS, SERVER_PORT
+from modules.k8s.tracking.manifests import (
+    SERVER_POD_LABELS,
+    SERVER_PORT,
+    TEAM_CREDENTIALS_SECRET,
+    TLS_PORT,
+    TRACKING_URI,
+)
+from modules.k8s.tracking.users import PIPELINES_USERNAME
 from modules.validation import InvalidArgsError
 from stacks.config import PROJECT, parse_stack_config
 from stacks.config_parsing import ConfigError
@@ -479,13 +487,101 @@ def test_egress_on_premises_is_the_api_server_and_the_sites_store() -> None:
     assert "allow-database" not in {o["metadata"]["name"] for o in objects}
 
 
-def test_runs_may_reach_the_tracking_server_and_nothing_else_of_mlflow() -> None:
+def test_tracked_steps_may_reach_the_tracking_servers_tls_port_and_nothing_else() -> None:
     allowance = kfp.tracking_allowance()
     assert allowance["metadata"]["namespace"] == "mlflow"
     assert allowance["spec"]["podSelector"] == {"matchLabels": SERVER_POD_LABELS}
-    assert allowance["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": SERVER_PORT}]
-    egress = kfp.runs_tracking_egress()["spec"]["egress"][0]
-    assert egress["to"][0]["podSelector"] == {"matchLabels": SERVER_POD_LABELS}
+    (rule,) = allowance["spec"]["ingress"]
+    # The TLS proxy's port, as for the teams; MLflow's plain port stays the kubelet's.
+    assert (
+        rule["ports"]
+        == [{"protocol": "TCP", "port": TLS_PORT}]
+        != [{"protocol": "TCP", "port": SERVER_PORT}]
+    )
+    (peer,) = rule["from"]
+    assert peer == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ps.NAMESPACE}},
+        "podSelector": {"matchLabels": {kfp.TRACKING_CLIENT_LABEL: "true"}},
+    }
+    egress = kfp.runs_tracking_egress()
+    assert egress["metadata"]["namespace"] == ps.NAMESPACE
+    assert egress["spec"]["podSelector"] == {"matchLabels": {kfp.TRACKING_CLIENT_LABEL: "true"}}
+    (out,) = egress["spec"]["egress"]
+    assert out["ports"] == [{"protocol": "TCP", "port": TLS_PORT}]
+    (to,) = out["to"]
+    assert to == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mlflow"}},
+        "podSelector": {"matchLabels": SERVER_POD_LABELS},
+    }
+
+
+def test_the_runs_mlflow_user_and_the_cluster_ca_are_in_kubeflow() -> None:
+    credentials = kfp.tracking_credentials("a-password")
+    meta = credentials["metadata"]
+    assert (meta["name"], meta["namespace"]) == (TEAM_CREDENTIALS_SECRET, "kubeflow")
+    # The keys and name a team namespace's Secret has (the trainers' convention).
+    assert credentials["stringData"] == {"username": PIPELINES_USERNAME, "password": "a-password"}
+    assert PIPELINES_USERNAME == "pipelines"
+    ca = kfp.tracking_ca()
+    assert ca["kind"] == "Certificate" and ca["metadata"]["namespace"] == "kubeflow"
+    assert ca["spec"]["secretName"] == CA_BUNDLE_SECRET
+    assert ca["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+
+
+def _ir_documents() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / ps.PIPELINE_FILE).read_text()) if d]
+
+
+def test_the_committed_pipeline_wires_exactly_its_tracked_steps_to_what_kubeflow_holds() -> None:
+    """The compiled pipeline (what KFP runs) against the objects this layer installs:
+    the tracked steps read the Secret `tracking_credentials` makes, by its keys, mount
+    the CA Secret `tracking_ca` makes and point MLflow at ``ca.crt`` in it, and carry
+    the label the fences select; no other step has any of it."""
+    spec, platform = _ir_documents()
+    tasks = spec["root"]["dag"]["tasks"]
+    executor_of = {
+        name: spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        for name, task in tasks.items()
+    }
+    tracked = {"train", "evaluate", "register", "canary"}
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(executors) == {executor_of[name] for name in tracked}
+    credentials = kfp.tracking_credentials("x")
+    ca_secret = kfp.tracking_ca()["spec"]["secretName"]
+    for name in tracked:
+        config = executors[executor_of[name]]
+        (env,) = config["secretAsEnv"]
+        assert (
+            env["secretNameParameter"]["runtimeValue"]["constant"]
+            == (credentials["metadata"]["name"])
+        )
+        refs = {e["secretKey"]: e["envVar"] for e in env["keyToEnv"]}
+        assert refs == {
+            "username": "MLFLOW_TRACKING_USERNAME",
+            "password": "MLFLOW_TRACKING_PASSWORD",
+        }
+        assert set(refs) == set(credentials["stringData"])
+        (volume,) = config["secretAsVolume"]
+        assert volume["secretNameParameter"]["runtimeValue"]["constant"] == ca_secret
+        container = spec["deploymentSpec"]["executors"][executor_of[name]]["container"]
+        variables = {e["name"]: e["value"] for e in container["env"]}
+        assert variables["MLFLOW_TRACKING_SERVER_CERT_PATH"] == (f"{volume['mountPath']}/{CA_KEY}")
+        labels = config["podMetadata"]["labels"]
+        for selector in (
+            kfp.runs_tracking_egress()["spec"]["podSelector"],
+            kfp.tracking_allowance()["spec"]["ingress"][0]["from"][0]["podSelector"],
+        ):
+            assert selector["matchLabels"].items() <= labels.items()
+    for name in set(tasks) - tracked:
+        container = spec["deploymentSpec"]["executors"][executor_of[name]].get("container", {})
+        assert "env" not in container, name
+
+
+@pytest.mark.parametrize("stack", PIPELINE_STACKS)
+def test_the_shipped_runs_talk_to_the_tls_endpoint(stack: str) -> None:
+    config = parse_stack_config(load_stack_file(stack)[0])
+    assert config.pipelines.parameters["tracking_uri"] == TRACKING_URI
+    assert TRACKING_URI.startswith("https://")
 
 
 def test_every_service_is_cluster_internal() -> None:
@@ -503,6 +599,18 @@ def test_compiled_pipelines_of_the_kfp_sdk_are_read(path: Path) -> None:
     ir = loop.read_pipeline(path)
     assert ir is not None and ir.name and ir.text == path.read_text()
     assert re.fullmatch(r"[a-z0-9-]+-[0-9a-f]{12}", ir.version)
+
+
+def test_the_pipelines_platform_settings_are_read_with_it_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    ir = loop.read_pipeline(ROOT / ps.PIPELINE_FILE)
+    assert ir is not None and ir.name == ps.PIPELINE_NAME
+    assert "platforms:" in ir.text and ir.parameters["tracking_uri"].parameter_type == "STRING"
+    spec = (ROOT / ps.PIPELINE_FILE).read_text().split("\n---\n")[0]
+    (tmp_path / "other.yaml").write_text(spec + "\n---\nkind: ConfigMap\n")
+    with pytest.raises(loop.PipelineFileError, match="not its platform settings"):
+        loop.read_pipeline(tmp_path / "other.yaml")
 
 
 def test_a_missing_pipeline_is_none_and_a_foreign_file_is_an_error(tmp_path: Path) -> None:
@@ -663,6 +771,7 @@ def component_objects(
                 object_store_keys=None if placement.on_aws else ("AKID", "SECRET"),
                 pipeline=ir,
                 parameters=values,
+                tracking_password="a-tracking-password",
             ),
             provider,
         )
@@ -698,9 +807,10 @@ def test_secrets_are_pulumi_secrets(run_under_mocks: Any) -> None:
         kfp.PROXY_USERS_SECRET,
         kfp.DATABASE_OWNER_SECRET,
         kfp.OBJECT_STORE_SECRET,
+        TEAM_CREDENTIALS_SECRET,
     }
     text = json.dumps([s.inputs for s in secrets])
-    for value in ("a-password-of-sixteen", "AKID", 'SECRET"'):
+    for value in ("a-password-of-sixteen", "AKID", 'SECRET"', "a-tracking-password"):
         assert value not in text
 
 
@@ -773,6 +883,9 @@ OWN_COMMON = {
     ("NetworkPolicy", "allow-runs-object-store"),
     ("NetworkPolicy", "allow-runs-tracking"),
     ("NetworkPolicy", "allow-kubeflow-pipelines"),
+    # The runs' MLflow user and the cluster CA their tracked steps verify it with.
+    ("Secret", TEAM_CREDENTIALS_SECRET),
+    ("Certificate", CA_BUNDLE_SECRET),
 }
 OWN = {
     "uae-prod": OWN_COMMON

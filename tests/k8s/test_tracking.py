@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import jsonschema
+import pulumi
 import pytest
 import yaml
 
@@ -24,7 +25,13 @@ from modules.k8s.tracking.spec import (
     TrackingSpec,
     TrackingStoreInputs,
 )
-from modules.k8s.tracking.users import team_password, team_username
+from modules.k8s.tracking.users import (
+    PIPELINES_USERNAME,
+    service_password,
+    team_password,
+    team_username,
+    users_json,
+)
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config
@@ -316,6 +323,24 @@ def test_team_passwords_are_distinct_stable_and_not_the_admins() -> None:
     assert first != team_password("correct horse battery staple", "vision")
     assert first != team_password("another admin password", "nlp")
     assert len(first) == 43 and "correct" not in first  # 256 bits, url-safe base64
+
+
+def test_the_pipelines_password_is_its_own_even_for_a_team_of_that_name() -> None:
+    admin = "correct horse battery staple"
+    password = service_password(admin, PIPELINES_USERNAME)
+    assert password == service_password(admin, PIPELINES_USERNAME)
+    assert password != team_password(admin, PIPELINES_USERNAME)  # its own HMAC label
+    assert password != service_password("another admin password", PIPELINES_USERNAME)
+    assert len(password) == 43 and "correct" not in password
+
+
+def test_the_users_file_holds_the_teams_and_the_service_users() -> None:
+    users = json.loads(users_json({"nlp": "a"}, {PIPELINES_USERNAME: "b"}))
+    assert users == {"team-nlp": "a", "pipelines": "b"}
+    assert json.loads(users_json({"nlp": "a"})) == {"team-nlp": "a"}
+    # A service user can never take a team's place in the file.
+    with pytest.raises(ValueError, match="collides"):
+        users_json({"nlp": "a"}, {"team-nlp": "b"})
 
 
 # -- typed config and args ------------------------------------------------------------
@@ -636,10 +661,14 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
         for s in _objects(stack, "Secret")
         if s["metadata"]["name"] == tracking.TEAM_CREDENTIALS_SECRET
     }
-    assert set(credentials) == {f"team-{t.name}" for t in config.teams}
+    # Each team namespace, and where KFP runs its namespace (the runs' own user).
+    kubeflow = {"kubeflow": PIPELINES_USERNAME} if config.pipelines.enabled else {}
+    assert set(credentials) == {f"team-{t.name}" for t in config.teams} | set(kubeflow)
     for team in config.teams:
         data = credentials[f"team-{team.name}"]
         assert data == {"username": team_username(team.name), "password": "[secret]"}
+    for ns, user in kubeflow.items():
+        assert credentials[ns] == {"username": user, "password": "[secret]"}
     values = _release_values(stack, tracking.RELEASE)
     volumes = {v["name"]: v for v in values["extraVolumes"]}
     assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
@@ -650,6 +679,43 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
     ]
     assert volumes["user-sync-script"]["configMap"]["name"] == script["metadata"]["name"]
     assert set(script["data"]) == {tracking.SYNC_SCRIPT.name}
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_the_users_file_holds_the_pipelines_user_iff_pipelines_are_enabled(stack: str) -> None:
+    """The user names the tracking component read back from the users file it wrote
+    (its ``users`` output): every team's, and ``pipelines`` where KFP runs."""
+    config = parse_stack_config(load_stack_file(stack)[0])
+    assert isinstance(config, StackConfig)
+    (component,) = _by_type(stack, "gpuplatform:k8s:Tracking")
+    expected = {team_username(t.name) for t in config.teams}
+    if config.pipelines.enabled:
+        expected.add(PIPELINES_USERNAME)
+    assert sorted(component.component_outputs["users"]) == sorted(expected)
+
+
+def test_on_premises_the_pipelines_password_is_derived_from_the_admins(
+    run_under_mocks: Any,
+) -> None:
+    config = parse_stack_config(load_stack_file("onprem-ib")[0])
+    assert isinstance(config, StackConfig) and config.pipelines.enabled
+    # (Its database backups' key pair is secret config, not the question here.)
+    unbacked = replace(config, tracking=replace(config.tracking, database_backup=None))
+    seen: dict[str, str] = {}
+
+    def program() -> None:
+        inputs = _tracking_inputs(unbacked, None, "an admin password")
+        assert inputs is not None
+        assert set(inputs.service_passwords) == {PIPELINES_USERNAME}
+        pulumi.Output.from_input(inputs.service_passwords[PIPELINES_USERNAME]).apply(
+            lambda value: seen.setdefault("pipelines", value)
+        )
+        without = replace(unbacked, pipelines=replace(config.pipelines, enabled=False))
+        off = _tracking_inputs(without, None, "an admin password")
+        assert off is not None and dict(off.service_passwords) == {}
+
+    run_under_mocks(program)
+    assert seen == {"pipelines": service_password("an admin password", PIPELINES_USERNAME)}
 
 
 @pytest.mark.parametrize("stack", [s for s in SHIPPED_STACKS if s != "onprem-ib"])
@@ -668,5 +734,15 @@ def test_aws_team_credentials_are_secrets_manager_secrets_under_the_stack_key(st
         if k.inputs["name"].endswith("-secrets")
     ]
     assert key  # the stack's secrets key exists; the CMK rule checks which key is used
+    services = [PIPELINES_USERNAME] if config.pipelines.enabled else []
+    for user in services:
+        # The pipelines runs' user is kept the same way, under its own name.
+        secret = secrets[f"gpu-{stack}/mlflow/{user}"]
+        assert secret["kmsKeyId"].startswith("arn:aws:kms:me-central-1:")
+        assert "replicas" not in secret
+    assert {n for n in secrets if "/mlflow/" in n} == {
+        *(f"gpu-{stack}/mlflow/team-{t.name}" for t in config.teams),
+        *(f"gpu-{stack}/mlflow/{u}" for u in services),
+    }
     versions = _by_type(stack, "aws:secretsmanager/secretVersion:SecretVersion")
-    assert len(versions) == len(config.teams)
+    assert len(versions) == len(config.teams) + len(services)

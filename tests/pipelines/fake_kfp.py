@@ -254,13 +254,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": f"no {path}", "code": 5})
 
     def _pipeline_version(self, pipeline_id: str, name: str, spec: str) -> dict[str, Any]:
+        # (see `_spec_struct` for the shape of ``pipeline_spec``)
         s = self.state
         version = {
             "pipeline_id": pipeline_id,
             "pipeline_version_id": s.new_id("version"),
             "display_name": name,
             "created_at": s.stamp(),
-            "pipeline_spec": yaml.safe_load(spec),
+            "pipeline_spec": _spec_struct(spec),
             "_order": len(s.versions),
         }
         s.versions[version["pipeline_version_id"]] = version
@@ -353,3 +354,18 @@ def fake_kfp() -> Iterator[tuple[str, State]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _spec_struct(text: str) -> Any:
+    """A version's ``pipeline_spec`` as KFP 2.17.0's API server returns it
+    (backend/src/apiserver/server/api_util.go ``YamlStringToPipelineSpecStruct``): the
+    pipeline spec itself, or, where the upload carries platform settings (a second
+    document, ``platforms:``), ``{"pipeline_spec": ..., "platform_spec": ...}``."""
+    documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    platforms = [d for d in documents if isinstance(d, dict) and "platforms" in d]
+    pipelines = [d for d in documents if d not in platforms]
+    if len(pipelines) != 1:
+        raise ValueError("No pipeline spec provided in yaml doc")
+    if not platforms:
+        return pipelines[0]
+    return {"pipeline_spec": pipelines[0], "platform_spec": platforms[0]}

@@ -47,11 +47,26 @@ ORDER = ["importer", "ingest", "prepare", "train", "evaluate", "export", "regist
 REQUIRED_INPUTS = {"source", "tracking_uri"}
 
 
+def documents(path: Path) -> list[dict[str, Any]]:
+    """The IR's YAML documents: the pipeline spec, then its platform settings if any."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
 def load_spec(path: Path) -> pipeline_spec_pb2.PipelineSpec:
     """The IR as KFP's `PipelineSpec` message; an unknown field fails the parse."""
     spec = pipeline_spec_pb2.PipelineSpec()
-    json_format.ParseDict(yaml.safe_load(path.read_text()), spec)
+    json_format.ParseDict(documents(path)[0], spec)
     return spec
+
+
+def load_platform(path: Path) -> pipeline_spec_pb2.PlatformSpec:
+    """The IR's platform settings as KFP's `PlatformSpec` message (empty where none)."""
+    platform = pipeline_spec_pb2.PlatformSpec()
+    rest = documents(path)[1:]
+    assert len(rest) <= 1, "more than one document after the pipeline"
+    if rest:
+        json_format.ParseDict(rest[0], platform)
+    return platform
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +274,7 @@ def test_the_cluster_pipeline_builds_again_identically(tmp_path: Path) -> None:
 
 
 def test_images_move_to_the_stacks_registry() -> None:
-    body = yaml.safe_load(IR_FILE.read_text())
+    body = documents(IR_FILE)[0]
     registry = "123456789012.dkr.ecr.me-central-1.amazonaws.com/uae-prod/"
     moved = steps.rebase_images(body, registry)
     images = {
@@ -271,7 +286,7 @@ def test_images_move_to_the_stacks_registry() -> None:
         f"123456789012.dkr.ecr.me-central-1.amazonaws.com/uae-prod/{stage}:{steps.IMAGE_TAG}"
         for stage in ("data", "training", "lifecycle")
     }
-    assert body == yaml.safe_load(IR_FILE.read_text()), "the input must not change"
+    assert body == documents(IR_FILE)[0], "the input must not change"
     body["deploymentSpec"]["executors"]["exec-train"]["container"]["image"] = "docker.io/x:1"
     with pytest.raises(ValueError, match=r"exec-train runs 'docker\.io/x:1'"):
         steps.rebase_images(body, registry)
@@ -284,3 +299,73 @@ def test_render_refuses_missing_and_unexpected_values() -> None:
         steps.render(steps.INGEST, {"raw": "r"})
     with pytest.raises(KeyError, match=r"unexpected \['other'\]"):
         steps.render(steps.INGEST, {**values, "other": "o"})
+
+
+# -- the cluster's MLflow access (kfp-kubernetes platform settings) --------------------
+
+TRACKED = {"train", "evaluate", "register", "canary"}
+
+
+def kubernetes_executors(path: Path) -> dict[str, Any]:
+    """Executor label -> its Kubernetes settings, each parsed as kfp-kubernetes'
+    `KubernetesExecutorConfig` (an unknown field fails the parse)."""
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb  # noqa: PLC0415
+
+    platform = load_platform(path)
+    if "kubernetes" not in platform.platforms:
+        return {}
+    executors = json_format.MessageToDict(platform.platforms["kubernetes"].deployment_spec)
+    found: dict[str, Any] = {}
+    for label, config in executors.get("executors", {}).items():
+        json_format.ParseDict(config, k8s_pb.KubernetesExecutorConfig())
+        found[label] = config
+    return found
+
+
+def test_exactly_the_steps_that_talk_to_mlflow_are_tracked() -> None:
+    # The steps that take the tracking server's URI (training logs to it; the gate,
+    # registration and the canary read and write the registry).
+    assert set(steps.TRACKED) == TRACKED
+    assert {s.name for s in steps.STEPS if "tracking_uri" in s.refs} == TRACKED
+
+
+def test_tracked_steps_get_the_pipelines_users_secret_and_the_cluster_ca(
+    spec: pipeline_spec_pb2.PipelineSpec,
+) -> None:
+    executors = kubernetes_executors(IR_FILE)
+    labels = {
+        name: spec.components[spec.root.dag.tasks[name].component_ref.name].executor_label
+        for name in spec.root.dag.tasks
+    }
+    # Only the tracked steps have Kubernetes settings at all.
+    assert set(executors) == {labels[name] for name in TRACKED}
+    for name in TRACKED:
+        config = executors[labels[name]]
+        (env,) = config["secretAsEnv"]
+        assert env["secretNameParameter"]["runtimeValue"]["constant"] == "mlflow-credentials"
+        assert env["keyToEnv"] == [
+            {"secretKey": "username", "envVar": "MLFLOW_TRACKING_USERNAME"},
+            {"secretKey": "password", "envVar": "MLFLOW_TRACKING_PASSWORD"},
+        ]
+        assert not env.get("optional", False)
+        (volume,) = config["secretAsVolume"]
+        assert volume["secretNameParameter"]["runtimeValue"]["constant"] == "gpuplatform-ca"
+        assert volume["mountPath"] == steps.TRACKING_CA_DIR
+        assert config["podMetadata"]["labels"] == {steps.TRACKING_CLIENT_LABEL: "true"}
+        assert set(config) == {"secretAsEnv", "secretAsVolume", "podMetadata"}
+        container = executor(spec, name)["container"]
+        assert {e["name"]: e["value"] for e in container["env"]} == {
+            "MLFLOW_TRACKING_SERVER_CERT_PATH": f"{steps.TRACKING_CA_DIR}/ca.crt",
+            "MLFLOW_EXPERIMENT_NAME": steps.TRACKING_EXPERIMENT,
+        }
+    for name in set(spec.root.dag.tasks) - TRACKED:
+        assert "env" not in executor(spec, name).get("container", {}), name
+
+
+def test_the_local_pipeline_has_no_cluster_settings(tmp_path: Path) -> None:
+    # KFP's local runner gets the caller's MLflow settings, nothing of the cluster's.
+    path = tmp_path / "local.yaml"
+    compiler.Compiler().compile(local_pipeline(), str(path))
+    assert len(documents(path)) == 1
+    assert kubernetes_executors(path) == {}
+    assert "mlflow-credentials" not in path.read_text()

@@ -59,7 +59,7 @@ def source(tmp_path: Path) -> Path:
 def test_the_local_command_is_the_containers_with_the_runs_values(step: steps.Step) -> None:
     """Fill the IR's placeholders with values as KFP's launcher would, and the result is
     what the local step starts, but for the interpreter (its stage's venv python)."""
-    body = yaml.safe_load(IR_FILE.read_text())
+    body = next(yaml.safe_load_all(IR_FILE.read_text()))
     container = body["deploymentSpec"]["executors"][f"exec-{step.name}"]["container"]
     values: dict[str, object] = {name: f"/runs/{step.name}/{name}" for name in step.refs}
     filled = []

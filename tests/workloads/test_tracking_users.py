@@ -32,7 +32,13 @@ from cryptography.x509.oid import NameOID  # noqa: E402
 
 from modules.k8s.names import TrackingAccess  # noqa: E402
 from modules.k8s.tracking import sync_users  # noqa: E402
-from modules.k8s.tracking.users import team_password, team_username, users_json  # noqa: E402
+from modules.k8s.tracking.users import (  # noqa: E402
+    PIPELINES_USERNAME,
+    service_password,
+    team_password,
+    team_username,
+    users_json,
+)
 from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
 from tests.workloads.helpers import free_port  # noqa: E402
 
@@ -144,9 +150,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         log.close()
 
 
-def _sync(server: dict[str, Any], passwords: dict[str, str]) -> int:
+def _sync(
+    server: dict[str, Any], passwords: dict[str, str], services: dict[str, str] | None = None
+) -> int:
     users = server["root"] / "users.json"
-    users.write_text(users_json(passwords))
+    users.write_text(users_json(passwords, services))
     return sync_users.main(
         {
             "MLFLOW_TRACKING_URI": server["uri"],
@@ -282,3 +290,98 @@ def test_the_script_reports_a_server_that_refuses_the_admin(server: dict[str, An
     )
     assert status == 1
     assert sync_users.main({"USERS_FILE": str(users)}, once=True) == 2
+
+
+IR_FILE = Path(__file__).resolve().parents[2] / "workloads/pipelines/data_to_model.yaml"
+
+
+def _pipeline_step_environment(server: dict[str, Any], step: str, password: str) -> dict[str, str]:
+    """The environment the compiled pipeline gives a step's container on the cluster
+    (its IR: the container's env and the kfp-kubernetes Secret references, resolved as
+    the kubelet resolves them against ``kubeflow``'s ``mlflow-credentials``), with the
+    server's URI as the ``tracking_uri`` input and the CA's local path for the
+    mounted one."""
+    import yaml  # noqa: PLC0415 - MLflow's own dependency
+
+    spec, platform = list(yaml.safe_load_all(IR_FILE.read_text()))
+    label = spec["components"][spec["root"]["dag"]["tasks"][step]["componentRef"]["name"]][
+        "executorLabel"
+    ]
+    container = spec["deploymentSpec"]["executors"][label]["container"]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    settings = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]
+    secrets = {"mlflow-credentials": {"username": PIPELINES_USERNAME, "password": password}}
+    for reference in settings["secretAsEnv"]:
+        secret = secrets[reference["secretNameParameter"]["runtimeValue"]["constant"]]
+        for entry in reference["keyToEnv"]:
+            env[entry["envVar"]] = secret[entry["secretKey"]]
+    (mount,) = settings["secretAsVolume"]
+    assert env["MLFLOW_TRACKING_SERVER_CERT_PATH"].startswith(mount["mountPath"] + "/")
+    env["MLFLOW_TRACKING_SERVER_CERT_PATH"] = str(server["ca"])
+    env["MLFLOW_TRACKING_URI"] = server["uri"]
+    return env
+
+
+def _as(env: dict[str, str], code: str) -> str:
+    """Run ``code`` with MLflow's client in a fresh process configured only by ``env``;
+    its last line of output, or PermissionError with the server's answer."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    result = subprocess.run(
+        [sys.executable, "-c", "import os, mlflow\n" + code],
+        env={**clean, **env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise PermissionError(result.stderr[-1500:])
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
+    server: dict[str, Any],
+) -> None:
+    """The compiled pipeline's steps, configured as the cluster configures them, log
+    and register as ``pipelines`` under its own experiment; a team's experiment is
+    readable to them (``READ``, the default permission) and not writable."""
+    team = team_password(ADMIN_PASSWORD, "nlp")
+    own = service_password(ADMIN_PASSWORD, PIPELINES_USERNAME)
+    assert _sync(server, {"nlp": team}, {PIPELINES_USERNAME: own}) == 0
+    assert _user(server, PIPELINES_USERNAME) == {"username": "pipelines", "is_admin": False}
+    assert _log_run(_job_environment(server, "nlp", team), "nlp-owned")
+    # The train step's environment: its runs go to the pipeline's own experiment.
+    train = _pipeline_step_environment(server, "train", own)
+    assert train["MLFLOW_EXPERIMENT_NAME"] == "data-to-model"
+    run_id = _as(
+        train,
+        "mlflow.set_experiment(os.environ['MLFLOW_EXPERIMENT_NAME'])\n"
+        "with mlflow.start_run() as run:\n"
+        "    mlflow.log_metric('loss', 2.0)\n"
+        "print(run.info.run_id, mlflow.get_run(run.info.run_id).info.user_id)\n",
+    )
+    assert run_id.split()[1] == PIPELINES_USERNAME
+    # The register step's: a model it registers is its own (it creates it, it manages it).
+    register = _pipeline_step_environment(server, "register", own)
+    version = _as(
+        register,
+        "c = mlflow.MlflowClient()\n"
+        "c.create_registered_model('pipelines-model')\n"
+        f"v = c.create_model_version('pipelines-model', 'runs:/{run_id.split()[0]}/m', "
+        f"run_id='{run_id.split()[0]}')\n"
+        "print(v.version)\n",
+    )
+    assert version == "1"
+    # The evaluate step's reads a team's experiment but cannot write to it.
+    evaluate = _pipeline_step_environment(server, "evaluate", own)
+    assert _as(evaluate, "print(mlflow.get_experiment_by_name('nlp-owned').name)") == "nlp-owned"
+    with pytest.raises(PermissionError, match=r"PERMISSION_DENIED|403|Permission denied"):
+        _as(
+            evaluate,
+            "mlflow.set_experiment('nlp-owned')\n"
+            "with mlflow.start_run():\n"
+            "    mlflow.log_metric('loss', 9.0)\n",
+        )
+    # Without the Secret's password the server refuses the step.
+    with pytest.raises(PermissionError, match=r"401|Unauthorized|credentials"):
+        _as(_pipeline_step_environment(server, "evaluate", "wrong"), "mlflow.search_experiments()")

@@ -9,11 +9,15 @@ images have no KFP SDK in them: a container component needs none.
 
 `workloads.pipelines.local_components` has the same components, with the same
 signatures, for KFP's local runner (tests/pipelines check that the two agree).
+
+`tracking_access` is the cluster's side of talking to MLflow: the compiled pipeline's
+Kubernetes platform settings (the ``kfp-kubernetes`` extension of the SDK) for the steps
+that do. The local pipeline has none: its steps use the caller's own MLflow settings.
 """
 
 # No `from __future__ import annotations`: KFP reads the annotations as types.
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 from kfp.dsl import Artifact, Dataset, Input, Model, Output, OutputPath
 
 from workloads.pipelines.steps import (
@@ -23,12 +27,47 @@ from workloads.pipelines.steps import (
     INGEST,
     PREPARE,
     REGISTER,
+    TRACKING_CA_DIR,
+    TRACKING_CA_KEY,
+    TRACKING_CA_SECRET,
+    TRACKING_CLIENT_LABEL,
+    TRACKING_CREDENTIALS_SECRET,
+    TRACKING_EXPERIMENT,
     TRAIN,
     Step,
     command,
     image,
     render,
 )
+
+
+def tracking_access(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    """A step that talks to MLflow, as the cluster runs it: MLflow's client reads
+    ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` from the ``pipelines`` user's Secret in
+    ``kubeflow`` (a reference: the value never enters the pipeline) and verifies the
+    server with the cluster CA (``MLFLOW_TRACKING_SERVER_CERT_PATH``, the CA Secret
+    mounted read-only), the trainers' convention (`modules.k8s.trainer.tracking`). Its
+    runs go to their own experiment, and its pod carries the label that the fences
+    between ``kubeflow`` and the tracking server admit (no other step's pod reaches
+    it). KFP's launcher applies this on the cluster only; the local runner never sees
+    it (the local pipeline is built without it)."""
+    kubernetes.use_secret_as_env(
+        task,
+        secret_name=TRACKING_CREDENTIALS_SECRET,
+        secret_key_to_env={
+            "username": "MLFLOW_TRACKING_USERNAME",
+            "password": "MLFLOW_TRACKING_PASSWORD",
+        },
+    )
+    kubernetes.use_secret_as_volume(
+        task, secret_name=TRACKING_CA_SECRET, mount_path=TRACKING_CA_DIR
+    )
+    task.set_env_variable(
+        "MLFLOW_TRACKING_SERVER_CERT_PATH", f"{TRACKING_CA_DIR}/{TRACKING_CA_KEY}"
+    )
+    task.set_env_variable("MLFLOW_EXPERIMENT_NAME", TRACKING_EXPERIMENT)
+    kubernetes.add_pod_label(task, TRACKING_CLIENT_LABEL, "true")
+    return task
 
 
 def _spec(step: Step, **values: object) -> dsl.ContainerSpec:

@@ -18,13 +18,15 @@ outputs, same command line per step (`workloads.pipelines.steps`).
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kfp import compiler, dsl
 from kfp.dsl import Dataset
+
+from workloads.pipelines.steps import TRACKED
 
 PIPELINE_NAME = "data-to-model"
 IR_FILE = Path(__file__).resolve().with_name("data_to_model.yaml")
@@ -35,10 +37,12 @@ DESCRIPTION = (
 )
 
 
-def build(components: ModuleType) -> Any:
+def build(components: ModuleType, tracking_access: Callable[[Any], Any] | None = None) -> Any:
     """The pipeline (a KFP ``GraphComponent``) over ``components``: a module holding
     ``ingest``, ``prepare``, ``train``, ``evaluate``, ``export``, ``register`` and
-    ``canary`` components."""
+    ``canary`` components. ``tracking_access`` is applied to each task of the steps that
+    talk to MLflow (`workloads.pipelines.steps.TRACKED`): the cluster's credentials
+    and CA (`workloads.pipelines.components.tracking_access`); None locally."""
     c = components
 
     @dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTION)
@@ -114,8 +118,20 @@ def build(components: ModuleType) -> Any:
         ).after(register)
         # Every step reads or writes something outside its inputs (the source, the
         # tracking server, the registry): a cached result would be a stale one.
-        for task in (ingest, prepare, train, evaluate, export, register, canary):
+        tasks = {
+            "ingest": ingest,
+            "prepare": prepare,
+            "train": train,
+            "evaluate": evaluate,
+            "export": export,
+            "register": register,
+            "canary": canary,
+        }
+        for task in tasks.values():
             task.set_caching_options(False)
+        if tracking_access is not None:
+            for name in TRACKED:
+                tracking_access(tasks[name])
         version: str = canary.outputs["version"]  # a KFP channel: the output, once run
         return version
 
@@ -126,7 +142,7 @@ def cluster_pipeline() -> Any:
     """The pipeline of container components (what the IR file holds)."""
     from workloads.pipelines import components  # noqa: PLC0415
 
-    return build(components)
+    return build(components, components.tracking_access)
 
 
 def local_pipeline() -> Any:

@@ -29,6 +29,21 @@ IMAGE_REGISTRY_PLACEHOLDER = "pipeline-images.invalid"
 #: ``latest``).
 IMAGE_TAG = "0.1.0"
 
+#: On the cluster, how the steps that talk to MLflow (`TRACKED`) reach it as the
+#: ``pipelines`` user (names the Kubernetes side creates in ``kubeflow``:
+#: `modules.k8s.pipelines`; tests/k8s checks the compiled pipeline against them):
+#: its credentials Secret (keys ``username``, ``password``), the Secret whose ``ca.crt``
+#: is the cluster CA (cert-manager's, as in every team namespace) and where it is
+#: mounted, the experiment the runs are filed under (the pipelines user creates and so
+#: manages it; MLflow's default permission leaves it only reading the teams'), and the
+#: pod label the NetworkPolicies to the tracking server select.
+TRACKING_CREDENTIALS_SECRET = "mlflow-credentials"
+TRACKING_CA_SECRET = "gpuplatform-ca"
+TRACKING_CA_KEY = "ca.crt"
+TRACKING_CA_DIR = "/etc/gpuplatform/ca"
+TRACKING_EXPERIMENT = "data-to-model"
+TRACKING_CLIENT_LABEL = "gpuplatform.ae/mlflow-client"
+
 #: Each stage: its virtual environment here (the Makefile's VENV_<env>) and its image's
 #: repository name on the cluster.
 STAGE_VENVS = {
@@ -164,6 +179,9 @@ CANARY = Step(
 #: The steps in the order the pipeline runs them.
 STEPS = (INGEST, PREPARE, TRAIN, EVALUATE, EXPORT, REGISTER, CANARY)
 BY_NAME = {step.name: step for step in STEPS}
+#: The steps that talk to the tracking server (they take its URI): on the cluster only
+#: these get the MLflow credentials, the CA and the way through the fences.
+TRACKED = tuple(step.name for step in STEPS if "tracking_uri" in step.refs)
 
 
 def render(step: Step, values: Mapping[str, object]) -> list[object]:

@@ -42,6 +42,9 @@ class PipelinesArgs:
         pipeline: the compiled ``data-to-model`` (`loop.read_pipeline`), or None while
             it does not exist: KFP is installed without the loop.
         parameters: the run parameters, typed (`loop.run_parameters`).
+        tracking_password: the runs' MLflow user's password (``pipelines``, the one the
+            tracking server's users file holds): its Secret, the cluster CA and the
+            fences to the server are installed with it; None: the runs reach no MLflow.
     """
 
     spec: PipelinesSpec
@@ -51,6 +54,7 @@ class PipelinesArgs:
     object_store_keys: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
     pipeline: loop.PipelineIR | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    tracking_password: pulumi.Input[str] | None = None
 
 
 class KubeflowPipelines(pulumi.ComponentResource):
@@ -115,8 +119,14 @@ class KubeflowPipelines(pulumi.ComponentResource):
             )
         for policy in kfp.network_policies(spec, placement):
             add(policy, [ns])
-        add(kfp.runs_tracking_egress(), [ns])
-        add(kfp.tracking_allowance())
+        if args.tracking_password is not None:
+            # The tracked steps' MLflow user, the CA they verify the server with, and
+            # the way to its TLS port (kfp.tracking_credentials and after).
+            tracking_secret = pulumi.Output.secret(args.tracking_password)
+            ready.append(add(kfp.tracking_credentials(tracking_secret), [ns]))
+            ready.append(add(kfp.tracking_ca(), [ns]))
+            add(kfp.runs_tracking_egress(), [ns])
+            add(kfp.tracking_allowance())
         installed = [add(o, ready) for o in objects[1:] if o["kind"] != "CustomResourceDefinition"]
         version = None
         if args.pipeline is not None:

@@ -80,10 +80,11 @@ class InputParameter:
 
 @dataclass(frozen=True)
 class PipelineIR:
-    """A compiled pipeline (KFP IR YAML) as the composition read it.
+    """A compiled pipeline (KFP IR YAML) as the composition read it: the pipeline spec,
+    then optionally its platform settings (a second YAML document).
 
     Args:
-        text: the file's content, unchanged.
+        text: the file's content, unchanged (both documents).
         name: ``pipelineInfo.name``.
         parameters: the root's input parameters by name.
         digest: sha256 of the content (the uploaded version's name is its first 12).
@@ -112,6 +113,14 @@ def parse_pipeline(text: str) -> PipelineIR:
     spec = documents[0] if documents else None
     if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
         raise PipelineFileError("not a compiled KFP pipeline (no pipelineInfo and root)")
+    # The KFP compiler writes platform settings (kfp-kubernetes: the tracked steps'
+    # Secrets and pod labels) as a second document, ``platforms:``; KFP's API server
+    # reads both. Anything else after the pipeline is not something KFP would run.
+    for extra in documents[1:]:
+        if not isinstance(extra, dict) or set(extra) != {"platforms"}:
+            raise PipelineFileError(
+                "a document after the pipeline that is not its platform settings (platforms:)"
+            )
     name = spec["pipelineInfo"].get("name")
     if not isinstance(name, str) or not name:
         raise PipelineFileError("pipelineInfo.name is missing")

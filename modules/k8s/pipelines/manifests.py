@@ -61,8 +61,15 @@ from modules.k8s.pipelines.spec import (
     labels,
     s3_endpoint,
 )
+from modules.k8s.pki.spec import ca_bundle
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
-from modules.k8s.tracking.manifests import SERVER_POD_LABELS, SERVER_PORT, TRACKING_NAMESPACE
+from modules.k8s.tracking.manifests import (
+    SERVER_POD_LABELS,
+    TEAM_CREDENTIALS_SECRET,
+    TLS_PORT,
+    TRACKING_NAMESPACE,
+)
+from modules.k8s.tracking.users import PIPELINES_USERNAME
 
 UPSTREAM_DIR = Path(__file__).resolve().parent / "upstream"
 UPSTREAM_FILE = UPSTREAM_DIR / f"kubeflow-pipelines-{KFP_VERSION}.yaml"
@@ -1100,9 +1107,40 @@ def network_policies(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
     return policies
 
 
+# -- the runs' MLflow user -------------------------------------------------------------
+
+#: The label the compiled pipeline puts on the pods of its steps that talk to MLflow
+#: (``workloads.pipelines.steps.TRACKING_CLIENT_LABEL``; tests/k8s checks the IR): the
+#: only pods of ``kubeflow`` the fences let reach the tracking server.
+TRACKING_CLIENT_LABEL = "gpuplatform.ae/mlflow-client"
+TRACKING_CLIENTS = {TRACKING_CLIENT_LABEL: "true"}
+
+
+def tracking_credentials(password: Any) -> Manifest:
+    """In ``kubeflow``: the runs' MLflow user (``pipelines``, the tracking server's
+    users file has it) under the name and keys a team namespace's has
+    (``mlflow-credentials``: ``username``, ``password``); the compiled pipeline's
+    tracked steps read it as environment (kfp-kubernetes ``use_secret_as_env``: a
+    reference in the pod, so the ``pipeline-runner`` Role needs no right on Secrets)."""
+    return secret(
+        TEAM_CREDENTIALS_SECRET, NAMESPACE, {"username": PIPELINES_USERNAME, "password": password}
+    )
+
+
+def tracking_ca() -> Manifest:
+    """In ``kubeflow``: the cluster CA for the tracked steps (`ca_bundle`, as in every
+    team namespace); they mount its Secret and verify the tracking server with
+    ``ca.crt``. kfp-kubernetes mounts a Secret whole: the bundle's own client key pair
+    comes along, which no platform endpoint accepts (none asks for client
+    certificates)."""
+    return ca_bundle(NAMESPACE)
+
+
 def tracking_allowance() -> Manifest:
-    """In ``mlflow``: the runs' pods may reach the tracking server (its own policy admits
-    team namespaces and Prometheus only; NetworkPolicies add up)."""
+    """In ``mlflow``: the tracked steps' pods (`TRACKING_CLIENTS`) may reach the tracking
+    server's TLS port, as the team namespaces may (its own policy admits team
+    namespaces and Prometheus only; NetworkPolicies add up). MLflow's own plain port
+    stays the kubelet's alone."""
     return _policy(
         "allow-kubeflow-pipelines",
         {
@@ -1113,14 +1151,10 @@ def tracking_allowance() -> Manifest:
                     "from": [
                         {
                             **_namespace_peer(NAMESPACE),
-                            "podSelector": {
-                                "matchExpressions": [
-                                    {"key": "workflows.argoproj.io/workflow", "operator": "Exists"}
-                                ]
-                            },
+                            "podSelector": {"matchLabels": dict(TRACKING_CLIENTS)},
                         }
                     ],
-                    "ports": [{"protocol": "TCP", "port": SERVER_PORT}],
+                    "ports": [{"protocol": "TCP", "port": TLS_PORT}],
                 }
             ],
         },
@@ -1129,15 +1163,12 @@ def tracking_allowance() -> Manifest:
 
 
 def runs_tracking_egress() -> Manifest:
-    """In ``kubeflow``: the runs' pods may reach the tracking server's pods."""
+    """In ``kubeflow``: the tracked steps' pods may reach the tracking server's pods on
+    its TLS port, and nothing else of ``mlflow``."""
     return _policy(
         "allow-runs-tracking",
         {
-            "podSelector": {
-                "matchExpressions": [
-                    {"key": "workflows.argoproj.io/workflow", "operator": "Exists"}
-                ]
-            },
+            "podSelector": {"matchLabels": dict(TRACKING_CLIENTS)},
             "policyTypes": ["Egress"],
             "egress": [
                 {
@@ -1147,7 +1178,7 @@ def runs_tracking_egress() -> Manifest:
                             "podSelector": {"matchLabels": dict(SERVER_POD_LABELS)},
                         }
                     ],
-                    "ports": [{"protocol": "TCP", "port": SERVER_PORT}],
+                    "ports": [{"protocol": "TCP", "port": TLS_PORT}],
                 }
             ],
         },

@@ -5,6 +5,7 @@ Service, its fences, the teams' MLflow users and their credentials."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -190,7 +191,15 @@ class Tracking(pulumi.ComponentResource):
             )
         for team, team_ns in team_namespaces.items():
             register(team_egress_policy(team), self, provider, depends_on=[team_ns])
-        ready += self._team_users(args, inputs.team_passwords, admin, team_namespaces, ns)
+        users_secret, sync_script = self._team_users(
+            args,
+            inputs.team_passwords,
+            admin,
+            team_namespaces,
+            ns,
+            services=inputs.service_passwords,
+        )
+        ready += [users_secret, sync_script]
         self.release = helm_release(
             RELEASE,
             MLFLOW,
@@ -207,7 +216,7 @@ class Tracking(pulumi.ComponentResource):
             provider,
             depends_on=[self.release, endpoint, *depends_on],
         )
-        self.register_outputs({"trackingUri": TRACKING_URI})
+        self.register_outputs({"trackingUri": TRACKING_URI, "users": self.users})
 
     def _backup_secrets(
         self,
@@ -245,10 +254,14 @@ class Tracking(pulumi.ComponentResource):
         admin: pulumi.Output[str],
         team_namespaces: Mapping[str, pulumi.Resource],
         ns: pulumi.Resource,
-    ) -> list[pulumi.Resource]:
+        *,
+        services: Mapping[str, pulumi.Input[str]],
+    ) -> tuple[pulumi.Resource, pulumi.Resource]:
         """Each team's MLflow credentials in its namespace, and what the server pod's
-        user-sync sidecar mounts: every team's password and the script. Returns the
-        latter (the release waits for them)."""
+        user-sync sidecar mounts: every team's and platform service user's password
+        (``services``: user name -> password; their Secrets are the services' own) and
+        the script. Returns the latter (the release waits for them); ``self.users`` is
+        the user names the users file holds (read back from it: not secret)."""
         provider = args.provider
         passwords: dict[str, pulumi.Output[str]] = {}
         for team in args.teams:
@@ -264,11 +277,25 @@ class Tracking(pulumi.ComponentResource):
                 provider,
                 depends_on=[team_namespaces[team.name]],
             )
-        users = pulumi.Output.all(**passwords).apply(users_json)
-        return [
+        service_outputs = {u: pulumi.Output.secret(p) for u, p in services.items()}
+        users = pulumi.Output.all(
+            pulumi.Output.all(**passwords), pulumi.Output.all(**service_outputs)
+        ).apply(_users_file)
+        self.users: pulumi.Output[list[str]] = pulumi.Output.unsecret(users.apply(_user_names))
+        return (
             register(team_users_secret(users), self, provider, depends_on=[ns]),
             register(user_sync_configmap(), self, provider, depends_on=[ns]),
-        ]
+        )
+
+
+def _users_file(resolved: list[Any]) -> str:
+    # Output.all() of no keyword resolves to [] (a stack without teams or services).
+    teams, services = resolved
+    return users_json(dict(teams or {}), dict(services or {}))
+
+
+def _user_names(users_file: str) -> list[str]:
+    return sorted(json.loads(users_file))
 
 
 def _derived(team: str, admin_password: str) -> str:

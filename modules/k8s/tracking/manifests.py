@@ -21,7 +21,9 @@
   (`user_sync_container`) keeps the server's users matching them through MLflow's user
   API, as the admin, on the pod's loopback.
 * The ``mlflow`` namespace denies all traffic by default: the server accepts the team
-  namespaces and Prometheus on 8443 only, and reaches DNS and the
+  namespaces and Prometheus on 8443 only (and, where Kubeflow Pipelines runs, its
+  runs' tracked steps: `modules.k8s.pipelines.manifests.tracking_allowance`, with their
+  own user ``pipelines``), and reaches DNS and the
   database (and on EKS the S3 and STS endpoints and the Pod Identity agent); each team
   namespace gets an egress allowance to the server's 8443 and nothing else of it.
   Metrics are exposed with ``--expose-prometheus`` and scraped over TLS by a
@@ -717,7 +719,8 @@ def team_credentials_secret(team: str, password: pulumi.Input[str]) -> Manifest:
 
 
 def team_users_secret(users: pulumi.Input[str]) -> Manifest:
-    """Every team user's password, as the user-sync Job reads them (`users_json`)."""
+    """Every team's and platform service's user password, as the user-sync sidecar
+    reads them (`users_json`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -268,9 +268,14 @@ class TrackingInputs:
             gets `modules.k8s.tracking.users.team_password` of the admin password.
         backup_credentials: on premises with ``database_backup``, the object store's
             access key id and secret access key (Pulumi secrets); ``None`` otherwise.
+        service_passwords: MLflow user name -> password of each platform service user
+            the server must know besides the teams' (the Kubeflow Pipelines runs'
+            ``pipelines`` where pipelines are enabled; empty otherwise). Their
+            credentials Secrets live with the service (`modules.k8s.pipelines`).
     """
 
     admin_password: pulumi.Input[str]
     store: TrackingStoreInputs | None = None
     team_passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     backup_credentials: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
+    service_passwords: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)

@@ -1,4 +1,6 @@
-"""The teams' MLflow users: names, passwords, the users file the server's sidecar reads.
+"""The platform's MLflow users: one per team and one per platform service (the Kubeflow
+Pipelines runs' `PIPELINES_USERNAME`); their names, passwords, and the users file the
+server's sidecar reads.
 
 Standard library only, so that the environment that runs a real MLflow server in the
 tests (the lifecycle one, which has no Pulumi) checks the same functions the plan uses.
@@ -11,6 +13,11 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping
+
+#: The MLflow user of Kubeflow Pipelines' runs (namespace ``kubeflow``): not a team, so
+#: not ``team-<name>``, and no team's user name can be it (every one of those starts
+#: with ``team-``).
+PIPELINES_USERNAME = "pipelines"
 
 
 def team_username(team: str) -> str:
@@ -31,6 +38,24 @@ def team_password(admin_password: str, team: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def users_json(passwords: Mapping[str, str]) -> str:
-    """``users.json``: MLflow user name -> password, for every team."""
-    return json.dumps({team_username(t): p for t, p in passwords.items()}, sort_keys=True)
+def service_password(admin_password: str, username: str) -> str:
+    """A platform service's MLflow password (e.g. `PIPELINES_USERNAME`), derived as a
+    team's is (`team_password`) but under its own HMAC label
+    (``gpuplatform/mlflow/service/<user>``), so that it equals no team's password even
+    for a team named like the service."""
+    digest = hmac.new(
+        admin_password.encode(), f"gpuplatform/mlflow/service/{username}".encode(), hashlib.sha256
+    ).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def users_json(passwords: Mapping[str, str], services: Mapping[str, str] | None = None) -> str:
+    """``users.json``: MLflow user name -> password, for every team (``passwords``: team
+    name -> password) and every platform service user (``services``: user name ->
+    password)."""
+    users = {team_username(t): p for t, p in passwords.items()}
+    for username, password in (services or {}).items():
+        if username.startswith("team-") or username in users:
+            raise ValueError(f"service user {username!r} collides with a team's user")
+        users[username] = password
+    return json.dumps(users, sort_keys=True)
