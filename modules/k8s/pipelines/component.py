@@ -81,6 +81,8 @@ class KubeflowPipelines(pulumi.ComponentResource):
         host = pulumi.Output.from_input(kfp.database_host(placement))
         ready.append(add(kfp.proxy_config(host.apply(kfp.proxy_ini)), [ns]))
         ready.append(add(kfp.apiserver_configmap(), [ns]))
+        # The certificates (API server, UI proxy) and the CA bundle the clients mount.
+        ready += [add(certificate, [ns]) for certificate in kfp.tls_objects()]
         if placement.on_aws:
             init_secret = add(
                 kfp.secret(kfp.DATABASE_INIT_SECRET, "mlflow", {"password": password})

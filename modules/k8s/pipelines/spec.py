@@ -48,6 +48,8 @@ PGBOUNCER_TAG = "1.25.2"
 PGBOUNCER_UID = 998
 #: CloudNativePG's PostgreSQL image (the tracking database's major version, 17).
 POSTGRES_TAG = "17.6"
+#: ghostunnel (github.com/ghostunnel/ghostunnel, Apache-2.0), its distroless image.
+GHOSTUNNEL_TAG = "v1.11.1-distroless"
 
 NAMESPACE = "kubeflow"
 #: The pipeline the platform runs on a schedule and on drift: its compiled IR YAML (the
@@ -75,6 +77,10 @@ MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
     "alpine": ("docker.io/alpine", ALPINE_TAG),
     "pgbouncer": ("ghcr.io/cloudnative-pg/pgbouncer", PGBOUNCER_TAG),
     "postgresql": ("ghcr.io/cloudnative-pg/postgresql", POSTGRES_TAG),
+    # The UI's TLS proxy: KFP 2.17.0's frontend serves plain HTTP only
+    # (frontend/server/app.ts ``app.listen``); the same ghostunnel release as the
+    # tracking server's (`modules.k8s.tracking.manifests.TLS_PROXY_IMAGE`).
+    "ghostunnel": ("docker.io/ghostunnel/ghostunnel", GHOSTUNNEL_TAG),
 }
 #: The folder of the mirrored images under the stack's registry.
 MIRROR_PATH = "kubeflow-pipelines"
