@@ -271,11 +271,16 @@ UI_PROXY_TLS_DIR = "/etc/ghostunnel/tls"
 HEALTHZ_PATH = "/apis/v1beta1/healthz"
 #: The copy of the certificate the API server started with (see `api_server_command`).
 SERVED_CERTIFICATE = "/tmp/served-tls.crt"
-#: Persistence agent and scheduled-workflow controller: their images' commands
-#: (backend/Dockerfile.persistenceagent and backend/Dockerfile.scheduledworkflow at
-#: 2.17.0, ``CMD ["/bin/sh", "-c", ...]``), to which the overlay's two TLS flags are
-#: added. The overlay replaces them with shorter ones and ``args`` that ``sh -c`` never
-#: passes on; keeping the images' commands keeps the settings upstream's env carries.
+#: The API server's, persistence agent's and scheduled-workflow controller's image
+#: commands (backend/Dockerfile, Dockerfile.persistenceagent, Dockerfile.scheduledworkflow
+#: at 2.17.0, ``CMD ["/bin/sh", "-c", ...]``), to which the overlay's TLS flags are
+#: added. The overlay replaces them with shorter ones (and, for the persistence agent,
+#: ``args`` that ``sh -c`` never passes on); keeping the images' commands keeps the
+#: settings upstream's env carries (log level, QPS, workers...).
+APISERVER_COMMAND = (
+    "/bin/apiserver --config=/config --sampleconfig=/config/sample_config.json "
+    "-logtostderr=true --logLevel=${LOG_LEVEL}"
+)
 PERSISTENCE_AGENT_COMMAND = (
     "persistence_agent --logtostderr=true --namespace=${NAMESPACE} "
     "--ttlSecondsAfterWorkflowFinish=${TTL_SECONDS_AFTER_WORKFLOW_FINISH} "
@@ -531,9 +536,7 @@ def api_server_command(cert_dir: str = TLS_DIR, served: str = SERVED_CERTIFICATE
     ``served``: KFP reads its certificate once, at start, so `api_server_liveness`
     restarts it once cert-manager has renewed the one on disk."""
     return (
-        f"cat {cert_dir}/tls.crt > {served} && exec /bin/apiserver --config=/config "
-        "--sampleconfig=/config/sample_config.json -logtostderr=true "
-        '--logLevel="${LOG_LEVEL}" '
+        f"cat {cert_dir}/tls.crt > {served} && exec {APISERVER_COMMAND} "
         f"--tlsCertPath={cert_dir}/tls.crt --tlsCertKeyPath={cert_dir}/tls.key"
     )
 
