@@ -86,7 +86,8 @@ def test_a_certificate_for_another_name_is_refused(
     ca = authority()
     secret = server_secret(tmp_path / "tls", ca, ["ml-pipeline.elsewhere.svc"])
     with fake_kfp(tls=secret) as (url, state):
-        assert publisher.main(publish_argv(url, parameters, "--ca-cert", str(secret / "ca.crt"))) == 1
+        argv = publish_argv(url, parameters, "--ca-cert", str(secret / "ca.crt"))
+        assert publisher.main(argv) == 1
         assert state.requests == []
     assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
 
