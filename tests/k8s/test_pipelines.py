@@ -30,6 +30,7 @@ from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import manifests as kfp
 from modules.k8s.pipelines import spec as ps
 from modules.k8s.pipelines.component import KubeflowPipelines, PipelinesArgs
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET
 from modules.k8s.serving.observability import serving_alert_rules
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.tracking.manifests import SERVER_POD_LABELS, SERVER_PORT
@@ -194,6 +195,12 @@ def test_every_env_the_platform_sets_on_the_api_server_is_one_upstream_reads() -
     }
     overlay = find(kfp.upstream_objects(), "Deployment", "ml-pipeline")["spec"]["template"]["spec"]
     upstream |= {e["name"] for c in overlay["containers"] for e in c.get("env", [])}
+    tls = yaml.safe_load(
+        (
+            VENDOR / "kubeflow-pipelines" / "tls" / "ml-pipeline-apiserver-deployment.yaml"
+        ).read_text()
+    )
+    upstream |= {e["name"] for c in tls["spec"]["template"]["spec"]["containers"] for e in c["env"]}
     # Read through viper from ObjectStoreConfig.* (client_manager.go buildConfigFromEnvVars).
     upstream |= {"OBJECTSTORECONFIG_REGION", "OBJECTSTORECONFIG_PIPELINEPATH"}
     for placement, spec in ((AWS, SPEC), (ONPREM, ONPREM_SPEC)):
@@ -773,6 +780,9 @@ OWN_COMMON = {
     ("NetworkPolicy", "allow-runs-object-store"),
     ("NetworkPolicy", "allow-runs-tracking"),
     ("NetworkPolicy", "allow-kubeflow-pipelines"),
+    ("Certificate", kfp.API_TLS_SECRET),
+    ("Certificate", kfp.UI_TLS_SECRET),
+    ("Certificate", CA_BUNDLE_SECRET),
 }
 OWN = {
     "uae-prod": OWN_COMMON
