@@ -30,11 +30,13 @@ from tests.k8s.test_pipelines import (
     AWS,
     ONPREM,
     ONPREM_SPEC,
+    PIPELINE_STACKS,
     SPEC,
     env,
     find,
     installed,
     ir_and_values,
+    kfp_records,
 )
 from tests.support.certs import authority, server_secret
 
@@ -276,6 +278,30 @@ def test_the_namespace_has_the_cluster_ca_bundle() -> None:
     bundle = find(kfp.tls_objects(), "Certificate", CA_BUNDLE_SECRET)
     assert bundle["metadata"]["namespace"] == NS
     assert bundle["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+
+
+@pytest.mark.parametrize("stack", PIPELINE_STACKS)
+def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> None:
+    records = kfp_records(stack)
+    objects = [r.inputs for r in records]
+    certificates = {
+        o["spec"]["secretName"]: o
+        for o in objects
+        if o["kind"] == "Certificate" and o["metadata"]["namespace"] == NS
+    }
+    assert set(certificates) == {kfp.API_TLS_SECRET, kfp.UI_TLS_SECRET, CA_BUNDLE_SECRET}
+    for certificate in certificates.values():
+        assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    # Registered before KFP's Deployments, which mount their Secrets.
+    by_name = {(r.inputs["kind"], r.inputs["metadata"]["name"]): r for r in records}
+    certificate_urns = {r.urn for r in records if r.inputs["kind"] == "Certificate"}
+    for name in ("ml-pipeline", "ml-pipeline-ui", "ml-pipeline-persistenceagent"):
+        assert certificate_urns <= set(by_name[("Deployment", name)].dependencies), name
+    api = container(
+        by_name[("Deployment", "ml-pipeline")].inputs["spec"]["template"]["spec"],
+        "ml-pipeline-api-server",
+    )
+    assert "--tlsCertPath=/etc/pki/tls/certs/tls.crt" in api["command"][2]
 
 
 # -- the loop ----------------------------------------------------------------------------
