@@ -19,7 +19,9 @@ Kubeflow Pipelines (KFP) 2.17.0 runs in single-user mode in the namespace ``kube
   stack's key by the bucket's default; no MinIO/SeaweedFS) through EKS Pod Identity on
   AWS, or to the site's S3-compatible store over TLS on premises;
 * nothing of it is exposed: ClusterIP Services, a default-deny namespace, the UI reached
-  with ``kubectl port-forward`` (the cluster's RBAC decides who may).
+  with ``kubectl port-forward`` (the cluster's RBAC decides who may);
+* its API server and UI serve TLS inside the cluster with certificates from the cluster
+  CA, and every client verifies them with it (`manifests.tls_objects`).
 """
 
 from __future__ import annotations
