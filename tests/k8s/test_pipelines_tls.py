@@ -64,12 +64,15 @@ def image_command(dockerfile: str) -> str:
 
 
 def pod(name: str, objects: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return find(objects or installed(), "Deployment", name)["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+    spec: dict[str, Any] = find(objects or installed(), "Deployment", name)["spec"]["template"][
+        "spec"
+    ]
+    return spec
 
 
 def container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
     (found,) = [c for c in pod_spec["containers"] if c["name"] == name]
-    return found
+    return found  # type: ignore[no-any-return]
 
 
 def mounted_secrets(pod_spec: dict[str, Any], c: dict[str, Any]) -> dict[str, dict[str, Any]]:
