@@ -373,7 +373,7 @@ def _backends(resource: ResourceView) -> Iterator[str]:
     severity=Severity.CRITICAL,
     remediation=(
         "Keep `type: ClusterIP` on KFP's Services and reach the UI with `kubectl -n "
-        "kubeflow port-forward svc/ml-pipeline-ui 8080:80` (Kubernetes RBAC decides who "
+        "kubeflow port-forward svc/ml-pipeline-ui 8443:443` (Kubernetes RBAC decides who "
         "may); remove Ingress/HTTPRoute rules that point at them."
     ),
     controls=(controls.ISO_8_20, controls.ISO_8_3, controls.ISO_5_15, controls.PDPL_20_SECURITY),

@@ -263,6 +263,7 @@ PROD_STATEFUL_URNS = sorted(
         # pipelines image (publisher, trigger; stacks/pipelines_layer.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-alpine",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-argoexec",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-ghostunnel",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-api-server",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-driver",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-kfp-frontend",

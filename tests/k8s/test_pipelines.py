@@ -202,6 +202,12 @@ def test_every_env_the_platform_sets_on_the_api_server_is_one_upstream_reads() -
     }
     overlay = find(kfp.upstream_objects(), "Deployment", "ml-pipeline")["spec"]["template"]["spec"]
     upstream |= {e["name"] for c in overlay["containers"] for e in c.get("env", [])}
+    tls = yaml.safe_load(
+        (
+            VENDOR / "kubeflow-pipelines" / "tls" / "ml-pipeline-apiserver-deployment.yaml"
+        ).read_text()
+    )
+    upstream |= {e["name"] for c in tls["spec"]["template"]["spec"]["containers"] for e in c["env"]}
     # Read through viper from ObjectStoreConfig.* (client_manager.go buildConfigFromEnvVars).
     upstream |= {"OBJECTSTORECONFIG_REGION", "OBJECTSTORECONFIG_PIPELINEPATH"}
     for placement, spec in ((AWS, SPEC), (ONPREM, ONPREM_SPEC)):
@@ -522,7 +528,7 @@ def test_the_runs_mlflow_user_and_the_cluster_ca_are_in_kubeflow() -> None:
     # The keys and name a team namespace's Secret has (the trainers' convention).
     assert credentials["stringData"] == {"username": PIPELINES_USERNAME, "password": "a-password"}
     assert PIPELINES_USERNAME == "pipelines"
-    ca = kfp.tracking_ca()
+    ca = kfp.namespace_ca()
     assert ca["kind"] == "Certificate" and ca["metadata"]["namespace"] == "kubeflow"
     assert ca["spec"]["secretName"] == CA_BUNDLE_SECRET
     assert ca["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
@@ -535,7 +541,7 @@ def _ir_documents() -> list[dict[str, Any]]:
 def test_the_committed_pipeline_wires_exactly_its_tracked_steps_to_what_kubeflow_holds() -> None:
     """The compiled pipeline (what KFP runs) against the objects this layer installs:
     the tracked steps read the Secret `tracking_credentials` makes, by its keys, mount
-    the CA Secret `tracking_ca` makes and point MLflow at ``ca.crt`` in it, and carry
+    the CA Secret `namespace_ca` makes and point MLflow at ``ca.crt`` in it, and carry
     the label the fences select; no other step has any of it."""
     spec, platform = _ir_documents()
     tasks = spec["root"]["dag"]["tasks"]
@@ -547,7 +553,7 @@ def test_the_committed_pipeline_wires_exactly_its_tracked_steps_to_what_kubeflow
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert set(executors) == {executor_of[name] for name in tracked}
     credentials = kfp.tracking_credentials("x")
-    ca_secret = kfp.tracking_ca()["spec"]["secretName"]
+    ca_secret = kfp.namespace_ca()["spec"]["secretName"]
     for name in tracked:
         config = executors[executor_of[name]]
         (env,) = config["secretAsEnv"]
@@ -885,6 +891,8 @@ OWN_COMMON = {
     ("NetworkPolicy", "allow-kubeflow-pipelines"),
     # The runs' MLflow user and the cluster CA their tracked steps verify it with.
     ("Secret", TEAM_CREDENTIALS_SECRET),
+    ("Certificate", kfp.API_TLS_SECRET),
+    ("Certificate", kfp.UI_TLS_SECRET),
     ("Certificate", CA_BUNDLE_SECRET),
 }
 OWN = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -342,15 +343,23 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_kfp() -> Iterator[tuple[str, State]]:
-    """(base URL, state) of a running stand-in; stopped on exit."""
+def fake_kfp(tls: Path | None = None) -> Iterator[tuple[str, State]]:
+    """(base URL, state) of a running stand-in; stopped on exit. With ``tls`` (a
+    directory holding ``tls.crt`` and ``tls.key``, as a certificate's Secret) it serves
+    HTTPS, as KFP's API server does on the cluster, at ``https://localhost:<port>``."""
     state = State()
     handler = type("BoundHandler", (Handler,), {"state": state})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        base = f"https://localhost:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
+        yield base, state
     finally:
         server.shutdown()
         server.server_close()

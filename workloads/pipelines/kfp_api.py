@@ -18,9 +18,28 @@ class LoopError(Exception):
     """A failure to report in one line (the Job retries; the trigger answers 5xx)."""
 
 
-def client(host: str) -> kfp.Client:
-    """The KFP SDK's client for KFP's API server (single-user mode: no credentials)."""
-    return kfp.Client(host=host)
+def client(host: str, ca_cert: Path | None = None) -> kfp.Client:
+    """The KFP SDK's client for KFP's API server (single-user mode: no credentials).
+
+    ``ca_cert``: the CA that signed the server's certificate (on the cluster the cluster
+    CA: KFP's API server serves HTTPS inside it); without it an ``https`` host is
+    verified against the system's roots. The SDK hands it to urllib3 as ``ca_certs``
+    (kfp_server_api's ``Configuration.ssl_ca_cert``), which verifies the certificate
+    and the host name."""
+    if ca_cert is None:
+        return kfp.Client(host=host)
+    return kfp.Client(host=host, ssl_ca_cert=str(ca_cert), verify_ssl=True)
+
+
+def check_ca_cert(host: str, ca_cert: Path | None) -> None:
+    """`LoopError` when the CA file is given but unreadable, or given for a plain-HTTP
+    host (it would verify nothing: a configuration mistake, not a choice)."""
+    if ca_cert is None:
+        return
+    if not host.startswith("https://"):
+        raise LoopError(f"--ca-cert {ca_cert} given for {host}: the host must be https://")
+    if not ca_cert.is_file():
+        raise LoopError(f"{ca_cert}: no CA certificate there")
 
 
 def read_parameters(path: Path) -> dict[str, Any]:

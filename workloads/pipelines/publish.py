@@ -2,8 +2,9 @@
 
 The cluster's publisher Job runs it (`modules.k8s.pipelines.loop.publish_job`)::
 
-    python -m workloads.pipelines.publish --host http://ml-pipeline.kubeflow...:8888 \\
-        --package pipeline.yaml --parameters parameters.json --pipeline data-to-model \\
+    python -m workloads.pipelines.publish --host https://ml-pipeline.kubeflow...:8888 \\
+        --ca-cert /etc/gpuplatform-ca/ca.crt --package pipeline.yaml \\
+        --parameters parameters.json --pipeline data-to-model \\
         --version data-to-model-<digest> --experiment data-to-model \\
         --recurring-run data-to-model-schedule --schedule "0 0 2 * * 0"
 
@@ -29,7 +30,14 @@ import kfp
 import kfp_server_api
 import urllib3
 
-from workloads.pipelines.kfp_api import LoopError, api_failure, client, read_parameters, versions
+from workloads.pipelines.kfp_api import (
+    LoopError,
+    api_failure,
+    check_ca_cert,
+    client,
+    read_parameters,
+    versions,
+)
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,9 @@ def publish(
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads.pipelines.publish")
     parser.add_argument("--host", required=True, help="KFP's API server URL")
+    parser.add_argument(
+        "--ca-cert", type=Path, help="the CA that signed the API server's certificate (PEM)"
+    )
     parser.add_argument("--package", required=True, type=Path, help="compiled IR YAML")
     parser.add_argument("--parameters", required=True, type=Path, help="run parameters (JSON)")
     parser.add_argument("--pipeline", required=True, help="the pipeline's name in KFP")
@@ -150,13 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.package.is_file():
             raise LoopError(f"{args.package}: no compiled pipeline there")
+        check_ca_cert(args.host, args.ca_cert)
         parameters = read_parameters(args.parameters)
     except LoopError as err:
         print(f"publish: {err}", file=sys.stderr)
         return 2
     try:
         published = publish(
-            client(args.host),
+            client(args.host, args.ca_cert),
             package=args.package,
             pipeline=args.pipeline,
             version=args.version,

@@ -6,8 +6,8 @@ run request naming a pipeline version and parameters (see
 `modules.k8s.pipelines.loop`). The cluster runs it behind a ClusterIP Service that only
 Alertmanager's pods may reach::
 
-    python -m workloads.pipelines.trigger --host http://ml-pipeline.kubeflow...:8888 \\
-        --port 8080 --path /alerts --pipeline data-to-model \\
+    python -m workloads.pipelines.trigger --host https://ml-pipeline.kubeflow...:8888 \\
+        --ca-cert /etc/gpuplatform-ca/ca.crt --port 8080 --path /alerts --pipeline data-to-model \\
         --parameters parameters.json --experiment data-to-model-drift \\
         --alert ModelInputDrift --cooldown-hours 24
 
@@ -41,6 +41,7 @@ from workloads.pipelines.kfp_api import (
     ACTIVE_STATES,
     LoopError,
     api_failure,
+    check_ca_cert,
     client,
     read_parameters,
     versions,
@@ -188,6 +189,9 @@ def handler(trigger: Trigger, path: str) -> type[BaseHTTPRequestHandler]:
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads.pipelines.trigger")
     parser.add_argument("--host", required=True, help="KFP's API server URL")
+    parser.add_argument(
+        "--ca-cert", type=Path, help="the CA that signed the API server's certificate (PEM)"
+    )
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--path", default="/alerts", help="where Alertmanager posts")
     parser.add_argument("--pipeline", required=True, help="the pipeline's name in KFP")
@@ -203,12 +207,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     try:
+        check_ca_cert(args.host, args.ca_cert)
         parameters = read_parameters(args.parameters)
     except LoopError as err:
         print(f"trigger: {err}", file=sys.stderr)
         return 2
     trigger = Trigger(
-        api=lambda: client(args.host),
+        api=lambda: client(args.host, args.ca_cert),
         host=args.host,
         pipeline=args.pipeline,
         experiment=args.experiment,

@@ -85,6 +85,9 @@ class KubeflowPipelines(pulumi.ComponentResource):
         host = pulumi.Output.from_input(kfp.database_host(placement))
         ready.append(add(kfp.proxy_config(host.apply(kfp.proxy_ini)), [ns]))
         ready.append(add(kfp.apiserver_configmap(), [ns]))
+        # The certificates (API server, UI proxy) and the CA bundle every client here
+        # mounts (KFP's own, the loop's, the tracked steps).
+        ready += [add(certificate, [ns]) for certificate in kfp.tls_objects()]
         if placement.on_aws:
             init_secret = add(
                 kfp.secret(kfp.DATABASE_INIT_SECRET, "mlflow", {"password": password})
@@ -124,7 +127,6 @@ class KubeflowPipelines(pulumi.ComponentResource):
             # the way to its TLS port (kfp.tracking_credentials and after).
             tracking_secret = pulumi.Output.secret(args.tracking_password)
             ready.append(add(kfp.tracking_credentials(tracking_secret), [ns]))
-            ready.append(add(kfp.tracking_ca(), [ns]))
             add(kfp.runs_tracking_egress(), [ns])
             add(kfp.tracking_allowance())
         installed = [add(o, ready) for o in objects[1:] if o["kind"] != "CustomResourceDefinition"]

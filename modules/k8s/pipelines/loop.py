@@ -19,7 +19,8 @@ Pipelines, run on a schedule, and run again when the served model's inputs drift
   and Argo Events would add an event bus and a controller for one translation.
 
 Everything stays in the cluster: Alertmanager to the trigger, the trigger and the Job
-to KFP's API server; NetworkPolicies admit only those paths.
+to KFP's API server (over HTTPS, verified with the cluster CA, the namespace's bundle
+of `modules.k8s.pki.spec.ca_bundle`); NetworkPolicies admit only those paths.
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ from modules.k8s.pipelines.spec import (
     PipelinesSpec,
     labels,
 )
+from modules.k8s.pki.spec import CA_KEY, ca_volume
 
-#: KFP's API server (single-user mode: no token; only this namespace's pods reach it).
-API_SERVER_URL = f"http://ml-pipeline.{NAMESPACE}.svc.cluster.local:8888"
+#: KFP's API server (single-user mode: no token; only this namespace's pods reach it),
+#: over TLS (`manifests.tls_objects`: its certificate holds this name).
+API_SERVER_URL = f"https://ml-pipeline.{NAMESPACE}.svc.cluster.local:8888"
+#: Where the publisher and the trigger find the cluster CA they verify it with.
+CA_MOUNT = "/etc/gpuplatform-ca"
+CA_FILE = f"{CA_MOUNT}/{CA_KEY}"
 #: The serving layer's input drift alert (`modules.k8s.serving.observability`).
 DRIFT_ALERT = "ModelInputDrift"
 PIPELINE_CONFIGMAP = "data-to-model-pipeline"
@@ -235,6 +241,7 @@ def _volumes() -> list[Manifest]:
         {"name": "pipeline", "configMap": {"name": PIPELINE_CONFIGMAP}},
         # The KFP SDK keeps a context file under $HOME; the root is read-only.
         {"name": "home", "emptyDir": {"sizeLimit": "16Mi"}},
+        ca_volume("cluster-ca"),
     ]
 
 
@@ -242,6 +249,7 @@ def _mounts() -> list[Manifest]:
     return [
         {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True},
         {"name": "home", "mountPath": "/tmp"},
+        {"name": "cluster-ca", "mountPath": CA_MOUNT, "readOnly": True},
     ]
 
 
@@ -260,6 +268,8 @@ def publish_job(spec: PipelinesSpec, placement: PipelinesPlacement, ir: Pipeline
         "workloads.pipelines.publish",
         "--host",
         API_SERVER_URL,
+        "--ca-cert",
+        CA_FILE,
         "--package",
         f"{PIPELINE_MOUNT}/pipeline.yaml",
         "--parameters",
@@ -322,6 +332,8 @@ def trigger_objects(
         "workloads.pipelines.trigger",
         "--host",
         API_SERVER_URL,
+        "--ca-cert",
+        CA_FILE,
         "--port",
         str(TRIGGER_PORT),
         "--path",

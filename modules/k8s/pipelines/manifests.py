@@ -21,6 +21,13 @@ What the platform changes, and why:
   viewer and visualisation servers) are left out; ``BLOCK_V1_PIPELINES`` is on.
 * **Placement and limits**: KFP's pods on the system pool, each container with CPU and
   memory limits; service account tokens only where a pod calls the Kubernetes API.
+* **TLS inside the cluster** (`tls_objects`): the API server serves HTTPS on 8888 and
+  gRPC over TLS on 8887 natively, with a certificate from the cluster CA, as KFP
+  2.17.0's own overlay does it (``manifests/kustomize/env/cert-manager/
+  platform-agnostic-standalone-tls``); the persistence agent, the scheduled-workflow
+  controller, the UI and every run's driver and launcher verify it with the cluster CA.
+  The UI (plain HTTP only in 2.17.0) is served through a ghostunnel sidecar, as the
+  tracking server is. ML Metadata and its Envoy stay plain gRPC inside the namespace.
 * **Fences** (`network_policies`): default-deny in ``kubeflow``; KFP's pods talk to each
   other, to DNS, the Kubernetes API, the database and the object store only.
 * **Runs**: the ``pipeline-runner`` Role keeps what a v2 run needs (its pods, task
@@ -40,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from modules.k8s import netpol
+from modules.k8s import netpol, security
 from modules.k8s.common import Manifest, metadata, namespace
 from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
 from modules.k8s.names import PART_OF
@@ -61,7 +68,14 @@ from modules.k8s.pipelines.spec import (
     labels,
     s3_endpoint,
 )
-from modules.k8s.pki.spec import ca_bundle
+from modules.k8s.pki.spec import (
+    CA_BUNDLE_SECRET,
+    CA_KEY,
+    ca_bundle,
+    ca_volume,
+    service_dns_names,
+    serving_certificate,
+)
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.manifests import (
     SERVER_POD_LABELS,
@@ -235,6 +249,60 @@ _RESOURCES: dict[str, tuple[str, str]] = {
     "workflow-controller": ("1", "1Gi"),
     "container": ("500m", "512Mi"),  # ML Metadata's server and its Envoy
 }
+
+# -- TLS: KFP 2.17.0's pod-to-pod TLS overlay, manifests/kustomize/env/cert-manager/
+# platform-agnostic-standalone-tls (its patches/*.yaml are vendored in
+# tests/k8s/vendor/kubeflow-pipelines/tls/ and the tests hold these settings to them).
+#: The API server's and the UI's Services and ports.
+API_SERVICE = "ml-pipeline"
+API_HTTP_PORT = 8888  # REST (grpc-gateway), HTTPS with the flags below
+API_GRPC_PORT = 8887  # gRPC, over TLS with the same certificate
+UI_SERVICE = "ml-pipeline-ui"
+UI_PORT = 3000  # the frontend's own port, plain HTTP: the kubelet's probes and the proxy
+UI_TLS_PORT = 3443  # the UI's TLS proxy
+UI_TLS_PORT_NAME = "https"
+UI_SERVICE_PORT = 443
+#: The serving certificates' Secrets (tls.crt, tls.key and the cluster CA as ca.crt).
+API_TLS_SECRET = "kfp-api-tls"
+UI_TLS_SECRET = "ml-pipeline-ui-tls"
+#: Where the overlay mounts the certificate (server) or the CA (clients). For the API
+#: server the path matters: its REST gateway dials its own gRPC port over TLS with no
+#: CA of its own (main.go ``registerHTTPHandlerFromEndpoint``, ``initCerts``: only a
+#: ServerName), so the cluster CA must be in Go's system pool, and Go reads every file
+#: of ``/etc/pki/tls/certs`` as a system root (crypto/x509 ``certDirectories``; the
+#: image is Debian, whose own bundle is ``/etc/ssl/certs``, not hidden by the mount).
+TLS_DIR = "/etc/pki/tls/certs"
+UI_PROXY_TLS_DIR = "/etc/ghostunnel/tls"
+#: The API server's health endpoint (the overlay's probes).
+HEALTHZ_PATH = "/apis/v1beta1/healthz"
+#: The copy of the certificate the API server started with (see `api_server_command`).
+SERVED_CERTIFICATE = "/tmp/served-tls.crt"
+#: The API server's, persistence agent's and scheduled-workflow controller's image
+#: commands (backend/Dockerfile, Dockerfile.persistenceagent, Dockerfile.scheduledworkflow
+#: at 2.17.0, ``CMD ["/bin/sh", "-c", ...]``), to which the overlay's TLS flags are
+#: added. The overlay replaces them with shorter ones (and, for the persistence agent,
+#: ``args`` that ``sh -c`` never passes on); keeping the images' commands keeps the
+#: settings upstream's env carries (log level, QPS, workers...).
+APISERVER_COMMAND = (
+    "/bin/apiserver --config=/config --sampleconfig=/config/sample_config.json "
+    "-logtostderr=true --logLevel=${LOG_LEVEL}"
+)
+PERSISTENCE_AGENT_COMMAND = (
+    "persistence_agent --logtostderr=true --namespace=${NAMESPACE} "
+    "--ttlSecondsAfterWorkflowFinish=${TTL_SECONDS_AFTER_WORKFLOW_FINISH} "
+    "--numWorker ${NUM_WORKERS} --executionType ${EXECUTIONTYPE} --logLevel=${LOG_LEVEL}"
+)
+SCHEDULED_WORKFLOW_COMMAND = (
+    "/bin/controller --logtostderr=true --namespace=${NAMESPACE} --logLevel=${LOG_LEVEL} "
+    "--clientQPS=${CLIENT_QPS:-5} --clientBurst=${CLIENT_BURST:-10} "
+    "--recurringRunResyncIntervalSeconds=${RESYNC_INTERVAL_SECONDS:-30} "
+    "--metricsPort=${METRICS_PORT:-9090} "
+    '--userIdentityHeader="${USER_IDENTITY_HEADER:-}" '
+    '--userIdentityValue="${USER_IDENTITY_VALUE:-}"'
+)
+#: The flags both controllers take to reach the API server over TLS (main.go of each:
+#: ``mlPipelineServiceTLSEnabled``, ``caCertPath``; the system pool plus this CA).
+CLIENT_TLS_FLAGS = f"-mlPipelineServiceTLSEnabled=true -caCertPath={TLS_DIR}/{CA_KEY}"
 
 
 def runner_rules(placement: PipelinesPlacement) -> list[Manifest]:
@@ -463,6 +531,89 @@ def _api_server(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacemen
     pod.setdefault("volumes", []).append(
         {"name": "config", "configMap": {"name": APISERVER_CONFIG}}
     )
+    _api_server_tls(pod, server)
+
+
+def api_server_command(cert_dir: str = TLS_DIR, served: str = SERVED_CERTIFICATE) -> str:
+    """The API server's shell command: the image's (backend/Dockerfile ``CMD``) with the
+    overlay's ``--tlsCertPath``/``--tlsCertKeyPath`` (main.go: both set, REST on 8888
+    and gRPC on 8887 serve TLS, and every run is compiled with
+    ``--ml_pipeline_tls_enabled``), after copying the certificate it starts with to
+    ``served``: KFP reads its certificate once, at start, so `api_server_liveness`
+    restarts it once cert-manager has renewed the one on disk."""
+    return (
+        f"cat {cert_dir}/tls.crt > {served} && exec {APISERVER_COMMAND} "
+        f"--tlsCertPath={cert_dir}/tls.crt --tlsCertKeyPath={cert_dir}/tls.key"
+    )
+
+
+def api_server_liveness(
+    cert_dir: str = TLS_DIR, served: str = SERVED_CERTIFICATE, port: int = API_HTTP_PORT
+) -> list[str]:
+    """The API server's liveness command (the image has ``sh`` and ``wget``; upstream's
+    probe asks the health endpoint): the health endpoint answers over TLS with a
+    certificate the cluster CA signed for ``localhost`` (an expired one fails), and the
+    certificate on disk is still the one the server started with (after a renewal the
+    kubelet restarts the container, which then reads the new one)."""
+    return [
+        "/bin/sh",
+        "-c",
+        f"wget -q -O /dev/null --ca-certificate={cert_dir}/{CA_KEY} "
+        f"https://localhost:{port}{HEALTHZ_PATH} "
+        f'&& [ "$(cat {cert_dir}/tls.crt)" = "$(cat {served})" ]',
+    ]
+
+
+def _https_probe(**timing: int) -> Manifest:
+    # The kubelet does not verify the certificate (the overlay's probes).
+    get = {"path": HEALTHZ_PATH, "port": API_HTTP_PORT, "scheme": "HTTPS"}
+    return {"httpGet": get, **timing}
+
+
+def _api_server_tls(pod: Manifest, server: Manifest) -> None:
+    """The overlay's API server patch (patches/ml-pipeline-apiserver-deployment.yaml):
+    the certificate's Secret at ``/etc/pki/tls/certs``, the TLS flags, HTTPS probes and
+    ``CABUNDLE_SECRET_NAME``, the Secret every run's driver and launcher mount (its
+    ``ca.crt`` at ``/kfp/certs``) and pass as ``--ca_cert_path`` (argocompiler
+    ``ConfigureCustomCABundle``): here the namespace's cluster-CA bundle, not the
+    server's own Secret, so no run's pod mounts the server's key. The overlay's
+    ``METADATA_TLS_ENABLED`` is not set (ML Metadata serves plain gRPC here) nor its
+    ``ML_PIPELINE_SERVICE_HOST`` (no code of the 2.17.0 backend reads it)."""
+    server["command"] = ["/bin/sh", "-c", api_server_command()]
+    server.pop("args", None)
+    _replace_env(server, [_env_value("CABUNDLE_SECRET_NAME", CA_BUNDLE_SECRET)])
+    server["readinessProbe"] = _https_probe(
+        initialDelaySeconds=3, periodSeconds=5, timeoutSeconds=2
+    )
+    server["startupProbe"] = _https_probe(failureThreshold=12, periodSeconds=5, timeoutSeconds=2)
+    server["livenessProbe"] = {
+        "exec": {"command": api_server_liveness()},
+        "initialDelaySeconds": 3,
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+    }
+    server["volumeMounts"].append({"name": "tls-certs", "mountPath": TLS_DIR, "readOnly": True})
+    pod["volumes"].append({"name": "tls-certs", "secret": {"secretName": API_TLS_SECRET}})
+
+
+def _ca_client(pod: Manifest, container: Manifest) -> None:
+    """A client of the API server: the cluster CA (only ``ca.crt`` of the namespace's
+    bundle, not the server's Secret as the overlay mounts it) where the overlay mounts
+    it."""
+    container.setdefault("volumeMounts", []).append(
+        {"name": "tls-ca", "mountPath": TLS_DIR, "readOnly": True}
+    )
+    pod.setdefault("volumes", []).append(ca_volume("tls-ca"))
+
+
+def _controller_tls(pod: Manifest, command: str) -> None:
+    """The persistence agent or scheduled-workflow controller: its image's command with
+    the overlay's TLS flags (the overlay's patches/ml-pipeline-persistenceagent-
+    deployment.yaml and ml-pipeline-scheduledworkflow-deployment.yaml)."""
+    (controller,) = pod["containers"]
+    controller["command"] = ["/bin/sh", "-c", f"{command} {CLIENT_TLS_FLAGS}"]
+    controller.pop("args", None)
+    _ca_client(pod, controller)
 
 
 def _metadata_server(pod: Manifest) -> None:
@@ -488,8 +639,56 @@ def _ui(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacement) -> No
             # Custom visualisations run code on the (left out) visualisation server.
             _env_value("ALLOW_CUSTOM_VISUALIZATIONS", "false"),
             *ui_object_store_env(spec, placement),
+            # The overlay's patches/ml-pipeline-ui-deployment.yaml: the API server over
+            # HTTPS by a name its certificate holds (the Service link would give its
+            # IP), trusting the cluster CA besides Node's own roots. The port is the
+            # one the Service link gives, set here so it does not depend on the links.
+            _env_value("ML_PIPELINE_SERVICE_SCHEME", "https"),
+            _env_value("ML_PIPELINE_SERVICE_HOST", f"{API_SERVICE}.{NAMESPACE}"),
+            _env_value("ML_PIPELINE_SERVICE_PORT", str(API_HTTP_PORT)),
+            _env_value("NODE_EXTRA_CA_CERTS", f"{TLS_DIR}/{CA_KEY}"),
         ],
     )
+    _ca_client(pod, ui)
+    pod["containers"].append(ui_tls_proxy(placement))
+    pod["volumes"].append(
+        {"name": "ui-tls", "secret": {"secretName": UI_TLS_SECRET, "defaultMode": 0o440}}
+    )
+    # The proxy reads the key as the pod's group (the Secret's files are root's, 0440).
+    pod["securityContext"] = {**pod.get("securityContext", {}), "fsGroup": 1000}
+
+
+def ui_tls_proxy(placement: PipelinesPlacement) -> Manifest:
+    """ghostunnel in front of the UI, as in front of the tracking server
+    (`modules.k8s.tracking.manifests.tls_proxy_container`): KFP 2.17.0's frontend has no
+    TLS listener (frontend/server/app.ts, ``app.listen(port)``; the overlay gives the UI
+    a CA to call the API server with, but no certificate to serve). TLS on the pod's
+    3443 with a certificate from the cluster CA, re-read every hour (cert-manager's
+    renewals), forwarded to the UI on the pod's loopback. No client certificates: the
+    UI in single-user mode authenticates nobody (who may port-forward decides)."""
+    return {
+        "name": "tls-proxy",
+        "image": placement.image("ghostunnel"),
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "server",
+            f"--listen=0.0.0.0:{UI_TLS_PORT}",
+            f"--target=127.0.0.1:{UI_PORT}",
+            f"--cert={UI_PROXY_TLS_DIR}/tls.crt",
+            f"--key={UI_PROXY_TLS_DIR}/tls.key",
+            "--disable-authentication",
+            "--timed-reload=1h",
+        ],
+        "ports": [{"name": UI_TLS_PORT_NAME, "containerPort": UI_TLS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": UI_TLS_PORT_NAME}, "periodSeconds": 10},
+        "livenessProbe": {"tcpSocket": {"port": UI_TLS_PORT_NAME}, "periodSeconds": 30},
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+        "securityContext": security.restricted_container(1000),
+        "volumeMounts": [{"name": "ui-tls", "mountPath": UI_PROXY_TLS_DIR, "readOnly": True}],
+    }
 
 
 def _workflow_controller(pod: Manifest, placement: PipelinesPlacement) -> None:
@@ -531,6 +730,10 @@ def _adapt_deployment(
         _ui(pod, spec, placement)
     elif name == "workflow-controller":
         _workflow_controller(pod, placement)
+    elif name == "ml-pipeline-persistenceagent":
+        _controller_tls(pod, PERSISTENCE_AGENT_COMMAND)
+    elif name == "ml-pipeline-scheduledworkflow":
+        _controller_tls(pod, SCHEDULED_WORKFLOW_COMMAND)
     if name in DATABASE_CLIENTS:
         pod["initContainers"] = [proxy_sidecar(placement), *pod.get("initContainers", [])]
         pod.setdefault("volumes", []).extend(proxy_volumes())
@@ -594,7 +797,61 @@ def adapt(
         manifest["rules"] = ui_rules(manifest["rules"], placement)
     if manifest["kind"] == "ConfigMap":
         return _adapt_configmap(manifest, spec, placement, root)
+    if manifest["kind"] == "Service" and meta["name"] in (API_SERVICE, UI_SERVICE):
+        return _tls_service(manifest)
     return manifest
+
+
+def _tls_service(manifest: Manifest) -> Manifest:
+    """The API server's Service as the overlay patches it
+    (patches/ml-pipeline-apiserver-service.yaml: 8888 named ``tls``, ``appProtocol:
+    https``; upstream's scrape annotation follows); the UI's on 443 to its TLS proxy."""
+    ports = manifest["spec"]["ports"]
+    if manifest["metadata"]["name"] == API_SERVICE:
+        for port in ports:
+            if port["port"] == API_HTTP_PORT:
+                port |= {"name": "tls", "appProtocol": "https"}
+        annotations = manifest["metadata"].get("annotations", {})
+        if "prometheus.io/scheme" in annotations:
+            annotations["prometheus.io/scheme"] = "https"
+        return manifest
+    manifest["spec"]["ports"] = [
+        {
+            "name": UI_TLS_PORT_NAME,
+            "port": UI_SERVICE_PORT,
+            "protocol": "TCP",
+            "targetPort": UI_TLS_PORT_NAME,
+            "appProtocol": "https",
+        }
+    ]
+    return manifest
+
+
+def tls_objects() -> list[Manifest]:
+    """The certificates, from the cluster CA: the API server's (the overlay's
+    base-tls-certs/kfp-api-cert.yaml names, without ML Metadata's, which serves no TLS
+    here, and without the self-signed issuer), the UI proxy's, both with ``localhost``
+    for ``kubectl port-forward``; and the namespace's cluster-CA bundle the clients
+    mount (`modules.k8s.pki.spec.ca_bundle`)."""
+    return [
+        serving_certificate(
+            API_TLS_SECRET, NAMESPACE, [*service_dns_names(API_SERVICE, NAMESPACE), "localhost"]
+        ),
+        serving_certificate(
+            UI_TLS_SECRET, NAMESPACE, [*service_dns_names(UI_SERVICE, NAMESPACE), "localhost"]
+        ),
+        namespace_ca(),
+    ]
+
+
+def namespace_ca() -> Manifest:
+    """In ``kubeflow``: the cluster CA bundle (`ca_bundle`, as in every team namespace),
+    one Secret for every client here: KFP's own (``CABUNDLE_SECRET_NAME``: the drivers,
+    launchers and controllers verify the API server with it), the publisher and trigger,
+    and the tracked steps, which verify the tracking server with its ``ca.crt``.
+    kfp-kubernetes mounts a Secret whole, so the bundle's own client key pair comes
+    along to the tracked steps; no platform endpoint accepts client certificates."""
+    return ca_bundle(NAMESPACE)
 
 
 def install_objects(
@@ -1125,15 +1382,6 @@ def tracking_credentials(password: Any) -> Manifest:
     return secret(
         TEAM_CREDENTIALS_SECRET, NAMESPACE, {"username": PIPELINES_USERNAME, "password": password}
     )
-
-
-def tracking_ca() -> Manifest:
-    """In ``kubeflow``: the cluster CA for the tracked steps (`ca_bundle`, as in every
-    team namespace); they mount its Secret and verify the tracking server with
-    ``ca.crt``. kfp-kubernetes mounts a Secret whole: the bundle's own client key pair
-    comes along, which no platform endpoint accepts (none asks for client
-    certificates)."""
-    return ca_bundle(NAMESPACE)
 
 
 def tracking_allowance() -> Manifest:

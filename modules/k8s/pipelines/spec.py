@@ -19,7 +19,9 @@ Kubeflow Pipelines (KFP) 2.17.0 runs in single-user mode in the namespace ``kube
   stack's key by the bucket's default; no MinIO/SeaweedFS) through EKS Pod Identity on
   AWS, or to the site's S3-compatible store over TLS on premises;
 * nothing of it is exposed: ClusterIP Services, a default-deny namespace, the UI reached
-  with ``kubectl port-forward`` (the cluster's RBAC decides who may).
+  with ``kubectl port-forward`` (the cluster's RBAC decides who may);
+* its API server and UI serve TLS inside the cluster with certificates from the cluster
+  CA, and every client verifies them with it (`manifests.tls_objects`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ PGBOUNCER_TAG = "1.25.2"
 PGBOUNCER_UID = 998
 #: CloudNativePG's PostgreSQL image (the tracking database's major version, 17).
 POSTGRES_TAG = "17.6"
+#: ghostunnel (github.com/ghostunnel/ghostunnel, Apache-2.0), its distroless image.
+GHOSTUNNEL_TAG = "v1.11.1-distroless"
 
 NAMESPACE = "kubeflow"
 #: The pipeline the platform runs on a schedule and on drift: its compiled IR YAML (the
@@ -75,6 +79,10 @@ MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
     "alpine": ("docker.io/alpine", ALPINE_TAG),
     "pgbouncer": ("ghcr.io/cloudnative-pg/pgbouncer", PGBOUNCER_TAG),
     "postgresql": ("ghcr.io/cloudnative-pg/postgresql", POSTGRES_TAG),
+    # The UI's TLS proxy: KFP 2.17.0's frontend serves plain HTTP only
+    # (frontend/server/app.ts ``app.listen``); the same ghostunnel release as the
+    # tracking server's (`modules.k8s.tracking.manifests.TLS_PROXY_IMAGE`).
+    "ghostunnel": ("docker.io/ghostunnel/ghostunnel", GHOSTUNNEL_TAG),
 }
 #: The folder of the mirrored images under the stack's registry.
 MIRROR_PATH = "kubeflow-pipelines"

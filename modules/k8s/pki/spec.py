@@ -2,7 +2,8 @@
 
 * cert-manager (jetstack chart, its CRDs installed by the chart) in ``cert-manager``,
   installed before every service that serves TLS: monitoring (Prometheus, Alertmanager,
-  Grafana), the tracking server, KServe's webhooks and the inference endpoints.
+  Grafana), the tracking server, KServe's webhooks, the inference endpoints and Kubeflow
+  Pipelines' API server and UI.
 * The cluster CA (cert-manager's documented CA bootstrap): a self-signed ClusterIssuer
   signs the CA certificate (kept in the ``cert-manager`` namespace), and the CA
   ClusterIssuer `CLUSTER_CA_ISSUER` signs each service's serving certificate
