@@ -619,7 +619,7 @@ def assemble_shards(
     parts: Sequence[tuple[int, int]], parts_dir: Path, out: Path, settings: Settings
 ) -> tuple[int, int]:
     """Cut the ordered token stream of the part files into shards: the last
-    ``val_fraction`` is ``val_*.bin`` (as `workloads.data.tokenize` splits); returns the
+    ``val_fraction`` is ``val_*.bin`` (as `workloads.data.byte_tokenizer` splits); returns the
     (train, val) token counts."""
     total = sum(tokens for _, tokens in parts)
     split = total - int(total * settings.val_fraction)
