@@ -1064,9 +1064,11 @@ def prepare(
                 for s in sources
             ]
             source_root = str(places.source.resolve())
-        out_name = places.out.name if isinstance(places.out, S3Location) else None
+        out_name = (
+            places.out.name if isinstance(places.out, S3Location) else places.out.resolve().name
+        )
         body: dict[str, Any] = {
-            "name": name or out_name or Path(places.out).resolve().name,
+            "name": name or out_name,
             "pipeline": {"name": PIPELINE_NAME, "version": PIPELINE_VERSION, **versions()},
             "settings": settings.record(),
             "sources": listed,
@@ -1140,8 +1142,8 @@ def _run_on(
     if isinstance(places.source, S3Location):
         fetched, records, digests = read_remote(spark, places.source, remote)
         try:
-            root = "/" + places.source.prefix.rstrip("/")
-            return run_spark_job(spark, records, (root, False), settings, staging), digests
+            prefix = "/" + places.source.prefix.rstrip("/")
+            return run_spark_job(spark, records, (prefix, False), settings, staging), digests
         finally:
             fetched.unpersist()
     root = places.source
