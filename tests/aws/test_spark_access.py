@@ -1,9 +1,10 @@
 """A team's Spark role is least privilege: its raw files read only, its datasets written
-but never deleted, its event logs written (never read back or deleted), the stack's key only through S3 in the region; the
-shipped stacks bind exactly ``spark-jobs/spark-<team>`` to it through Pod Identity, and
-give the data image its own ECR repository under the stack's key. (The project has no
-IAM policy simulator, so the document's statements are read directly; moto's IAM checks
-the document is valid, here and for every shipped role in test_iam_documents.py.)"""
+but never deleted, its event logs written (never read back or deleted), the stack's key
+only through S3 in the region; the shipped stacks bind exactly ``spark-jobs/spark-<team>``
+to it through Pod Identity, and give the data image its own ECR repository under the
+stack's key. (The project has no IAM policy simulator, so the document's statements are
+read directly; moto's IAM checks the document is valid, here and for every shipped role
+in test_iam_documents.py.)"""
 
 from __future__ import annotations
 
