@@ -129,7 +129,7 @@ CODE_plan      := stacks modules policies tools workloads/deploy
 # workloads/data: the Spark job's modules run in the data image; the shard format, the
 # byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
 DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
-	make_pii_sample validate bench ingest))
+	make_pii_sample validate bench ingest object_store))
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
 	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))

@@ -25,8 +25,9 @@ def spark_data_access(
         raw_prefix: the team's raw files (read only), e.g. ``teams/nlp/raw/``.
         datasets_prefix: the team's datasets (read, to refuse an existing dataset, and
             write; never delete: a dataset is written once).
-        event_log_prefix: the team's Spark event logs (Spark writes a log under a
-            temporary name and renames it, a copy and a delete in S3).
+        event_log_prefix: the team's Spark event logs, written once (the job uploads
+            them from the driver's disk, never over an existing object; nothing is
+            renamed or deleted, so the role can neither).
     """
     prefixes = (raw_prefix, datasets_prefix, event_log_prefix)
     upload = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
@@ -53,7 +54,7 @@ def spark_data_access(
         {
             "Sid": "WriteEventLogs",
             "Effect": "Allow",
-            "Action": ["s3:GetObject", "s3:DeleteObject", *upload],
+            "Action": upload,
             "Resource": f"{bucket_arn}/{event_log_prefix}*",
         },
         {

@@ -6,13 +6,22 @@ their event logs under the stack's key.
   ``hadoopConf``, dependencies, the pods' environment and commands), is ``s3a://`` (or
   ``s3://``, ``s3n://``) of a bucket this stack creates, reached through S3 in an allowed
   region, or of the site's object store: a Service of the (UAE) cluster, or a host the
-  pack config allows (``allowedObjectStores``), over TLS. ``local://`` and ``file://``
+  pack config allows (``allowedObjectStores``), over TLS. An ``s3a://`` URI is reached
+  as Hadoop's S3A settings say; an ``s3://`` (or ``s3n://``) URI as the pods' AWS SDK
+  environment says (the platform's data job uses boto3: ``AWS_REGION`` or
+  ``AWS_DEFAULT_REGION``, and ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` for a
+  site store), read from the driver's and the executors' ``env``, ``envVars`` and pod
+  templates; every pod must name the region. ``local://`` and ``file://``
   (the pod's own disk) are not stores. Anything else (another bucket, ``gs://``,
   ``abfss://``, ``hdfs://``, ``https://``) would read the data from, or write it to, a
   place the stack cannot show to be in the UAE.
-* Event logs: on, written to an object store location (checked above), with S3A's
-  SSE-KMS (or DSSE-KMS) under a named key; on AWS a key this stack creates, in the
-  bucket's region.
+* Event logs: on, and kept in an object store location (checked above) under a named
+  KMS key; on AWS a key this stack creates, in the bucket's region. Either Spark writes
+  them there with S3A's SSE-KMS (or DSSE-KMS), or Spark writes them to the driver's
+  local disk (``file://``) and the platform's data job uploads them when it ends: its
+  arguments name the location (``--event-log-uri s3://...``) and the key
+  (``--kms-key``), and it writes every object SSE-KMS under that key
+  (``workloads/data/object_store.py``).
 
 S3A's settings are read from ``sparkConf`` (``spark.hadoop.<key>``) and ``hadoopConf``
 (``<key>``), per bucket (``fs.s3a.bucket.<bucket>.<setting>``) before the global ones.
@@ -45,6 +54,12 @@ S3_SCHEMES = ("s3a", "s3", "s3n")
 LOCAL_SCHEMES = ("local", "file")
 #: Server-side encryption under a KMS key (S3A's ``fs.s3a.encryption.algorithm``).
 KMS_ALGORITHMS = ("SSE-KMS", "DSSE-KMS")
+#: The AWS SDK's variables (boto3) for the region and the address of S3.
+SDK_REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+SDK_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+#: The data job's arguments: where its event log goes, and the key of what it writes.
+EVENT_LOG_ARGUMENT = "--event-log-uri"
+KMS_KEY_ARGUMENT = "--kms-key"
 _URI = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://[^\s\"'`<>()\[\]{},;|]*")
 _AWS_S3_HOST = re.compile(
     r"^(?:[a-z0-9.-]+\.)?s3(?:[.-]dualstack|[.-]fips)?[.-]([a-z]{2}(?:-[a-z]+)+-\d+)\.amazonaws\.com$"
@@ -93,6 +108,72 @@ def s3a_values(
     return []
 
 
+def pod_environments(path: str, spec: Mapping[str, Any]) -> list[dict[str, list[tuple[str, Any]]]]:
+    """Per pod role (driver, executor): variable name -> every (path, value) the
+    role's containers get (``env``, ``envVars``, the pod template's containers)."""
+    found = []
+    for role in ("driver", "executor"):
+        pod = spec.get(role)
+        variables: dict[str, list[tuple[str, Any]]] = {}
+        if not isinstance(pod, Mapping):
+            found.append(variables)
+            continue
+        lists = [(f"{path}.{role}.env", pod.get("env"))]
+        containers = dig(pod, "template", "spec", "containers")
+        if isinstance(containers, list):
+            lists += [
+                (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+                for i, c in enumerate(containers)
+                if isinstance(c, Mapping)
+            ]
+        for where, items in lists:
+            if not isinstance(items, list):
+                continue
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping) and "value" in item:
+                    variables.setdefault(str(item.get("name")), []).append(
+                        (f"{where}[{index}].value", item["value"])
+                    )
+        env_vars = pod.get("envVars")
+        if isinstance(env_vars, Mapping):
+            for name, value in env_vars.items():
+                variables.setdefault(str(name), []).append((f"{path}.{role}.envVars.{name}", value))
+        found.append(variables)
+    return found
+
+
+def sdk_settings(path: str, spec: Mapping[str, Any]) -> dict[str, list[tuple[str, Any]]]:
+    """The pods' AWS SDK settings in S3A's terms (``fs.s3a.endpoint``,
+    ``fs.s3a.endpoint.region``), judged like them: each pod role's endpoint (the first of
+    `SDK_ENDPOINT_VARIABLES` set) and region (the first of `SDK_REGION_VARIABLES`). A
+    role that names no region gets none, so the location check reports it."""
+    endpoints: list[tuple[str, Any]] = []
+    regions: list[tuple[str, Any]] = []
+    missing = False
+    for variables in pod_environments(path, spec):
+        endpoints += next((variables[n] for n in SDK_ENDPOINT_VARIABLES if n in variables), [])
+        region = next((variables[n] for n in SDK_REGION_VARIABLES if n in variables), [])
+        regions += region
+        missing |= not region
+    settings: dict[str, list[tuple[str, Any]]] = {}
+    if endpoints:
+        settings["fs.s3a.endpoint"] = endpoints
+    if regions and not missing:
+        settings["fs.s3a.endpoint.region"] = regions
+    return settings
+
+
+def _endpoint_paths(path: str, spec: Mapping[str, Any]) -> set[str]:
+    """Where the pods' SDK endpoints are set: places the client connects to, judged with
+    the bucket, not locations of data."""
+    return {
+        where
+        for variables in pod_environments(path, spec)
+        for name in SDK_ENDPOINT_VARIABLES
+        for where, _ in variables.get(name, [])
+    }
+
+
 def _is_endpoint_key(path: str) -> bool:
     """An S3A endpoint setting: a place the client connects to, judged with the bucket."""
     key = path.rsplit(".sparkConf.", 1)[-1].rsplit(".hadoopConf.", 1)[-1]
@@ -102,8 +183,9 @@ def _is_endpoint_key(path: str) -> bool:
 
 def locations(path: str, spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """(path, URI) of every URI the application names outside the endpoint settings."""
+    endpoints = _endpoint_paths(path, spec)
     for where, text in walk_strings(spec, path):
-        if is_unknown(text) or _is_endpoint_key(where):
+        if is_unknown(text) or _is_endpoint_key(where) or where in endpoints:
             continue
         for match in _URI.finditer(text):
             yield where, match.group(0)
@@ -173,6 +255,13 @@ def store_problems(
                     f"{uri}: `{where}` {endpoint} is neither a Service of the cluster nor an "
                     f"allowed object store ({allowed})"
                 )
+        # One pod on the site's store, another on AWS S3: that one is judged by region.
+        for where, endpoint in endpoints:
+            if (where, endpoint) in site:
+                continue
+            region = aws_region_of_endpoint(_host(str(endpoint))[1])
+            if region not in policy.allowed_regions:
+                yield f"{uri}: `{where}` {endpoint} is S3 outside the allowed regions"
         return
     target = buckets.get(bucket)
     if target is None:
@@ -182,6 +271,12 @@ def store_problems(
             f"({known_buckets or 'it creates none'})"
         )
         return
+    for where, endpoint in endpoints:
+        if _host(str(endpoint))[0] == "http":
+            yield (
+                f"{uri}: `{where}` {endpoint} is plain HTTP: the data crosses the network "
+                "in clear text"
+            )
     reached = {aws_region_of_endpoint(_host(str(e))[1]) for _, e in endpoints}
     reached |= {str(r) for _, r in regions}
     if None in reached:
@@ -189,8 +284,9 @@ def store_problems(
     reached.discard(None)
     if not reached:
         yield (
-            f"{uri}: neither fs.s3a.endpoint nor fs.s3a.endpoint.region is set: the S3 "
-            "client starts at the global endpoint (us-east-1)"
+            f"{uri}: no region is set (fs.s3a.endpoint or fs.s3a.endpoint.region for "
+            "s3a://; AWS_REGION in every pod for s3://): the S3 client starts at the global "
+            "endpoint (us-east-1)"
         )
     bucket_region = known(region_of(target), f"{target.name}.region")
     for region in sorted(r for r in reached if r is not None):
@@ -204,16 +300,18 @@ def store_problems(
     id="uae-spark-data-location",
     description=(
         "Spark jobs read and write only the stack's stores: every location a "
-        "SparkApplication or ScheduledSparkApplication names is s3a:// of a bucket the "
-        "stack creates, reached through S3 in an allowed region, or of the site's object "
-        "store (a Service of the cluster, or an allowed host) over TLS."
+        "SparkApplication or ScheduledSparkApplication names is s3a:// or s3:// of a bucket "
+        "the stack creates, reached through S3 in an allowed region (S3A's settings, or the "
+        "pods' AWS_REGION), or of the site's object store (a Service of the cluster, or an "
+        "allowed host) over TLS."
     ),
     severity=Severity.CRITICAL,
     remediation=(
         "Put the job's input, output and event logs in the stack's data bucket "
-        "(s3a://<data bucket>/teams/<team>/raw|datasets/..., spark-events/<team>/) and "
-        "set spark.hadoop.fs.s3a.endpoint.region (or the region's endpoint); on premises "
-        "point spark.hadoop.fs.s3a.endpoint at the site's store over https:// (a Service "
+        "(s3://<data bucket>/teams/<team>/raw|datasets/..., spark-events/<team>/) and "
+        "set AWS_REGION in the driver's and the executors' environment (for s3a:// "
+        "spark.hadoop.fs.s3a.endpoint.region); on premises point AWS_ENDPOINT_URL_S3 (or "
+        "spark.hadoop.fs.s3a.endpoint) at the site's store over https:// (a Service "
         "of the cluster, or a host in `allowedObjectStores`). Copy data from elsewhere into "
         "the stack's store first; keep settings in sparkConf/hadoopConf, not ConfigMaps."
     ),
@@ -228,6 +326,7 @@ def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[
         name = metadata(app).get("name", app.name)
         path, spec = application(app)
         hadoop = hadoop_settings(path, spec)
+        sdk = sdk_settings(path, spec)
         for key in ("sparkConfigMap", "hadoopConfigMap"):
             if spec.get(key) not in (None, ""):
                 yield (
@@ -239,7 +338,8 @@ def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[
                 )
         for where, uri in locations(path, spec):
             with deferred.each():
-                for problem in store_problems(uri, hadoop, buckets, settings):
+                by = hadoop if uri.lower().startswith("s3a://") else sdk
+                for problem in store_problems(uri, by, buckets, settings):
                     yield app.urn, f"Spark job {name} `{where}`: {problem}"
     deferred.finish()
 
@@ -262,6 +362,9 @@ def _event_log_problems(
         yield "`spark.eventLog.dir` is not set: Spark writes event logs to the pod's /tmp"
         return
     scheme = directory.split("://", 1)[0].lower() if "://" in directory else "file"
+    if scheme == "file":
+        yield from _uploaded_event_log_problems(stack, app, buckets, directory)
+        return
     if scheme not in S3_SCHEMES:
         yield (
             f"`spark.eventLog.dir` {directory} is not an object store location: the logs "
@@ -287,7 +390,57 @@ def _event_log_problems(
             f"event logs in {directory} name no key (fs.s3a.encryption.key): S3 would use "
             "its AWS-managed key"
         )
-    target = buckets.get(bucket)
+    yield from _key_problems(stack, app, buckets.get(bucket), keys)
+
+
+def _argument(path: str, spec: Mapping[str, Any], flag: str) -> tuple[str, Any] | None:
+    """(path, value) of the application argument after ``flag``; None when absent."""
+    arguments = spec.get("arguments")
+    if not isinstance(arguments, list):
+        return None
+    for index, value in enumerate(arguments[:-1]):
+        if value == flag:
+            return f"{path}.arguments[{index + 1}]", arguments[index + 1]
+    return None
+
+
+def _uploaded_event_log_problems(
+    stack: StackView, app: ResourceView, buckets: Mapping[str, ResourceView], directory: str
+) -> Iterator[str]:
+    """A local event-log directory: the data job must upload it (``--event-log-uri``)
+    to an object store location, SSE-KMS under a named key (``--kms-key``)."""
+    path, spec = application(app)
+    upload = _argument(path, spec, EVENT_LOG_ARGUMENT)
+    if upload is None:
+        yield (
+            f"`spark.eventLog.dir` {directory} is not an object store location and no "
+            f"`{EVENT_LOG_ARGUMENT}` uploads it: the logs are not under the stack's key "
+            "(and go with the pod)"
+        )
+        return
+    where, uri = upload
+    uri = known(uri, where)
+    scheme = str(uri).split("://", 1)[0].lower() if "://" in str(uri) else "file"
+    if scheme not in S3_SCHEMES:
+        yield f"`{where}` {uri} is not an object store location: the logs go with the pod"
+        return
+    key = _argument(path, spec, KMS_KEY_ARGUMENT)
+    if key is None:
+        yield (
+            f"event logs uploaded to {uri} name no key (`{KMS_KEY_ARGUMENT}`): not SSE-KMS "
+            "under the stack's key"
+        )
+        return
+    yield from _key_problems(stack, app, buckets.get(urlparse(str(uri)).netloc), [key])
+
+
+def _key_problems(
+    stack: StackView,
+    app: ResourceView,
+    target: ResourceView | None,
+    keys: list[tuple[str, Any]],
+) -> Iterator[str]:
+    """Why the KMS keys at ``keys`` are not the stack's (nothing when they are)."""
     keys_known = any(
         isinstance(key.props.get(name), str) and not is_unknown(key.props[name])
         for key in stack.of_type(KEY)
@@ -327,14 +480,17 @@ def _event_log_problems(
     id="uae-spark-event-logs-encrypted",
     description=(
         "Spark jobs keep event logs, in an object store location, encrypted with SSE-KMS "
-        "under a named key: on AWS a KMS key the stack creates, in the bucket's region."
+        "under a named key: on AWS a KMS key the stack creates, in the bucket's region "
+        "(written there by S3A, or uploaded by the data job from the driver's disk)."
     ),
     severity=Severity.HIGH,
     remediation=(
-        "Set spark.eventLog.enabled=true, spark.eventLog.dir=s3a://<data bucket>/"
-        "spark-events/<team>/, spark.hadoop.fs.s3a.encryption.algorithm=SSE-KMS and "
-        "spark.hadoop.fs.s3a.encryption.key=<the stack's storage key ARN> (on premises the "
-        "site store's key id)."
+        "Set spark.eventLog.enabled=true and either spark.eventLog.dir=file:///var/spark-"
+        "events with the data job's arguments --event-log-uri s3://<data bucket>/spark-"
+        "events/<team>/ --kms-key <the stack's storage key ARN>, or spark.eventLog.dir="
+        "s3a://<data bucket>/spark-events/<team>/ with spark.hadoop.fs.s3a.encryption."
+        "algorithm=SSE-KMS and spark.hadoop.fs.s3a.encryption.key=<the key> (on premises "
+        "the site store's key id)."
     ),
     controls=(*controls.CRYPTO, controls.ISO_8_9, controls.PDPL_22_TRANSFER),
     applies_to=_is_spark,

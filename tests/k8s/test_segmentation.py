@@ -54,9 +54,10 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
         "allow-jobset-webhook",
     },
     "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
-    # Spark (tests/k8s/test_spark.py): the operator's webhook; the jobs reach their store.
+    # Spark (tests/k8s/test_spark.py): the operator's webhook; the jobs reach their store,
+    # the drivers the API server (plus, per job, its own pods: below).
     "spark-operator": {"allow-dns", "allow-api-server", "allow-webhooks"},
-    "spark-jobs": {"allow-dns", "allow-object-store"},
+    "spark-jobs": {"allow-dns", "allow-object-store", "allow-drivers-api-server"},
 }
 #: The feature store's further allowances: on AWS its materialisation reaches S3/STS and
 #: the Pod Identity agent; on premises its own stores admit it.
@@ -145,6 +146,8 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
             expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
         if name == "kubeflow":
             expected = KFP_ALLOWS | (KFP_ONPREM if config(stack).onprem is not None else KFP_AWS)
+        if name == "spark-jobs":
+            expected |= {f"allow-within-{job.name}" for job in config(stack).spark.jobs}
         if name == "cnpg-system" and config(stack).features.enabled:
             # The operator also manages the feature registry's database.
             expected.add("allow-feast-registry")

@@ -2,15 +2,17 @@
 and its values (every key exists in the vendored upstream values.yaml), the
 SparkApplications valid against the vendored upstream CRD (v2.5.2) with pod templates
 valid for Kubernetes, the data job they run (the data image, ``prepare.py`` with the
-CLI's own arguments), the CPU pool, the restricted pods, the locations and SSE-KMS
-settings, the network fence; an on-premises stack's job on the site's object store;
-and the config problems a stack file gets for the section."""
+CLI's own arguments and ``s3://`` locations), a driver and executors on the CPU pool,
+the restricted pods, the drivers' Role, the region and the SSE-KMS key, the network
+fence; an on-premises stack's job on the site's object store; and the config problems a
+stack file gets for the section."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,9 @@ SPARK_STACKS = {
     "smb-cpu": {"prepare-support-tickets": ("analytics", "preprocess", "support-tickets-v1")},
     "uae-prod": {"prepare-arabic-web": ("nlp", "preprocess", "arabic-web-v1")},
 }
+#: Each shipped job's source and executors.
+SOURCES = {"prepare-support-tickets": ("support-tickets/2026-07", 2),
+           "prepare-arabic-web": ("arabic-web/2026-07", 4)}  # fmt: skip
 ONPREM_STORE = {
     "endpoint": "https://rook-ceph-rgw-data.rook-ceph.svc",
     "bucket": "platform-data",
@@ -187,7 +192,7 @@ def test_the_objects_pass_the_vendored_crd_and_the_kubernetes_schema(stack: str)
     found = objects(stack)
     kinds = sorted({o["kind"] for o in found})
     assert kinds == [
-        "ConfigMap", "Namespace", "NetworkPolicy", "ServiceAccount", "SparkApplication",
+        "Namespace", "NetworkPolicy", "Role", "RoleBinding", "ServiceAccount", "SparkApplication",
     ]  # fmt: skip
     _, plan = shipped_plan(stack)
     version = str(plan["config"]["uae-gpu-platform:kubernetesVersion"])
@@ -225,42 +230,47 @@ def test_a_broken_application_is_refused() -> None:
 @pytest.mark.parametrize("stack", SPARK_STACKS)
 def test_each_job_runs_the_data_job_in_the_data_image(stack: str) -> None:
     account = data_bucket(stack).rsplit("-", 1)[-1]
+    bucket = data_bucket(stack)
     for name, (team, _, dataset) in SPARK_STACKS[stack].items():
+        source, executors = SOURCES[name]
         spec = applications(stack)[name]["spec"]
         assert (spec["type"], spec["mode"], spec["sparkVersion"]) == ("Python", "cluster", "4.3.0")
-        # python -m workloads.data.prepare, through the main file in its ConfigMap.
-        assert spec["mainApplicationFile"] == f"local://{ss.MAIN_DIR}/main.py"
-        (main,) = [o for o in objects(stack) if o["kind"] == "ConfigMap"]
-        assert main["metadata"] == {**main["metadata"], "namespace": ss.JOBS_NAMESPACE}
-        assert (
-            'run_module("workloads.data.prepare", run_name="__main__"' in (main["data"]["main.py"])
-        )
-        volumes = {v["name"]: v for v in spec["driver"]["template"]["spec"]["volumes"]}
-        assert volumes["main"]["configMap"]["name"] == main["metadata"]["name"]
+        # prepare.py itself, from the image (no module beside it shadows the stdlib's).
+        assert spec["mainApplicationFile"] == "local:///app/workloads/data/prepare.py"
         # The stack's own ECR repository <name>/data (tests/aws/test_spark_access.py).
         assert (
             spec["image"] == f"{account}.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}/data:0.1.0"
         )
-        arguments = spec["arguments"]
-        assert arguments[:5] == [ss.INPUT_DIR, "--out", ss.OUTPUT_DIR, "--name", dataset]
-        assert arguments[arguments.index("--workers") + 1] == str(spec["driver"]["cores"])
+        assert spec["arguments"][:11] == [
+            f"s3://{bucket}/teams/{team}/raw/{source}/",
+            "--out", f"s3://{bucket}/teams/{team}/datasets/{dataset}/",
+            "--name", dataset,
+            "--kms-key", storage_key_arn(stack),
+            "--event-log-uri", f"s3://{bucket}/spark-events/{team}/",
+            "--scratch", ss.WORK_DIR,
+        ]  # fmt: skip
+        assert spec["driver"]["serviceAccount"] == spec["executor"]["serviceAccount"]
         assert spec["driver"]["serviceAccount"] == f"spark-{team}"
-        assert spec["suspend"] is True  # shipped suspended: no raw files exist yet
+        assert spec["executor"]["instances"] == executors
+        assert spec["suspend"] is False  # the image reads the store itself: nothing to wait for
         assert spec["restartPolicy"] == {"type": "Never"}
+        assert "local" not in json.dumps(spec["sparkConf"]).replace("file://", "")
 
 
 def test_the_job_arguments_follow_the_settings() -> None:
     job = ss.SparkJobSpec(
         name="j", team="a", source="s", dataset="d", anonymise=False, near_dup=0.8
     )
-    assert ss.job_arguments(job) == [
-        ss.INPUT_DIR, "--out", ss.OUTPUT_DIR, "--name", "d", "--workers", "4",
+    where = ss.locations(job, "b")
+    assert ss.job_arguments(job, where, "k") == [
+        "s3://b/teams/a/raw/s/", "--out", "s3://b/teams/a/datasets/d/", "--name", "d",
+        "--kms-key", "k", "--event-log-uri", "s3://b/spark-events/a/", "--scratch", "/work",
         "--no-anonymise", "--near-dup", "0.8",
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("stack", SPARK_STACKS)
-def test_the_driver_pod_is_placed_on_the_cpu_pool_and_restricted(stack: str) -> None:
+def test_the_driver_and_executor_pods_are_on_the_cpu_pool_and_restricted(stack: str) -> None:
     for name, (team, pool, _) in SPARK_STACKS[stack].items():
         spec = applications(stack)[name]["spec"]
         for role in ("driver", "executor"):
@@ -268,7 +278,8 @@ def test_the_driver_pod_is_placed_on_the_cpu_pool_and_restricted(stack: str) -> 
             assert pod["nodeSelector"] == {"gpuplatform.ae/pool": pool}
             assert pod["tolerations"] == []  # CPU pools carry no taint
             assert pod["serviceAccountName"] == f"spark-{team}"
-            assert pod["automountServiceAccountToken"] is False
+            # Only the driver calls the API server (it creates the executors).
+            assert pod["automountServiceAccountToken"] is (role == "driver")
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
             (container,) = pod["containers"]
@@ -278,38 +289,37 @@ def test_the_driver_pod_is_placed_on_the_cpu_pool_and_restricted(stack: str) -> 
             assert security["capabilities"] == {"drop": ["ALL"]}
             assert security["runAsUser"] == ss.RUN_AS != 0
             assert container["image"] == spec["image"]
-            assert container["resources"]["requests"] == container["resources"]["limits"]
-        container = driver(applications(stack)[name])
-        assert container["command"] == ["/bin/bash", "-c", ss.STAGE_SCRIPT, "stage"]
-        resources = container["resources"]["limits"]
-        memory_gib = int(spec["driver"]["memory"].rstrip("g"))
-        overhead_gib = int(spec["driver"]["memoryOverhead"].rstrip("g"))
-        # What Spark will set from cores, memory and memoryOverhead, written the same.
-        assert resources["cpu"] == spec["driver"]["coreLimit"] == str(spec["driver"]["cores"])
-        assert resources["memory"] == f"{(memory_gib + overhead_gib) * 1024}Mi"
-        mounts = {m["mountPath"] for m in container["volumeMounts"]}
-        assert {ss.WORK_DIR, "/tmp", ss.MAIN_DIR} <= mounts
+            assert container["command"] == ["/bin/bash", "-c", ss.POD_SCRIPT, "spark-pod"]
+            resources = container["resources"]["limits"]
+            assert container["resources"]["requests"] == resources
+            memory_gib = int(spec[role]["memory"].rstrip("g"))
+            overhead_gib = int(spec[role]["memoryOverhead"].rstrip("g"))
+            # What Spark will set from cores, memory and memoryOverhead, written the same.
+            assert resources["cpu"] == spec[role]["coreLimit"] == str(spec[role]["cores"])
+            assert resources["memory"] == f"{(memory_gib + overhead_gib) * 1024}Mi"
+        mounts = {m["mountPath"] for m in driver(applications(stack)[name])["volumeMounts"]}
+        assert mounts == {ss.WORK_DIR, "/tmp", ss.EVENT_LOG_DIR}
 
 
 @pytest.mark.parametrize("stack", SPARK_STACKS)
-def test_locations_are_the_teams_prefixes_and_logs_are_sse_kms_with_the_stack_key(
-    stack: str,
-) -> None:
-    bucket = data_bucket(stack)
-    for name, (team, _, dataset) in SPARK_STACKS[stack].items():
+def test_the_pods_name_the_region_and_logs_are_uploaded_under_the_stack_key(stack: str) -> None:
+    for name in SPARK_STACKS[stack]:
         application = applications(stack)[name]
-        variables = env(driver(application))
-        assert variables[ss.ENV_INPUT].startswith(f"s3a://{bucket}/teams/{team}/raw/")
-        assert variables[ss.ENV_OUTPUT] == f"s3a://{bucket}/teams/{team}/datasets/{dataset}/"
-        conf = application["spec"]["sparkConf"]
-        assert variables[ss.ENV_EVENT_LOG] == conf["spark.eventLog.dir"]
-        assert conf["spark.eventLog.dir"] == f"s3a://{bucket}/spark-events/{team}/"
+        spec = application["spec"]
+        for role in ("driver", "executor"):
+            (container,) = spec[role]["template"]["spec"]["containers"]
+            variables = env(container)
+            assert variables["AWS_REGION"] == variables["AWS_DEFAULT_REGION"] == "me-central-1"
+            # Pod Identity brings the credentials; the region's endpoint is boto3's own.
+            assert not {"AWS_ACCESS_KEY_ID", ss.ENV_ENDPOINT} & set(variables)
+        conf = spec["sparkConf"]
         assert conf["spark.eventLog.enabled"] == "true"
-        assert conf["spark.hadoop.fs.s3a.encryption.algorithm"] == "SSE-KMS"
-        assert conf["spark.hadoop.fs.s3a.encryption.key"] == storage_key_arn(stack)
-        assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "me-central-1"
-        assert conf["spark.hadoop.fs.s3a.endpoint"] == "s3.me-central-1.amazonaws.com"
-        assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == (ss.AWS_CREDENTIALS_PROVIDER)
+        assert conf["spark.eventLog.dir"] == f"file://{ss.EVENT_LOG_DIR}"
+        arguments = spec["arguments"]
+        assert arguments[arguments.index("--kms-key") + 1] == storage_key_arn(stack)
+        # No Hadoop S3A: nothing of it is configured.
+        assert not [key for key in conf if key.startswith("spark.hadoop.")]
+        assert (conf["spark.driver.port"], conf["spark.blockManager.port"]) == ("7078", "7079")
 
 
 @pytest.mark.parametrize("stack", SPARK_STACKS)
@@ -325,15 +335,31 @@ def test_the_jobs_namespace_is_fenced(stack: str) -> None:
         if o["kind"] == "NetworkPolicy"
     }
     jobs = {name: spec for (ns, name), spec in policies.items() if ns == ss.JOBS_NAMESPACE}
-    assert set(jobs) == {"default-deny-all", "allow-dns", "allow-object-store"}
+    within = {f"allow-within-{name}" for name in SPARK_STACKS[stack]}
+    assert set(jobs) == {
+        "default-deny-all", "allow-dns", "allow-object-store", "allow-drivers-api-server", *within,
+    }  # fmt: skip
     assert jobs["default-deny-all"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     allowed = jobs["allow-object-store"]
-    assert allowed["policyTypes"] == ["Egress"]  # nothing may connect to a job
+    assert allowed["policyTypes"] == ["Egress"]
     destinations = [(t.get("ipBlock", {}).get("cidr"), tuple(p["port"] for p in rule["ports"]))
                     for rule in allowed["egress"] for t in rule["to"]]  # fmt: skip
     vpc = shipped_plan(stack)[1]["config"].get("uae-gpu-platform:network")
     vpc_cidr = json.loads(vpc)["vpcCidr"] if vpc else "10.42.0.0/16"
     assert destinations == [(ss.POD_IDENTITY_AGENT_CIDR, (80,)), (vpc_cidr, (443,))]
+    # The drivers (Spark's own role label) reach the API server; nothing else does.
+    api = jobs["allow-drivers-api-server"]
+    assert api["podSelector"] == {"matchLabels": {"spark-role": "driver"}}
+    assert api["policyTypes"] == ["Egress"]
+    # A job's pods reach each other on the driver and block manager ports, and only
+    # its own pods reach it.
+    for name in SPARK_STACKS[stack]:
+        fence = jobs[f"allow-within-{name}"]
+        own = {"matchLabels": {ss.APP_LABEL: name}}
+        assert fence["podSelector"] == own
+        ports = [{"protocol": "TCP", "port": 7078}, {"protocol": "TCP", "port": 7079}]
+        assert fence["ingress"] == [{"from": [{"podSelector": own}], "ports": ports}]
+        assert fence["egress"] == [{"to": [{"podSelector": own}], "ports": ports}]
     # The operator: its controller reaches the API server, the API server its webhook.
     operator = {n: spec for (ns, n), spec in policies.items() if ns == ss.OPERATOR_NAMESPACE}
     assert set(operator) == {"default-deny-all", "allow-dns", "allow-api-server", "allow-webhooks"}
@@ -345,6 +371,16 @@ def test_the_jobs_namespace_is_fenced(stack: str) -> None:
     teams = {team for team, _, _ in SPARK_STACKS[stack].values()}
     assert set(accounts) == {f"spark-{t}" for t in teams}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    # The drivers' rights: their executor pods and those pods' ConfigMap, in spark-jobs.
+    (role,) = [o for o in found if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == ss.JOBS_NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods", "configmaps"],
+         "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+    ]  # fmt: skip
+    bindings = [o for o in found if o["kind"] == "RoleBinding"]
+    assert sorted(s["name"] for b in bindings for s in b["subjects"]) == sorted(accounts)
+    assert {b["roleRef"]["name"] for b in bindings} == {role["metadata"]["name"]}
 
 
 # -- on premises: the site's object store ---------------------------------------------------
@@ -380,20 +416,25 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
     states = [s["newState"] for s in plan["steps"]]
     (application,) = [s["inputs"] for s in states if s["type"] == APP]
     assert crd_errors([application]) == []
-    conf = application["spec"]["sparkConf"]
-    assert conf["spark.hadoop.fs.s3a.endpoint"] == ONPREM_STORE["endpoint"]
-    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
-    assert conf["spark.hadoop.fs.s3a.encryption.key"] == "platform-data-key"
-    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == ss.ENV_CREDENTIALS_PROVIDER
-    assert conf["spark.eventLog.dir"] == "s3a://platform-data/spark-events/nlp/"
-    variables = env(driver(application))
-    assert variables["AWS_SECRET_ACCESS_KEY"] == {
-        "secretKeyRef": {"name": "spark-object-store-nlp", "key": "AWS_SECRET_ACCESS_KEY"}
-    }
+    arguments = application["spec"]["arguments"]
+    assert arguments[0] == "s3://platform-data/teams/nlp/raw/contracts/"
+    assert arguments[arguments.index("--kms-key") + 1] == "platform-data-key"
+    assert arguments[arguments.index("--event-log-uri") + 1] == (
+        "s3://platform-data/spark-events/nlp/"
+    )
+    for role in ("driver", "executor"):
+        (container,) = application["spec"][role]["template"]["spec"]["containers"]
+        variables = env(container)
+        assert variables[ss.ENV_ENDPOINT] == ONPREM_STORE["endpoint"]
+        assert variables["AWS_REGION"] == "dc1"
+        assert variables["AWS_SECRET_ACCESS_KEY"] == {
+            "secretKeyRef": {"name": "spark-object-store-nlp", "key": "AWS_SECRET_ACCESS_KEY"}
+        }
     assert application["spec"]["image"] == (
         "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-onprem/data:0.1.0"
     )
-    assert driver(application)["resources"]["limits"]["cpu"] == "16"
+    (executor,) = application["spec"]["executor"]["template"]["spec"]["containers"]
+    assert executor["resources"]["limits"]["cpu"] == "16"
     (policy,) = [
         s["inputs"]["spec"]
         for s in states
@@ -424,6 +465,9 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
         ({"jobs": [{"name": "j", "team": "nlp", "source": "s", "dataset": "d", "cores": 40,
                     "memoryGib": 200, "pythonMemoryGib": 100}]},
          ["spark.jobs[0].cores", "spark.jobs[0].memoryGib"]),
+        ({"jobs": [{"name": "j", "team": "nlp", "source": "s", "dataset": "d", "driverCores": 40,
+                    "driverMemoryGib": 200, "driverPythonMemoryGib": 100}]},
+         ["spark.jobs[0].driverCores", "spark.jobs[0].driverMemoryGib"]),
         ({"jobs": [{"name": "j", "team": "nlp", "source": "s", "dataset": "d"},
                    {"name": "j", "team": "nlp", "source": "t", "dataset": "d"}]},
          ["spark.jobs[0].name", "spark.jobs[1].name", "spark.jobs[0].dataset",
@@ -434,7 +478,8 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
          ["spark.objectStore.endpoint"]),
         ({"imageTag": "latest"}, ["spark.imageTag"]),
     ],
-    ids=["no-store", "no-registry", "unknown-team", "gpu-pool", "too-big", "twice",
+    ids=["no-store", "no-registry", "unknown-team", "gpu-pool", "too-big", "driver-too-big",
+         "twice",
          "escaping-source", "plain-http-store", "latest"],
 )  # fmt: skip
 def test_a_bad_spark_section_is_refused_naming_each_key(
@@ -494,16 +539,23 @@ def test_the_job_spec_names_every_bad_field() -> None:
     }  # fmt: skip
 
 
-def test_the_data_image_has_what_the_driver_container_runs() -> None:
-    """The pods run as the data image's user; the stage script calls bash, Spark's own
-    launchers (PySpark's, on the image's PATH) and Java; the main file imports the
-    package from the image's PYTHONPATH."""
-    dockerfile = Path(__file__).resolve().parents[2] / "workloads" / "data" / "Dockerfile"
-    text = dockerfile.read_text(encoding="utf-8")
+def test_the_data_image_has_what_the_pods_run() -> None:
+    """The pods run as the data image's user; the pod script calls bash, spark-submit
+    (PySpark's, on the image's PATH), Java and PySpark's jars (SPARK_HOME); the main
+    file is the package's, on the image's PYTHONPATH."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "workloads" / "data" / "Dockerfile").read_text(encoding="utf-8")
     (user,) = re.findall(r"^USER (\d+):(\d+)$", text, re.MULTILINE)
     assert user == (str(ss.RUN_AS), str(ss.RUN_AS))
-    assert "python:3.11-slim-bookworm" in text  # Debian: bash, sed, mktemp
-    assert re.search(r"^ENV PATH=/opt/venv/bin:", text, re.MULTILINE)  # spark-class, spark-submit
+    assert "python:3.11-slim-bookworm" in text  # Debian: bash
+    assert re.search(r"^ENV PATH=/opt/venv/bin:", text, re.MULTILINE)  # spark-submit
     assert "openjdk-17-jre-headless" in text and "ENV JAVA_HOME=" in text
+    assert "SPARK_HOME=/opt/venv/lib/python3.11/site-packages/pyspark" in text
     assert re.search(r"^ENV PYTHONPATH=/app\b", text, re.MULTILINE)
     assert "COPY workloads/data/ /app/workloads/data/" in text
+    main = ss.MAIN_FILE.removeprefix("local:///app/")
+    assert (root / main).is_file()
+    # Nothing beside the main file shadows a standard-library module (Spark runs it as a
+    # file: its directory comes first on sys.path).
+    beside = {p.stem for p in (root / main).parent.glob("*.py")}
+    assert not beside & set(sys.stdlib_module_names)

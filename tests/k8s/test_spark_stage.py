@@ -1,264 +1,129 @@
-"""The driver container's stage script (`modules.k8s.spark.spec.STAGE_SCRIPT`) run by
-bash with Spark's own arguments, against stand-ins for Hadoop's file system shell (a
-local directory per bucket) and ``spark-submit`` (a job that writes a dataset or fails):
-it passes Spark's ``spark.hadoop.*`` settings, unescaped, to the shell; stages in, runs
-the driver as Spark's image entrypoint would and stages out; and refuses to write over
-an existing dataset, or to upload anything after a failed job.
-
-The script's scratch paths (``/work/...``) are pointed at a temporary directory; nothing
-else of it is changed. The last test runs the real thing: the data job (``python -m
-workloads.data.prepare`` through the application's main file) under the data
-environment's own ``spark-submit``, with a Kubernetes master in its properties as the
-driver pod has them, and Hadoop's own FsShell staging from and to ``file://`` (the data
-environment has no S3A; the stores are directories)."""
+"""The driver's and the executors' container command (`modules.k8s.spark.spec.POD_SCRIPT`)
+run by bash with Spark's own arguments and environment, against stand-ins for
+``spark-submit`` and ``java`` that record what they were given: a driver runs
+spark-submit in client mode inside its pod, as Spark's image entrypoint does (and makes
+its event-log directory); an executor runs ``KubernetesExecutorBackend`` with Spark's
+Java options, heap and PySpark's jars; anything else is refused. The executor's class is
+checked in the data environment's PySpark jars (the image's). The data job itself under
+spark-submit, reading and writing an S3 store, is tests/data/test_object_store.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from modules.k8s.spark import spec as ss
-from tests.support.environments import python
+from tests.support.environments import run_in
 
-KEY = "arn:aws:kms:me-central-1:123456789012:key/00000000-0000-4000-8000-000000000001"
-BUCKET = "gpu-test-data"
-INPUT = f"s3a://{BUCKET}/teams/a/raw/corpus/"
-OUTPUT = f"s3a://{BUCKET}/teams/a/datasets/corpus-v1/"
-LOGS = f"s3a://{BUCKET}/spark-events/a/"
-
-# Hadoop's FsShell, on a local directory standing in for the store: records its -D
-# settings and commands, and does what -test -e, -mkdir -p, -copyToLocal and -put do.
-FS_SHELL = r"""#!/bin/bash
-set -eu
-[ "$1" = org.apache.hadoop.fs.FsShell ] || { echo "not FsShell: $1" >&2; exit 9; }
-shift
-while [ "$1" = -D ]; do echo "$2" >> "$LOG/settings"; shift 2; done
-echo "$*" >> "$LOG/fs"
-local_path() { echo "$STORE/${1#s3a://}"; }
-case "$1" in
-  -test) [ -n "${FS_TEST_FAILS:-}" ] && exit 255; [ -e "$(local_path "$3")" ] && exit 0 || exit 1 ;;
-  -mkdir) mkdir -p "$(local_path "$3")" ;;
-  -copyToLocal) cp -r "$(local_path "$2")" "$3" ;;
-  -put) [ "$2" = -d ] || exit 9; shift 2; target=$(local_path "${@: -1}")
-        [ -d "$target" ] || { echo "put: $target: No such file or directory" >&2; exit 1; }
-        for source in "${@:1:$#-1}"; do cp -r "$source" "$target"; done ;;
-  *) echo "unexpected: $*" >&2; exit 9 ;;
-esac
+RECORDER = """#!/bin/bash
+printf '%s\\n' "$@" > "$LOG/$(basename "$0")"
 """
-# spark-submit with the data job: reads the staged input, writes the dataset (or fails).
-SPARK_SUBMIT = r"""#!/bin/bash
-set -eu
-echo "$*" > "$LOG/submit"
-[ -f "$WORK/input/part-0.txt" ] || { echo "input not staged" >&2; exit 9; }
-[ "${JOB_EXIT:-0}" = 0 ] || exit "$JOB_EXIT"
-mkdir -p "$WORK/output"
-echo '{"digest": "sha256:x"}' > "$WORK/output/manifest.json"
-echo tokens > "$WORK/output/train_000000.bin"
-"""
-PROPERTIES = (
-    "#Java properties built from Kubernetes config map with name: spark-drv-conf-map\n"
-    "spark.app.name=prepare-corpus\n"
-    "spark.eventLog.dir=s3a\\://gpu-test-data/spark-events/a/\n"
-    "spark.hadoop.fs.s3a.encryption.algorithm=SSE-KMS\n"
-    f"spark.hadoop.fs.s3a.encryption.key={KEY.replace(':', chr(92) + ':')}\n"
-    "spark.hadoop.fs.s3a.endpoint.region=me-central-1\n"
-)
+EXECUTOR_CLASS = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
 
 
 @pytest.fixture
 def place(tmp_path: Path) -> dict[str, Path]:
-    dirs = {name: tmp_path / name for name in ("bin", "log", "store", "work", "conf")}
+    dirs = {name: tmp_path / name for name in ("bin", "log", "java", "spark")}
     for directory in dirs.values():
         directory.mkdir()
-    for name, text in (("spark-class", FS_SHELL), ("spark-submit", SPARK_SUBMIT)):
-        (dirs["bin"] / name).write_text(text)
-        (dirs["bin"] / name).chmod(0o755)
-    raw = dirs["store"] / BUCKET / "teams/a/raw/corpus"
-    raw.mkdir(parents=True)
-    (raw / "part-0.txt").write_text("one document\n")
-    (dirs["conf"] / "spark.properties").write_text(PROPERTIES)
+    (dirs["java"] / "bin").mkdir()
+    for path in (dirs["bin"] / "spark-submit", dirs["java"] / "bin" / "java"):
+        path.write_text(RECORDER)
+        path.chmod(0o755)
     return dirs
 
 
 def run(place: dict[str, Path], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    script = ss.STAGE_SCRIPT.replace(f"{ss.WORK_DIR}/", f"{place['work']}/")
-    assert script.count(f"{place['work']}/") == ss.STAGE_SCRIPT.count(f"{ss.WORK_DIR}/") > 0
-    spark_args = args or (
-        "driver",
-        "--properties-file", str(place["conf"] / "spark.properties"),
-        "--class", "org.apache.spark.deploy.PythonRunner",
-        ss.MAIN_FILE, *ss.job_arguments(
-            ss.SparkJobSpec(name="prepare-corpus", team="a", source="corpus", dataset="corpus-v1")
-        ),
-    )  # fmt: skip
-    environment = {
-        "PATH": f"{place['bin']}:{os.environ['PATH']}",
-        "LOG": str(place["log"]),
-        "STORE": str(place["store"]),
-        "WORK": str(place["work"]),
-        "SPARK_DRIVER_BIND_ADDRESS": "10.0.0.5",
-        ss.ENV_INPUT: INPUT,
-        ss.ENV_OUTPUT: OUTPUT,
-        ss.ENV_EVENT_LOG: LOGS,
-        **env,
-    }
+    events = place["log"].parent / "events"
+    script = ss.POD_SCRIPT.replace(ss.EVENT_LOG_DIR, str(events))
+    assert script != ss.POD_SCRIPT
     return subprocess.run(
-        ["/bin/bash", "-c", script, "stage", *spark_args],
-        env=environment,
+        ["/bin/bash", "-c", script, "spark-pod", *args],
+        env={
+            "PATH": f"{place['bin']}:{os.environ['PATH']}",
+            "LOG": str(place["log"]),
+            "JAVA_HOME": str(place["java"]),
+            "SPARK_HOME": str(place["spark"]),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        cwd=place["log"],
     )
 
 
-def test_a_job_is_staged_in_run_as_the_driver_and_staged_out(place: dict[str, Path]) -> None:
-    done = run(place)
+def test_a_driver_runs_spark_submit_in_client_mode(place: dict[str, Path]) -> None:
+    done = run(
+        place,
+        "driver", "--properties-file", "/opt/spark/conf/spark.properties",
+        "--class", "org.apache.spark.deploy.PythonRunner", ss.MAIN_FILE, "s3://b/raw/",
+        SPARK_DRIVER_BIND_ADDRESS="10.0.0.5",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    settings = (place["log"] / "settings").read_text().splitlines()
-    # Each FsShell call gets Spark's spark.hadoop.* settings, the key unescaped.
-    assert settings[:3] == [
-        "fs.s3a.encryption.algorithm=SSE-KMS",
-        f"fs.s3a.encryption.key={KEY}",
-        "fs.s3a.endpoint.region=me-central-1",
-    ]
-    assert (place["log"] / "fs").read_text().splitlines() == [
-        f"-mkdir -p {LOGS}",
-        f"-test -e {OUTPUT}",
-        f"-copyToLocal {INPUT} {place['work']}/input",
-        f"-mkdir -p {OUTPUT}",
-        f"-put -d {place['work']}/output/manifest.json {place['work']}/output/train_000000.bin "
-        f"{OUTPUT}",
-    ]
-    submitted = (place["log"] / "submit").read_text().split()
-    assert submitted[:6] == [
+    assert (place["log"] / "spark-submit").read_text().splitlines() == [
         "--conf", "spark.driver.bindAddress=10.0.0.5",
         "--conf", "spark.executorEnv.SPARK_DRIVER_POD_IP=10.0.0.5",
         "--deploy-mode", "client",
+        "--properties-file", "/opt/spark/conf/spark.properties",
+        "--class", "org.apache.spark.deploy.PythonRunner", ss.MAIN_FILE, "s3://b/raw/",
     ]  # fmt: skip
-    assert submitted[6:8] == ["--properties-file", str(place["conf"] / "spark.properties")]
-    assert "driver" not in submitted and ss.MAIN_FILE in submitted
-    written = place["store"] / BUCKET / "teams/a/datasets/corpus-v1"
-    assert sorted(p.name for p in written.iterdir()) == ["manifest.json", "train_000000.bin"]
+    assert (place["log"].parent / "events").is_dir()  # spark.eventLog.dir must exist
 
 
-def test_an_existing_dataset_is_never_written_over(place: dict[str, Path]) -> None:
-    existing = place["store"] / BUCKET / "teams/a/datasets/corpus-v1"
-    existing.mkdir(parents=True)
-    (existing / "manifest.json").write_text("the earlier version")
-    done = run(place)
-    assert done.returncode == 2
-    assert "exists; a dataset is written once" in done.stderr
-    assert not (place["log"] / "submit").exists()
-    assert [p.name for p in existing.iterdir()] == ["manifest.json"]
-    assert (existing / "manifest.json").read_text() == "the earlier version"
-
-
-def test_a_failed_job_uploads_nothing_and_keeps_its_exit_status(place: dict[str, Path]) -> None:
-    done = run(place, JOB_EXIT="3")
-    assert done.returncode == 3
-    assert not (place["store"] / BUCKET / "teams/a/datasets").exists()
-    assert not any(
-        line.startswith("-put") for line in (place["log"] / "fs").read_text().splitlines()
+def test_an_executor_runs_the_kubernetes_executor_backend(place: dict[str, Path]) -> None:
+    done = run(
+        place,
+        "executor",
+        SPARK_JAVA_OPT_0="-Dspark.driver.port=7078",
+        SPARK_JAVA_OPT_1="--add-opens=java.base/java.nio=ALL-UNNAMED",
+        SPARK_EXECUTOR_MEMORY="6g",
+        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-jobs.svc:7078",
+        SPARK_EXECUTOR_ID="3",
+        SPARK_EXECUTOR_CORES="6",
+        SPARK_APPLICATION_ID="spark-0123",
+        SPARK_EXECUTOR_POD_IP="10.0.0.9",
+        SPARK_RESOURCE_PROFILE_ID="0",
+        SPARK_EXECUTOR_POD_NAME="prepare-exec-3",
     )
+    assert done.returncode == 0, done.stderr
+    assert (place["log"] / "java").read_text().splitlines() == [
+        "-Dspark.driver.port=7078",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "-Xms6g", "-Xmx6g",
+        "-cp", f"{place['spark']}/conf:{place['spark']}/jars/*:{place['log']}",
+        EXECUTOR_CLASS,
+        "--driver-url", "spark://CoarseGrainedScheduler@prepare-svc.spark-jobs.svc:7078",
+        "--executor-id", "3", "--cores", "6", "--app-id", "spark-0123",
+        "--hostname", "10.0.0.9", "--resourceProfileId", "0", "--podName", "prepare-exec-3",
+    ]  # fmt: skip
 
 
-def test_an_unreadable_store_stops_before_the_job(place: dict[str, Path]) -> None:
-    done = run(place, FS_TEST_FAILS="1")
-    assert done.returncode == 2
-    assert "cannot tell whether" in done.stderr
-    assert not (place["log"] / "submit").exists()
+def test_an_executor_missing_its_environment_stops(place: dict[str, Path]) -> None:
+    done = run(place, "executor")
+    assert done.returncode != 0
+    assert "unbound variable" in done.stderr
+    assert not (place["log"] / "java").exists()
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("executor", "--properties-file", "x"), "expected Spark's driver arguments"),
-        (("driver", "--class", "x"), "no readable --properties-file"),
-    ],
-    ids=["not-a-driver", "no-properties"],
-)
-def test_other_arguments_are_refused(
-    place: dict[str, Path], args: tuple[str, ...], message: str
-) -> None:
+@pytest.mark.parametrize("args", [(), ("submit", "x")], ids=["nothing", "other"])
+def test_other_arguments_are_refused(place: dict[str, Path], args: tuple[str, ...]) -> None:
     done = run(place, *args)
     assert done.returncode == 2
-    assert message in done.stderr
-    assert not (place["log"] / "fs").exists()
+    assert "expected Spark's driver or executor arguments" in done.stderr
+    assert not list(place["log"].iterdir())
 
 
-@pytest.mark.slow
-def test_the_data_job_runs_through_the_stage_script_under_spark_submit(tmp_path: Path) -> None:
-    """About a minute and a half on a 2-core machine: Spark in local mode, Presidio."""
-    data_bin = python("data").parent
-    store, work, main = tmp_path / "store", tmp_path / "work", tmp_path / "main"
-    raw = store / "raw" / "corpus"
-    for directory in (raw, work, main):
-        directory.mkdir(parents=True)
-    lines = [f"record {i} of the corpus, written in the region" for i in range(40)]
-    lines.append("reach me on +971 50 123 4567 or a.b@example.ae")
-    (raw / "part-0.txt").write_text("\n".join(lines) + "\n")
-    (main / "main.py").write_text(ss.MAIN_SOURCE)
-    events = f"file://{store}/spark-events/a/"
-    output = f"file://{store}/datasets/corpus-v1/"
-    properties = tmp_path / "spark.properties"
-    # What spark-submit in the operator writes for the driver pod (Java properties).
-    properties.write_text(
-        "\n".join(
-            f"{key}={value.replace(':', chr(92) + ':')}"
-            for key, value in {
-                "spark.master": "k8s://https://kubernetes.default.svc:443",
-                "spark.submit.deployMode": "cluster",
-                "spark.kubernetes.submitInDriver": "true",
-                "spark.app.name": "prepare-corpus",
-                "spark.driver.memory": "1g",
-                "spark.eventLog.enabled": "true",
-                "spark.eventLog.dir": events,
-                "spark.ui.enabled": "false",
-                "spark.hadoop.fs.s3a.encryption.algorithm": "SSE-KMS",
-            }.items()
-        )
-        + "\n"
+def test_the_executor_class_is_in_pysparks_jars() -> None:
+    """What the executor command names exists in the data image's PySpark (4.3)."""
+    home = Path(
+        run_in("data", "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))").strip()
     )
-    job = ss.SparkJobSpec(name="prepare-corpus", team="a", source="corpus", dataset="corpus-v1",
-                          cores=2)  # fmt: skip
-    arguments = [a.replace(f"{ss.WORK_DIR}/", f"{work}/") for a in ss.job_arguments(job)]
-    script = ss.STAGE_SCRIPT.replace(f"{ss.WORK_DIR}/", f"{work}/")
-    done = subprocess.run(
-        ["/bin/bash", "-c", script, "stage", "driver", "--properties-file", str(properties),
-         "--class", "org.apache.spark.deploy.PythonRunner", f"local://{main}/main.py",
-         *arguments],
-        env={
-            "PATH": f"{data_bin}:{os.environ['PATH']}",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "HOME": str(tmp_path),
-            "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1",
-            ss.ENV_INPUT: f"file://{raw}/",
-            ss.ENV_OUTPUT: output,
-            ss.ENV_EVENT_LOG: events,
-        },
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "prepare: dataset corpus-v1 version" in done.stderr + done.stdout
-    dataset = store / "datasets" / "corpus-v1"
-    manifest = json.loads((dataset / "manifest.json").read_text())
-    report = json.loads((dataset / "report.json").read_text())
-    assert {s["name"] for s in manifest["shards"]} <= {p.name for p in dataset.iterdir()}
-    assert report["pii"]["hits_by_type"]["PHONE_NUMBER"] == 1
-    assert list((store / "spark-events" / "a").iterdir())  # the event log
-    # A second run is refused before Spark starts: the dataset is written once.
-    again = subprocess.run(
-        ["/bin/bash", "-c", script, "stage", "driver", "--properties-file", str(properties)],
-        env={"PATH": f"{data_bin}:{os.environ['PATH']}", "HOME": str(tmp_path),
-             ss.ENV_INPUT: f"file://{raw}/", ss.ENV_OUTPUT: output, ss.ENV_EVENT_LOG: events},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert again.returncode == 2 and "written once" in again.stderr
+    (jar,) = (home / "jars").glob("spark-kubernetes_*.jar")
+    with zipfile.ZipFile(jar) as archive:
+        assert EXECUTOR_CLASS.replace(".", "/") + ".class" in archive.namelist()

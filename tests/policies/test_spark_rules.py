@@ -81,12 +81,52 @@ def drop_conf(*keys: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
     return mutate
 
 
-def set_env(name: str, value: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
+def containers(plan: Plan, job: str, roles: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [c for role in roles for c in spec(plan, job)[role]["template"]["spec"]["containers"]]
+
+
+def set_env(
+    name: str, value: str, job: str = AWS_JOB, roles: tuple[str, ...] = ("driver", "executor")
+) -> Callable[[Plan], None]:
+    """Set (or add) a variable in the pods' containers."""
+
     def mutate(plan: Plan) -> None:
-        (container,) = spec(plan, job)["driver"]["template"]["spec"]["containers"]
-        for item in container["env"]:
-            if item["name"] == name:
+        for container in containers(plan, job, roles):
+            found = [item for item in container["env"] if item["name"] == name]
+            for item in found:
                 item["value"] = value
+            if not found:
+                container["env"].append({"name": name, "value": value})
+
+    return mutate
+
+
+def drop_env(
+    *names: str, job: str = AWS_JOB, roles: tuple[str, ...] = ("driver", "executor")
+) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        for container in containers(plan, job, roles):
+            container["env"] = [item for item in container["env"] if item["name"] not in names]
+
+    return mutate
+
+
+def set_argument(flag: str | int, value: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
+    """Set the argument at an index, or after a flag."""
+
+    def mutate(plan: Plan) -> None:
+        arguments = spec(plan, job)["arguments"]
+        index = flag if isinstance(flag, int) else arguments.index(flag) + 1
+        arguments[index] = value
+
+    return mutate
+
+
+def drop_argument(flag: str, job: str = AWS_JOB) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        arguments = spec(plan, job)["arguments"]
+        index = arguments.index(flag)
+        del arguments[index : index + 2]
 
     return mutate
 
@@ -109,54 +149,88 @@ def both(*mutations: Callable[[Plan], None]) -> Callable[[Plan], None]:
 
 H = "spark.hadoop.fs.s3a."
 OTHER_KEY = "arn:aws:kms:me-central-1:210987654321:key/11111111-2222-4333-8444-555555555555"
+REGIONS = ("AWS_REGION", "AWS_DEFAULT_REGION")
+ENDPOINT = ss.ENV_ENDPOINT
+EVENT_LOG, KMS = "--event-log-uri", "--kms-key"
+#: Event logs written by S3A instead of uploaded by the job (the rule takes both).
+S3A_EVENT_LOGS = {
+    "spark.eventLog.dir": "s3a://uae-data/spark-events/a/",
+    H + "endpoint.region": REGION,
+    H + "encryption.algorithm": "SSE-KMS",
+    H + "encryption.key": key_arn("1"),
+}
+
+
+def s3a_event_logs(**changes: Any) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        conf(plan).update(S3A_EVENT_LOGS)
+        for key, value in changes.items():
+            if value is None:
+                del conf(plan)[key]
+            else:
+                conf(plan)[key] = value
+
+    return mutate
+
 
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     # -- where the data is --
-    ("input-foreign-bucket", set_env(ss.ENV_INPUT, "s3a://someone-else/raw/"), LOCATION,
+    ("input-foreign-bucket", set_argument(0, "s3://someone-else/raw/"), LOCATION,
      "not one this stack creates"),
-    ("output-gcs", set_env(ss.ENV_OUTPUT, "gs://abroad/datasets/c-v1/"), LOCATION, "gs://"),
-    ("output-abfss", set_env(ss.ENV_OUTPUT, "abfss://c@acct.dfs.core.windows.net/x"), LOCATION,
+    ("output-gcs", set_argument("--out", "gs://abroad/datasets/c-v1/"), LOCATION, "gs://"),
+    ("output-abfss", set_argument("--out", "abfss://c@acct.dfs.core.windows.net/x"), LOCATION,
      "abfss://"),
     ("argument-https", add_argument("https://example.com/corpus.jsonl"), LOCATION, "https://"),
-    ("event-log-foreign-bucket", put_conf("spark.eventLog.dir", "s3a://someone-else/logs/"),
+    ("event-log-foreign-bucket", set_argument(EVENT_LOG, "s3://someone-else/logs/"),
      LOCATION, "someone-else"),
-    ("region-abroad", both(put_conf(H + "endpoint", "s3.eu-west-1.amazonaws.com"),
-                           put_conf(H + "endpoint.region", "eu-west-1")),
-     LOCATION, "eu-west-1, outside the allowed regions"),
-    ("region-missing", drop_conf(H + "endpoint", H + "endpoint.region"), LOCATION,
+    ("region-abroad", set_env("AWS_REGION", "eu-west-1"), LOCATION,
+     "eu-west-1, outside the allowed regions"),
+    ("executor-region-abroad", set_env("AWS_REGION", "eu-central-1", roles=("executor",)),
+     LOCATION, "eu-central-1"),
+    ("region-missing", drop_env(*REGIONS, roles=("executor",)), LOCATION,
      "global endpoint (us-east-1)"),
-    ("global-endpoint", both(put_conf(H + "endpoint", "s3.amazonaws.com"),
-                             drop_conf(H + "endpoint.region")), LOCATION, "global endpoint"),
-    ("tls-off", put_conf(H + "connection.ssl.enabled", "false"), LOCATION, "clear text"),
-    ("per-bucket-endpoint-abroad",
-     put_conf(H + "bucket.uae-data.endpoint.region", "eu-central-1"), LOCATION, "eu-central-1"),
-    ("hadoop-conf-abroad", lambda p: spec(p).update(
-        {"hadoopConf": {"fs.s3a.endpoint.region": "us-east-1"}}), LOCATION, "us-east-1"),
+    ("global-endpoint", set_env(ENDPOINT, "https://s3.amazonaws.com"), LOCATION,
+     "global endpoint"),
+    ("endpoint-abroad", set_env(ENDPOINT, "https://s3.eu-west-1.amazonaws.com"), LOCATION,
+     "eu-west-1"),
+    ("plain-http", set_env(ENDPOINT, "http://s3.me-central-1.amazonaws.com"), LOCATION,
+     "clear text"),
+    ("s3a-without-settings", add_argument("s3a://uae-data/teams/a/raw/more/"), LOCATION,
+     "global endpoint (us-east-1)"),
+    ("s3a-abroad", both(add_argument("s3a://uae-data/teams/a/raw/more/"),
+                        lambda p: spec(p).update(
+                            {"hadoopConf": {"fs.s3a.endpoint.region": "us-east-1"}})),
+     LOCATION, "us-east-1"),
     ("settings-in-configmap", set_spec("sparkConfigMap", "extra-spark-settings"), LOCATION,
      "cannot see"),
-    ("site-store-not-allowed", put_conf(H + "endpoint", "https://objects.example.com",
-                                        job=SITE_JOB), LOCATION, "neither a Service"),
-    ("site-store-http", put_conf(H + "endpoint", "http://rook-ceph-rgw-data.rook-ceph.svc",
-                                 job=SITE_JOB), LOCATION, "not HTTPS"),
+    ("site-store-not-allowed", set_env(ENDPOINT, "https://objects.example.com", job=SITE_JOB),
+     LOCATION, "neither a Service"),
+    ("site-store-http", set_env(ENDPOINT, "http://rook-ceph-rgw-data.rook-ceph.svc",
+                                job=SITE_JOB), LOCATION, "not HTTPS"),
     # -- event logs --
     ("event-log-off", put_conf("spark.eventLog.enabled", "false"), EVENTS, "no record"),
     ("event-log-switch-missing", drop_conf("spark.eventLog.enabled"), EVENTS, "no record"),
     ("event-log-dir-missing", drop_conf("spark.eventLog.dir"), EVENTS, "pod's /tmp"),
-    ("event-log-on-pod-disk", put_conf("spark.eventLog.dir", "file:///tmp/spark-events"),
-     EVENTS, "not an object store location"),
-    ("sse-s3", put_conf(H + "encryption.algorithm", "SSE-S3"), EVENTS, "not SSE-KMS"),
-    ("algorithm-missing", drop_conf(H + "encryption.algorithm"), EVENTS, "no S3A encryption"),
-    ("per-bucket-sse-s3", put_conf(H + "bucket.uae-data.encryption.algorithm", "SSE-S3"),
-     EVENTS, "not SSE-KMS"),
-    ("key-missing", drop_conf(H + "encryption.key"), EVENTS, "name no key"),
-    ("key-empty", put_conf(H + "encryption.key", ""), EVENTS, "is empty"),
-    ("aws-managed-key", put_conf(H + "encryption.key", "alias/aws/s3"), EVENTS, "AWS-managed"),
-    ("key-of-another-account", put_conf(H + "encryption.key", OTHER_KEY), EVENTS,
+    ("event-log-not-uploaded", drop_argument(EVENT_LOG), EVENTS,
+     "not an object store location"),
+    ("event-log-uploaded-to-disk", set_argument(EVENT_LOG, "file:///tmp/kept"), EVENTS,
+     "not an object store location"),
+    ("key-missing", drop_argument(KMS), EVENTS, "name no key"),
+    ("key-empty", set_argument(KMS, ""), EVENTS, "is empty"),
+    ("aws-managed-key", set_argument(KMS, "alias/aws/s3"), EVENTS, "AWS-managed"),
+    ("key-of-another-account", set_argument(KMS, OTHER_KEY), EVENTS,
      "which this stack does not create"),
-    ("site-event-log-unencrypted", drop_conf(H + "encryption.algorithm", job=SITE_JOB), EVENTS,
+    ("site-event-log-keyless", drop_argument(KMS, job=SITE_JOB), EVENTS, "name no key"),
+    ("site-event-log-kept-on-pod", drop_argument(EVENT_LOG, job=SITE_JOB), EVENTS,
+     "not an object store location"),
+    # -- event logs written by S3A --
+    ("s3a-sse-s3", s3a_event_logs(**{H + "encryption.algorithm": "SSE-S3"}), EVENTS,
+     "not SSE-KMS"),
+    ("s3a-algorithm-missing", s3a_event_logs(**{H + "encryption.algorithm": None}), EVENTS,
      "no S3A encryption"),
-    ("site-event-log-keyless", drop_conf(H + "encryption.key", job=SITE_JOB), EVENTS,
-     "name no key"),
+    ("s3a-key-missing", s3a_event_logs(**{H + "encryption.key": None}), EVENTS, "name no key"),
+    ("s3a-aws-managed-key", s3a_event_logs(**{H + "encryption.key": "alias/aws/s3"}), EVENTS,
+     "AWS-managed"),
 ]  # fmt: skip
 
 
@@ -181,28 +255,25 @@ def test_the_broken_job_fails_exactly_the_rule(
 @pytest.mark.parametrize(
     "mutate",
     [
-        # The older S3A names of the encryption settings.
-        both(
-            drop_conf(H + "encryption.algorithm", H + "encryption.key"),
-            put_conf(H + "server-side-encryption-algorithm", "SSE-KMS"),
-            put_conf(H + "server-side-encryption.key", key_arn("1")),
-        ),
-        put_conf(H + "encryption.algorithm", "DSSE-KMS"),
-        # The key by the stack's alias, and the settings in hadoopConf instead.
-        put_conf(H + "encryption.key", "alias/storage"),
-        lambda p: spec(p).update(
-            {"hadoopConf": {k.removeprefix("spark.hadoop."): v for k, v in conf(p).items()
-                            if k.startswith("spark.hadoop.")}}
-        ),
-        # The region alone (the SDK derives the regional endpoint), or a per-bucket one.
-        drop_conf(H + "endpoint"),
-        both(drop_conf(H + "endpoint", H + "endpoint.region"),
-             put_conf(H + "bucket.uae-data.endpoint.region", REGION)),
+        # Event logs written by S3A, with its current or older names, or DSSE-KMS.
+        s3a_event_logs(),
+        s3a_event_logs(**{H + "encryption.algorithm": None, H + "encryption.key": None,
+                          H + "server-side-encryption-algorithm": "SSE-KMS",
+                          H + "server-side-encryption.key": key_arn("1")}),
+        s3a_event_logs(**{H + "encryption.algorithm": "DSSE-KMS"}),
+        # The key by the stack's alias.
+        set_argument(KMS, "alias/storage"),
+        # The region in the SDK's other variable, or in envVars instead of the template.
+        drop_env("AWS_REGION"),
+        both(drop_env(*REGIONS, roles=("executor",)),
+             lambda p: spec(p)["executor"].update({"envVars": {"AWS_REGION": REGION}})),
+        # The region's own endpoint.
+        set_env(ENDPOINT, f"https://s3.{REGION}.amazonaws.com"),
         # Files in the image and on the pod's disk are no store.
         set_spec("deps", {"pyFiles": ["local:///app/extra.zip"], "files": ["file:///etc/x"]}),
     ],
-    ids=["legacy-names", "dsse-kms", "key-alias", "hadoop-conf", "region-only",
-         "per-bucket-region", "local-files"],
+    ids=["s3a-event-logs", "s3a-legacy-names", "s3a-dsse-kms", "key-alias",
+         "default-region-variable", "env-vars", "regional-endpoint", "local-files"],
 )  # fmt: skip
 def test_equivalent_settings_pass(mutate: Callable[[Plan], None]) -> None:
     plan = plan_with_jobs()
@@ -212,7 +283,7 @@ def test_equivalent_settings_pass(mutate: Callable[[Plan], None]) -> None:
 
 def test_an_allowed_site_store_outside_the_cluster_passes() -> None:
     plan = plan_with_jobs()
-    put_conf(H + "endpoint", "https://objects.dc1.example.ae", job=SITE_JOB)(plan)
+    set_env(ENDPOINT, "https://objects.dc1.example.ae", job=SITE_JOB)(plan)
     assert failing_rules(plan) == {LOCATION}
     config = {LOCATION: {"allowedObjectStores": ["Objects.dc1.example.ae"]}}
     assert failing_rules(plan, config) == set()
@@ -264,18 +335,20 @@ def _shipped_app(plan: Plan) -> dict[str, Any]:
 
 
 def _input_abroad(plan: Plan) -> None:
-    (container,) = _shipped_app(plan)["driver"]["template"]["spec"]["containers"]
-    for item in container["env"]:
-        if item["name"] == ss.ENV_INPUT:
-            item["value"] = "s3a://a-bucket-in-frankfurt/raw/"
+    _shipped_app(plan)["arguments"][0] = "s3://a-bucket-in-frankfurt/raw/"
 
 
 def _output_abroad(plan: Plan) -> None:
-    _shipped_app(plan)["sparkConf"]["spark.hadoop.fs.s3a.endpoint.region"] = "eu-central-1"
+    for container in _shipped_app(plan)["driver"]["template"]["spec"]["containers"]:
+        for item in container["env"]:
+            if item["name"] == "AWS_REGION":
+                item["value"] = "eu-central-1"
 
 
 def _logs_unencrypted(plan: Plan) -> None:
-    del _shipped_app(plan)["sparkConf"]["spark.hadoop.fs.s3a.encryption.algorithm"]
+    arguments = _shipped_app(plan)["arguments"]
+    index = arguments.index(KMS)
+    del arguments[index : index + 2]
 
 
 def _logs_off(plan: Plan) -> None:
@@ -314,7 +387,7 @@ def test_an_onprem_stack_with_a_job_on_the_site_store_passes() -> None:
     assert [(f.rule_id, f.message) for f in result.mandatory_violations] == []
     plan_abroad = copy.deepcopy(plan)
     (state,) = [s["newState"] for s in plan_abroad["steps"] if s["newState"]["type"] == APP]
-    state["inputs"]["spec"]["sparkConf"]["spark.hadoop.fs.s3a.endpoint"] = (
-        "https://s3.eu-west-1.amazonaws.com"
-    )
+    for item in state["inputs"]["spec"]["executor"]["template"]["spec"]["containers"][0]["env"]:
+        if item["name"] == ss.ENV_ENDPOINT:
+            item["value"] = "https://s3.eu-west-1.amazonaws.com"
     assert LOCATION in failing_rules(plan_abroad)

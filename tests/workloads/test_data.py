@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.data import tokenize
+from workloads.data import byte_tokenizer
 from workloads.data.make_corpus import generate
 from workloads.data.shards import (
     HEADER_BYTES,
@@ -25,7 +25,9 @@ def test_tokenize_cli_writes_train_and_val_shards(tmp_path: Path) -> None:
     text = tmp_path / "a.txt"
     text.write_text("hello world, " * 1000, encoding="utf-8")
     assert (
-        tokenize.main([str(text), "--output-dir", str(tmp_path / "out"), "--shard-tokens", "5000"])
+        byte_tokenizer.main(
+            [str(text), "--output-dir", str(tmp_path / "out"), "--shard-tokens", "5000"]
+        )
         == 0
     )
     train = sorted((tmp_path / "out").glob("train_*.bin"))
@@ -34,13 +36,13 @@ def test_tokenize_cli_writes_train_and_val_shards(tmp_path: Path) -> None:
     total = sum(read_header(p).num_tokens for p in train + val)
     assert total == len(("hello world, " * 1000).encode())
     tokens = np.fromfile(train[0], dtype="<u2", offset=HEADER_BYTES)
-    assert tokenize.decode_bytes(tokens[:12].tolist()) == "hello world,"
+    assert byte_tokenizer.decode_bytes(tokens[:12].tolist()) == "hello world,"
 
 
 def test_tokenize_cli_missing_input_is_a_message_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = tokenize.main([str(tmp_path / "missing.txt"), "--output-dir", str(tmp_path)])
+    status = byte_tokenizer.main([str(tmp_path / "missing.txt"), "--output-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and "no such file" in err and "Traceback" not in err
 
@@ -104,9 +106,9 @@ def test_shipped_corpus_is_the_generator_output_and_small() -> None:
 def test_ensure_shards_tokenises_once(tmp_path: Path) -> None:
     corpus = tmp_path / "c.txt"
     corpus.write_text("abc " * 5000, encoding="utf-8")
-    first = tokenize.ensure_shards(tmp_path / "data", corpus)
+    first = byte_tokenizer.ensure_shards(tmp_path / "data", corpus)
     corpus.write_text("changed", encoding="utf-8")
-    assert tokenize.ensure_shards(tmp_path / "data", corpus) == first
+    assert byte_tokenizer.ensure_shards(tmp_path / "data", corpus) == first
 
 
 def test_ids_above_32767_round_trip_through_the_layout_llm_c_reads(tmp_path: Path) -> None:

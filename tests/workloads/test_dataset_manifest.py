@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.workloads.lifecycle_helpers import tiny_config, train_tiny
+from workloads.data.byte_tokenizer import tokenize_files
 from workloads.data.make_corpus import generate
 from workloads.data.manifest import (
     MANIFEST,
@@ -21,7 +22,6 @@ from workloads.data.manifest import (
     verify_dataset,
     write_manifest,
 )
-from workloads.data.tokenize import tokenize_files
 from workloads.training import train
 
 

@@ -114,7 +114,7 @@ sys.modules["pynvml"] = None
 from pathlib import Path
 from workloads.training import gpu_check, train, bench
 from workloads.data.shards import ShardLoader
-from workloads.data.tokenize import ensure_shards
+from workloads.data.byte_tokenizer import ensure_shards
 from workloads.training.config import DEFAULT_CORPUS
 files = ensure_shards(Path({str(tmp_path)!r}), DEFAULT_CORPUS)
 inputs, targets = ShardLoader(files, batch=2, seq_len=8, rank=0, world_size=1,

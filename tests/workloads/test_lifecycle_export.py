@@ -24,7 +24,7 @@ from tests.workloads.lifecycle_helpers import (
     train_tiny,
     tree_digests,
 )
-from workloads.data.tokenize import decode_bytes, encode_bytes
+from workloads.data.byte_tokenizer import decode_bytes, encode_bytes
 from workloads.inference import (
     ByteTokenizer,
     ContextLengthError,

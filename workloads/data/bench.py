@@ -7,7 +7,7 @@ unique), with planted PII (`workloads.data.make_pii_sample`) in about one docume
 twenty. Measured, each as a user runs it (a fresh process, wall clock, start-up
 included):
 
-- the builder: ``python -m workloads.data.tokenize FILES`` (reads, byte-tokenises,
+- the builder: ``python -m workloads.data.byte_tokenizer FILES`` (reads, byte-tokenises,
   writes shards; no cleaning, validation, deduplication or PII) - run with
   ``--builder-python``, an interpreter that has torch;
 - the Spark job: ``python -m workloads.data.prepare`` with anonymisation (the default)
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"corpus: {len(files)} files, {mb:.1f} MB, {documents} documents", flush=True)
 
     builder_s, _ = _timed(
-        [args.builder_python, "-m", "workloads.data.tokenize", *map(str, files),
+        [args.builder_python, "-m", "workloads.data.byte_tokenizer", *map(str, files),
          "--output-dir", str(work / "builder")],
         repo,
     )  # fmt: skip

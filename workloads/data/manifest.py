@@ -145,7 +145,7 @@ def _refuse(data_dir: Path, problems: list[str]) -> ManifestError:
 
 def verify_dataset(data_dir: Path, *, source: str | None = None) -> DatasetRef | None:
     """Check every shard of ``data_dir`` against its manifest; ``None`` when the
-    directory has no manifest (shards made by `workloads.data.tokenize` or elsewhere).
+    directory has no manifest (shards made by `workloads.data.byte_tokenizer` or elsewhere).
 
     Every problem is collected before refusing: a manifest whose content no longer
     matches its digest, a listed shard that is missing or whose size or SHA-256 changed,

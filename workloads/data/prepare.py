@@ -4,6 +4,14 @@
 
     python -m workloads.data.prepare SOURCE --out OUT [--no-anonymise] [--near-dup 0.8]
 
+SOURCE and OUT may also be ``s3://<bucket>/<prefix>/`` (`workloads.data.object_store`,
+boto3, no Hadoop S3A): the driver lists the raw objects and the executors fetch them;
+the dataset is uploaded with SSE-KMS under ``--kms-key``, manifest last, never over an
+existing object. Run by ``spark-submit`` (the Spark Operator's driver pod), the job uses
+the session spark-submit configured (its master, executors and event logs) instead of
+starting a local one; ``--event-log-uri`` then uploads Spark's event log from the local
+``spark.eventLog.dir`` to the store when the session ends, whatever the outcome.
+
 Stages (each a Spark stage; Python code runs in Spark's Python workers):
 
 1. read every ``.txt`` (one document per line) and ``.jsonl`` (one per ``text`` field)
@@ -27,7 +35,8 @@ Stages (each a Spark stage; Python code runs in Spark's Python workers):
 
 OUT is written as a temporary sibling directory and renamed into place at the end. OUT
 must be absent, empty, or an earlier dataset of this job (its manifest, report and listed
-shards and nothing else); anything else is refused and left untouched.
+shards and nothing else); anything else is refused and left untouched. An ``s3://`` OUT
+must hold no object at all (a dataset in the store is written once).
 
 Exit status: 0 dataset written; 1 dataset refused by validation (nothing written); 2 bad
 arguments, SOURCE, OUT or environment (no Java, a missing NER model); 3 the Spark job
@@ -43,6 +52,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -50,9 +60,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
-from workloads.data import clean, pii
+from workloads.data import clean, object_store, pii
 from workloads.data.java import JavaError, JavaRuntime, find_java, spark_java_home
 from workloads.data.manifest import (
     REPORT,
@@ -64,6 +74,7 @@ from workloads.data.manifest import (
     write_json_atomic,
     write_manifest,
 )
+from workloads.data.object_store import S3Location, StoreError
 from workloads.data.shard_format import (
     BYTE_VOCAB_SIZE,
     DEFAULT_SHARD_TOKENS,
@@ -228,13 +239,86 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
     )
 
 
+@dataclass(frozen=True)
+class RemoteSource:
+    """One raw object under an ``s3://`` SOURCE: its key, its path relative to SOURCE,
+    kind and size (its SHA-256 comes from the executor that reads it)."""
+
+    key: str
+    relative: str
+    kind: str
+    bytes: int
+
+
+def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
+    """Every ``.txt``/``.jsonl`` object under ``root``, in key order, hidden ones (a
+    segment starting with ``.``) left out."""
+    found = []
+    for stored in object_store.list_objects(s3, root):
+        relative = stored.key.removeprefix(root.prefix)
+        suffix = os.path.splitext(relative)[1]
+        if suffix in SOURCE_KINDS and not any(p.startswith(".") for p in relative.split("/")):
+            found.append(RemoteSource(stored.key, relative, SOURCE_KINDS[suffix], stored.size))
+    if not found:
+        raise UserError(
+            f"SOURCE {root} holds no .txt or .jsonl object; the job reads .txt files (one "
+            "document per line) and .jsonl files (one document per 'text' field)"
+        )
+    return found
+
+
+def _fetch_objects(keys: Iterable[tuple[str, str, str]], bucket: str) -> Iterator[Any]:
+    """Stage 1 for an ``s3://`` SOURCE, on an executor: each object of the partition
+    fetched once (boto3, in this Python worker), one row per line as Spark's text source
+    gives them (file URI, split start 0, line index, kind, raw bytes), then one row with
+    its SHA-256 (line index -1, kind ``sha256``, the hex digest as the bytes)."""
+    s3 = object_store.client()
+    for key, kind, uri in keys:
+        digest = object_store.sha256()
+        for index, line in enumerate(object_store.read_object(s3, bucket, key, digest)):
+            yield uri, 0, index, kind, line
+        yield uri, 0, -1, "sha256", digest.hexdigest().encode("ascii")
+
+
+def read_remote(
+    spark: SparkSession, root: S3Location, sources: Sequence[RemoteSource]
+) -> tuple[DataFrame, DataFrame, dict[str, str]]:
+    """Stage 1 for an ``s3://`` SOURCE: the key list spread over the executors, which
+    fetch the objects (`_fetch_objects`). Returns the persisted frame of everything
+    fetched (unpersist it when done), the records (as `read_records` gives them) and
+    each object's SHA-256 by its URI; the objects are read once."""
+    from pyspark import StorageLevel  # noqa: PLC0415
+    from pyspark.sql import functions as sf  # noqa: PLC0415
+
+    keys = [(s.key, s.kind, root.uri(quote(s.key))) for s in sources]
+    slices = max(1, min(len(keys), 4 * spark.sparkContext.defaultParallelism))
+    fetched = spark.sparkContext.parallelize(keys, slices).mapPartitions(
+        functools.partial(_fetch_objects, bucket=root.bucket)
+    )
+    frame = spark.createDataFrame(
+        fetched, "file string, block long, row long, kind string, raw binary", verifySchema=False
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    digests = {
+        r["file"]: bytes(r["raw"]).decode("ascii")
+        for r in frame.filter(sf.col("row") < 0).select("file", "raw").collect()
+    }
+    return frame, frame.filter(sf.col("row") >= 0), digests
+
+
 # --- the Spark side ---------------------------------------------------------------
 
 
-def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: Path) -> Any:
+def start_spark(
+    java: JavaRuntime,
+    workers: int,
+    driver_memory: str,
+    local_dir: Path,
+    event_log_dir: Path | None = None,
+) -> Any:
     """A local-mode SparkSession on ``java``, listening on loopback only, no UI;
     ``local_dir`` holds Spark's scratch space (and a ``java`` wrapper where one is
-    needed, `workloads.data.java.spark_java_home`)."""
+    needed, `workloads.data.java.spark_java_home`); Spark's event log goes to
+    ``event_log_dir`` where one is given."""
     local_dir.mkdir(parents=True, exist_ok=True)
     os.environ["JAVA_HOME"] = str(spark_java_home(java, local_dir))
     # The Python workers run this interpreter and import this package.
@@ -244,7 +328,7 @@ def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: 
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{workers}]")
         .appName(PIPELINE_NAME)
         .config("spark.ui.enabled", "false")
@@ -256,10 +340,52 @@ def start_spark(java: JavaRuntime, workers: int, driver_memory: str, local_dir: 
         .config("spark.sql.shuffle.partitions", str(max(2, 2 * workers)))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_LOG4J}")
-        .getOrCreate()
     )
+    if event_log_dir is not None:
+        event_log_dir.mkdir(parents=True, exist_ok=True)
+        builder = builder.config("spark.eventLog.enabled", "true").config(
+            "spark.eventLog.dir", event_log_dir.as_uri()
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def under_spark_submit() -> bool:
+    """Whether ``spark-submit`` started this process (it hands its JVM's gateway over)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+def submitted_session() -> Any:
+    """The session ``spark-submit`` configured (master, executors, event logs): on the
+    cluster the Spark Operator's driver pod, whose executors are pods of their own."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    spark = SparkSession.builder.appName(PIPELINE_NAME).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def event_log_directory(spark: SparkSession) -> Path:
+    """The local directory of the session's event log, for `--event-log-uri`.
+
+    Raises:
+        UserError: event logs are off, or go somewhere other than the local disk.
+    """
+    conf = spark.sparkContext.getConf()
+    directory = conf.get("spark.eventLog.dir", "")
+    if conf.get("spark.eventLog.enabled", "false").lower() != "true" or not directory:
+        raise UserError(
+            "--event-log-uri needs Spark's event log on: spark.eventLog.enabled=true and "
+            "spark.eventLog.dir a local directory"
+        )
+    parsed = urlparse(directory)
+    if parsed.scheme not in ("", "file"):
+        raise UserError(
+            f"--event-log-uri uploads the event log from the local disk, but "
+            f"spark.eventLog.dir is {directory}"
+        )
+    return Path(unquote(parsed.path))
 
 
 #: The parsed records (Arrow batches between the JVM and the Python workers).
@@ -400,14 +526,108 @@ def _pii_counts(parts: Sequence[tuple[int, int, int, int, dict[str, int]]]) -> C
     return total
 
 
+def executors_share_disk(spark: SparkSession) -> bool:
+    """Whether the executors write to the driver's disk (local mode), so the token parts
+    they write are the driver's to read; on a cluster they come through the driver."""
+    return str(spark.sparkContext.master).startswith("local")
+
+
+def _token_batches(batches: Iterable[Any], chunk_bytes: int = 32 << 20) -> Iterator[Any]:
+    """`_write_batches` for executors on other machines: the partition's tokens as rows
+    of at most ``chunk_bytes`` (the driver appends them to its part files, in order),
+    then one row with the partition's counts (no tokens)."""
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+    from pyspark import TaskContext  # noqa: PLC0415
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    tokens = documents = with_pii = 0
+    hits: Counter[str] = Counter()
+    separator = clean.DOCUMENT_SEPARATOR
+
+    def row(data: bytes, last: bool) -> Any:
+        return pa.RecordBatch.from_pydict(
+            {
+                "part": [index],
+                "last": [last],
+                "data": [data],
+                "tokens": [tokens if last else 0],
+                "documents": [documents if last else 0],
+                "with_pii": [with_pii if last else 0],
+                "hits": [json.dumps(hits) if last else "{}"],
+            },
+            schema=pa.schema(
+                [
+                    ("part", pa.int64()),
+                    ("last", pa.bool_()),
+                    ("data", pa.binary()),
+                    ("tokens", pa.int64()),
+                    ("documents", pa.int64()),
+                    ("with_pii", pa.int64()),
+                    ("hits", pa.string()),
+                ]
+            ),
+        )
+
+    pending: list[bytes] = []
+    size = 0
+    for batch in batches:
+        texts = batch.column("text").to_pylist()
+        data = "".join(text + separator for text in texts).encode("utf-8")
+        encoded = np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes()
+        for start in range(0, len(encoded), chunk_bytes):
+            piece = encoded[start : start + chunk_bytes]
+            if size + len(piece) > chunk_bytes and pending:
+                yield row(b"".join(pending), False)
+                pending, size = [], 0
+            pending.append(piece)
+            size += len(piece)
+        tokens += len(data)
+        documents += len(texts)
+        for found in batch.column("hits").to_pylist():
+            if found:
+                with_pii += 1
+                hits.update(dict(found))
+    if pending:
+        yield row(b"".join(pending), False)
+    yield row(b"", True)
+
+
+TOKEN_SCHEMA = (
+    "part long, last boolean, data binary, tokens long, documents long, with_pii long, hits string"
+)
+
+
+def _gather_parts(ordered: DataFrame, parts_dir: Path) -> list[Any]:
+    """The token stream through the driver, one partition at a time, into
+    ``parts_dir/part-<partition>.u16``; one figures row per partition."""
+    figures = []
+    handles: dict[int, Any] = {}
+    try:
+        for r in ordered.mapInArrow(_token_batches, TOKEN_SCHEMA).toLocalIterator():
+            part = int(r["part"])
+            if part not in handles:
+                handles[part] = (parts_dir / f"part-{part:06d}.u16").open("wb")
+            handles[part].write(r["data"])
+            if r["last"]:
+                figures.append(r)
+    finally:
+        for handle in handles.values():
+            handle.close()
+    return figures
+
+
 def run_spark_job(
     spark: SparkSession,
-    sources: Sequence[Source],
-    root: Path,
+    records: DataFrame,
+    positions: tuple[str, bool],
     settings: Settings,
     staging: Path,
 ) -> dict[str, Any]:
-    """Stages 1-6: the token stream in ``staging/parts``; returns the figures."""
+    """Stages 1-6 over ``records`` (`read_records` or `read_remote`): the token stream
+    in ``staging/parts``; returns the figures. ``positions``: the SOURCE path the
+    examples are named relative to, and whether SOURCE is one file."""
     from pyspark import StorageLevel  # noqa: PLC0415
     from pyspark.sql import functions as sf  # noqa: PLC0415
     from pyspark.sql.types import (  # noqa: PLC0415
@@ -419,7 +639,6 @@ def run_spark_job(
         StructType,
     )
 
-    records = read_records(spark, sources)
     parse = functools.partial(_parse_batches, max_doc_bytes=settings.max_doc_bytes)
     parsed = records.mapInArrow(parse, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -454,11 +673,7 @@ def run_spark_job(
         .agg(sf.count("*").alias("n"), sf.min("row").alias("first"))
         .collect()
     )
-    where = Positions(
-        ((r["file"], r["block"], r["n"], r["first"]) for r in splits),
-        str(root.resolve() if root.is_dir() else root.resolve().parent),
-        root.is_file(),
-    )
+    where = Positions(((r["file"], r["block"], r["n"], r["first"]) for r in splits), *positions)
     examples: dict[str, list[str]] = {}
     for rule in clean.RECORD_RULES:
         if by_status.get(rule, (0, 0))[0]:
@@ -532,10 +747,13 @@ def run_spark_job(
     parts_dir = staging / "parts"
     parts_dir.mkdir()
     ordered = cleaned.orderBy("file", "block", "row").select("text", "hits")
-    write = functools.partial(_write_batches, parts_dir=str(parts_dir))
+    if executors_share_disk(spark):
+        write = functools.partial(_write_batches, parts_dir=str(parts_dir))
+        rows = ordered.mapInArrow(write, PART_SCHEMA).collect()
+    else:
+        rows = _gather_parts(ordered, parts_dir)
     parts = sorted(
-        (r["part"], r["tokens"], r["documents"], r["with_pii"], json.loads(r["hits"]))
-        for r in ordered.mapInArrow(write, PART_SCHEMA).collect()
+        (r["part"], r["tokens"], r["documents"], r["with_pii"], json.loads(r["hits"])) for r in rows
     )
     cleaned.unpersist()
     hits = _pii_counts(parts)
@@ -619,7 +837,7 @@ def assemble_shards(
     parts: Sequence[tuple[int, int]], parts_dir: Path, out: Path, settings: Settings
 ) -> tuple[int, int]:
     """Cut the ordered token stream of the part files into shards: the last
-    ``val_fraction`` is ``val_*.bin`` (as `workloads.data.tokenize` splits); returns the
+    ``val_fraction`` is ``val_*.bin`` (as `workloads.data.byte_tokenizer` splits); returns the
     (train, val) token counts."""
     total = sum(tokens for _, tokens in parts)
     split = total - int(total * settings.val_fraction)
@@ -690,7 +908,7 @@ def publish(staging: Path, out: Path) -> None:
 class Outcome:
     """What a successful run wrote."""
 
-    out: Path
+    out: str
     digest: str
     documents: int
     tokens: int
@@ -699,45 +917,127 @@ class Outcome:
     report: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Places:
+    """Where a run reads and writes: a local path or an ``s3://`` location each."""
+
+    source: Path | S3Location
+    out: Path | S3Location
+    kms_key: str | None = None
+    event_log: S3Location | None = None
+
+    @classmethod
+    def of(
+        cls,
+        source: str | Path,
+        out: str | Path,
+        kms_key: str | None = None,
+        event_log_uri: str | None = None,
+    ) -> Places:
+        """Parse the arguments; raises `UserError` for a malformed or incomplete one."""
+        try:
+            src = object_store.parse(str(source)) if object_store.is_s3(source) else Path(source)
+            dst = object_store.parse(str(out)) if object_store.is_s3(out) else Path(out)
+            logs = object_store.parse(event_log_uri) if event_log_uri else None
+        except StoreError as err:
+            raise UserError(str(err)) from err
+        if event_log_uri and not object_store.is_s3(event_log_uri):
+            raise UserError(f"--event-log-uri must be s3://<bucket>/<prefix>/, got {event_log_uri}")
+        if (isinstance(dst, S3Location) or logs is not None) and not (kms_key or "").strip():
+            raise UserError(
+                "writing to the object store needs --kms-key: every object is SSE-KMS under "
+                "a named key (on AWS the stack's storage key)"
+            )
+        if (
+            isinstance(src, S3Location)
+            and isinstance(dst, S3Location)
+            and src.bucket == dst.bucket
+            and (dst.prefix.startswith(src.prefix) or src.prefix.startswith(dst.prefix))
+        ):
+            raise UserError(f"OUT {dst} and SOURCE {src} overlap; choose another OUT")
+        return cls(src, dst, kms_key.strip() if kms_key else None, logs)
+
+    @property
+    def remote(self) -> bool:
+        return any(isinstance(p, S3Location) for p in (self.source, self.out, self.event_log))
+
+
 def prepare(
-    source: Path,
-    out: Path,
+    source: Path | str,
+    out: Path | str,
     settings: Settings,
     *,
     name: str | None = None,
     workers: int | None = None,
     driver_memory: str = "2g",
     spark: SparkSession | None = None,
+    kms_key: str | None = None,
+    event_log_uri: str | None = None,
+    scratch: Path | None = None,
 ) -> Outcome:
-    """The whole job. Raises `UserError`, `DatasetRefusedError` or Spark's errors.
+    """The whole job. Raises `UserError`, `StoreError`, `DatasetRefusedError` or Spark's
+    errors.
 
     Args:
-        spark: a session to run in (kept running); by default one is started on the
-            machine's Java (`workloads.data.java`) with ``workers`` cores and stopped.
+        source, out: local paths or ``s3://<bucket>/<prefix>/`` locations.
+        spark: a session to run in (kept running); by default the one ``spark-submit``
+            configured where it started this process, else one started on the
+            machine's Java (`workloads.data.java`) with ``workers`` cores; either is
+            stopped at the end.
+        kms_key: the KMS key of every object written to the store (SSE-KMS).
+        event_log_uri: ``s3://`` location the session's event log is uploaded to when
+            the session ends (whatever the outcome).
+        scratch: the local directory of the staging area for an ``s3://`` OUT (default
+            the system's temporary directory).
     """
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))
-    sources = list_sources(source)
-    check_out(out, sources)
-    java = find_java() if spark is None else None
+    places = Places.of(source, out, kms_key, event_log_uri)
+    s3 = object_store.client() if places.remote else None
+    remote: list[RemoteSource] = []
+    sources: list[Source] = []
+    if isinstance(places.source, S3Location):
+        remote = list_remote_sources(s3, places.source)
+    else:
+        sources = list_sources(places.source)
+    if isinstance(places.out, S3Location):
+        object_store.check_out_prefix(s3, places.out)
+    else:
+        check_out(places.out, sources)
+    submitted = spark is None and under_spark_submit()
+    java = find_java() if spark is None and not submitted else None
     if settings.anonymise and settings.ner_model:
         pii.check_ner_model(settings.ner_model)
     workers = workers or os.cpu_count() or 1
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
-    staging.mkdir()
+    if isinstance(places.out, Path):
+        places.out.parent.mkdir(parents=True, exist_ok=True)
+        staging = places.out.with_name(f".{places.out.name}.tmp-{secrets.token_hex(4)}")
+        staging.mkdir()
+    else:
+        staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
     started = time.perf_counter()
     try:
-        if spark is None:
+        own = spark is None
+        if spark is None and submitted:
+            session = submitted_session()
+        elif spark is None:
             assert java is not None
-            session = start_spark(java, workers, driver_memory, staging / "spark-local")
-            try:
-                figures = run_spark_job(session, sources, source, settings, staging)
-            finally:
-                session.stop()
+            events = staging / "events" if places.event_log else None
+            session = start_spark(java, workers, driver_memory, staging / "spark-local", events)
         else:
-            figures = run_spark_job(spark, sources, source, settings, staging)
+            session = spark
+        event_dir = None
+        try:
+            event_dir = event_log_directory(session) if places.event_log and own else None
+            figures, digests = _run_on(session, places, (sources, remote), settings, staging)
+            workers = session.sparkContext.defaultParallelism
+        finally:
+            if own:
+                session.stop()
+                if places.event_log is not None and event_dir is not None:
+                    failing = sys.exc_info()[0] is not None
+                    _upload_event_log(s3, event_dir, places.event_log, places.kms_key, failing)
         spark_s = time.perf_counter() - started
         data_dir = staging / "dataset"
         data_dir.mkdir()
@@ -751,14 +1051,27 @@ def prepare(
                 "the written shards failed their check: " + "; ".join(shard_problems)
             )
         shards = describe_shards(data_dir)
-        body: dict[str, Any] = {
-            "name": name or out.resolve().name,
-            "pipeline": {"name": PIPELINE_NAME, "version": PIPELINE_VERSION, **versions()},
-            "settings": settings.record(),
-            "sources": [
+        if isinstance(places.source, S3Location):
+            listed = [
+                {"path": s.relative, "kind": s.kind, "bytes": s.bytes,
+                 "sha256": digests[places.source.uri(quote(s.key))]}
+                for s in remote
+            ]  # fmt: skip
+            source_root = str(places.source)
+        else:
+            listed = [
                 {"path": s.relative, "kind": s.kind, "bytes": s.bytes, "sha256": s.sha256}
                 for s in sources
-            ],
+            ]
+            source_root = str(places.source.resolve())
+        out_name = (
+            places.out.name if isinstance(places.out, S3Location) else places.out.resolve().name
+        )
+        body: dict[str, Any] = {
+            "name": name or out_name,
+            "pipeline": {"name": PIPELINE_NAME, "version": PIPELINE_VERSION, **versions()},
+            "settings": settings.record(),
+            "sources": listed,
             "shards": shards,
             "totals": {
                 "documents": figures["documents"],
@@ -772,7 +1085,7 @@ def prepare(
         report: dict[str, Any] = {
             "dataset": {"name": body["name"], "digest": digest},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "source_root": str(source.resolve()),
+            "source_root": source_root,
             "validation": figures["validation"],
             "dedup": figures["dedup"],
             "pii": figures["pii"],
@@ -786,16 +1099,27 @@ def prepare(
                 "seconds": round(elapsed, 3),
                 "spark_seconds": round(spark_s, 3),
                 "workers": workers,
-                "java": f"{java.major} ({java.origin})" if java else "(session given)",
+                "java": (
+                    f"{java.major} ({java.origin})"
+                    if java
+                    else ("(spark-submit)" if submitted else "(session given)")
+                ),
             },
         }
         write_json_atomic(data_dir / REPORT, report)
-        check_out(out, sources)  # OUT may have changed while the job ran
-        publish(data_dir, out)
+        if isinstance(places.out, S3Location):
+            assert s3 is not None and places.kms_key is not None
+            object_store.check_out_prefix(s3, places.out)  # OUT may have changed meanwhile
+            object_store.upload_dataset(
+                s3, data_dir, places.out, places.kms_key, [s["name"] for s in shards]
+            )
+        else:
+            check_out(places.out, sources)  # OUT may have changed while the job ran
+            publish(data_dir, places.out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Outcome(
-        out=out,
+        out=str(places.out),
         digest=digest,
         documents=figures["documents"],
         tokens=total,
@@ -803,6 +1127,48 @@ def prepare(
         val_shards=report["output"]["val_shards"],
         report=report,
     )
+
+
+def _run_on(
+    spark: SparkSession,
+    places: Places,
+    listed: tuple[Sequence[Source], Sequence[RemoteSource]],
+    settings: Settings,
+    staging: Path,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Stages 1-6 on ``spark`` from the local files or the store's objects; returns the
+    figures and, for an ``s3://`` SOURCE, each object's SHA-256 by its URI."""
+    sources, remote = listed
+    if isinstance(places.source, S3Location):
+        fetched, records, digests = read_remote(spark, places.source, remote)
+        try:
+            prefix = "/" + places.source.prefix.rstrip("/")
+            return run_spark_job(spark, records, (prefix, False), settings, staging), digests
+        finally:
+            fetched.unpersist()
+    root = places.source
+    positions = (str(root.resolve() if root.is_dir() else root.resolve().parent), root.is_file())
+    figures = run_spark_job(spark, read_records(spark, sources), positions, settings, staging)
+    return figures, {}
+
+
+def _upload_event_log(
+    s3: Any, directory: Path, where: S3Location, kms_key: str | None, failing: bool
+) -> None:
+    """Spark's event log of this run, from the local disk to the store (SSE-KMS). A
+    failed upload stops a run that was going well before its dataset is written (no
+    dataset without the record of how it was made); in a run that is failing anyway it
+    is reported, and the run's own error is the one raised."""
+    assert kms_key is not None
+    try:
+        written = object_store.upload_tree(s3, directory, where, kms_key)
+    except StoreError as err:
+        if not failing:
+            raise StoreError(f"the Spark event log was not uploaded: {err}") from err
+        print(f"prepare: the Spark event log was not uploaded: {err}", file=sys.stderr)
+        return
+    if written:
+        print(f"prepare: event log uploaded to {where}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -814,8 +1180,12 @@ def build_parser() -> argparse.ArgumentParser:
             "versioned token dataset with Spark (local mode)."
         ),
     )
-    parser.add_argument("source", type=Path, help="directory (or file) of .txt/.jsonl")
-    parser.add_argument("--out", type=Path, required=True, help="dataset directory to write")
+    parser.add_argument(
+        "source", help="directory (or file) of .txt/.jsonl, or s3://<bucket>/<prefix>/"
+    )
+    parser.add_argument(
+        "--out", required=True, help="dataset directory, or s3://<bucket>/<prefix>/, to write"
+    )
     parser.add_argument("--name", default=None, help="dataset name (default: OUT's name)")
     parser.add_argument(
         "--no-anonymise",
@@ -853,6 +1223,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, help="local cores (default all)")
     parser.add_argument("--driver-memory", default="2g", help="Spark driver memory (2g)")
     parser.add_argument(
+        "--kms-key",
+        default=None,
+        help="KMS key (ARN, id or alias) of every object written to an s3:// OUT or "
+        "--event-log-uri (SSE-KMS); required for them",
+    )
+    parser.add_argument(
+        "--event-log-uri",
+        default=None,
+        help="s3:// location Spark's event log is uploaded to when the session ends",
+    )
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="local directory for the staging area of an s3:// OUT (default: the system's "
+        "temporary directory)",
+    )
+    parser.add_argument(
         "--refusal-report",
         type=Path,
         default=None,
@@ -889,8 +1277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             name=args.name,
             workers=args.workers,
             driver_memory=args.driver_memory,
+            kms_key=args.kms_key,
+            event_log_uri=args.event_log_uri,
+            scratch=args.scratch,
         )
-    except (UserError, JavaError, pii.PiiSetupError) as err:
+    except (UserError, StoreError, JavaError, pii.PiiSetupError) as err:
         print(f"prepare: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except DatasetRefusedError as refused:

@@ -7,7 +7,7 @@ followed by the tokens as little-endian uint16: llm.c's layout. The trainer's lo
 not have torch) both write and read it through this module, so there is one definition.
 
 The byte-level tokenizer (vocabulary 256: a token is one UTF-8 byte) is defined here
-too: `workloads.data.tokenize` and the Spark job produce the same tokens for the same
+too: `workloads.data.byte_tokenizer` and the Spark job produce the same tokens for the same
 text. The model server's image reads the training data's statistics through it
 (`workloads.inference.drift`) and has no torch either.
 """
@@ -24,7 +24,7 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 #: The byte-level tokenizer's vocabulary: one token per byte value.
 BYTE_VOCAB_SIZE = 256
-#: Tokens per shard and the held-out share, for `workloads.data.tokenize` and the Spark job.
+#: Tokens per shard and the held-out share, for `workloads.data.byte_tokenizer` and the Spark job.
 DEFAULT_SHARD_TOKENS = 50_000_000
 DEFAULT_VAL_FRACTION = 0.05
 #: Shard file names the trainer reads: ``train_000000.bin``, ``val_000000.bin``.
@@ -102,7 +102,8 @@ def read_header(path: Path) -> ShardInfo:
     if not header.is_shard:
         raise ShardError(
             f"{path}: not a token shard (magic {header.magic}, version {header.version}; "
-            f"expected {MAGIC}, {VERSION}); make shards with `python -m workloads.data.tokenize`"
+            f"expected {MAGIC}, {VERSION}); make shards with "
+            "`python -m workloads.data.byte_tokenizer`"
         )
     actual = path.stat().st_size
     if actual != header.expected_size:

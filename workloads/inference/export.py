@@ -58,8 +58,8 @@ from onnxruntime.quantization import (
 )
 
 from modules.validation import InvalidArgsError
+from workloads.data.byte_tokenizer import BYTE_VOCAB_SIZE, tokenize_files
 from workloads.data.shards import HEADER_BYTES, ShardError, read_header, shard_files
-from workloads.data.tokenize import BYTE_VOCAB_SIZE, tokenize_files
 from workloads.inference.card import (
     CARD_FILE,
     FP32_FILE,

@@ -1,4 +1,4 @@
-"""The byte-level UTF-8 tokenizer of training (`workloads.data.tokenize`), with typed
+"""The byte-level UTF-8 tokenizer of training (`workloads.data.byte_tokenizer`), with typed
 errors for what it cannot map.
 
 It is the same mapping (one token per UTF-8 byte; a test pins the equality) written

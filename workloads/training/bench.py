@@ -48,8 +48,8 @@ from pathlib import Path
 import torch
 
 from modules.validation import InvalidArgsError
+from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.data.tokenize import ensure_shards
 from workloads.training import compat
 from workloads.training.config import TrainConfig, describe_problems, override, preset
 from workloads.training.distributed import Topology

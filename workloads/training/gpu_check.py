@@ -313,8 +313,8 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def fwd_bwd(phase: Phase, data_dir: Path) -> None:
     """The fast path's loss and gradients against fp32 eager, same weights and batch."""
+    from workloads.data.byte_tokenizer import ensure_shards  # noqa: PLC0415
     from workloads.data.shards import ShardLoader  # noqa: PLC0415
-    from workloads.data.tokenize import ensure_shards  # noqa: PLC0415
     from workloads.training import bench  # noqa: PLC0415
     from workloads.training.config import override, preset  # noqa: PLC0415
     from workloads.training.distributed import Topology  # noqa: PLC0415

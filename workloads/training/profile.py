@@ -40,8 +40,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from modules.validation import InvalidArgsError
+from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.data.tokenize import ensure_shards
 from workloads.training.config import (
     TrainConfig,
     add_override_arguments,

@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 
 from modules.validation import InvalidArgsError
+from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.manifest import DatasetRef, ManifestError, verify_dataset
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.data.tokenize import ensure_shards
 from workloads.training import deepspeed_engine, distributed, fabric, telemetry
 from workloads.training.checkpoint import Checkpointer, CheckpointError
 from workloads.training.config import (

@@ -2,7 +2,7 @@
 
 Thin on purpose: every object and value comes from a pure function of the spec (tested
 against the upstream chart and CRD); this file only turns the bucket's name into the
-jobs' ``s3a://`` locations, orders the objects and sends them through the cluster's
+jobs' ``s3://`` locations, orders the objects and sends them through the cluster's
 provider.
 """
 
@@ -16,12 +16,12 @@ from modules.k8s.spark import spec as ss
 
 
 def _uri(bucket: pulumi.Output[str], key: str) -> pulumi.Output[str]:
-    return bucket.apply(lambda name: ss.s3a_uri(name, key))
+    return bucket.apply(lambda name: ss.s3_uri(name, key))
 
 
 class SparkPlatform(pulumi.ComponentResource):
-    """The Spark Operator, the jobs' namespace, ServiceAccounts and NetworkPolicies, and
-    one ``SparkApplication`` per data-preparation job."""
+    """The Spark Operator, the jobs' namespace, ServiceAccounts, the drivers' Role and
+    NetworkPolicies, and one ``SparkApplication`` per data-preparation job."""
 
     def __init__(
         self,
@@ -50,12 +50,22 @@ class SparkPlatform(pulumi.ComponentResource):
             register(policy, self, provider, [operator_ns])
         fenced = [
             register(policy, self, provider, [jobs_ns])
-            for policy in ss.network_policies(inputs.store, inputs.vpc_cidr, inputs.egress_cidrs)
+            for policy in ss.network_policies(
+                inputs.store,
+                inputs.network,
+                [placed.job for placed in inputs.jobs],
+                inputs.vpc_cidr,
+                inputs.egress_cidrs,
+            )
         ]
-        main = register(ss.main_configmap(), self, provider, [jobs_ns])
+        role = register(ss.driver_role(), self, provider, [jobs_ns])
         accounts = {
             team: register(ss.service_account(team), self, provider, [jobs_ns])
             for team in inputs.spec.teams
+        }
+        bindings = {
+            team: register(ss.driver_role_binding(team), self, provider, [role, account])
+            for team, account in accounts.items()
         }
         bucket = pulumi.Output.from_input(inputs.store.bucket)
         for placed in inputs.jobs:
@@ -64,14 +74,14 @@ class SparkPlatform(pulumi.ComponentResource):
             where = ss.Locations(
                 input_uri=_uri(bucket, input_key),
                 output_uri=_uri(bucket, output_key),
-                event_log_dir=_uri(bucket, log_key),
+                event_log_uri=_uri(bucket, log_key),
             )
             register(
                 ss.spark_application(job, inputs.store, placed.pool, inputs.image, where),
                 self,
                 provider,
-                # The operator (its CRD and webhook) first; the main file, the job's
-                # ServiceAccount and its network fence before its pods can start.
-                [operator, main, accounts[job.team], *fenced],
+                # The operator (its CRD and webhook) first; the job's ServiceAccount,
+                # its rights and its network fence before its pods can start.
+                [operator, accounts[job.team], bindings[job.team], *fenced],
             )
         self.register_outputs({})

@@ -14,22 +14,23 @@ What runs:
   team (``spark-<team>``), without an API token, because the job needs none (below).
 - **The data-preparation job** (`spark_application`): the data image
   (``workloads/data/Dockerfile``) running ``workloads/data/prepare.py`` with the same
-  arguments as ``make data``. That job starts Spark itself in local mode
-  (``local[N]``, N = the driver's cores) and reads and writes local paths, so on the
-  cluster it runs whole in the driver pod, on one node of a CPU pool, and Spark starts
-  no executor. Around it the driver container's command (set through the driver's pod
-  template; `STAGE_SCRIPT`) stages the raw files in from the object store, runs the
-  driver exactly as Spark's own image entrypoint would, and stages the dataset out,
-  with Hadoop's S3A file system and the same settings Spark has, refusing to write
-  over a dataset that exists.
+  arguments as ``make data``, its SOURCE and OUT ``s3://`` locations. spark-submit
+  starts the driver pod, which creates ``executors`` executor pods on the same CPU pool
+  (`driver_role`: the drivers' API rights in ``spark-jobs``). The job itself reaches the
+  store with boto3 (`workloads.data.object_store`; no Hadoop S3A in the image): the
+  driver lists the raw objects, the executors fetch them, the driver uploads the dataset
+  (manifest last, never over an existing object). The containers' command (`POD_SCRIPT`)
+  does what Spark's own image entrypoint does for a driver and an executor.
 - **Where the data is**: on AWS the stack's data bucket in the region, reached through
   the VPC's S3 endpoint with the team's EKS Pod Identity role
   (`modules.aws.spark_access`); on premises the site's S3-compatible object store.
   Per team: raw files under ``teams/<team>/raw/``, datasets under
   ``teams/<team>/datasets/`` (where the team's training role reads them), Spark event
   logs under ``spark-events/<team>/`` (outside the team's own prefix, so a team cannot
-  rewrite the record of what ran). Everything written is SSE-KMS with the stack's key
-  (on premises: the site store's key), set in ``sparkConf``.
+  rewrite the record of what ran). Spark writes its event log to the driver's local
+  volume and the job uploads it when the session ends, whatever the outcome.
+  Everything written is SSE-KMS with the stack's key (on premises: the site store's
+  key), named in the job's arguments (``--kms-key``).
 
 Versions read at tag v2.5.2 (commit 43afb8bb) of github.com/kubeflow/spark-operator:
 ``charts/spark-operator-chart/Chart.yaml`` (chart and operator 2.5.2), ``values.yaml``
@@ -62,50 +63,35 @@ OPERATOR_RELEASE = "spark-operator"
 #: The one namespace the operator watches: the platform's Spark jobs.
 JOBS_NAMESPACE = "spark-jobs"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
-#: PySpark in the data image (pyproject group ``data``: ``pyspark>=4.3,<4.4``) and the
-#: Hadoop client it bundles (``pyspark/jars/hadoop-client-api-3.5.0.jar``); S3A needs
-#: ``hadoop-aws`` of the same Hadoop version in the image (docs/data.md).
+#: PySpark in the data image (pyproject group ``data``: ``pyspark>=4.3,<4.4``). The job
+#: reaches the store with boto3 (`workloads.data.object_store`), not Hadoop's S3A.
 SPARK_VERSION = "4.3.0"
-HADOOP_VERSION = "3.5.0"
 #: The data image's repository name (``<registry>/data:<tag>``), its non-root user and
-#: the job's main file inside it.
+#: the job's main file inside it (``workloads/data/Dockerfile``: the package under /app;
+#: run as a file, its directory comes first on ``sys.path``, and no module there
+#: shadows the standard library's).
 DATA_REPOSITORY = "data"
 RUN_AS = 1000
-#: The application's main file: ``python -m workloads.data.prepare`` as a file Spark can
-#: run. Spark's PythonRunner runs a file, which puts the file's directory first on
-#: ``sys.path``; ``workloads/data/prepare.py`` itself would then find the package's
-#: ``tokenize.py`` in place of the standard library's. This file, from a ConfigMap in a
-#: directory of its own, runs the module instead, with Spark's arguments.
-MAIN_CONFIGMAP = "data-prepare-main"
-MAIN_DIR = "/opt/spark-main"
-MAIN_FILE = f"local://{MAIN_DIR}/main.py"
-MAIN_SOURCE = (
-    '"""python -m workloads.data.prepare, with the arguments Spark passes."""\n'
-    "import runpy\n\n"
-    'runpy.run_module("workloads.data.prepare", run_name="__main__", alter_sys=True)\n'
-)
+MAIN_FILE = "local:///app/workloads/data/prepare.py"
 #: The container names Spark and the operator expect in the pod templates.
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
-#: Scratch space of the driver pod: the staged raw files and the written dataset.
+#: The driver's scratch space (the dataset before its upload) and its event-log volume.
 WORK_DIR = "/work"
-INPUT_DIR = f"{WORK_DIR}/input"
-OUTPUT_DIR = f"{WORK_DIR}/output"
-#: Environment variables the stage script reads (the policy pack reads them too).
-ENV_INPUT = "DATA_INPUT_URI"
-ENV_OUTPUT = "DATA_OUTPUT_URI"
-ENV_EVENT_LOG = "SPARK_EVENT_LOG_DIR"
-#: Labels of the platform's Spark pods (NetworkPolicies select on them).
+EVENT_LOG_DIR = "/var/spark-events"
+#: The driver's RPC port and every pod's block manager port (Spark on Kubernetes'
+#: defaults, set explicitly: the job's NetworkPolicy opens exactly these).
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+#: boto3's variable for the address of an S3-compatible store (on premises).
+ENV_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+#: Labels of the platform's Spark pods (NetworkPolicies select on them); Spark labels
+#: each pod with its role too.
 APP_LABEL = "gpuplatform.ae/spark-job"
-#: EKS Pod Identity's agent (a node daemon) and the S3 client classes of each site.
+SPARK_ROLE_LABEL = "spark-role"
+#: EKS Pod Identity's agent (a node daemon).
 POD_IDENTITY_AGENT_CIDR = "169.254.170.23/32"
 POD_IDENTITY_AGENT_PORT = 80
-AWS_CREDENTIALS_PROVIDER = "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider"
-ENV_CREDENTIALS_PROVIDER = (
-    "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
-)
-#: Server-side encryption every object the job writes gets (S3A's setting).
-ENCRYPTION_ALGORITHM = "SSE-KMS"
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -133,11 +119,17 @@ class SparkJobSpec:
             once (a job refuses to write over an existing dataset: name each version).
         pool: the CPU pool it runs on (role ``preprocess`` or ``cpu-training``); default
             the stack's first ``preprocess`` pool.
-        cores: the driver's cores, which are the job's Spark workers (``local[cores]``).
-        memory_gib: the driver JVM's heap.
-        python_memory_gib: memory beyond the heap for the Python workers (PII analysis
-            runs there; Spark's ``memoryOverhead``).
-        scratch_gib: the pod's scratch volume for the staged input and the dataset.
+        executors: how many executor pods Spark runs (each fits one node of the pool).
+        cores: each executor's cores (its Spark task slots).
+        memory_gib: each executor JVM's heap.
+        python_memory_gib: each executor's memory beyond the heap for the Python
+            workers (the objects' fetch and the PII analysis run there; Spark's
+            ``memoryOverhead``).
+        driver_cores, driver_memory_gib, driver_python_memory_gib: the driver's (it
+            lists the objects, gathers the token stream one partition at a time and
+            cuts and uploads the shards).
+        scratch_gib: each pod's local disk: the driver's dataset before its upload, an
+            executor's shuffle and spilled partitions.
         anonymise: replace personal data (default true; false is recorded in the
             dataset's manifest and report: ``--no-anonymise``).
         near_dup: also drop near-duplicates at this Jaccard similarity (``--near-dup``).
@@ -150,9 +142,13 @@ class SparkJobSpec:
     source: str
     dataset: str
     pool: str = ""
+    executors: int = 2
     cores: int = 4
     memory_gib: int = 6
     python_memory_gib: int = 8
+    driver_cores: int = 2
+    driver_memory_gib: int = 4
+    driver_python_memory_gib: int = 4
     scratch_gib: int = 50
     anonymise: bool = True
     near_dup: float | None = None
@@ -181,9 +177,13 @@ class SparkJobSpec:
             "a dataset name of letters, digits, '.', '_', '=', '-' such as corpus-v1",
         )
         ranges = {
+            "executors": (1, 256),
             "cores": (1, 192),
             "memory_gib": (1, 1024),
             "python_memory_gib": (1, 1024),
+            "driver_cores": (1, 192),
+            "driver_memory_gib": (1, 1024),
+            "driver_python_memory_gib": (1, 1024),
             "scratch_gib": (1, 4096),
         }
         for name, (low, high) in ranges.items():
@@ -331,9 +331,9 @@ def event_log_prefix(team: str) -> str:
     return f"spark-events/{team}/"
 
 
-def s3a_uri(bucket: str, key: str) -> str:
-    """``s3a://<bucket>/<key>``."""
-    return f"s3a://{bucket}/{key}"
+def s3_uri(bucket: str, key: str) -> str:
+    """``s3://<bucket>/<key>`` (the data job's boto3 locations)."""
+    return f"s3://{bucket}/{key}"
 
 
 @dataclass(frozen=True)
@@ -383,11 +383,12 @@ def onprem_store(spec: ObjectStoreSpec) -> Store:
 
 @dataclass(frozen=True)
 class Locations:
-    """A job's three places in the store (``s3a://`` URIs; Pulumi outputs on AWS)."""
+    """A job's three places in the store (``s3://`` URIs; Pulumi outputs on AWS): the
+    raw files, the dataset, and where its Spark event log is uploaded."""
 
     input_uri: Any
     output_uri: Any
-    event_log_dir: Any
+    event_log_uri: Any
 
 
 def location_keys(job: SparkJobSpec) -> tuple[str, str, str]:
@@ -401,105 +402,95 @@ def location_keys(job: SparkJobSpec) -> tuple[str, str, str]:
 
 def locations(job: SparkJobSpec, bucket: str) -> Locations:
     """The job's locations in ``bucket`` (plain strings)."""
-    return Locations(*(s3a_uri(bucket, key) for key in location_keys(job)))
+    return Locations(*(s3_uri(bucket, key) for key in location_keys(job)))
 
 
-def hadoop_settings(store: Store) -> dict[str, Any]:
-    """S3A's settings (Hadoop keys; Spark takes them as ``spark.hadoop.<key>``): the
-    region's endpoint over TLS, the credentials of the site, and SSE-KMS with the
-    store's key on every object written. The ``performance.flags`` skip S3A's probes of
-    parent paths on create and mkdir, which a role limited to its prefixes may not read."""
-    settings: dict[str, Any] = {
-        "fs.s3a.endpoint": store.endpoint,
-        "fs.s3a.endpoint.region": store.region,
-        "fs.s3a.connection.ssl.enabled": "true",
-        "fs.s3a.encryption.algorithm": ENCRYPTION_ALGORITHM,
-        "fs.s3a.encryption.key": store.kms_key,
-        "fs.s3a.performance.flags": "create,mkdir",
-        "fs.s3a.aws.credentials.provider": (
-            AWS_CREDENTIALS_PROVIDER if store.on_aws else ENV_CREDENTIALS_PROVIDER
-        ),
-    }
+def store_env(store: Store, team: str) -> list[Manifest]:
+    """What boto3 needs in every pod of a job (driver and executors): the region,
+    always (the job refuses to fall back to S3's global endpoint), and on premises the
+    store's address and the team's key from its Secret. On AWS the endpoint is the
+    region's (``s3.<region>.amazonaws.com``, answered by the VPC's S3 interface
+    endpoint) and the credentials come from EKS Pod Identity, which the agent injects."""
+    variables: list[Manifest] = [
+        {"name": "AWS_REGION", "value": store.region},
+        {"name": "AWS_DEFAULT_REGION", "value": store.region},
+    ]
     if not store.on_aws:
-        settings["fs.s3a.path.style.access"] = "true"
-    return settings
+        variables.append({"name": ENV_ENDPOINT, "value": store.endpoint})
+        secret = f"{store.credentials_secret_prefix}-{team}"
+        variables += [
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
+            for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        ]
+    return variables
 
 
-def spark_conf(store: Store, where: Locations) -> dict[str, Any]:
-    """The application's ``sparkConf``: event logs on, written to the job's event-log
-    directory in the store (encrypted by the S3A settings), no UI, and the S3A settings."""
-    conf: dict[str, Any] = {
+def spark_conf(job: SparkJobSpec) -> dict[str, Any]:
+    """The application's ``sparkConf``: event logs on, to the driver's local volume
+    (`EVENT_LOG_DIR`; the job uploads them SSE-KMS to the store when it ends:
+    ``--event-log-uri``), no UI, fixed driver and block manager ports (the job's
+    NetworkPolicy opens them between its own pods), a static set of executors, and
+    shuffles cut for the executors' cores."""
+    return {
         "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": where.event_log_dir,
+        "spark.eventLog.dir": f"file://{EVENT_LOG_DIR}",
         "spark.eventLog.compress": "true",
         "spark.ui.enabled": "false",
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
+        "spark.dynamicAllocation.enabled": "false",
         "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.sql.shuffle.partitions": str(max(2, 2 * job.executors * job.cores)),
     }
-    conf |= {f"spark.hadoop.{key}": value for key, value in hadoop_settings(store).items()}
-    return conf
 
 
-#: The driver container's command (bash; Spark's arguments follow as ``$@``). What
-#: Spark's own image entrypoint does for ``driver`` (the data image has none), with
-#: the staging around it: Hadoop's file system shell (``spark-class FsShell``) with the
-#: ``spark.hadoop.*`` settings Spark got in its properties file (Java properties escape
-#: ':' and '=' with a backslash), so staging writes with the same endpoint, credentials
-#: and SSE-KMS key as Spark. A dataset is written once: an existing output refuses the
-#: job before it runs, and a failed job uploads nothing.
-STAGE_SCRIPT = f"""\
+#: The command of the driver's and the executors' containers (bash; Spark's arguments
+#: follow as ``$@``): what Spark's own image entrypoint (apache/spark-docker,
+#: ``entrypoint.sh``) does for ``driver`` and ``executor``, since the data image is not
+#: built from Spark's. The driver runs ``spark-submit`` in client mode inside its pod
+#: (the operator submitted it in cluster mode); an executor runs
+#: ``KubernetesExecutorBackend`` on the JVM with Spark's options (``SPARK_JAVA_OPT_*``)
+#: and PySpark's jars. Nothing is staged: the job reads and writes the store itself.
+POD_SCRIPT = f"""\
 set -euo pipefail
-if [ "${{1:-}}" != driver ]; then
-  echo "stage: expected Spark's driver arguments, got: $*" >&2
-  exit 2
-fi
-shift
-props=""
-previous=""
-for arg in "$@"; do
-  if [ "$previous" = --properties-file ]; then props=$arg; fi
-  previous=$arg
-done
-if [ -z "$props" ] || [ ! -r "$props" ]; then
-  echo "stage: Spark's arguments name no readable --properties-file" >&2
-  exit 2
-fi
-hadoop=()
-while IFS= read -r setting; do
-  hadoop+=(-D "$setting")
-done < <(sed -n 's/^spark\\.hadoop\\.//p' "$props" | sed 's/\\\\\\(.\\)/\\1/g')
-# FsShell insists on a core-site.xml (it loads its resources loudly); the settings are
-# the -D options.
-conf_dir=$(mktemp -d)
-printf '<configuration/>\n' > "$conf_dir/core-site.xml"
-fs() {{
-  HADOOP_CONF_DIR="$conf_dir" spark-class org.apache.hadoop.fs.FsShell "${{hadoop[@]}}" "$@"
-}}
-# A shell that works first: a JVM that fails exits 1, which -test also uses for "no".
-fs -mkdir -p "${ENV_EVENT_LOG}"
-status=0
-fs -test -e "${ENV_OUTPUT}" || status=$?
-if [ "$status" -eq 0 ]; then
-  echo "stage: $DATA_OUTPUT_URI exists; a dataset is written once: name a new dataset" >&2
-  exit 2
-elif [ "$status" -ne 1 ]; then
-  echo "stage: cannot tell whether $DATA_OUTPUT_URI exists (exit $status); see above" >&2
-  exit 2
-fi
-echo "stage: $DATA_INPUT_URI -> {INPUT_DIR}" >&2
-fs -copyToLocal "${ENV_INPUT}" {INPUT_DIR}
-spark-submit --conf "spark.driver.bindAddress=$SPARK_DRIVER_BIND_ADDRESS" \\
-  --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=$SPARK_DRIVER_BIND_ADDRESS" \\
-  --deploy-mode client "$@"
-echo "stage: {OUTPUT_DIR} -> $DATA_OUTPUT_URI" >&2
-fs -mkdir -p "${ENV_OUTPUT}"
-fs -put -d {OUTPUT_DIR}/* "${ENV_OUTPUT}"
+role=${{1:-}}
+shift || true
+case "$role" in
+  driver)
+    mkdir -p {EVENT_LOG_DIR}
+    exec spark-submit --conf "spark.driver.bindAddress=$SPARK_DRIVER_BIND_ADDRESS" \\
+      --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=$SPARK_DRIVER_BIND_ADDRESS" \\
+      --deploy-mode client "$@"
+    ;;
+  executor)
+    opts=()
+    for name in "${{!SPARK_JAVA_OPT_@}}"; do opts+=("${{!name}}"); done
+    exec "$JAVA_HOME/bin/java" "${{opts[@]}}" \\
+      -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \\
+      -cp "$SPARK_HOME/conf:$SPARK_HOME/jars/*:$PWD" \\
+      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \\
+      --driver-url "$SPARK_DRIVER_URL" --executor-id "$SPARK_EXECUTOR_ID" \\
+      --cores "$SPARK_EXECUTOR_CORES" --app-id "$SPARK_APPLICATION_ID" \\
+      --hostname "$SPARK_EXECUTOR_POD_IP" \\
+      --resourceProfileId "$SPARK_RESOURCE_PROFILE_ID" \\
+      --podName "$SPARK_EXECUTOR_POD_NAME"
+    ;;
+  *)
+    echo "spark-pod: expected Spark's driver or executor arguments, got: $role $*" >&2
+    exit 2
+    ;;
+esac
 """
 
 
-def job_arguments(job: SparkJobSpec) -> list[str]:
-    """``prepare.py``'s arguments: the staged input, the output directory, the dataset's
-    name, the job's Spark workers and its settings (as ``make data`` takes them)."""
-    arguments = [INPUT_DIR, "--out", OUTPUT_DIR, "--name", job.dataset, "--workers", str(job.cores)]
+def job_arguments(job: SparkJobSpec, where: Locations, kms_key: Any) -> list[Any]:
+    """``prepare.py``'s arguments: the raw files and the dataset in the store, the
+    dataset's name, the key of everything written, where the event log goes, the
+    driver's scratch directory, and the job's settings (as ``make data`` takes them)."""
+    arguments = [
+        where.input_uri, "--out", where.output_uri, "--name", job.dataset,
+        "--kms-key", kms_key, "--event-log-uri", where.event_log_uri, "--scratch", WORK_DIR,
+    ]  # fmt: skip
     if not job.anonymise:
         arguments.append("--no-anonymise")
     if job.near_dup is not None:
@@ -525,8 +516,9 @@ def service_account_name(team: str) -> str:
 
 
 def service_account(team: str) -> Manifest:
-    """A team's ServiceAccount in ``spark-jobs``, with no API token: the job runs Spark
-    in local mode and calls no Kubernetes API (Pod Identity brings its own token)."""
+    """A team's ServiceAccount in ``spark-jobs``, with no API token by default: only the
+    driver pod mounts one (it creates the executor pods, `driver_role`); Pod Identity
+    brings its own token."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -535,14 +527,43 @@ def service_account(team: str) -> Manifest:
     }
 
 
-def _credential_env(store: Store, team: str) -> list[Manifest]:
-    if store.on_aws:
-        return []
-    secret = f"{store.credentials_secret_prefix}-{team}"
-    return [
-        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-    ]
+#: What a driver does with the Kubernetes API (Spark on Kubernetes: it creates, watches
+#: and deletes its executor pods and the ConfigMap of their settings).
+DRIVER_ROLE = "spark-driver"
+DRIVER_RULES = (
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "configmaps"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+    },
+)
+
+
+def driver_role() -> Manifest:
+    """The drivers' Role in ``spark-jobs`` (`DRIVER_RULES`, nothing cluster-wide)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(DRIVER_ROLE, JOBS_NAMESPACE),
+        "rules": [dict(rule) for rule in DRIVER_RULES],
+    }
+
+
+def driver_role_binding(team: str) -> Manifest:
+    """A team's ServiceAccount bound to `driver_role`."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(f"{DRIVER_ROLE}-{team}", JOBS_NAMESPACE),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": DRIVER_ROLE},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account_name(team),
+                "namespace": JOBS_NAMESPACE,
+            }
+        ],
+    }
 
 
 def _placement(pool: NodePoolProfile) -> Manifest:
@@ -556,72 +577,70 @@ def _pod_labels(job: SparkJobSpec) -> dict[str, str]:
     return {APP_LABEL: job.name, "gpuplatform.ae/team": job.team}
 
 
-def driver_template(
-    job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str, where: Locations
+def _container(
+    name: str, image: str, env: list[Manifest], amounts: Manifest, mounts: list[Manifest]
 ) -> Manifest:
-    """The driver's pod template: the stage script as the container's command, its
-    locations, the CPU pool, the restricted security context, the scratch volume.
+    return {
+        "name": name,
+        "image": image,
+        "command": ["/bin/bash", "-c", POD_SCRIPT, "spark-pod"],
+        "env": [*env, {"name": "HOME", "value": "/tmp"}],
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "securityContext": restricted_container(),
+        "volumeMounts": mounts,
+    }
+
+
+def driver_template(job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str) -> Manifest:
+    """The driver's pod template: the pod script, the store's settings, the CPU pool,
+    the restricted security context, the scratch volume (the dataset before upload) and
+    the event-log volume, and an API token (the driver creates its executors).
 
     The operator's webhook leaves a pod with a template alone, so everything the pod
     needs is here. Spark keeps the template's command and adds its own arguments, and
     sets the container's CPU and memory from ``driver.cores`` and ``driver.memory`` plus
     ``memoryOverhead`` (the same amounts as below, written so the template reads whole).
     """
-    memory = f"{(job.memory_gib + job.python_memory_gib) * 1024}Mi"
-    # The scratch volume, /tmp and Spark's own local directory count against the node's
-    # disk: request them, so the scheduler picks a node with that much room.
+    memory = f"{(job.driver_memory_gib + job.driver_python_memory_gib) * 1024}Mi"
+    # The scratch volume, /tmp and the event log count against the node's disk.
     disk = f"{job.scratch_gib + 4}Gi"
-    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk}
-    container = {
-        "name": DRIVER_CONTAINER,
-        "image": image,
-        "command": ["/bin/bash", "-c", STAGE_SCRIPT, "stage"],
-        "env": [
-            {"name": ENV_INPUT, "value": where.input_uri},
-            {"name": ENV_OUTPUT, "value": where.output_uri},
-            {"name": ENV_EVENT_LOG, "value": where.event_log_dir},
-            {"name": "HOME", "value": "/tmp"},
-            *_credential_env(store, job.team),
-        ],
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "securityContext": restricted_container(),
-        "volumeMounts": [
-            {"name": "work", "mountPath": WORK_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "main", "mountPath": MAIN_DIR, "readOnly": True},
-        ],
-    }
+    amounts = {"cpu": str(job.driver_cores), "memory": memory, "ephemeral-storage": disk}
+    mounts = [
+        {"name": "work", "mountPath": WORK_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "events", "mountPath": EVENT_LOG_DIR},
+    ]
     return {
         "metadata": {"labels": _pod_labels(job)},
         "spec": {
             "serviceAccountName": service_account_name(job.team),
-            "automountServiceAccountToken": False,
+            # The driver calls the API server to run its executors (`driver_role`).
+            "automountServiceAccountToken": True,
             "securityContext": pod_security(),
             **_placement(pool),
-            "containers": [container],
+            "containers": [
+                _container(DRIVER_CONTAINER, image, store_env(store, job.team), amounts, mounts)
+            ],
             "volumes": [
                 {"name": "work", "emptyDir": {"sizeLimit": f"{job.scratch_gib}Gi"}},
                 {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
-                {"name": "main", "configMap": {"name": MAIN_CONFIGMAP}},
+                {"name": "events", "emptyDir": {"sizeLimit": "2Gi"}},
             ],
         },
     }
 
 
-def main_configmap() -> Manifest:
-    """The application's main file (`MAIN_SOURCE`) in the jobs' namespace."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(MAIN_CONFIGMAP, JOBS_NAMESPACE),
-        "data": {"main.py": MAIN_SOURCE},
-    }
-
-
-def executor_template(job: SparkJobSpec, pool: NodePoolProfile, image: str) -> Manifest:
-    """The executors' pod template: the same pool and security as the driver. The job
-    starts Spark in local mode, so no executor is created; the template keeps any
-    executor Spark might start inside the platform's rules all the same."""
+def executor_template(
+    job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str
+) -> Manifest:
+    """The executors' pod template: the same pool, security, store settings and
+    ServiceAccount (Pod Identity) as the driver, without an API token; Spark adds the
+    executors' local directories (shuffle and cached partitions) as emptyDir volumes,
+    which the ephemeral-storage request covers."""
+    memory = f"{(job.memory_gib + job.python_memory_gib) * 1024}Mi"
+    disk = f"{job.scratch_gib + 2}Gi"
+    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk}
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
     return {
         "metadata": {"labels": _pod_labels(job)},
         "spec": {
@@ -630,16 +649,7 @@ def executor_template(job: SparkJobSpec, pool: NodePoolProfile, image: str) -> M
             "securityContext": pod_security(),
             **_placement(pool),
             "containers": [
-                {
-                    "name": EXECUTOR_CONTAINER,
-                    "image": image,
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "1408Mi"},
-                        "limits": {"cpu": "1", "memory": "1408Mi"},
-                    },
-                    "securityContext": restricted_container(),
-                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                }
+                _container(EXECUTOR_CONTAINER, image, store_env(store, job.team), amounts, mounts)
             ],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
         },
@@ -649,7 +659,8 @@ def executor_template(job: SparkJobSpec, pool: NodePoolProfile, image: str) -> M
 def spark_application(
     job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str, where: Locations
 ) -> Manifest:
-    """The job's ``SparkApplication`` (``sparkoperator.k8s.io/v1beta2``)."""
+    """The job's ``SparkApplication`` (``sparkoperator.k8s.io/v1beta2``): a driver and
+    ``executors`` executor pods on the job's CPU pool."""
     return {
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
@@ -662,31 +673,32 @@ def spark_application(
             "image": image,
             "imagePullPolicy": "IfNotPresent",
             "mainApplicationFile": MAIN_FILE,
-            "arguments": job_arguments(job),
-            "sparkConf": spark_conf(store, where),
+            "arguments": job_arguments(job, where, store.kms_key),
+            "sparkConf": spark_conf(job),
             # A failed run is looked at, not retried: its input or settings need a fix.
             "restartPolicy": {"type": "Never"},
             "suspend": job.suspend,
             "driver": {
+                "cores": job.driver_cores,
+                "coreRequest": str(job.driver_cores),
+                "coreLimit": str(job.driver_cores),
+                "memory": f"{job.driver_memory_gib}g",
+                "memoryOverhead": f"{job.driver_python_memory_gib}g",
+                "serviceAccount": service_account_name(job.team),
+                "labels": _pod_labels(job),
+                "template": driver_template(job, store, pool, image),
+            },
+            "executor": {
+                "instances": job.executors,
                 "cores": job.cores,
                 "coreRequest": str(job.cores),
                 "coreLimit": str(job.cores),
                 "memory": f"{job.memory_gib}g",
                 "memoryOverhead": f"{job.python_memory_gib}g",
-                "serviceAccount": service_account_name(job.team),
-                "labels": _pod_labels(job),
-                "template": driver_template(job, store, pool, image, where),
-            },
-            "executor": {
-                "instances": 1,
-                "cores": 1,
-                "coreLimit": "1",
-                "memory": "1g",
-                "memoryOverhead": "384m",
                 "deleteOnTermination": True,
                 "serviceAccount": service_account_name(job.team),
                 "labels": _pod_labels(job),
-                "template": executor_template(job, pool, image),
+                "template": executor_template(job, store, pool, image),
             },
         },
     }
@@ -782,30 +794,40 @@ def stack_problems(
 
 
 def sizing_problems(spec: SparkSpec, pools: Sequence[NodePoolProfile]) -> list[Problem]:
-    """Each job's driver fits one node of its pool (fields under ``spark.``)."""
+    """Each job's executor, and its driver, fits one node of its pool (fields under
+    ``spark.``)."""
     problems: list[Problem] = []
     for index, job in enumerate(spec.jobs):
         pool = job_pool(job, pools)
         if pool is None:
             continue  # `config_problems` names it
-        if job.cores > allocatable_vcpus(pool):
-            problems.append(
-                Problem(
-                    f"spark.jobs[{index}].cores",
-                    job.cores,
-                    f"at most {allocatable_vcpus(pool)}, what one node of pool {pool.name} offers",
+        where = f"what one node of pool {pool.name} offers"
+        pods = (
+            ("", job.cores, job.memory_gib + job.python_memory_gib, "memoryGib + pythonMemoryGib"),
+            (
+                "driver_",
+                job.driver_cores,
+                job.driver_memory_gib + job.driver_python_memory_gib,
+                "driverMemoryGib + driverPythonMemoryGib",
+            ),
+        )
+        for prefix, cores, memory, names in pods:
+            if cores > allocatable_vcpus(pool):
+                problems.append(
+                    Problem(
+                        f"spark.jobs[{index}].{prefix}cores",
+                        cores,
+                        f"at most {allocatable_vcpus(pool)}, {where}",
+                    )
                 )
-            )
-        memory = job.memory_gib + job.python_memory_gib
-        if memory > allocatable_memory_gib(pool):
-            problems.append(
-                Problem(
-                    f"spark.jobs[{index}].memory_gib",
-                    memory,
-                    f"memoryGib + pythonMemoryGib at most {allocatable_memory_gib(pool)} GiB, "
-                    f"what one node of pool {pool.name} offers",
+            if memory > allocatable_memory_gib(pool):
+                problems.append(
+                    Problem(
+                        f"spark.jobs[{index}].{prefix}memory_gib",
+                        memory,
+                        f"{names} at most {allocatable_memory_gib(pool)} GiB, {where}",
+                    )
                 )
-            )
     return problems
 
 
@@ -894,13 +916,23 @@ def operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
 
 
 def network_policies(
-    store: Store, vpc_cidr: Any = None, egress_cidrs: tuple[str, ...] = ()
+    store: Store,
+    network: netpol.ClusterNetwork,
+    jobs: Sequence[SparkJobSpec] = (),
+    vpc_cidr: Any = None,
+    egress_cidrs: tuple[str, ...] = (),
 ) -> list[Manifest]:
-    """``spark-jobs``: default deny, DNS, and the object store only: on AWS the Pod
-    Identity agent and HTTPS to the VPC (its S3 interface endpoint answers for
-    ``s3.<region>.amazonaws.com``); on premises HTTPS to the site's egress CIDRs (its
-    store) or the store's Service in the cluster. Nothing may connect to a job, and a
-    job calls no Kubernetes API (Spark runs in local mode in the driver)."""
+    """``spark-jobs``: default deny, DNS, and
+
+    - the object store, from every pod of a job: on AWS the Pod Identity agent and
+      HTTPS to the VPC (its S3 interface endpoint answers for
+      ``s3.<region>.amazonaws.com``); on premises HTTPS to the site's egress CIDRs (its
+      store) or the store's Service in the cluster;
+    - the API server, from the drivers only (they create their executor pods);
+    - per job, its own pods to each other on the driver and block manager ports (the
+      executors register with the driver and fetch each other's shuffle blocks); no
+      other pod may connect to a job.
+    """
     egress: list[Manifest] = []
     if store.on_aws:
         egress.append(
@@ -919,7 +951,7 @@ def network_policies(
             egress.append({"to": [netpol.namespace_peer(namespace)], "ports": netpol.tcp(port)})
         if egress_cidrs:
             egress.append({"to": netpol.cidr_peers(egress_cidrs), "ports": netpol.tcp(port)})
-    return [
+    policies = [
         netpol.default_deny(JOBS_NAMESPACE),
         netpol.allow_dns(JOBS_NAMESPACE),
         netpol.policy(
@@ -931,7 +963,20 @@ def network_policies(
                 "egress": egress,
             },
         ),
+        netpol.allow_api_server(
+            JOBS_NAMESPACE, network, {SPARK_ROLE_LABEL: "driver"}, name="allow-drivers-api-server"
+        ),
     ]
+    for job in jobs:
+        policies.append(
+            netpol.allow_within(
+                JOBS_NAMESPACE,
+                netpol.tcp(DRIVER_PORT, BLOCK_MANAGER_PORT),
+                {APP_LABEL: job.name},
+                name=f"allow-within-{job.name}",
+            )
+        )
+    return policies
 
 
 # -- the whole --------------------------------------------------------------------------

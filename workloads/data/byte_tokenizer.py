@@ -6,7 +6,7 @@ elsewhere (llm.c's layout) can be dropped into a data directory instead.
 
 Usage::
 
-    python -m workloads.data.tokenize --output-dir build/data/byte FILE [FILE ...]
+    python -m workloads.data.byte_tokenizer --output-dir build/data/byte FILE [FILE ...]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def ensure_shards(data_dir: Path, corpus: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workloads.data.tokenize",
+        prog="python -m workloads.data.byte_tokenizer",
         description="Tokenise UTF-8 text files into byte-level uint16 token shards.",
     )
     parser.add_argument("inputs", nargs="+", type=Path, help="UTF-8 text files")
