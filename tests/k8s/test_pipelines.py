@@ -724,9 +724,11 @@ def test_the_alertmanager_keys_exist_in_the_chart() -> None:
 
 def test_the_trigger_listens_where_the_route_posts_and_only_alertmanager_may_call() -> None:
     ir, _ = ir_and_values()
-    account, deployment, service, fence = loop.trigger_objects(SPEC, AWS, ir)
+    account, _, deployment, service, fence = loop.trigger_objects(SPEC, AWS, ir)
     assert account["automountServiceAccountToken"] is False
-    url = re.fullmatch(r"http://([^.]+)\.([^.]+)\.svc\.cluster\.local:(\d+)(/.*)", loop.TRIGGER_URL)
+    url = re.fullmatch(
+        r"https://([^.]+)\.([^.]+)\.svc\.cluster\.local:(\d+)(/.*)", loop.TRIGGER_URL
+    )
     assert url is not None
     name, namespace, port, path = url.groups()
     assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (name, namespace)
@@ -915,6 +917,7 @@ LOOP = {
     ("ConfigMap", loop.PIPELINE_CONFIGMAP),
     ("ServiceAccount", ps.PUBLISHER_ACCOUNT),
     ("ServiceAccount", ps.TRIGGER_ACCOUNT),
+    ("Certificate", loop.TRIGGER_TLS_SECRET),
     ("Deployment", loop.TRIGGER),
     ("Service", loop.TRIGGER),
     ("NetworkPolicy", "allow-alertmanager-to-trigger"),

@@ -1,8 +1,9 @@
 """Kubeflow Pipelines' TLS inside the cluster: the API server serves HTTPS and gRPC over
 TLS as KFP 2.17.0's own overlay configures it (its patches vendored in
-``vendor/kubeflow-pipelines/tls``), the UI through a TLS proxy, every client verifies
-with the cluster CA, and the API server's liveness command restarts it after a
-renewal (run here against a real TLS server with ``sh`` and ``wget``)."""
+``vendor/kubeflow-pipelines/tls``), the UI through a TLS proxy, the retrain trigger
+serves HTTPS to Alertmanager, every client verifies with the cluster CA, and the API
+server's liveness command restarts it after a renewal (run here against a real TLS
+server with ``sh`` and ``wget``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tests.k8s.test_pipelines import (
     ONPREM,
     ONPREM_SPEC,
     PIPELINE_STACKS,
+    ROOT,
     SPEC,
     env,
     find,
@@ -38,6 +40,7 @@ from tests.k8s.test_pipelines import (
     ir_and_values,
     kfp_records,
 )
+from tests.k8s.vendored_crds import vendored_errors
 from tests.support.certs import authority, server_secret
 
 OVERLAY = Path(__file__).resolve().parent / "vendor" / "kubeflow-pipelines" / "tls"
@@ -229,9 +232,14 @@ def test_the_api_server_certificate_holds_every_name_its_clients_use() -> None:
 
 
 def test_no_pod_but_the_server_mounts_a_server_key() -> None:
-    owners = {kfp.API_TLS_SECRET: "ml-pipeline", kfp.UI_TLS_SECRET: "ml-pipeline-ui"}
+    owners = {
+        kfp.API_TLS_SECRET: "ml-pipeline",
+        kfp.UI_TLS_SECRET: "ml-pipeline-ui",
+        loop.TRIGGER_TLS_SECRET: loop.TRIGGER,
+    }
+    ir, values = ir_and_values()
     for placement, spec in ((AWS, SPEC), (ONPREM, ONPREM_SPEC)):
-        for o in installed(spec, placement):
+        for o in [*installed(spec, placement), *loop.loop_objects(spec, placement, ir, values)]:
             if o["kind"] != "Deployment":
                 continue
             for volume in o["spec"]["template"]["spec"].get("volumes", []):
@@ -292,14 +300,23 @@ def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> Non
         for o in objects
         if o["kind"] == "Certificate" and o["metadata"]["namespace"] == NS
     }
-    assert set(certificates) == {kfp.API_TLS_SECRET, kfp.UI_TLS_SECRET, CA_BUNDLE_SECRET}
+    with_loop = (ROOT / ps.PIPELINE_FILE).is_file()
+    trigger = {loop.TRIGGER_TLS_SECRET} if with_loop else set()
+    assert set(certificates) == {kfp.API_TLS_SECRET, kfp.UI_TLS_SECRET, CA_BUNDLE_SECRET} | trigger
     for certificate in certificates.values():
         assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
-    # Registered before KFP's Deployments, which mount their Secrets.
+    # Registered before the Deployments, which mount their Secrets.
     by_name = {(r.inputs["kind"], r.inputs["metadata"]["name"]): r for r in records}
-    certificate_urns = {r.urn for r in records if r.inputs["kind"] == "Certificate"}
+    certificate_urns = {
+        r.urn
+        for r in records
+        if r.inputs["kind"] == "Certificate" and r.inputs["metadata"]["name"] not in trigger
+    }
     for name in ("ml-pipeline", "ml-pipeline-ui", "ml-pipeline-persistenceagent"):
         assert certificate_urns <= set(by_name[("Deployment", name)].dependencies), name
+    if with_loop:
+        served = by_name[("Certificate", loop.TRIGGER_TLS_SECRET)].urn
+        assert served in by_name[("Deployment", loop.TRIGGER)].dependencies
     api = container(
         by_name[("Deployment", "ml-pipeline")].inputs["spec"]["template"]["spec"],
         "ml-pipeline-api-server",
@@ -314,7 +331,7 @@ def test_the_publisher_and_the_trigger_verify_the_api_server_with_the_cluster_ca
     assert loop.API_SERVER_URL == "https://ml-pipeline.kubeflow.svc.cluster.local:8888"
     ir, _ = ir_and_values()
     job = loop.publish_job(SPEC, AWS, ir)
-    _, deployment, _, _ = loop.trigger_objects(SPEC, AWS, ir)
+    deployment = find(loop.trigger_objects(SPEC, AWS, ir), "Deployment", loop.TRIGGER)
     for spec in (job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]):
         (c,) = spec["containers"]
         options = dict(zip(c["args"][2::2], c["args"][3::2], strict=True))
@@ -324,6 +341,83 @@ def test_the_publisher_and_the_trigger_verify_the_api_server_with_the_cluster_ca
             "secretName": CA_BUNDLE_SECRET,
             "items": [{"key": CA_KEY, "path": CA_KEY}],
         }
+
+
+def trigger_pod() -> dict[str, Any]:
+    ir, _ = ir_and_values()
+    return pod(loop.TRIGGER, loop.trigger_objects(SPEC, AWS, ir))
+
+
+def test_the_trigger_has_a_certificate_from_the_cluster_ca_for_its_services_names() -> None:
+    certificate = loop.trigger_certificate()
+    assert certificate["metadata"]["namespace"] == NS
+    assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    assert certificate["spec"]["secretName"] == loop.TRIGGER_TLS_SECRET
+    assert "server auth" in certificate["spec"]["usages"]
+    names = certificate["spec"]["dnsNames"]
+    assert names == service_dns_names(loop.TRIGGER, NS)
+    # Alertmanager checks the URL's host against them.
+    assert loop.TRIGGER_URL.startswith("https://")
+    assert loop.TRIGGER_URL.split("//")[1].split(":")[0] == names[0]
+    ir, _ = ir_and_values()
+    assert certificate in loop.trigger_objects(SPEC, AWS, ir)
+
+
+def test_the_trigger_serves_its_certificate_read_only_and_is_probed_over_https() -> None:
+    spec = trigger_pod()
+    (trigger,) = spec["containers"]
+    options = dict(zip(trigger["args"][2::2], trigger["args"][3::2], strict=True))
+    assert options["--tls-cert"] == f"{loop.TRIGGER_TLS_MOUNT}/tls.crt"
+    assert options["--tls-key"] == f"{loop.TRIGGER_TLS_MOUNT}/tls.key"
+    # Only the served pair, 0440 to the pod's group; mounted whole (no subPath), so the
+    # kubelet's renewal reaches the files the trigger re-reads.
+    assert mounted_secrets(spec, trigger)[loop.TRIGGER_TLS_MOUNT] == {
+        "secretName": loop.TRIGGER_TLS_SECRET,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+        "defaultMode": 0o440,
+    }
+    (mount,) = [m for m in trigger["volumeMounts"] if m["mountPath"] == loop.TRIGGER_TLS_MOUNT]
+    assert mount["readOnly"] is True and "subPath" not in mount
+    assert spec["securityContext"]["fsGroup"] == trigger["securityContext"]["runAsGroup"]
+    assert trigger["ports"] == [{"name": "https", "containerPort": loop.TRIGGER_PORT}]
+    for probe in ("readinessProbe", "livenessProbe"):
+        get = trigger[probe]["httpGet"]
+        assert (get["scheme"], get["port"], get["path"]) == ("HTTPS", "https", "/healthz")
+    ir, _ = ir_and_values()
+    service = find(loop.trigger_objects(SPEC, AWS, ir), "Service", loop.TRIGGER)
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": loop.TRIGGER_PORT, "targetPort": "https", "appProtocol": "https"}
+    ]
+
+
+def test_alertmanager_verifies_the_trigger_with_the_cluster_ca_of_its_own_namespace() -> None:
+    config = loop.alertmanager_config(SPEC)
+    (receiver,) = config["spec"]["receivers"]
+    (webhook,) = receiver["webhookConfigs"]
+    assert webhook["url"] == loop.TRIGGER_URL
+    tls = webhook["httpConfig"]["tlsConfig"]
+    assert tls == {
+        "ca": {"secret": {"name": CA_BUNDLE_SECRET, "key": CA_KEY}},
+        "minVersion": "TLS13",
+    }
+    # The operator reads a referenced Secret from the AlertmanagerConfig's namespace:
+    # the bundle is issued there.
+    bundle = kfp.namespace_ca()
+    assert config["metadata"]["namespace"] == bundle["metadata"]["namespace"] == NS
+    assert bundle["spec"]["secretName"] == CA_BUNDLE_SECRET
+    assert "insecureSkipVerify" not in tls
+    assert vendored_errors([config]) == []
+
+
+def test_the_crd_refuses_a_tls_field_it_does_not_have() -> None:
+    """The check above can fail: the vendored CRD is strict about these fields."""
+    config = loop.alertmanager_config(SPEC)
+    tls = config["spec"]["receivers"][0]["webhookConfigs"][0]["httpConfig"]["tlsConfig"]
+    tls["caFile"] = "/etc/ca.crt"
+    assert vendored_errors([config]) != []
+    del tls["caFile"]
+    tls["minVersion"] = "TLSv1.3"
+    assert vendored_errors([config]) != []
 
 
 # -- the API server's liveness command, run ----------------------------------------------

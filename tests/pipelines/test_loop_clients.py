@@ -6,6 +6,7 @@ over HTTP."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -38,9 +39,10 @@ def kfp() -> Iterator[tuple[str, State]]:
 
 
 def publish(url: str, version: str = "data-to-model-aaaa", schedule: str = SCHEDULE,
-            parameters: dict[str, Any] | None = None) -> publisher.Published:  # fmt: skip
+            parameters: dict[str, Any] | None = None,
+            ca: Path | None = None) -> publisher.Published:  # fmt: skip
     return publisher.publish(
-        client(url),
+        client(url, ca),
         package=IR,
         pipeline="data-to-model",
         version=version,
@@ -220,13 +222,16 @@ def trigger(kfp: tuple[str, State]) -> Iterator[tuple[str, State]]:
         server.server_close()
 
 
-def post(base: str, body: Any, path: str = "/alerts") -> tuple[int, dict[str, Any]]:
+def post(
+    base: str, body: Any, path: str = "/alerts", context: ssl.SSLContext | None = None
+) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` as Alertmanager does (JSON); with ``context``, over HTTPS."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = urllib.request.Request(
         base + path, data=data, headers={"Content-Type": "application/json"}, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())

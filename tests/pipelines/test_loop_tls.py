@@ -97,13 +97,15 @@ def test_a_ca_for_a_plain_http_host_or_a_missing_ca_is_exit_2(
     main: object, tmp_path: Path, parameters: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert callable(main)
-    ca = server_secret(tmp_path / "tls", authority(), ["localhost"]) / "ca.crt"
+    secret = server_secret(tmp_path / "tls", authority(), ["localhost"])
+    ca = secret / "ca.crt"
     common = ["--parameters", str(parameters), "--pipeline", "p"]
     extra = (
         ["--package", str(IR), "--version", "v", "--experiment", "e", "--recurring-run", "r"]
         if main is publisher.main
-        else ["--experiment", "e", "--alert", "ModelInputDrift"]
-    )
+        else ["--experiment", "e", "--alert", "ModelInputDrift",
+              "--tls-cert", str(secret / "tls.crt"), "--tls-key", str(secret / "tls.key")]
+    )  # fmt: skip
     assert main(["--host", "http://127.0.0.1:9", "--ca-cert", str(ca), *common, *extra]) == 2
     assert "the host must be https://" in capsys.readouterr().err
     missing = str(tmp_path / "none.crt")

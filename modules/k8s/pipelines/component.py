@@ -133,6 +133,11 @@ class KubeflowPipelines(pulumi.ComponentResource):
         version = None
         if args.pipeline is not None:
             version = args.pipeline.version
+            # The loop's objects in order; a Certificate (the trigger's) before every
+            # object after it, so the Deployment that mounts its Secret waits for it.
+            certificates: list[pulumi.Resource] = []
             for manifest in loop.loop_objects(spec, placement, args.pipeline, args.parameters):
-                add(manifest, [ns, *installed])
+                resource = add(manifest, [ns, *installed, *certificates])
+                if manifest["kind"] == "Certificate":
+                    certificates.append(resource)
         self.register_outputs({"namespace": NAMESPACE, "pipelineVersion": version})

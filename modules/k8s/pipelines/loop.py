@@ -18,9 +18,10 @@ Pipelines, run on a schedule, and run again when the served model's inputs drift
   into a KFP run: Alertmanager posts its own JSON and KFP's API wants a run request,
   and Argo Events would add an event bus and a controller for one translation.
 
-Everything stays in the cluster: Alertmanager to the trigger, the trigger and the Job
-to KFP's API server (over HTTPS, verified with the cluster CA, the namespace's bundle
-of `modules.k8s.pki.spec.ca_bundle`); NetworkPolicies admit only those paths.
+Everything stays in the cluster and is TLS: Alertmanager to the trigger (HTTPS, TLS 1.3,
+the trigger's certificate from the cluster CA, `trigger_certificate`), the trigger and
+the Job to KFP's API server; every client verifies with the cluster CA, the namespace's
+bundle of `modules.k8s.pki.spec.ca_bundle`. NetworkPolicies admit only those paths.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ from modules.k8s.pipelines.spec import (
     PipelinesSpec,
     labels,
 )
-from modules.k8s.pki.spec import CA_KEY, ca_volume
+from modules.k8s.pki.spec import (
+    CA_BUNDLE_SECRET,
+    CA_KEY,
+    ca_volume,
+    service_dns_names,
+    serving_certificate,
+)
 
 #: KFP's API server (single-user mode: no token; only this namespace's pods reach it),
 #: over TLS (`manifests.tls_objects`: its certificate holds this name).
@@ -63,7 +70,12 @@ RECURRING_RUN = "data-to-model-schedule"
 TRIGGER = "retrain-trigger"
 TRIGGER_PORT = 8080
 TRIGGER_PATH = "/alerts"
-TRIGGER_URL = f"http://{TRIGGER}.{NAMESPACE}.svc.cluster.local:{TRIGGER_PORT}{TRIGGER_PATH}"
+#: The trigger's serving certificate (`trigger_certificate`) and where the trigger
+#: reads it (its Secret's ``tls.crt`` and ``tls.key`` only).
+TRIGGER_TLS_SECRET = f"{TRIGGER}-tls"
+TRIGGER_TLS_MOUNT = f"/etc/{TRIGGER}/tls"
+#: Where Alertmanager posts: the Service's first name, which the certificate holds.
+TRIGGER_URL = f"https://{TRIGGER}.{NAMESPACE}.svc.cluster.local:{TRIGGER_PORT}{TRIGGER_PATH}"
 ALERTMANAGER_CONFIG = "retrain-on-drift"
 #: Where the pods mount the pipeline ConfigMap.
 PIPELINE_MOUNT = "/etc/pipeline"
@@ -320,11 +332,18 @@ def publish_job(spec: PipelinesSpec, placement: PipelinesPlacement, ir: Pipeline
     }
 
 
+def trigger_certificate() -> Manifest:
+    """The trigger's serving certificate, from the cluster CA, for the names of its
+    Service (`TRIGGER_URL` uses the first). cert-manager renews it into the same Secret;
+    the trigger serves the renewed files without a restart."""
+    return serving_certificate(TRIGGER_TLS_SECRET, NAMESPACE, service_dns_names(TRIGGER, NAMESPACE))
+
+
 def trigger_objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR
 ) -> list[Manifest]:
-    """The retrain trigger: its ServiceAccount, Deployment, Service and fence (only
-    Alertmanager's pods may call it; it calls only KFP's API server)."""
+    """The retrain trigger: its ServiceAccount, certificate, Deployment, Service and
+    fence (only Alertmanager's pods may call it; it calls only KFP's API server)."""
     selector = {"app.kubernetes.io/name": TRIGGER}
     pod_labels = {**labels(TRIGGER), **selector}
     args = [
@@ -334,6 +353,10 @@ def trigger_objects(
         API_SERVER_URL,
         "--ca-cert",
         CA_FILE,
+        "--tls-cert",
+        f"{TRIGGER_TLS_MOUNT}/tls.crt",
+        "--tls-key",
+        f"{TRIGGER_TLS_MOUNT}/tls.key",
         "--port",
         str(TRIGGER_PORT),
         "--path",
@@ -349,7 +372,11 @@ def trigger_objects(
         "--cooldown-hours",
         str(spec.retrain_cooldown_hours),
     ]
-    probe = {"httpGet": {"path": "/healthz", "port": TRIGGER_PORT}, "periodSeconds": 10}
+    # The kubelet does not verify the certificate; the handshake must succeed (TLS 1.3).
+    probe = {
+        "httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
+        "periodSeconds": 10,
+    }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -363,7 +390,8 @@ def trigger_objects(
                 "spec": {
                     "serviceAccountName": TRIGGER_ACCOUNT,
                     "automountServiceAccountToken": False,
-                    "securityContext": _pod_security(),
+                    # fsGroup: the key's files are root's, 0440, readable by the group.
+                    "securityContext": security.restricted_pod(RUN_AS),
                     "nodeSelector": dict(placement.node_selector),
                     "containers": [
                         {
@@ -372,15 +400,33 @@ def trigger_objects(
                             "command": ["python"],
                             "args": args,
                             "env": [{"name": "HOME", "value": "/tmp"}],
-                            "ports": [{"name": "http", "containerPort": TRIGGER_PORT}],
+                            "ports": [{"name": "https", "containerPort": TRIGGER_PORT}],
                             "readinessProbe": probe,
                             "livenessProbe": probe,
-                            "volumeMounts": _mounts(),
+                            "volumeMounts": [
+                                *_mounts(),
+                                {"name": "tls", "mountPath": TRIGGER_TLS_MOUNT, "readOnly": True},
+                            ],
                             "resources": _resources("500m", "256Mi"),
                             "securityContext": _container_security(),
                         }
                     ],
-                    "volumes": _volumes(),
+                    "volumes": [
+                        *_volumes(),
+                        {
+                            # The served pair only (not the Secret's ca.crt). No subPath:
+                            # the kubelet swaps the files in place on a renewal.
+                            "name": "tls",
+                            "secret": {
+                                "secretName": TRIGGER_TLS_SECRET,
+                                "items": [
+                                    {"key": "tls.crt", "path": "tls.crt"},
+                                    {"key": "tls.key", "path": "tls.key"},
+                                ],
+                                "defaultMode": 0o440,
+                            },
+                        },
+                    ],
                 },
             },
         },
@@ -392,7 +438,14 @@ def trigger_objects(
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [{"name": "http", "port": TRIGGER_PORT, "targetPort": "http"}],
+            "ports": [
+                {
+                    "name": "https",
+                    "port": TRIGGER_PORT,
+                    "targetPort": "https",
+                    "appProtocol": "https",
+                }
+            ],
         },
     }
     fence = {
@@ -419,7 +472,7 @@ def trigger_objects(
             ],
         },
     }
-    return [_service_account(TRIGGER_ACCOUNT), deployment, service, fence]
+    return [_service_account(TRIGGER_ACCOUNT), trigger_certificate(), deployment, service, fence]
 
 
 def publisher_account() -> Manifest:
@@ -430,7 +483,12 @@ def alertmanager_config(spec: PipelinesSpec) -> Manifest:
     """Routes the drift alert to the trigger (Prometheus Operator's AlertmanagerConfig,
     picked up through the platform's alert-routing label). Alerts of every model are
     grouped into one notification; Alertmanager repeats a still-firing group after the
-    cooldown, and the trigger applies the cooldown itself too."""
+    cooldown, and the trigger applies the cooldown itself too.
+
+    Alertmanager posts over TLS 1.3 and verifies the trigger with the cluster CA:
+    ``ca.crt`` of the namespace's bundle, a Secret in this AlertmanagerConfig's own
+    namespace, as the operator requires (it copies it into Alertmanager's TLS assets).
+    The name checked is the URL's host, which the trigger's certificate holds."""
     hours = spec.retrain_cooldown_hours
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1",
@@ -452,7 +510,19 @@ def alertmanager_config(spec: PipelinesSpec) -> Manifest:
             "receivers": [
                 {
                     "name": TRIGGER,
-                    "webhookConfigs": [{"url": TRIGGER_URL, "sendResolved": False, "maxAlerts": 0}],
+                    "webhookConfigs": [
+                        {
+                            "url": TRIGGER_URL,
+                            "sendResolved": False,
+                            "maxAlerts": 0,
+                            "httpConfig": {
+                                "tlsConfig": {
+                                    "ca": {"secret": {"name": CA_BUNDLE_SECRET, "key": CA_KEY}},
+                                    "minVersion": "TLS13",
+                                }
+                            },
+                        }
+                    ],
                 }
             ],
         },
