@@ -159,7 +159,7 @@ def der(path: Path) -> bytes:
 
 def healthy(base: str, context: ssl.SSLContext) -> bool:
     with urllib.request.urlopen(base + "/healthz", timeout=30, context=context) as answer:
-        return answer.status == 200 and json.loads(answer.read()) == {"ok": True}
+        return bool(answer.status == 200 and json.loads(answer.read()) == {"ok": True})
 
 
 @pytest.fixture

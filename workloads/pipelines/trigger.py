@@ -75,12 +75,12 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     """A TLS 1.3 server context serving ``cert`` (PEM, the chain) with ``key`` (PEM);
     `CertificateError` when either is missing, unreadable, not PEM, or they do not
     match."""
-    for path in (cert, key):
-        if not path.is_file():
-            raise CertificateError(f"{path}: no such file")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MINIMUM_TLS
     try:
+        for path in (cert, key):
+            if not path.is_file():
+                raise CertificateError(f"{path}: no such file")
         context.load_cert_chain(cert, key)
     except ssl.SSLError as err:
         reason = err.reason or str(err)
