@@ -393,19 +393,15 @@ def pipelines_not_public(resource: ResourceView, settings: Settings) -> Iterator
         yield "`spec.externalIPs` is set: reachable from outside the cluster"
 
 
-def _webhook_urls(resource: ResourceView) -> Iterator[tuple[str, Any, bool]]:
-    """(path, URL, whether it comes from a Secret) of every webhook receiver."""
+def _webhooks(resource: ResourceView) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, config) of every webhook receiver."""
     for index, receiver in enumerate(dig(resource.props, "spec", "receivers") or []):
         if not isinstance(receiver, Mapping):
             continue
         for hook, config in enumerate(receiver.get("webhookConfigs") or []):
             if not isinstance(config, Mapping):
                 continue
-            path = f"spec.receivers[{index}].webhookConfigs[{hook}]"
-            if "urlSecret" in config:
-                yield f"{path}.urlSecret", None, True
-            else:
-                yield f"{path}.url", config.get("url"), False
+            yield f"spec.receivers[{index}].webhookConfigs[{hook}]", config
 
 
 def in_cluster_url(url: str) -> bool:
@@ -421,22 +417,41 @@ def in_cluster_url(url: str) -> bool:
     id="k8s-alert-webhooks-in-cluster",
     description=(
         "Alertmanager's webhook receivers (AlertmanagerConfig) post alerts only to "
-        "Services in the cluster: an alert's labels name models, versions and namespaces."
+        "Services in the cluster, over TLS verified with a CA: an alert's labels name "
+        "models, versions and namespaces."
     ),
     severity=Severity.HIGH,
     remediation=(
-        "Send webhooks to a Service of the cluster "
-        "(http://<service>.<namespace>.svc.cluster.local:<port>/...), e.g. the retrain "
-        "trigger; relay to anything else from inside the country."
+        "Send webhooks to a Service of the cluster over TLS "
+        "(https://<service>.<namespace>.svc.cluster.local:<port>/...), e.g. the retrain "
+        "trigger, with httpConfig.tlsConfig.ca naming the cluster CA (gpuplatform-ca, "
+        "ca.crt) and no insecureSkipVerify; relay to anything else from inside the country."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
     applies_to=lambda r: kind_of(r) == "AlertmanagerConfig",
 )
 def alert_webhooks_in_cluster(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for path, value, from_secret in _webhook_urls(resource):
-        if from_secret:
-            yield f"`{path}`: a URL from a Secret cannot be checked to stay in the cluster"
+    for path, config in _webhooks(resource):
+        if "urlSecret" in config:
+            yield (
+                f"`{path}.urlSecret`: a URL from a Secret cannot be checked to stay in the cluster"
+            )
             continue
-        url = known(value, path)
+        url = known(config.get("url"), f"{path}.url")
         if not isinstance(url, str) or not in_cluster_url(url):
-            yield f"`{path}` is {url!r}, not a Service in the cluster"
+            yield f"`{path}.url` is {url!r}, not a Service in the cluster"
+            continue
+        if urlsplit(url).scheme != "https":
+            yield f"`{path}.url` is {url!r}: alerts would cross the cluster in clear text"
+            continue
+        tls = known(dig(config, "httpConfig", "tlsConfig"), f"{path}.httpConfig.tlsConfig") or {}
+        if not isinstance(tls, Mapping) or not tls.get("ca"):
+            yield (
+                f"`{path}.httpConfig.tlsConfig.ca` is not set: the receiver's certificate is "
+                "not verified against the cluster CA"
+            )
+        elif tls.get("insecureSkipVerify"):
+            yield (
+                f"`{path}.httpConfig.tlsConfig.insecureSkipVerify` is true: the receiver's "
+                "certificate is not verified"
+            )

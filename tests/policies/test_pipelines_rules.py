@@ -261,6 +261,15 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("webhook-url-missing", set_webhook(url=None), WEBHOOKS, "not a Service in the cluster"),
     ("webhook-from-secret", set_webhook(url=None, urlSecret={"name": "s", "key": "url"}), WEBHOOKS,
      "from a Secret"),
+    ("webhook-clear-text",
+     set_webhook(url="http://retrain-trigger.kubeflow.svc.cluster.local:8080/alerts"), WEBHOOKS,
+     "clear text"),
+    ("webhook-unverified", set_webhook(httpConfig=None), WEBHOOKS, "not verified against"),
+    ("webhook-skip-verify",
+     set_webhook(httpConfig={"tlsConfig": {"ca": {"secret": {"name": "gpuplatform-ca",
+                                                             "key": "ca.crt"}},
+                                           "insecureSkipVerify": True}}), WEBHOOKS,
+     "insecureSkipVerify"),
 ]  # fmt: skip
 
 
