@@ -24,11 +24,12 @@ What runs:
   (``workloads/data/Dockerfile``) running ``workloads/data/prepare.py`` with the same
   arguments as ``make data``, its SOURCE and OUT ``s3://`` locations. spark-submit
   starts the driver pod, which creates ``executors`` executor pods on the same CPU pool
-  (`driver_role`: the drivers' API rights in their team's namespace). The job itself reaches the
-  store with boto3 (`workloads.data.object_store`; no Hadoop S3A in the image): the
-  driver lists the raw objects, the executors fetch them, the driver uploads the dataset
-  (manifest last, never over an existing object). The containers' command (`POD_SCRIPT`)
-  does what Spark's own image entrypoint does for a driver and an executor.
+  (`driver_role`: the drivers' API rights in their team's namespace). The job itself
+  reaches the store with boto3 (`workloads.data.object_store`; no Hadoop S3A in the
+  image): the driver lists the raw objects, the executors fetch them, the driver uploads
+  the dataset (manifest last, never over an existing object). The containers' command
+  (`POD_SCRIPT`) does what Spark's own image entrypoint does for a driver and an
+  executor.
 - **Where the data is**: on AWS the stack's data bucket in the region, reached through
   the VPC's S3 endpoint with the team's EKS Pod Identity role
   (`modules.aws.spark_access`); on premises the site's S3-compatible object store.
@@ -222,8 +223,7 @@ class ObjectStoreSpec:
             ``<prefix>-<team>`` of the team's Spark namespace ``spark-<team>`` (keys
             ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``), created by the site's
             administrators with the store's own policy limited to that team's prefixes.
-            Default
-            ``spark-object-store``.
+            Default ``spark-object-store``.
     """
 
     endpoint: str
