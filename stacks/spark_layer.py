@@ -35,8 +35,9 @@ def build_spark_aws(
     opts: pulumi.ResourceOptions,
 ) -> None:
     """The data image's repository (``<name>/data``) and, per team with a Spark job, a
-    role only ``spark-jobs/spark-<team>`` can assume: the team's raw files, datasets and
-    event logs in the data bucket, the storage key through S3 in the region."""
+    role only the team's ServiceAccount ``spark-<team>`` in the team's Spark namespace
+    (``spark-<team>``, `ss.jobs_namespace`) can assume: the team's raw files read, its
+    datasets and event logs written, the storage key through S3 in the region."""
     ImageRegistry(
         "registry-data",
         ImageRegistryArgs(
@@ -49,7 +50,7 @@ def build_spark_aws(
             f"spark-{team}",
             PodIdentityRoleArgs(
                 cluster_name=cluster_name,
-                namespace=ss.JOBS_NAMESPACE,
+                namespace=ss.jobs_namespace(team),
                 service_account=ss.service_account_name(team),
                 description=f"Spark jobs of team {team}: raw files in, datasets and logs out",
                 policy=iam.json_document(

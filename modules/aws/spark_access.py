@@ -1,6 +1,13 @@
 """IAM for a team's Spark jobs: its raw files in, its datasets and event logs out, the
 stack's key through S3 in the region; nothing else (`modules.k8s.spark.spec` has the
-prefixes)."""
+prefixes).
+
+Exactly what the data job does (``workloads/data/object_store.py``): it lists and reads
+the raw files; it lists the dataset's prefix to refuse an existing dataset; it writes
+each object with one ``PutObject`` (at most 5 GiB, ``If-None-Match: *``, SSE-KMS), the
+dataset's files and the event log's alike. It never reads back what it wrote, never
+lists the event logs and never uploads in parts, so the role has no ``GetObject`` on
+datasets, no listing of ``spark-events/``, and no multipart actions."""
 
 from __future__ import annotations
 
@@ -23,21 +30,20 @@ def spark_data_access(
         storage_key_arn: ARN of the CMK the bucket is encrypted with.
         region: the stack's region (the key may only be used via S3 there).
         raw_prefix: the team's raw files (read only), e.g. ``teams/nlp/raw/``.
-        datasets_prefix: the team's datasets (read, to refuse an existing dataset, and
-            write; never delete: a dataset is written once).
-        event_log_prefix: the team's Spark event logs, written once (the job uploads
-            them from the driver's disk, never over an existing object; nothing is
-            renamed or deleted, so the role can neither).
+        datasets_prefix: the team's datasets (listed, to refuse an existing dataset, and
+            written; never read back or deleted: a dataset is written once).
+        event_log_prefix: the team's Spark event logs, written only (the job uploads
+            them from the driver's disk, never over an existing object; it neither
+            lists, reads, renames nor deletes them, so the role can do none of these).
     """
-    prefixes = (raw_prefix, datasets_prefix, event_log_prefix)
-    upload = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+    listed = (raw_prefix, datasets_prefix)
     return document(
         {
             "Sid": "ListOwnPrefixes",
             "Effect": "Allow",
             "Action": "s3:ListBucket",
             "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [p for x in prefixes for p in (x, f"{x}*")]}},
+            "Condition": {"StringLike": {"s3:prefix": [p for x in listed for p in (x, f"{x}*")]}},
         },
         {
             "Sid": "ReadRawFiles",
@@ -48,13 +54,13 @@ def spark_data_access(
         {
             "Sid": "WriteDatasetsOnce",
             "Effect": "Allow",
-            "Action": ["s3:GetObject", *upload],
+            "Action": "s3:PutObject",
             "Resource": f"{bucket_arn}/{datasets_prefix}*",
         },
         {
             "Sid": "WriteEventLogs",
             "Effect": "Allow",
-            "Action": upload,
+            "Action": "s3:PutObject",
             "Resource": f"{bucket_arn}/{event_log_prefix}*",
         },
         {

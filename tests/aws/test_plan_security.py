@@ -110,7 +110,7 @@ def test_each_team_and_the_autoscaler_get_their_own_pod_identity() -> None:
         *((f"team-{t}", "inference") for t in teams),  # model serving, read-only models
         ("kube-system", "cluster-autoscaler"),
         ("mlflow", "mlflow"),  # the tracking server's artifacts
-        ("spark-jobs", "spark-nlp"),  # team nlp's Spark job (tests/aws/test_spark_access.py)
+        ("spark-nlp", "spark-nlp"),  # team nlp's Spark job (tests/aws/test_spark_access.py)
         # Kubeflow Pipelines: API server, UI, the runs (tests/k8s/test_pipelines.py)
         ("kubeflow", "ml-pipeline"),
         ("kubeflow", "ml-pipeline-ui"),

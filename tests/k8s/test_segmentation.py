@@ -54,11 +54,12 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
         "allow-jobset-webhook",
     },
     "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
-    # Spark (tests/k8s/test_spark.py): the operator's webhook; the jobs reach their store,
-    # the drivers the API server (plus, per job, its own pods: below).
+    # Spark (tests/k8s/test_spark.py): the operator's webhook.
     "spark-operator": {"allow-dns", "allow-api-server", "allow-webhooks"},
-    "spark-jobs": {"allow-dns", "allow-object-store", "allow-drivers-api-server"},
 }
+#: Each team's Spark namespace (``spark-<team>``, one per team with a job): the jobs reach
+#: their store, the drivers the API server (plus, per job of that team, its own pods).
+SPARK_JOBS_ALLOWS = {"allow-dns", "allow-object-store", "allow-drivers-api-server"}
 #: The feature store's further allowances: on AWS its materialisation reaches S3/STS and
 #: the Pod Identity agent; on premises its own stores admit it.
 FEAST_AWS = {"feast-materialize-aws"}
@@ -135,7 +136,8 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
     fenced = policies(stack)
     namespaces = {n["metadata"]["name"] for n in objects(stack, "Namespace")}
     platform = namespaces - {n for n in namespaces if n.startswith("team-")} - {"mlflow"}
-    assert platform <= {*PLATFORM_ALLOWS, "kubeflow"}, platform - set(PLATFORM_ALLOWS)
+    spark_teams = {f"spark-{job.team}": job.team for job in config(stack).spark.jobs}
+    assert platform <= {*PLATFORM_ALLOWS, "kubeflow", *spark_teams}, platform - set(PLATFORM_ALLOWS)
     for name in platform:
         expected = set(PLATFORM_ALLOWS.get(name, ()))
         if name == "monitoring" and config(stack).monitoring.grafana_access != "port-forward":
@@ -146,8 +148,12 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
             expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
         if name == "kubeflow":
             expected = KFP_ALLOWS | (KFP_ONPREM if config(stack).onprem is not None else KFP_AWS)
-        if name == "spark-jobs":
-            expected |= {f"allow-within-{job.name}" for job in config(stack).spark.jobs}
+        if name in spark_teams:
+            expected = SPARK_JOBS_ALLOWS | {
+                f"allow-within-{job.name}"
+                for job in config(stack).spark.jobs
+                if job.team == spark_teams[name]
+            }
         if name == "cnpg-system" and config(stack).features.enabled:
             # The operator also manages the feature registry's database.
             expected.add("allow-feast-registry")

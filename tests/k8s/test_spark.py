@@ -79,6 +79,11 @@ def release(stack: str) -> dict[str, Any]:
     return found
 
 
+def teams(stack: str) -> list[str]:
+    """The teams with a job in a shipped stack, in order of first appearance."""
+    return list(dict.fromkeys(team for team, _, _ in SPARK_STACKS[stack].values()))
+
+
 def driver(application: Mapping[str, Any]) -> dict[str, Any]:
     (container,) = application["spec"]["driver"]["template"]["spec"]["containers"]
     return container  # type: ignore[no-any-return]
@@ -140,7 +145,7 @@ def test_the_operator_chart_is_pinned_with_known_values(stack: str) -> None:
     values = found["values"]
     assert unknown_keys(values, chart_defaults()) == []
     assert values["spark"] == {
-        "jobNamespaces": [ss.JOBS_NAMESPACE],
+        "jobNamespaces": [ss.jobs_namespace(t) for t in teams(stack)],
         "serviceAccount": {"create": False},
         "rbac": {"create": False},
     }
@@ -159,14 +164,18 @@ def test_the_operator_chart_is_pinned_with_known_values(stack: str) -> None:
 
 
 def test_the_value_check_notices_a_misspelt_key() -> None:
-    values = copy.deepcopy(ss.operator_values(ss.SparkSpec(enabled=True), {}))
-    values["spark"]["jobNamespace"] = ["spark-jobs"]
+    job = ss.SparkJobSpec(name="j", team="nlp", source="s", dataset="d")
+    values = copy.deepcopy(ss.operator_values(ss.SparkSpec(enabled=True, jobs=(job,)), {}))
+    values["spark"]["jobNamespace"] = ["spark-nlp"]
     values["controller"]["uiServices"] = {"enable": False}
     assert unknown_keys(values, chart_defaults()) == ["controller.uiServices", "spark.jobNamespace"]
 
 
 def test_a_mirror_registry_replaces_the_operator_image_registry() -> None:
-    spec = ss.SparkSpec(enabled=True, operator_registry="registry.dc1.example.ae/mirror")
+    job = ss.SparkJobSpec(name="j", team="nlp", source="s", dataset="d")
+    spec = ss.SparkSpec(
+        enabled=True, operator_registry="registry.dc1.example.ae/mirror", jobs=(job,)
+    )
     image = ss.operator_values(spec, {})["image"]
     assert image["registry"] == "registry.dc1.example.ae/mirror"
     assert image["repository"] == "kubeflow/spark-operator/controller"
@@ -326,7 +335,10 @@ def test_the_pods_name_the_region_and_logs_are_uploaded_under_the_stack_key(stac
 def test_the_jobs_namespace_is_fenced(stack: str) -> None:
     found = objects(stack)
     namespaces = {o["metadata"]["name"]: o for o in found if o["kind"] == "Namespace"}
-    for name in (ss.JOBS_NAMESPACE, ss.OPERATOR_NAMESPACE):
+    (team,) = teams(stack)
+    jobs_ns = ss.jobs_namespace(team)
+    assert set(namespaces) == {jobs_ns, ss.OPERATOR_NAMESPACE}
+    for name in (jobs_ns, ss.OPERATOR_NAMESPACE):
         labels = namespaces[name]["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     policies = {
@@ -334,7 +346,7 @@ def test_the_jobs_namespace_is_fenced(stack: str) -> None:
         for o in found
         if o["kind"] == "NetworkPolicy"
     }
-    jobs = {name: spec for (ns, name), spec in policies.items() if ns == ss.JOBS_NAMESPACE}
+    jobs = {name: spec for (ns, name), spec in policies.items() if ns == jobs_ns}
     within = {f"allow-within-{name}" for name in SPARK_STACKS[stack]}
     assert set(jobs) == {
         "default-deny-all", "allow-dns", "allow-object-store", "allow-drivers-api-server", *within,
@@ -368,12 +380,13 @@ def test_the_jobs_namespace_is_fenced(stack: str) -> None:
     assert webhook["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9443}]
     assert webhook["ingress"][0]["from"] == [{"ipBlock": {"cidr": vpc_cidr}}]
     accounts = {o["metadata"]["name"]: o for o in found if o["kind"] == "ServiceAccount"}
-    teams = {team for team, _, _ in SPARK_STACKS[stack].values()}
-    assert set(accounts) == {f"spark-{t}" for t in teams}
+    assert set(accounts) == {f"spark-{team}"}
+    assert {a["metadata"]["namespace"] for a in accounts.values()} == {jobs_ns}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
-    # The drivers' rights: their executor pods and those pods' ConfigMap, in spark-jobs.
+    # The drivers' rights: their executor pods and those pods' ConfigMap, in the team's
+    # namespace (tests/k8s/test_spark_tenancy.py: no team's reach another's).
     (role,) = [o for o in found if o["kind"] == "Role"]
-    assert role["metadata"]["namespace"] == ss.JOBS_NAMESPACE
+    assert role["metadata"]["namespace"] == jobs_ns
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods", "configmaps"],
          "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
@@ -440,7 +453,7 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
         for s in states
         if s["type"].endswith(":NetworkPolicy")
         and s["inputs"]["metadata"]["name"] == "allow-object-store"
-        and s["inputs"]["metadata"]["namespace"] == ss.JOBS_NAMESPACE
+        and s["inputs"]["metadata"]["namespace"] == "spark-nlp"
     ]
     rules = policy["egress"]
     assert rules[0] == {
@@ -477,10 +490,11 @@ def test_an_onprem_job_uses_the_site_store_with_the_teams_secret() -> None:
         ({"objectStore": {**ONPREM_STORE, "endpoint": "http://rgw.rook-ceph.svc"}},
          ["spark.objectStore.endpoint"]),
         ({"imageTag": "latest"}, ["spark.imageTag"]),
+        ({"jobs": []}, ["spark.jobs"]),
     ],
     ids=["no-store", "no-registry", "unknown-team", "gpu-pool", "too-big", "driver-too-big",
          "twice",
-         "escaping-source", "plain-http-store", "latest"],
+         "escaping-source", "plain-http-store", "latest", "no-job"],
 )  # fmt: skip
 def test_a_bad_spark_section_is_refused_naming_each_key(
     changes: dict[str, Any], keys: list[str]

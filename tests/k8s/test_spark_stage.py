@@ -83,7 +83,7 @@ def test_an_executor_runs_the_kubernetes_executor_backend(place: dict[str, Path]
         SPARK_JAVA_OPT_0="-Dspark.driver.port=7078",
         SPARK_JAVA_OPT_1="--add-opens=java.base/java.nio=ALL-UNNAMED",
         SPARK_EXECUTOR_MEMORY="6g",
-        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-jobs.svc:7078",
+        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
         SPARK_EXECUTOR_ID="3",
         SPARK_EXECUTOR_CORES="6",
         SPARK_APPLICATION_ID="spark-0123",
@@ -98,7 +98,7 @@ def test_an_executor_runs_the_kubernetes_executor_backend(place: dict[str, Path]
         "-Xms6g", "-Xmx6g",
         "-cp", f"{place['spark']}/conf:{place['spark']}/jars/*:{place['log']}",
         EXECUTOR_CLASS,
-        "--driver-url", "spark://CoarseGrainedScheduler@prepare-svc.spark-jobs.svc:7078",
+        "--driver-url", "spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
         "--executor-id", "3", "--cores", "6", "--app-id", "spark-0123",
         "--hostname", "10.0.0.9", "--resourceProfileId", "0", "--podName", "prepare-exec-3",
     ]  # fmt: skip

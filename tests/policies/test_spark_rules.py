@@ -297,7 +297,7 @@ def test_a_scheduled_application_is_judged_by_its_template() -> None:
     scheduled = {
         "apiVersion": "sparkoperator.k8s.io/v1beta2",
         "kind": "ScheduledSparkApplication",
-        "metadata": {"name": "nightly", "namespace": "spark-jobs"},
+        "metadata": {"name": "nightly", "namespace": "spark-nlp"},
         "spec": {"schedule": "@daily", "concurrencyPolicy": "Forbid",
                  "template": application["spec"]},
     }  # fmt: skip

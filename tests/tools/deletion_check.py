@@ -54,6 +54,7 @@ DEFAULT_TESTS = (
     "tests/k8s/test_features.py",
     "tests/k8s/test_site_oidc.py",
     "tests/k8s/test_spark.py",
+    "tests/k8s/test_spark_tenancy.py",
     "tests/policies/test_shipped_stacks.py",
 )
 

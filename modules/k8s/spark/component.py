@@ -20,8 +20,9 @@ def _uri(bucket: pulumi.Output[str], key: str) -> pulumi.Output[str]:
 
 
 class SparkPlatform(pulumi.ComponentResource):
-    """The Spark Operator, the jobs' namespace, ServiceAccounts, the drivers' Role and
-    NetworkPolicies, and one ``SparkApplication`` per data-preparation job."""
+    """The Spark Operator; per team with a job, its Spark namespace with the team's
+    ServiceAccount, the drivers' Role and NetworkPolicies; and one ``SparkApplication``
+    per data-preparation job, in its team's namespace."""
 
     def __init__(
         self,
@@ -35,7 +36,32 @@ class SparkPlatform(pulumi.ComponentResource):
         operator_ns = register(
             namespace(ss.OPERATOR_NAMESPACE, "restricted", version), self, provider
         )
-        jobs_ns = register(namespace(ss.JOBS_NAMESPACE, "restricted", version), self, provider)
+        # Per team with a job: its own namespace, fenced, with its ServiceAccount and the
+        # drivers' Role bound to that ServiceAccount only (nothing spans two teams).
+        namespaces: dict[str, pulumi.Resource] = {}
+        fences: dict[str, list[pulumi.Resource]] = {}
+        bindings: dict[str, list[pulumi.Resource]] = {}
+        jobs = [placed.job for placed in inputs.jobs]
+        for team in inputs.spec.teams:
+            team_ns = register(
+                namespace(ss.jobs_namespace(team), "restricted", version), self, provider
+            )
+            namespaces[team] = team_ns
+            fences[team] = [
+                register(policy, self, provider, [team_ns])
+                for policy in ss.network_policies(
+                    team,
+                    inputs.store,
+                    network=inputs.network,
+                    jobs=jobs,
+                    vpc_cidr=inputs.vpc_cidr,
+                    egress_cidrs=inputs.egress_cidrs,
+                )
+            ]
+            role = register(ss.driver_role(team), self, provider, [team_ns])
+            account = register(ss.service_account(team), self, provider, [team_ns])
+            binding = register(ss.driver_role_binding(team), self, provider, [role, account])
+            bindings[team] = [account, binding]
         operator = helm_release(
             ss.OPERATOR_RELEASE,
             ss.SPARK_OPERATOR,
@@ -43,30 +69,12 @@ class SparkPlatform(pulumi.ComponentResource):
             values=ss.operator_values(inputs.spec, inputs.node_selector),
             parent=self,
             provider=provider,
-            # The chart creates the controller's Role in the jobs' namespace.
-            depends_on=[operator_ns, jobs_ns],
+            # The chart creates the controller's and the webhook's Roles in each job
+            # namespace, which must exist first.
+            depends_on=[operator_ns, *namespaces.values()],
         )
         for policy in ss.operator_network_policies(inputs.network):
             register(policy, self, provider, [operator_ns])
-        fenced = [
-            register(policy, self, provider, [jobs_ns])
-            for policy in ss.network_policies(
-                inputs.store,
-                inputs.network,
-                [placed.job for placed in inputs.jobs],
-                inputs.vpc_cidr,
-                inputs.egress_cidrs,
-            )
-        ]
-        role = register(ss.driver_role(), self, provider, [jobs_ns])
-        accounts = {
-            team: register(ss.service_account(team), self, provider, [jobs_ns])
-            for team in inputs.spec.teams
-        }
-        bindings = {
-            team: register(ss.driver_role_binding(team), self, provider, [role, account])
-            for team, account in accounts.items()
-        }
         bucket = pulumi.Output.from_input(inputs.store.bucket)
         for placed in inputs.jobs:
             job = placed.job
@@ -80,8 +88,8 @@ class SparkPlatform(pulumi.ComponentResource):
                 ss.spark_application(job, inputs.store, placed.pool, inputs.image, where),
                 self,
                 provider,
-                # The operator (its CRD and webhook) first; the job's ServiceAccount,
-                # its rights and its network fence before its pods can start.
-                [operator, accounts[job.team], bindings[job.team], *fenced],
+                # The operator (its CRD and webhook) first; the team's ServiceAccount,
+                # its rights and its network fence before the job's pods can start.
+                [operator, *bindings[job.team], *fences[job.team]],
             )
         self.register_outputs({})

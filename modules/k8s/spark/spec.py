@@ -8,19 +8,28 @@ thin `component` registers (and the tests check against the upstream chart and C
 What runs:
 
 - **The operator**: the upstream ``spark-operator`` chart (pinned below) in its own
-  ``restricted`` namespace on the system pool. It watches one namespace, ``spark-jobs``,
-  and runs ``spark-submit`` for each ``SparkApplication`` there. The chart creates no
-  ServiceAccount and no RBAC for the jobs: the platform creates one ServiceAccount per
-  team (``spark-<team>``), without an API token, because the job needs none (below).
+  ``restricted`` namespace on the system pool. It watches exactly the jobs' namespaces,
+  one per team with a job (``spark-<team>``, `jobs_namespace`), and runs
+  ``spark-submit`` for each ``SparkApplication`` there. A team's job, its driver and its
+  executors run only in that namespace, so no team's driver can see or touch another
+  team's pods, ConfigMaps or Secrets. Not the team's own ``team-<team>``: the team's
+  group edits everything there, and the job runs the platform's code with the rights
+  of the team's Spark role (it writes the record of what ran), which the team must not
+  rewrite or borrow; its quota and Kueue queue are sized for training, not Spark. The
+  chart creates no ServiceAccount and no RBAC for the jobs (its Role would give every
+  Spark pod update and patch on pods, Services and volume claims too): the platform
+  creates the team's ServiceAccount (``spark-<team>``), without an API token by default,
+  and the drivers' Role, in that namespace only.
 - **The data-preparation job** (`spark_application`): the data image
   (``workloads/data/Dockerfile``) running ``workloads/data/prepare.py`` with the same
   arguments as ``make data``, its SOURCE and OUT ``s3://`` locations. spark-submit
   starts the driver pod, which creates ``executors`` executor pods on the same CPU pool
-  (`driver_role`: the drivers' API rights in ``spark-jobs``). The job itself reaches the
-  store with boto3 (`workloads.data.object_store`; no Hadoop S3A in the image): the
-  driver lists the raw objects, the executors fetch them, the driver uploads the dataset
-  (manifest last, never over an existing object). The containers' command (`POD_SCRIPT`)
-  does what Spark's own image entrypoint does for a driver and an executor.
+  (`driver_role`: the drivers' API rights in their team's namespace). The job itself
+  reaches the store with boto3 (`workloads.data.object_store`; no Hadoop S3A in the
+  image): the driver lists the raw objects, the executors fetch them, the driver uploads
+  the dataset (manifest last, never over an existing object). The containers' command
+  (`POD_SCRIPT`) does what Spark's own image entrypoint does for a driver and an
+  executor.
 - **Where the data is**: on AWS the stack's data bucket in the region, reached through
   the VPC's S3 endpoint with the team's EKS Pod Identity role
   (`modules.aws.spark_access`); on premises the site's S3-compatible object store.
@@ -60,8 +69,8 @@ OPERATOR_VERSION = "2.5.2"
 OPERATOR_IMAGE = ("ghcr.io", "kubeflow/spark-operator/controller")
 OPERATOR_NAMESPACE = "spark-operator"
 OPERATOR_RELEASE = "spark-operator"
-#: The one namespace the operator watches: the platform's Spark jobs.
-JOBS_NAMESPACE = "spark-jobs"
+#: A team's Spark namespace is ``<JOBS_NAMESPACE_PREFIX><team>`` (`jobs_namespace`).
+JOBS_NAMESPACE_PREFIX = "spark-"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 #: PySpark in the data image (pyproject group ``data``: ``pyspark>=4.3,<4.4``). The job
 #: reaches the store with boto3 (`workloads.data.object_store`), not Hadoop's S3A.
@@ -211,10 +220,10 @@ class ObjectStoreSpec:
         region: the store's signing region (Ceph: its zonegroup).
         kms_key_id: the store's key for SSE-KMS (Ceph RGW: a key of its KMS backend).
         credentials_secret_prefix: each team's access key is in the Secret
-            ``<prefix>-<team>`` of ``spark-jobs`` (keys ``AWS_ACCESS_KEY_ID`` and
-            ``AWS_SECRET_ACCESS_KEY``), created by the site's administrators with the
-            store's own policy limited to that team's prefixes. Default
-            ``spark-object-store``.
+            ``<prefix>-<team>`` of the team's Spark namespace ``spark-<team>`` (keys
+            ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``), created by the site's
+            administrators with the store's own policy limited to that team's prefixes.
+            Default ``spark-object-store``.
     """
 
     endpoint: str
@@ -510,19 +519,30 @@ def pod_security() -> Manifest:
     return security.restricted_pod(RUN_AS)
 
 
+def jobs_namespace(team: str) -> str:
+    """The namespace of a team's Spark jobs (its SparkApplications, drivers and
+    executors, its ServiceAccount and the drivers' Role): that team's only."""
+    return f"{JOBS_NAMESPACE_PREFIX}{team}"
+
+
+def jobs_namespaces(spec: SparkSpec) -> tuple[str, ...]:
+    """The namespaces the operator watches: one per team with a job."""
+    return tuple(jobs_namespace(team) for team in spec.teams)
+
+
 def service_account_name(team: str) -> str:
     """The ServiceAccount of a team's Spark jobs (its Pod Identity role on AWS)."""
     return f"spark-{team}"
 
 
 def service_account(team: str) -> Manifest:
-    """A team's ServiceAccount in ``spark-jobs``, with no API token by default: only the
+    """A team's ServiceAccount in its namespace, with no API token by default: only the
     driver pod mounts one (it creates the executor pods, `driver_role`); Pod Identity
     brings its own token."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(service_account_name(team), JOBS_NAMESPACE),
+        "metadata": metadata(service_account_name(team), jobs_namespace(team)),
         "automountServiceAccountToken": False,
     }
 
@@ -539,28 +559,30 @@ DRIVER_RULES = (
 )
 
 
-def driver_role() -> Manifest:
-    """The drivers' Role in ``spark-jobs`` (`DRIVER_RULES`, nothing cluster-wide)."""
+def driver_role(team: str) -> Manifest:
+    """The drivers' Role in the team's namespace (`DRIVER_RULES`, nothing cluster-wide,
+    nothing in any other namespace)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": metadata(DRIVER_ROLE, JOBS_NAMESPACE),
+        "metadata": metadata(DRIVER_ROLE, jobs_namespace(team)),
         "rules": [dict(rule) for rule in DRIVER_RULES],
     }
 
 
 def driver_role_binding(team: str) -> Manifest:
-    """A team's ServiceAccount bound to `driver_role`."""
+    """The team's ServiceAccount bound to the team's `driver_role` (both in the team's
+    namespace; the binding names no other subject)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": metadata(f"{DRIVER_ROLE}-{team}", JOBS_NAMESPACE),
+        "metadata": metadata(DRIVER_ROLE, jobs_namespace(team)),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": DRIVER_ROLE},
         "subjects": [
             {
                 "kind": "ServiceAccount",
                 "name": service_account_name(team),
-                "namespace": JOBS_NAMESPACE,
+                "namespace": jobs_namespace(team),
             }
         ],
     }
@@ -664,7 +686,7 @@ def spark_application(
     return {
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
-        "metadata": metadata(job.name, JOBS_NAMESPACE, labels=_pod_labels(job)),
+        "metadata": metadata(job.name, jobs_namespace(job.team), labels=_pod_labels(job)),
         "spec": {
             "type": "Python",
             "pythonVersion": "3",
@@ -741,6 +763,9 @@ def config_problems(
                     "leave unset on AWS: the stack's data bucket and ECR repository are used",
                 )
             )
+    if not spec.jobs:
+        # The chart reads no job namespace as every namespace, with cluster-wide rights.
+        problems.append(Problem("spark.jobs", None, "at least one job (or leave spark disabled)"))
     roles = dict(pools)
     cpu_pools = [name for name, role in pools if role in CPU_ROLES]
     default = next((name for want in CPU_ROLES for name, role in pools if role == want), "")
@@ -751,6 +776,15 @@ def config_problems(
                     f"spark.jobs[{index}].team",
                     job.team,
                     f"must be one of the teams: {', '.join(teams) or '(none declared)'}",
+                )
+            )
+        if jobs_namespace(job.team) == OPERATOR_NAMESPACE:
+            problems.append(
+                Problem(
+                    f"spark.jobs[{index}].team",
+                    job.team,
+                    f"its Spark namespace would be the operator's ({OPERATOR_NAMESPACE}); "
+                    "give the job another team",
                 )
             )
         # A stack always declares pools: none means that section did not parse, and
@@ -838,10 +872,20 @@ def operator_values(spec: SparkSpec, node_selector: dict[str, str]) -> Manifest:
     """Values of the ``spark-operator`` chart (every key exists in its values.yaml).
 
     The controller and webhook run on the system pool with bounded resources; the
-    operator watches ``spark-jobs`` only; the chart creates no ServiceAccount or RBAC
-    for the jobs (the platform's ServiceAccounts need none); no Spark UI Service; the
-    controller's metrics stay on (no PodMonitor: Prometheus is not told to scrape it).
+    operator watches exactly the teams' Spark namespaces (`jobs_namespaces`; the chart
+    gives the controller and the webhook a Role in each, and no ClusterRole over pods);
+    the chart creates no ServiceAccount or RBAC for the jobs (the platform's own, per
+    team: `service_account`, `driver_role`); no Spark UI Service; the controller's
+    metrics stay on (no PodMonitor: Prometheus is not told to scrape it).
+
+    Raises:
+        ValueError: no job, hence no namespace: the chart reads an empty
+            ``spark.jobNamespaces`` as every namespace of the cluster, with
+            cluster-wide rights (`config_problems` refuses such a section first).
     """
+    namespaces = list(jobs_namespaces(spec))
+    if not namespaces:
+        raise ValueError("the Spark Operator needs at least one job namespace (spark.jobs)")
     # The image written out whole, so the plan (and the pack's image rule) shows it.
     registry, repository = OPERATOR_IMAGE
     image: Manifest = {
@@ -872,7 +916,7 @@ def operator_values(spec: SparkSpec, node_selector: dict[str, str]) -> Manifest:
             "resources": small,
         },
         "spark": {
-            "jobNamespaces": [JOBS_NAMESPACE],
+            "jobNamespaces": namespaces,
             "serviceAccount": {"create": False},
             "rbac": {"create": False},
         },
@@ -916,23 +960,27 @@ def operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
 
 
 def network_policies(
+    team: str,
     store: Store,
+    *,
     network: netpol.ClusterNetwork,
     jobs: Sequence[SparkJobSpec] = (),
     vpc_cidr: Any = None,
     egress_cidrs: tuple[str, ...] = (),
 ) -> list[Manifest]:
-    """``spark-jobs``: default deny, DNS, and
+    """A team's Spark namespace (`jobs_namespace`): default deny, DNS, and
 
     - the object store, from every pod of a job: on AWS the Pod Identity agent and
       HTTPS to the VPC (its S3 interface endpoint answers for
       ``s3.<region>.amazonaws.com``); on premises HTTPS to the site's egress CIDRs (its
       store) or the store's Service in the cluster;
     - the API server, from the drivers only (they create their executor pods);
-    - per job, its own pods to each other on the driver and block manager ports (the
-      executors register with the driver and fetch each other's shuffle blocks); no
-      other pod may connect to a job.
+    - per job of the team (``jobs`` of other teams are left out), its own pods to each
+      other on the driver and block manager ports (the executors register with the
+      driver and fetch each other's shuffle blocks); no other pod may connect to a job,
+      not even another job of the same team.
     """
+    ns = jobs_namespace(team)
     egress: list[Manifest] = []
     if store.on_aws:
         egress.append(
@@ -952,10 +1000,10 @@ def network_policies(
         if egress_cidrs:
             egress.append({"to": netpol.cidr_peers(egress_cidrs), "ports": netpol.tcp(port)})
     policies = [
-        netpol.default_deny(JOBS_NAMESPACE),
-        netpol.allow_dns(JOBS_NAMESPACE),
+        netpol.default_deny(ns),
+        netpol.allow_dns(ns),
         netpol.policy(
-            JOBS_NAMESPACE,
+            ns,
             "allow-object-store",
             {
                 "podSelector": {"matchExpressions": [{"key": APP_LABEL, "operator": "Exists"}]},
@@ -964,13 +1012,13 @@ def network_policies(
             },
         ),
         netpol.allow_api_server(
-            JOBS_NAMESPACE, network, {SPARK_ROLE_LABEL: "driver"}, name="allow-drivers-api-server"
+            ns, network, {SPARK_ROLE_LABEL: "driver"}, name="allow-drivers-api-server"
         ),
     ]
-    for job in jobs:
+    for job in (job for job in jobs if job.team == team):
         policies.append(
             netpol.allow_within(
-                JOBS_NAMESPACE,
+                ns,
                 netpol.tcp(DRIVER_PORT, BLOCK_MANAGER_PORT),
                 {APP_LABEL: job.name},
                 name=f"allow-within-{job.name}",
