@@ -9,7 +9,15 @@ reports every problem of every section together.
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+#: An OCI image tag (the distribution spec's grammar).
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+#: ``host[:port][/path]`` of a registry: lowercase, no scheme, no trailing slash.
+_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,32 @@ class Checker:
         """Record a problem unless ``ok``."""
         if not ok:
             self.problems.append(Problem(field, value, expected))
+
+    def fixed_image_tag(self, field: str, value: str) -> None:
+        """An image tag that names one build: valid, and not ``latest``."""
+        self.require(
+            bool(_IMAGE_TAG.match(value)) and value != "latest",
+            field,
+            value,
+            "a fixed image tag such as 0.1.0 (not latest)",
+        )
+
+    def registry(self, field: str, value: str | None) -> None:
+        """A registry to pull from (None: the component's default)."""
+        self.require(
+            value is None or bool(_REGISTRY.match(value)),
+            field,
+            value,
+            "host[:port][/path] of a registry, lowercase, no scheme and no trailing slash",
+        )
+
+    def cidrs(self, field: str, values: Sequence[str], example: str = "10.0.0.10/32") -> None:
+        """Every entry a CIDR with no host bits set."""
+        for index, cidr in enumerate(values):
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                self.require(False, f"{field}[{index}]", cidr, f"a CIDR like {example}")
 
     def done(self) -> None:
         if self.problems:

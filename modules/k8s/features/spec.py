@@ -99,7 +99,6 @@ ENV_REDIS_HOST = "FEAST_REDIS_HOST"
 ENV_REDIS_PASSWORD = "FEAST_REDIS_PASSWORD"
 
 _CRON = re.compile(r"^(\S+\s+){4}\S+$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -145,7 +144,7 @@ class FeaturesSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(bool(_TAG.match(self.image_tag)), "image_tag", self.image_tag, "an image tag")
+        check.fixed_image_tag("image_tag", self.image_tag)
         check.require(
             bool(_CRON.match(self.materialize_schedule)),
             "materialize_schedule",

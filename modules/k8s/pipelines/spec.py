@@ -26,7 +26,6 @@ Kubeflow Pipelines (KFP) 2.17.0 runs in single-user mode in the namespace ``kube
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,8 +122,6 @@ OBJECT_STORE_SECRET_KEY = "pipelinesObjectStoreSecretKey"
 
 #: KFP's cron format has six fields, seconds first (robfig/cron with seconds).
 _KFP_CRON = re.compile(r"^(\S+\s+){5}\S+$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _PARAMETER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -160,11 +157,7 @@ class ObjectStoreSpec:
         )
         check.require(bool(_BUCKET.match(self.bucket)), "bucket", self.bucket, "a bucket name")
         check.require(bool(self.cidrs), "cidrs", list(self.cidrs), "the store's CIDRs (1 or more)")
-        for i, cidr in enumerate(self.cidrs):
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                check.require(False, f"cidrs[{i}]", cidr, "a CIDR like 10.20.30.0/24")
+        check.cidrs("cidrs", self.cidrs, example="10.20.30.0/24")
         check.done()
 
 
@@ -218,23 +211,9 @@ class PipelinesSpec:
             self.schedule,
             "KFP's six-field cron, seconds first, such as '0 0 2 * * 0' (or empty for none)",
         )
-        check.require(
-            bool(_TAG.match(self.image_tag)) and self.image_tag != "latest",
-            "image_tag",
-            self.image_tag,
-            "a fixed image tag such as 0.1.0 (not latest)",
-        )
-        check.require(
-            self.registry is None or bool(_REGISTRY.match(self.registry)),
-            "registry",
-            self.registry,
-            "host[:port][/path] of a registry, lowercase, no scheme and no trailing slash",
-        )
-        for i, cidr in enumerate(self.api_server_cidrs):
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                check.require(False, f"api_server_cidrs[{i}]", cidr, "a CIDR like 10.0.0.10/32")
+        check.fixed_image_tag("image_tag", self.image_tag)
+        check.registry("registry", self.registry)
+        check.cidrs("api_server_cidrs", self.api_server_cidrs)
         for name in sorted(self.parameters):
             check.require(
                 bool(_PARAMETER.match(name)),

@@ -11,8 +11,6 @@ issue the webhooks' and endpoints' certificates, are the platform's PKI
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 
 from modules.k8s.names import CLUSTER_CA_ISSUER
@@ -50,9 +48,6 @@ SERVING_CA_ISSUER = CLUSTER_CA_ISSUER
 #: ServiceAccount of inference pods in each team namespace; on EKS the AWS side binds
 #: ``<team namespace>/inference`` to a read-only role on the model artifacts.
 INFERENCE_SERVICE_ACCOUNT = "inference"
-
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 
 
 @dataclass(frozen=True)
@@ -101,24 +96,9 @@ class ServingSpec:
     def __post_init__(self) -> None:
         check = Checker()
         for name in ("predictor_image_tag", "triton_image_tag"):
-            value = getattr(self, name)
-            check.require(
-                bool(_TAG.match(value)) and value != "latest",
-                name,
-                value,
-                "a fixed image tag such as 0.1.0 (not latest)",
-            )
-        check.require(
-            self.registry is None or bool(_REGISTRY.match(self.registry)),
-            "registry",
-            self.registry,
-            "host[:port][/path] of a registry, lowercase, no scheme and no trailing slash",
-        )
-        for i, cidr in enumerate(self.api_server_cidrs):
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                check.require(False, f"api_server_cidrs[{i}]", cidr, "a CIDR like 10.0.0.10/32")
+            check.fixed_image_tag(name, getattr(self, name))
+        check.registry("registry", self.registry)
+        check.cidrs("api_server_cidrs", self.api_server_cidrs)
         check.require(
             0 < self.drift_token_js_threshold <= 1,
             "drift_token_js_threshold",

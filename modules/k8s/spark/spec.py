@@ -103,8 +103,6 @@ POD_IDENTITY_AGENT_CIDR = "169.254.170.23/32"
 POD_IDENTITY_AGENT_PORT = 80
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 # A key prefix below the team's raw/ or a dataset name: path segments of safe characters.
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}$")
@@ -284,20 +282,9 @@ class SparkSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_TAG.match(self.image_tag)) and self.image_tag != "latest",
-            "image_tag",
-            self.image_tag,
-            "pin an immutable tag such as 0.1.0, not latest",
-        )
+        check.fixed_image_tag("image_tag", self.image_tag)
         for name in ("registry", "operator_registry"):
-            value = getattr(self, name)
-            check.require(
-                value is None or bool(_REGISTRY.match(value)),
-                name,
-                value,
-                "host[:port][/path] of a registry, lowercase, no scheme and no trailing slash",
-            )
+            check.registry(name, getattr(self, name))
         names = [job.name for job in self.jobs]
         for index, job in enumerate(self.jobs):
             check.require(

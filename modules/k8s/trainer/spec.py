@@ -61,7 +61,6 @@ JOBSET_IMAGE = ("registry.k8s.io", "jobset/jobset")
 Framework = Literal["torch", "deepspeed", "mpi"]
 FRAMEWORKS: tuple[Framework, ...] = ("torch", "deepspeed", "mpi")
 
-_REGISTRY = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
 # repository[:tag][@digest] with a tag or digest (the same rule as the training image).
 _IMAGE = re.compile(
     r"^[a-z0-9.-]+(?::[0-9]+)?(?:/[a-z0-9._/-]+)?"
@@ -93,12 +92,7 @@ class TrainerSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            self.registry is None or bool(_REGISTRY.match(self.registry)),
-            "registry",
-            self.registry,
-            "host[:port][/path] of a registry, lowercase, no scheme and no trailing slash",
-        )
+        check.registry("registry", self.registry)
         unknown = [f for f in self.frameworks if f not in FRAMEWORKS]
         check.require(not unknown, "frameworks", unknown, f"any of {', '.join(FRAMEWORKS)}")
         check.require(
