@@ -363,14 +363,37 @@ def build_aws_foundation(
 
     tracking_store, database = None, None
     team_passwords: dict[str, pulumi.Output[str]] = {}
-    if config.tracking.enabled and tracking_admin_password is not None and config.teams:
-        team_passwords = _tracking_users(
-            config, name, keys.arn("secrets"), tracking_admin_password, provider
-        )
     service_passwords: dict[str, pulumi.Output[str]] = {}
     if config.tracking.enabled and tracking_admin_password is not None:
-        service_passwords = _tracking_service_users(
-            config, name, keys.arn("secrets"), tracking_admin_password, provider
+        # Each team's and each platform service's MLflow credentials in Secrets
+        # Manager (the stack's secrets key); two components, so that a service user's
+        # resource names cannot meet a team's.
+        admin = pulumi.Output.from_input(tracking_admin_password)
+        team_passwords = _tracking_user_secrets(
+            "tracking-users",
+            name,
+            keys.arn("secrets"),
+            [
+                (
+                    t.name,
+                    team_username(t.name),
+                    admin.apply(functools.partial(team_password, team=t.name)),
+                )
+                for t in config.teams
+            ],
+            holder="team",
+            provider=provider,
+        )
+        service_passwords = _tracking_user_secrets(
+            "tracking-service-users",
+            name,
+            keys.arn("secrets"),
+            [
+                (u, u, admin.apply(functools.partial(service_password, username=u)))
+                for u in tracking_service_users(config)
+            ],
+            holder="service",
+            provider=provider,
         )
     if config.tracking.enabled:
         tracking_store, database = _tracking_store(
@@ -510,66 +533,27 @@ def build_aws_foundation(
     )
 
 
-def _tracking_users(
-    config: StackConfig,
+def _tracking_user_secrets(
+    resource_name: str,
     name: str,
     secrets_key_arn: pulumi.Input[str],
-    admin_password: pulumi.Input[str],
+    users: list[tuple[str, str, pulumi.Output[str]]],
+    *,
+    holder: str,
     provider: aws.Provider,
 ) -> dict[str, pulumi.Output[str]]:
-    """Each team's MLflow credentials in Secrets Manager (the stack's secrets key)."""
-    admin = pulumi.Output.from_input(admin_password)
-    users = TrackingUserSecrets(
-        "tracking-users",
-        TrackingUserSecretsArgs(
-            name_prefix=name,
-            secrets_key_arn=secrets_key_arn,
-            teams=[
-                (
-                    team.name,
-                    team_username(team.name),
-                    admin.apply(functools.partial(_team_password, team.name)),
-                )
-                for team in config.teams
-            ],
-        ),
-        pulumi.ResourceOptions(provider=provider),
-    )
-    return users.passwords
-
-
-def _tracking_service_users(
-    config: StackConfig,
-    name: str,
-    secrets_key_arn: pulumi.Input[str],
-    admin_password: pulumi.Input[str],
-    provider: aws.Provider,
-) -> dict[str, pulumi.Output[str]]:
-    """Each platform service user's MLflow credentials in Secrets Manager, as the teams'
-    (`_tracking_users`): ``<prefix>/mlflow/<user>``. A component of its own, so that its
-    resource names cannot meet a team's."""
-    users = tracking_service_users(config)
+    """MLflow credentials in Secrets Manager, ``<prefix>/mlflow/<user>``, one secret per
+    (holder's name, MLflow user, password); nothing when there are none."""
     if not users:
         return {}
-    admin = pulumi.Output.from_input(admin_password)
     secrets = TrackingUserSecrets(
-        "tracking-service-users",
+        resource_name,
         TrackingUserSecretsArgs(
-            name_prefix=name,
-            secrets_key_arn=secrets_key_arn,
-            teams=[
-                (user, user, admin.apply(functools.partial(_service_password, user)))
-                for user in users
-            ],
-            holder="service",
+            name_prefix=name, secrets_key_arn=secrets_key_arn, teams=users, holder=holder
         ),
         pulumi.ResourceOptions(provider=provider),
     )
     return secrets.passwords
-
-
-def _service_password(username: str, admin_password: str) -> str:
-    return service_password(admin_password, username)
 
 
 def _network(
@@ -684,7 +668,3 @@ def _tracking_store(
         storage_key_arn=keys.arn("storage"),
     )
     return inputs, database
-
-
-def _team_password(team: str, admin_password: str) -> str:
-    return team_password(admin_password, team)

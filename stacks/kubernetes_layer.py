@@ -63,7 +63,7 @@ def _tracking_inputs(
     else:
         admin = pulumi.Output.secret(admin_password)
         for user in tracking_service_users(config):
-            services[user] = admin.apply(functools.partial(_service_password, user))
+            services[user] = admin.apply(functools.partial(service_password, username=user))
     return TrackingInputs(
         admin_password=admin_password,
         store=store,
@@ -71,10 +71,6 @@ def _tracking_inputs(
         backup_credentials=_backup_credentials(config),
         service_passwords=services,
     )
-
-
-def _service_password(username: str, admin_password: str) -> str:
-    return service_password(admin_password, username)
 
 
 #: The secret config pair of the site object store's access key (database backups).

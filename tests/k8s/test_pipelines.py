@@ -499,11 +499,8 @@ def test_tracked_steps_may_reach_the_tracking_servers_tls_port_and_nothing_else(
     assert allowance["spec"]["podSelector"] == {"matchLabels": SERVER_POD_LABELS}
     (rule,) = allowance["spec"]["ingress"]
     # The TLS proxy's port, as for the teams; MLflow's plain port stays the kubelet's.
-    assert (
-        rule["ports"]
-        == [{"protocol": "TCP", "port": TLS_PORT}]
-        != [{"protocol": "TCP", "port": SERVER_PORT}]
-    )
+    assert rule["ports"] == [{"protocol": "TCP", "port": TLS_PORT}]
+    assert TLS_PORT != SERVER_PORT
     (peer,) = rule["from"]
     assert peer == {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ps.NAMESPACE}},
@@ -514,6 +511,16 @@ def test_tracked_steps_may_reach_the_tracking_servers_tls_port_and_nothing_else(
     assert egress["spec"]["podSelector"] == {"matchLabels": {kfp.TRACKING_CLIENT_LABEL: "true"}}
     (out,) = egress["spec"]["egress"]
     assert out["ports"] == [{"protocol": "TCP", "port": TLS_PORT}]
+    # No kubeflow policy, of either side, opens MLflow's plain port.
+    kubeflow_policies = [*kfp.network_policies(SPEC, AWS), allowance, egress]
+    opened = {
+        port.get("port")
+        for p in kubeflow_policies
+        for direction in ("ingress", "egress")
+        for rule_ in p["spec"].get(direction, [])
+        for port in rule_.get("ports", [])
+    }
+    assert SERVER_PORT not in opened
     (to,) = out["to"]
     assert to == {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mlflow"}},

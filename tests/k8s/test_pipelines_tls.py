@@ -380,9 +380,16 @@ def test_the_trigger_serves_its_certificate_read_only_and_is_probed_over_https()
     assert mount["readOnly"] is True and "subPath" not in mount
     assert spec["securityContext"]["fsGroup"] == trigger["securityContext"]["runAsGroup"]
     assert trigger["ports"] == [{"name": "https", "containerPort": loop.TRIGGER_PORT}]
-    for probe in ("readinessProbe", "livenessProbe"):
-        get = trigger[probe]["httpGet"]
-        assert (get["scheme"], get["port"], get["path"]) == ("HTTPS", "https", "/healthz")
+    get = trigger["readinessProbe"]["httpGet"]
+    assert (get["scheme"], get["port"], get["path"]) == ("HTTPS", "https", "/healthz")
+    # The trigger answers one connection at a time and may wait on KFP: readiness has
+    # more than the kubelet's 1 s default, and liveness only needs the socket to accept.
+    assert trigger["readinessProbe"]["timeoutSeconds"] >= 5
+    assert trigger["livenessProbe"] == {
+        "tcpSocket": {"port": "https"},
+        "periodSeconds": 20,
+        "failureThreshold": 3,
+    }
     ir, _ = ir_and_values()
     service = find(loop.trigger_objects(SPEC, AWS, ir), "Service", loop.TRIGGER)
     assert service["spec"]["ports"] == [

@@ -184,25 +184,13 @@ def _job_environment(server: dict[str, Any], team: str, password: str) -> dict[s
 
 def _log_run(env: dict[str, str], experiment: str) -> str:
     """Log a run with MLflow's client in a fresh process, configured only by ``env``."""
-    code = (
-        "import mlflow\n"
+    return _as(
+        env,
         f"mlflow.set_experiment({experiment!r})\n"
         "with mlflow.start_run() as run:\n"
         "    mlflow.log_metric('loss', 1.5)\n"
-        "print(run.info.run_id)\n"
+        "print(run.info.run_id)\n",
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**clean, **env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise PermissionError(result.stderr[-1500:])
-    return result.stdout.strip().splitlines()[-1]
 
 
 def _user(server: dict[str, Any], username: str) -> dict[str, Any]:

@@ -372,10 +372,18 @@ def trigger_objects(
         "--cooldown-hours",
         str(spec.retrain_cooldown_hours),
     ]
-    # The kubelet does not verify the certificate; the handshake must succeed (TLS 1.3).
-    probe = {
+    # The trigger serves one connection at a time, and one notification may wait on
+    # KFP's API for a while: an HTTP liveness probe would then time out and the kubelet
+    # would restart the trigger in the middle of starting a run. Liveness is therefore a
+    # TCP connect (the kernel's backlog accepts while the process is busy; a dead
+    # process refuses). Readiness asks /healthz over TLS (the kubelet does not verify the
+    # certificate; the TLS 1.3 handshake must succeed), with room for a slow answer: a
+    # busy trigger leaves the Service's endpoints for a while and Alertmanager retries.
+    liveness = {"tcpSocket": {"port": "https"}, "periodSeconds": 20, "failureThreshold": 3}
+    readiness = {
         "httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
         "periodSeconds": 10,
+        "timeoutSeconds": 5,
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -401,8 +409,8 @@ def trigger_objects(
                             "args": args,
                             "env": [{"name": "HOME", "value": "/tmp"}],
                             "ports": [{"name": "https", "containerPort": TRIGGER_PORT}],
-                            "readinessProbe": probe,
-                            "livenessProbe": probe,
+                            "readinessProbe": readiness,
+                            "livenessProbe": liveness,
                             "volumeMounts": [
                                 *_mounts(),
                                 {"name": "tls", "mountPath": TRIGGER_TLS_MOUNT, "readOnly": True},
