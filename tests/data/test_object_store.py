@@ -329,3 +329,51 @@ def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
     assert any("/events_" in name for name in uploaded)
     for head in uploaded.values():
         assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
+
+
+def put_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str | None
+) -> dict[str, str]:
+    """The headers of the job's PUT (`object_store.put_file`) as botocore would send
+    them over HTTPS, recorded by a ``before-send`` hook that answers in S3's place (no
+    request leaves the process)."""
+    from botocore.awsrequest import AWSResponse  # noqa: PLC0415
+
+    for name, value in {**ISOLATED, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in object_store.ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    sent: list[Any] = []
+
+    class Empty:
+        def stream(self) -> Iterator[bytes]:
+            yield b""
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        sent.append(request.headers)
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, Empty())
+
+    client = object_store.client()
+    client.meta.events.register("before-send.s3.PutObject", answer)
+    (tmp_path / "shard.bin").write_bytes(b"x" * 1000)
+    object_store.put_file(client, tmp_path / "shard.bin", object_store.parse(RAW), "shard.bin",
+                          KEY)  # fmt: skip
+    (headers,) = sent
+    return {k.lower(): v.decode() if isinstance(v, bytes) else str(v) for k, v in headers.items()}
+
+
+def test_a_site_store_gets_a_plain_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older Ceph RGW and MinIO refuse aws-chunked uploads with a checksum trailer, the
+    default of botocore 1.36 and later over HTTPS: the job's PUT to a site's store is a
+    plain one with its length. On AWS the CRC32 trailer stays (S3 checks it)."""
+    sent = put_headers(tmp_path, monkeypatch, "https://s3.site.example")
+    assert sent["content-length"] == "1000"
+    assert "transfer-encoding" not in sent
+    assert "aws-chunked" not in sent.get("content-encoding", "")
+    assert "STREAMING" not in sent.get("x-amz-content-sha256", "")
+    assert not [k for k in sent if k.startswith(("x-amz-checksum-", "x-amz-trailer"))]
+    on_aws = put_headers(tmp_path, monkeypatch, None)
+    assert on_aws.get("x-amz-trailer") == "x-amz-checksum-crc32"

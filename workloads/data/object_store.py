@@ -7,7 +7,9 @@ so the data image needs no ``hadoop-aws`` and no AWS SDK for Java:
 - **where**: the region from ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``), never a
   default: without one the job stops (boto3 would fall back to the global endpoint in
   us-east-1). An S3-compatible store's address comes from ``AWS_ENDPOINT_URL_S3`` or
-  ``AWS_ENDPOINT_URL`` (boto3 reads both);
+  ``AWS_ENDPOINT_URL`` (boto3 reads both); against such a store checksums are sent
+  only where required (`client`: no ``aws-chunked`` PUTs, which older Ceph RGW and
+  MinIO refuse);
 - **who**: boto3's default credential chain (on EKS the Pod Identity agent, through
   ``AWS_CONTAINER_CREDENTIALS_FULL_URI``; on premises ``AWS_ACCESS_KEY_ID`` and
   ``AWS_SECRET_ACCESS_KEY`` from the team's Secret);
@@ -104,12 +106,40 @@ def region() -> str:
     )
 
 
+#: boto3's variables naming an S3-compatible store (a site's) instead of AWS's S3.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def site_endpoint() -> str | None:
+    """The S3-compatible store's address when one is set (on premises), else None."""
+    for name in ENDPOINT_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
 def client() -> Any:
-    """An S3 client in `region`, with the default credential chain and retries."""
+    """An S3 client in `region`, with the default credential chain and retries.
+
+    Against a site's S3-compatible store (`site_endpoint`) checksums are sent and
+    checked only where the operation requires them: botocore 1.36 and later otherwise
+    send every PUT over HTTPS as ``aws-chunked`` with a CRC32 trailer
+    (``STREAMING-UNSIGNED-PAYLOAD-TRAILER``), which older Ceph RGW and MinIO refuse; a
+    plain PUT with its Content-Length is what they take, and TLS guards the bytes. On
+    AWS the default stays: S3 checks the CRC32 end to end."""
     import boto3  # noqa: PLC0415
     from botocore.config import Config  # noqa: PLC0415
 
-    config = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10)
+    checksums: dict[str, Any] = (
+        {"request_checksum_calculation": "when_required",
+         "response_checksum_validation": "when_required"}
+        if site_endpoint()
+        else {}
+    )  # fmt: skip
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10, **checksums
+    )
     return boto3.session.Session().client("s3", region_name=region(), config=config)
 
 
