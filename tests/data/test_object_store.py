@@ -377,3 +377,39 @@ def test_a_site_store_gets_a_plain_put(tmp_path: Path, monkeypatch: pytest.Monke
     assert not [k for k in sent if k.startswith(("x-amz-checksum-", "x-amz-trailer"))]
     on_aws = put_headers(tmp_path, monkeypatch, None)
     assert on_aws.get("x-amz-trailer") == "x-amz-checksum-crc32"
+
+
+def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
+    spark: Any,
+    raw: dict[str, Any],
+    store: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The executors fetch each object at the ETag the driver listed (If-Match): one
+    that changed in between (or before a fetch Spark repeats for a lost executor) stops
+    the job with one line, and no dataset is written from a mix of versions."""
+    prefix = "teams/a/raw/changing/"
+    for path in sorted(p for p in raw["root"].rglob("*") if p.is_file()):
+        s3().upload_file(str(path), BUCKET, f"{prefix}{path.relative_to(raw['root'])}")
+    real = job.list_remote_sources
+
+    def list_then_change(client: Any, root: Any) -> Any:
+        listed = real(client, root)
+        s3().put_object(Bucket=BUCKET, Key=f"{prefix}notes.txt", Body=b"another version\n")
+        return listed
+
+    monkeypatch.setattr(job, "list_remote_sources", list_then_change)
+    monkeypatch.setattr(job, "executors_share_disk", lambda _spark: False)
+    spark.sparkContext.environment.update(store)
+    try:
+        with pytest.raises(object_store.StoreError) as refused:
+            job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
+    finally:
+        for name in store:
+            spark.sparkContext.environment.pop(name, None)
+    message = str(refused.value)
+    assert message.startswith(f"s3://{BUCKET}/{prefix}notes.txt is no longer the object listed")
+    assert object_store.SOURCE_CHANGED in message and "\n" not in message
+    assert "Traceback" not in message
+    assert not (tmp_path / "out").exists()

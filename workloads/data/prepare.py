@@ -242,12 +242,14 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
 @dataclass(frozen=True)
 class RemoteSource:
     """One raw object under an ``s3://`` SOURCE: its key, its path relative to SOURCE,
-    kind and size (its SHA-256 comes from the executor that reads it)."""
+    kind, size and ETag (the version the executors must read; its SHA-256 comes from the
+    executor that reads it)."""
 
     key: str
     relative: str
     kind: str
     bytes: int
+    etag: str
 
 
 def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
@@ -258,7 +260,9 @@ def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
         relative = stored.key.removeprefix(root.prefix)
         suffix = os.path.splitext(relative)[1]
         if suffix in SOURCE_KINDS and not any(p.startswith(".") for p in relative.split("/")):
-            found.append(RemoteSource(stored.key, relative, SOURCE_KINDS[suffix], stored.size))
+            found.append(
+                RemoteSource(stored.key, relative, SOURCE_KINDS[suffix], stored.size, stored.etag)
+            )
     if not found:
         raise UserError(
             f"SOURCE {root} holds no .txt or .jsonl object; the job reads .txt files (one "
@@ -267,15 +271,17 @@ def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
     return found
 
 
-def _fetch_objects(keys: Iterable[tuple[str, str, str]], bucket: str) -> Iterator[Any]:
+def _fetch_objects(keys: Iterable[tuple[str, str, str, str]], bucket: str) -> Iterator[Any]:
     """Stage 1 for an ``s3://`` SOURCE, on an executor: each object of the partition
-    fetched once (boto3, in this Python worker), one row per line as Spark's text source
-    gives them (file URI, split start 0, line index, kind, raw bytes), then one row with
-    its SHA-256 (line index -1, kind ``sha256``, the hex digest as the bytes)."""
+    fetched once (boto3, in this Python worker) at the ETag the driver listed, one row
+    per line as Spark's text source gives them (file URI, split start 0, line index,
+    kind, raw bytes), then one row with its SHA-256 (line index -1, kind ``sha256``, the
+    hex digest as the bytes)."""
     s3 = object_store.client()
-    for key, kind, uri in keys:
+    for key, etag, kind, uri in keys:
         digest = object_store.sha256()
-        for index, line in enumerate(object_store.read_object(s3, bucket, key, digest)):
+        lines = object_store.read_object(s3, bucket, key, etag, digest)
+        for index, line in enumerate(lines):
             yield uri, 0, index, kind, line
         yield uri, 0, -1, "sha256", digest.hexdigest().encode("ascii")
 
@@ -290,7 +296,7 @@ def read_remote(
     from pyspark import StorageLevel  # noqa: PLC0415
     from pyspark.sql import functions as sf  # noqa: PLC0415
 
-    keys = [(s.key, s.kind, root.uri(quote(s.key))) for s in sources]
+    keys = [(s.key, s.etag, s.kind, root.uri(quote(s.key))) for s in sources]
     slices = max(1, min(len(keys), 4 * spark.sparkContext.defaultParallelism))
     fetched = spark.sparkContext.parallelize(keys, slices).mapPartitions(
         functools.partial(_fetch_objects, bucket=root.bucket)
@@ -1140,12 +1146,20 @@ def _run_on(
     figures and, for an ``s3://`` SOURCE, each object's SHA-256 by its URI."""
     sources, remote = listed
     if isinstance(places.source, S3Location):
-        fetched, records, digests = read_remote(spark, places.source, remote)
         try:
-            prefix = "/" + places.source.prefix.rstrip("/")
-            return run_spark_job(spark, records, (prefix, False), settings, staging), digests
-        finally:
-            fetched.unpersist()
+            fetched, records, digests = read_remote(spark, places.source, remote)
+            try:
+                prefix = "/" + places.source.prefix.rstrip("/")
+                return run_spark_job(spark, records, (prefix, False), settings, staging), digests
+            finally:
+                fetched.unpersist()
+        except Exception as err:
+            # An executor found an object changed (its first fetch, or one Spark repeated
+            # for a lost executor): one line for the user, not Spark's failure.
+            changed = object_store.source_changed(err)
+            if changed is None:
+                raise
+            raise StoreError(changed) from err
     root = places.source
     positions = (str(root.resolve() if root.is_dir() else root.resolve().parent), root.is_file())
     figures = run_spark_job(spark, read_records(spark, sources), positions, settings, staging)
