@@ -413,3 +413,16 @@ def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
     assert object_store.SOURCE_CHANGED in message and "\n" not in message
     assert "Traceback" not in message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_scratch_directory_is_one_line(
+    raw: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--scratch names an existing directory (its help says so); a missing one stops
+    the job before it reads anything, in one line."""
+    out = f"s3://{BUCKET}/teams/a/datasets/no-scratch/"
+    status = job.main([RAW, "--out", out, "--kms-key", KEY, "--scratch", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert status == job.EXIT_USER_ERROR, err
+    assert err == f"prepare: --scratch {tmp_path / 'nope'} is not an existing directory\n"
+    assert not objects("teams/a/datasets/no-scratch/")

@@ -993,13 +993,17 @@ def prepare(
         kms_key: the KMS key of every object written to the store (SSE-KMS).
         event_log_uri: ``s3://`` location the session's event log is uploaded to when
             the session ends (whatever the outcome).
-        scratch: the local directory of the staging area for an ``s3://`` OUT (default
-            the system's temporary directory).
+        scratch: the existing local directory of the staging area for an ``s3://`` OUT
+            (default the system's temporary directory); a missing one is a `UserError`.
     """
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))
     places = Places.of(source, out, kms_key, event_log_uri)
+    if scratch is not None and not Path(scratch).is_dir():
+        # Checked before anything runs; the job does not create it (a mistyped path
+        # would otherwise stage a whole dataset somewhere unintended).
+        raise UserError(f"--scratch {scratch} is not an existing directory")
     s3 = object_store.client() if places.remote else None
     remote: list[RemoteSource] = []
     sources: list[Source] = []
@@ -1021,7 +1025,11 @@ def prepare(
         staging = places.out.with_name(f".{places.out.name}.tmp-{secrets.token_hex(4)}")
         staging.mkdir()
     else:
-        staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
+        except OSError as err:
+            where = scratch or tempfile.gettempdir()
+            raise UserError(f"cannot create the staging area in {where}: {err.strerror}") from err
     started = time.perf_counter()
     try:
         own = spark is None
@@ -1251,8 +1259,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scratch",
         type=Path,
         default=None,
-        help="local directory for the staging area of an s3:// OUT (default: the system's "
-        "temporary directory)",
+        help="existing local directory for the staging area of an s3:// OUT (default: the "
+        "system's temporary directory)",
     )
     parser.add_argument(
         "--refusal-report",
