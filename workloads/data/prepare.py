@@ -10,7 +10,9 @@ the dataset is uploaded with SSE-KMS under ``--kms-key``, manifest last, never o
 existing object. Run by ``spark-submit`` (the Spark Operator's driver pod), the job uses
 the session spark-submit configured (its master, executors and event logs) instead of
 starting a local one; ``--event-log-uri`` then uploads Spark's event log from the local
-``spark.eventLog.dir`` to the store when the session ends, whatever the outcome.
+``spark.eventLog.dir`` to the store when the session ends, from a ``finally`` (an
+error or a refused dataset included; a driver killed outright - OOM kill, eviction,
+SIGKILL, a lost node - uploads nothing, and its local log goes with it).
 
 Stages (each a Spark stage; Python code runs in Spark's Python workers):
 
@@ -992,7 +994,7 @@ def prepare(
             stopped at the end.
         kms_key: the KMS key of every object written to the store (SSE-KMS).
         event_log_uri: ``s3://`` location the session's event log is uploaded to when
-            the session ends (whatever the outcome).
+            the session ends, from a ``finally`` (not when the process is killed).
         scratch: the existing local directory of the staging area for an ``s3://`` OUT
             (default the system's temporary directory); a missing one is a `UserError`.
     """
