@@ -426,3 +426,32 @@ def test_a_missing_scratch_directory_is_one_line(
     assert status == job.EXIT_USER_ERROR, err
     assert err == f"prepare: --scratch {tmp_path / 'nope'} is not an existing directory\n"
     assert not objects("teams/a/datasets/no-scratch/")
+
+
+def test_tokens_through_the_driver_are_the_tokens_written_in_place(tmp_path: Path) -> None:
+    """`_token_batches` (executors on other machines, chunked rows through the driver)
+    and `_write_batches` (executors on the driver's disk) give the same bytes and the
+    same figures for the same partition, whatever the chunk size."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    hits_type = pa.map_(pa.string(), pa.int64())
+    batches = [
+        pa.RecordBatch.from_pydict(
+            {"text": ["سلام x", "b" * 9], "hits": [[("PHONE_NUMBER", 2)], None]},
+            pa.schema([("text", pa.string()), ("hits", hits_type)]),
+        ),
+        pa.RecordBatch.from_pydict(
+            {"text": ["c"], "hits": [[("PHONE_NUMBER", 1), ("EMAIL_ADDRESS", 1)]]},
+            pa.schema([("text", pa.string()), ("hits", hits_type)]),
+        ),
+    ]
+    (written,) = [b.to_pylist()[0] for b in job._write_batches(batches, str(tmp_path))]
+    for chunk_bytes in (1, 7, 32 << 20):
+        rows = [r for b in job._token_batches(batches, chunk_bytes) for r in b.to_pylist()]
+        assert b"".join(r["data"] for r in rows) == (tmp_path / "part-000000.u16").read_bytes()
+        assert all(len(r["data"]) <= chunk_bytes for r in rows)
+        *pieces, last = rows
+        assert last["last"] and not any(r["last"] for r in pieces)
+        assert {k: last[k] for k in written} == written
+    assert written["documents"] == 3 and written["with_pii"] == 2
+    assert json.loads(written["hits"]) == {"PHONE_NUMBER": 3, "EMAIL_ADDRESS": 1}

@@ -439,39 +439,61 @@ def _anonymise_partition(
         yield file, block, row, text, hits
 
 
-def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
-    """Write this partition's documents (in order) as little-endian uint16 byte tokens to
-    ``part-<partition>.u16``; yield one row: the partition, tokens, documents, documents
-    with PII and the hits by type (JSON)."""
-    import numpy as np  # noqa: PLC0415
-    import pyarrow as pa  # noqa: PLC0415
+def _partition_index() -> int:
+    """The Spark partition this Python worker is writing (0 outside a task)."""
     from pyspark import TaskContext  # noqa: PLC0415
 
     context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
-    tokens = documents = with_pii = 0
-    hits: Counter[str] = Counter()
+    return context.partitionId() if context is not None else 0
+
+
+def _encoded_documents(
+    batches: Iterable[Any], counts: Counter[str], hits: Counter[str]
+) -> Iterator[bytes]:
+    """A partition's documents (in order), each followed by the document separator, as
+    little-endian uint16 byte tokens, one piece per Arrow batch; ``counts`` gains the
+    ``tokens``, ``documents`` and documents ``with_pii``, ``hits`` the PII hits by type
+    (both complete once the pieces are exhausted). The one encoding `_write_batches`
+    and `_token_batches` share."""
+    import numpy as np  # noqa: PLC0415
+
     separator = clean.DOCUMENT_SEPARATOR
+    for batch in batches:
+        texts = batch.column("text").to_pylist()
+        data = "".join(text + separator for text in texts).encode("utf-8")
+        yield np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes()
+        counts["tokens"] += len(data)
+        counts["documents"] += len(texts)
+        for found in batch.column("hits").to_pylist():
+            if found:
+                counts["with_pii"] += 1
+                hits.update(dict(found))
+
+
+def _figures_row(index: int, counts: Counter[str], hits: Counter[str]) -> dict[str, list[Any]]:
+    """A partition's figures: its index, tokens, documents, documents with PII and the
+    hits by type (JSON)."""
+    return {
+        "part": [index],
+        "tokens": [counts["tokens"]],
+        "documents": [counts["documents"]],
+        "with_pii": [counts["with_pii"]],
+        "hits": [json.dumps(hits)],
+    }
+
+
+def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
+    """Write this partition's documents (`_encoded_documents`) to
+    ``part-<partition>.u16``; yield one row: the partition's figures (`_figures_row`)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    index = _partition_index()
+    counts: Counter[str] = Counter()
+    hits: Counter[str] = Counter()
     with open(os.path.join(parts_dir, f"part-{index:06d}.u16"), "wb") as handle:
-        for batch in batches:
-            texts = batch.column("text").to_pylist()
-            data = "".join(text + separator for text in texts).encode("utf-8")
-            handle.write(np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes())
-            tokens += len(data)
-            documents += len(texts)
-            for found in batch.column("hits").to_pylist():
-                if found:
-                    with_pii += 1
-                    hits.update(dict(found))
-    yield pa.RecordBatch.from_pydict(
-        {
-            "part": [index],
-            "tokens": [tokens],
-            "documents": [documents],
-            "with_pii": [with_pii],
-            "hits": [json.dumps(hits)],
-        }
-    )
+        for encoded in _encoded_documents(batches, counts, hits):
+            handle.write(encoded)
+    yield pa.RecordBatch.from_pydict(_figures_row(index, counts, hits))
 
 
 def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
@@ -541,49 +563,35 @@ def executors_share_disk(spark: SparkSession) -> bool:
 
 
 def _token_batches(batches: Iterable[Any], chunk_bytes: int = 32 << 20) -> Iterator[Any]:
-    """`_write_batches` for executors on other machines: the partition's tokens as rows
-    of at most ``chunk_bytes`` (the driver appends them to its part files, in order),
-    then one row with the partition's counts (no tokens)."""
-    import numpy as np  # noqa: PLC0415
+    """`_write_batches` for executors on other machines: the partition's tokens
+    (`_encoded_documents`) as rows of at most ``chunk_bytes`` (the driver appends them to
+    its part files, in order), then one row with the partition's figures (no tokens)."""
     import pyarrow as pa  # noqa: PLC0415
-    from pyspark import TaskContext  # noqa: PLC0415
 
-    context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
-    tokens = documents = with_pii = 0
+    index = _partition_index()
+    counts: Counter[str] = Counter()
     hits: Counter[str] = Counter()
-    separator = clean.DOCUMENT_SEPARATOR
+    schema = pa.schema(
+        [
+            ("part", pa.int64()),
+            ("last", pa.bool_()),
+            ("data", pa.binary()),
+            ("tokens", pa.int64()),
+            ("documents", pa.int64()),
+            ("with_pii", pa.int64()),
+            ("hits", pa.string()),
+        ]
+    )
 
     def row(data: bytes, last: bool) -> Any:
-        return pa.RecordBatch.from_pydict(
-            {
-                "part": [index],
-                "last": [last],
-                "data": [data],
-                "tokens": [tokens if last else 0],
-                "documents": [documents if last else 0],
-                "with_pii": [with_pii if last else 0],
-                "hits": [json.dumps(hits) if last else "{}"],
-            },
-            schema=pa.schema(
-                [
-                    ("part", pa.int64()),
-                    ("last", pa.bool_()),
-                    ("data", pa.binary()),
-                    ("tokens", pa.int64()),
-                    ("documents", pa.int64()),
-                    ("with_pii", pa.int64()),
-                    ("hits", pa.string()),
-                ]
-            ),
+        figures = (
+            _figures_row(index, counts, hits) if last else _figures_row(index, Counter(), Counter())
         )
+        return pa.RecordBatch.from_pydict({**figures, "last": [last], "data": [data]}, schema)
 
     pending: list[bytes] = []
     size = 0
-    for batch in batches:
-        texts = batch.column("text").to_pylist()
-        data = "".join(text + separator for text in texts).encode("utf-8")
-        encoded = np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes()
+    for encoded in _encoded_documents(batches, counts, hits):
         for start in range(0, len(encoded), chunk_bytes):
             piece = encoded[start : start + chunk_bytes]
             if size + len(piece) > chunk_bytes and pending:
@@ -591,12 +599,6 @@ def _token_batches(batches: Iterable[Any], chunk_bytes: int = 32 << 20) -> Itera
                 pending, size = [], 0
             pending.append(piece)
             size += len(piece)
-        tokens += len(data)
-        documents += len(texts)
-        for found in batch.column("hits").to_pylist():
-            if found:
-                with_pii += 1
-                hits.update(dict(found))
     if pending:
         yield row(b"".join(pending), False)
     yield row(b"", True)
