@@ -140,7 +140,7 @@ def test_the_job_calls_only_what_the_role_grants() -> None:
                 called = str(node.args[1].value)
             else:
                 continue
-            args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            args: list[object] = [a.value for a in node.args if isinstance(a, ast.Constant)]
             calls.setdefault(called, []).append(args)
             assert name == "object_store.py", f"{name} calls S3's {called} itself"
     assert set(calls) == {"get_paginator", "get_object", "put_object"}, calls
