@@ -329,3 +329,129 @@ def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
     assert any("/events_" in name for name in uploaded)
     for head in uploaded.values():
         assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
+
+
+def put_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str | None
+) -> dict[str, str]:
+    """The headers of the job's PUT (`object_store.put_file`) as botocore would send
+    them over HTTPS, recorded by a ``before-send`` hook that answers in S3's place (no
+    request leaves the process)."""
+    from botocore.awsrequest import AWSResponse  # noqa: PLC0415
+
+    for name, value in {**ISOLATED, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in object_store.ENDPOINT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    if endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    sent: list[Any] = []
+
+    class Empty:
+        def stream(self) -> Iterator[bytes]:
+            yield b""
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        sent.append(request.headers)
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, Empty())
+
+    client = object_store.client()
+    client.meta.events.register("before-send.s3.PutObject", answer)
+    (tmp_path / "shard.bin").write_bytes(b"x" * 1000)
+    object_store.put_file(client, tmp_path / "shard.bin", object_store.parse(RAW), "shard.bin",
+                          KEY)  # fmt: skip
+    (headers,) = sent
+    return {k.lower(): v.decode() if isinstance(v, bytes) else str(v) for k, v in headers.items()}
+
+
+def test_a_site_store_gets_a_plain_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older Ceph RGW and MinIO refuse aws-chunked uploads with a checksum trailer, the
+    default of botocore 1.36 and later over HTTPS: the job's PUT to a site's store is a
+    plain one with its length. On AWS the CRC32 trailer stays (S3 checks it)."""
+    sent = put_headers(tmp_path, monkeypatch, "https://s3.site.example")
+    assert sent["content-length"] == "1000"
+    assert "transfer-encoding" not in sent
+    assert "aws-chunked" not in sent.get("content-encoding", "")
+    assert "STREAMING" not in sent.get("x-amz-content-sha256", "")
+    assert not [k for k in sent if k.startswith(("x-amz-checksum-", "x-amz-trailer"))]
+    on_aws = put_headers(tmp_path, monkeypatch, None)
+    assert on_aws.get("x-amz-trailer") == "x-amz-checksum-crc32"
+
+
+def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
+    spark: Any,
+    raw: dict[str, Any],
+    store: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The executors fetch each object at the ETag the driver listed (If-Match): one
+    that changed in between (or before a fetch Spark repeats for a lost executor) stops
+    the job with one line, and no dataset is written from a mix of versions."""
+    prefix = "teams/a/raw/changing/"
+    for path in sorted(p for p in raw["root"].rglob("*") if p.is_file()):
+        s3().upload_file(str(path), BUCKET, f"{prefix}{path.relative_to(raw['root'])}")
+    real = job.list_remote_sources
+
+    def list_then_change(client: Any, root: Any) -> Any:
+        listed = real(client, root)
+        s3().put_object(Bucket=BUCKET, Key=f"{prefix}notes.txt", Body=b"another version\n")
+        return listed
+
+    monkeypatch.setattr(job, "list_remote_sources", list_then_change)
+    monkeypatch.setattr(job, "executors_share_disk", lambda _spark: False)
+    spark.sparkContext.environment.update(store)
+    try:
+        with pytest.raises(object_store.StoreError) as refused:
+            job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
+    finally:
+        for name in store:
+            spark.sparkContext.environment.pop(name, None)
+    message = str(refused.value)
+    assert message.startswith(f"s3://{BUCKET}/{prefix}notes.txt is no longer the object listed")
+    assert object_store.SOURCE_CHANGED in message and "\n" not in message
+    assert "Traceback" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_scratch_directory_is_one_line(
+    raw: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--scratch names an existing directory (its help says so); a missing one stops
+    the job before it reads anything, in one line."""
+    out = f"s3://{BUCKET}/teams/a/datasets/no-scratch/"
+    status = job.main([RAW, "--out", out, "--kms-key", KEY, "--scratch", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert status == job.EXIT_USER_ERROR, err
+    assert err == f"prepare: --scratch {tmp_path / 'nope'} is not an existing directory\n"
+    assert not objects("teams/a/datasets/no-scratch/")
+
+
+def test_tokens_through_the_driver_are_the_tokens_written_in_place(tmp_path: Path) -> None:
+    """`_token_batches` (executors on other machines, chunked rows through the driver)
+    and `_write_batches` (executors on the driver's disk) give the same bytes and the
+    same figures for the same partition, whatever the chunk size."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    hits_type = pa.map_(pa.string(), pa.int64())
+    batches = [
+        pa.RecordBatch.from_pydict(
+            {"text": ["سلام x", "b" * 9], "hits": [[("PHONE_NUMBER", 2)], None]},
+            pa.schema([("text", pa.string()), ("hits", hits_type)]),
+        ),
+        pa.RecordBatch.from_pydict(
+            {"text": ["c"], "hits": [[("PHONE_NUMBER", 1), ("EMAIL_ADDRESS", 1)]]},
+            pa.schema([("text", pa.string()), ("hits", hits_type)]),
+        ),
+    ]
+    (written,) = [b.to_pylist()[0] for b in job._write_batches(batches, str(tmp_path))]
+    for chunk_bytes in (1, 7, 32 << 20):
+        rows = [r for b in job._token_batches(batches, chunk_bytes) for r in b.to_pylist()]
+        assert b"".join(r["data"] for r in rows) == (tmp_path / "part-000000.u16").read_bytes()
+        assert all(len(r["data"]) <= chunk_bytes for r in rows)
+        *pieces, last = rows
+        assert last["last"] and not any(r["last"] for r in pieces)
+        assert {k: last[k] for k in written} == written
+    assert written["documents"] == 3 and written["with_pii"] == 2
+    assert json.loads(written["hits"]) == {"PHONE_NUMBER": 3, "EMAIL_ADDRESS": 1}

@@ -7,13 +7,18 @@ so the data image needs no ``hadoop-aws`` and no AWS SDK for Java:
 - **where**: the region from ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``), never a
   default: without one the job stops (boto3 would fall back to the global endpoint in
   us-east-1). An S3-compatible store's address comes from ``AWS_ENDPOINT_URL_S3`` or
-  ``AWS_ENDPOINT_URL`` (boto3 reads both);
+  ``AWS_ENDPOINT_URL`` (boto3 reads both); against such a store checksums are sent
+  only where required (`client`: no ``aws-chunked`` PUTs, which older Ceph RGW and
+  MinIO refuse);
 - **who**: boto3's default credential chain (on EKS the Pod Identity agent, through
   ``AWS_CONTAINER_CREDENTIALS_FULL_URI``; on premises ``AWS_ACCESS_KEY_ID`` and
   ``AWS_SECRET_ACCESS_KEY`` from the team's Secret);
 - **reading**: the driver lists the objects (`list_objects`), the executors fetch them
   (`read_object` in Spark's Python workers), each object once, streamed, split into
-  lines as Spark's text source splits them, its SHA-256 computed on the way;
+  lines as Spark's text source splits them, its SHA-256 computed on the way; each fetch
+  is pinned to the ETag the listing saw (``If-Match``), so a fetch Spark repeats (a lost
+  executor) gets the same bytes or stops the job (`SourceChangedError`), never a mix of
+  two versions under one manifest;
 - **writing**: every object is SSE-KMS under the key given (``ServerSideEncryption``
   ``aws:kms`` with ``SSEKMSKeyId``) and conditional (``If-None-Match: *``), so the job
   never replaces an object, even one written after its check of OUT
@@ -46,6 +51,26 @@ _REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 
 class StoreError(Exception):
     """The object store refused or could not be reached; the message says why."""
+
+
+#: Ends `SourceChangedError`'s message; the driver finds it in an executor's failure.
+SOURCE_CHANGED = "the source changed during the run"
+
+
+class SourceChangedError(StoreError):
+    """An object is no longer the one listed (its ETag differs): it changed while the
+    job ran."""
+
+
+def source_changed(err: BaseException) -> str | None:
+    """The line of a `SourceChangedError` in ``err``: the error itself, or Spark's
+    failure of a job whose executor raised it (the worker's traceback in its text)."""
+    if isinstance(err, SourceChangedError):
+        return str(err)
+    for line in str(err).splitlines():
+        if SOURCE_CHANGED in line:
+            return line.strip().split("SourceChangedError: ", 1)[-1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,12 +129,40 @@ def region() -> str:
     )
 
 
+#: boto3's variables naming an S3-compatible store (a site's) instead of AWS's S3.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def site_endpoint() -> str | None:
+    """The S3-compatible store's address when one is set (on premises), else None."""
+    for name in ENDPOINT_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
 def client() -> Any:
-    """An S3 client in `region`, with the default credential chain and retries."""
+    """An S3 client in `region`, with the default credential chain and retries.
+
+    Against a site's S3-compatible store (`site_endpoint`) checksums are sent and
+    checked only where the operation requires them: botocore 1.36 and later otherwise
+    send every PUT over HTTPS as ``aws-chunked`` with a CRC32 trailer
+    (``STREAMING-UNSIGNED-PAYLOAD-TRAILER``), which older Ceph RGW and MinIO refuse; a
+    plain PUT with its Content-Length is what they take, and TLS guards the bytes. On
+    AWS the default stays: S3 checks the CRC32 end to end."""
     import boto3  # noqa: PLC0415
     from botocore.config import Config  # noqa: PLC0415
 
-    config = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10)
+    checksums: dict[str, Any] = (
+        {"request_checksum_calculation": "when_required",
+         "response_checksum_validation": "when_required"}
+        if site_endpoint()
+        else {}
+    )  # fmt: skip
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 8}, connect_timeout=10, **checksums
+    )
     return boto3.session.Session().client("s3", region_name=region(), config=config)
 
 
@@ -142,8 +195,11 @@ def describe(err: BaseException, where: str) -> StoreError:
 
 @dataclass(frozen=True)
 class StoredObject:
+    """One listed object; ``etag`` pins the version a fetch must get (`read_object`)."""
+
     key: str
     size: int
+    etag: str
 
 
 def list_objects(s3: Any, where: S3Location) -> list[StoredObject]:
@@ -154,7 +210,10 @@ def list_objects(s3: Any, where: S3Location) -> list[StoredObject]:
             Bucket=where.bucket, Prefix=where.prefix
         )
         for page in pages:
-            found += [StoredObject(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
+            found += [
+                StoredObject(o["Key"], int(o["Size"]), str(o["ETag"]))
+                for o in page.get("Contents", [])
+            ]
     except Exception as err:  # botocore's errors, described; others re-raised
         raise describe(err, str(where)) from err
     return sorted(found, key=lambda o: o.key)
@@ -180,17 +239,28 @@ def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield pending[:-1] if pending.endswith(b"\r") else pending
 
 
-def read_object(
-    s3: Any, bucket: str, key: str, digest: Any, chunk_bytes: int = CHUNK_BYTES
+def read_object(  # noqa: PLR0917
+    s3: Any, bucket: str, key: str, etag: str, digest: Any, chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[bytes]:
     """The lines of one object (`split_lines`), streamed; ``digest`` (a hashlib object)
-    is updated with every byte read."""
+    is updated with every byte read. Only the version with ``etag`` (the listing's) is
+    read (``If-Match``): another raises `SourceChangedError`."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415
 
     def chunks() -> Iterator[bytes]:
+        uri = f"{SCHEME}{bucket}/{key}"
         try:
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+            body = s3.get_object(Bucket=bucket, Key=key, IfMatch=etag)["Body"]
+        except ClientError as err:
+            if str(err.response.get("Error", {}).get("Code")) in ("PreconditionFailed", "412"):
+                raise SourceChangedError(
+                    f"{uri} is no longer the object listed at the start (ETag {etag}): "
+                    f"{SOURCE_CHANGED}; run the job again on a SOURCE that stays still. "
+                    "Nothing was written."
+                ) from err
+            raise describe(err, uri) from err
         except Exception as err:
-            raise describe(err, f"{SCHEME}{bucket}/{key}") from err
+            raise describe(err, uri) from err
         with body:
             while chunk := body.read(chunk_bytes):
                 digest.update(chunk)

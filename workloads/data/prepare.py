@@ -10,7 +10,9 @@ the dataset is uploaded with SSE-KMS under ``--kms-key``, manifest last, never o
 existing object. Run by ``spark-submit`` (the Spark Operator's driver pod), the job uses
 the session spark-submit configured (its master, executors and event logs) instead of
 starting a local one; ``--event-log-uri`` then uploads Spark's event log from the local
-``spark.eventLog.dir`` to the store when the session ends, whatever the outcome.
+``spark.eventLog.dir`` to the store when the session ends, from a ``finally`` (an
+error or a refused dataset included; a driver killed outright - OOM kill, eviction,
+SIGKILL, a lost node - uploads nothing, and its local log goes with it).
 
 Stages (each a Spark stage; Python code runs in Spark's Python workers):
 
@@ -242,12 +244,14 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
 @dataclass(frozen=True)
 class RemoteSource:
     """One raw object under an ``s3://`` SOURCE: its key, its path relative to SOURCE,
-    kind and size (its SHA-256 comes from the executor that reads it)."""
+    kind, size and ETag (the version the executors must read; its SHA-256 comes from the
+    executor that reads it)."""
 
     key: str
     relative: str
     kind: str
     bytes: int
+    etag: str
 
 
 def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
@@ -258,7 +262,9 @@ def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
         relative = stored.key.removeprefix(root.prefix)
         suffix = os.path.splitext(relative)[1]
         if suffix in SOURCE_KINDS and not any(p.startswith(".") for p in relative.split("/")):
-            found.append(RemoteSource(stored.key, relative, SOURCE_KINDS[suffix], stored.size))
+            found.append(
+                RemoteSource(stored.key, relative, SOURCE_KINDS[suffix], stored.size, stored.etag)
+            )
     if not found:
         raise UserError(
             f"SOURCE {root} holds no .txt or .jsonl object; the job reads .txt files (one "
@@ -267,15 +273,17 @@ def list_remote_sources(s3: Any, root: S3Location) -> list[RemoteSource]:
     return found
 
 
-def _fetch_objects(keys: Iterable[tuple[str, str, str]], bucket: str) -> Iterator[Any]:
+def _fetch_objects(keys: Iterable[tuple[str, str, str, str]], bucket: str) -> Iterator[Any]:
     """Stage 1 for an ``s3://`` SOURCE, on an executor: each object of the partition
-    fetched once (boto3, in this Python worker), one row per line as Spark's text source
-    gives them (file URI, split start 0, line index, kind, raw bytes), then one row with
-    its SHA-256 (line index -1, kind ``sha256``, the hex digest as the bytes)."""
+    fetched once (boto3, in this Python worker) at the ETag the driver listed, one row
+    per line as Spark's text source gives them (file URI, split start 0, line index,
+    kind, raw bytes), then one row with its SHA-256 (line index -1, kind ``sha256``, the
+    hex digest as the bytes)."""
     s3 = object_store.client()
-    for key, kind, uri in keys:
+    for key, etag, kind, uri in keys:
         digest = object_store.sha256()
-        for index, line in enumerate(object_store.read_object(s3, bucket, key, digest)):
+        lines = object_store.read_object(s3, bucket, key, etag, digest)
+        for index, line in enumerate(lines):
             yield uri, 0, index, kind, line
         yield uri, 0, -1, "sha256", digest.hexdigest().encode("ascii")
 
@@ -290,7 +298,7 @@ def read_remote(
     from pyspark import StorageLevel  # noqa: PLC0415
     from pyspark.sql import functions as sf  # noqa: PLC0415
 
-    keys = [(s.key, s.kind, root.uri(quote(s.key))) for s in sources]
+    keys = [(s.key, s.etag, s.kind, root.uri(quote(s.key))) for s in sources]
     slices = max(1, min(len(keys), 4 * spark.sparkContext.defaultParallelism))
     fetched = spark.sparkContext.parallelize(keys, slices).mapPartitions(
         functools.partial(_fetch_objects, bucket=root.bucket)
@@ -431,39 +439,61 @@ def _anonymise_partition(
         yield file, block, row, text, hits
 
 
-def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
-    """Write this partition's documents (in order) as little-endian uint16 byte tokens to
-    ``part-<partition>.u16``; yield one row: the partition, tokens, documents, documents
-    with PII and the hits by type (JSON)."""
-    import numpy as np  # noqa: PLC0415
-    import pyarrow as pa  # noqa: PLC0415
+def _partition_index() -> int:
+    """The Spark partition this Python worker is writing (0 outside a task)."""
     from pyspark import TaskContext  # noqa: PLC0415
 
     context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
-    tokens = documents = with_pii = 0
-    hits: Counter[str] = Counter()
+    return context.partitionId() if context is not None else 0
+
+
+def _encoded_documents(
+    batches: Iterable[Any], counts: Counter[str], hits: Counter[str]
+) -> Iterator[bytes]:
+    """A partition's documents (in order), each followed by the document separator, as
+    little-endian uint16 byte tokens, one piece per Arrow batch; ``counts`` gains the
+    ``tokens``, ``documents`` and documents ``with_pii``, ``hits`` the PII hits by type
+    (both complete once the pieces are exhausted). The one encoding `_write_batches`
+    and `_token_batches` share."""
+    import numpy as np  # noqa: PLC0415
+
     separator = clean.DOCUMENT_SEPARATOR
+    for batch in batches:
+        texts = batch.column("text").to_pylist()
+        data = "".join(text + separator for text in texts).encode("utf-8")
+        yield np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes()
+        counts["tokens"] += len(data)
+        counts["documents"] += len(texts)
+        for found in batch.column("hits").to_pylist():
+            if found:
+                counts["with_pii"] += 1
+                hits.update(dict(found))
+
+
+def _figures_row(index: int, counts: Counter[str], hits: Counter[str]) -> dict[str, list[Any]]:
+    """A partition's figures: its index, tokens, documents, documents with PII and the
+    hits by type (JSON)."""
+    return {
+        "part": [index],
+        "tokens": [counts["tokens"]],
+        "documents": [counts["documents"]],
+        "with_pii": [counts["with_pii"]],
+        "hits": [json.dumps(hits)],
+    }
+
+
+def _write_batches(batches: Iterable[Any], parts_dir: str) -> Iterator[Any]:
+    """Write this partition's documents (`_encoded_documents`) to
+    ``part-<partition>.u16``; yield one row: the partition's figures (`_figures_row`)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    index = _partition_index()
+    counts: Counter[str] = Counter()
+    hits: Counter[str] = Counter()
     with open(os.path.join(parts_dir, f"part-{index:06d}.u16"), "wb") as handle:
-        for batch in batches:
-            texts = batch.column("text").to_pylist()
-            data = "".join(text + separator for text in texts).encode("utf-8")
-            handle.write(np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes())
-            tokens += len(data)
-            documents += len(texts)
-            for found in batch.column("hits").to_pylist():
-                if found:
-                    with_pii += 1
-                    hits.update(dict(found))
-    yield pa.RecordBatch.from_pydict(
-        {
-            "part": [index],
-            "tokens": [tokens],
-            "documents": [documents],
-            "with_pii": [with_pii],
-            "hits": [json.dumps(hits)],
-        }
-    )
+        for encoded in _encoded_documents(batches, counts, hits):
+            handle.write(encoded)
+    yield pa.RecordBatch.from_pydict(_figures_row(index, counts, hits))
 
 
 def read_records(spark: SparkSession, sources: Sequence[Source]) -> DataFrame:
@@ -533,49 +563,35 @@ def executors_share_disk(spark: SparkSession) -> bool:
 
 
 def _token_batches(batches: Iterable[Any], chunk_bytes: int = 32 << 20) -> Iterator[Any]:
-    """`_write_batches` for executors on other machines: the partition's tokens as rows
-    of at most ``chunk_bytes`` (the driver appends them to its part files, in order),
-    then one row with the partition's counts (no tokens)."""
-    import numpy as np  # noqa: PLC0415
+    """`_write_batches` for executors on other machines: the partition's tokens
+    (`_encoded_documents`) as rows of at most ``chunk_bytes`` (the driver appends them to
+    its part files, in order), then one row with the partition's figures (no tokens)."""
     import pyarrow as pa  # noqa: PLC0415
-    from pyspark import TaskContext  # noqa: PLC0415
 
-    context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
-    tokens = documents = with_pii = 0
+    index = _partition_index()
+    counts: Counter[str] = Counter()
     hits: Counter[str] = Counter()
-    separator = clean.DOCUMENT_SEPARATOR
+    schema = pa.schema(
+        [
+            ("part", pa.int64()),
+            ("last", pa.bool_()),
+            ("data", pa.binary()),
+            ("tokens", pa.int64()),
+            ("documents", pa.int64()),
+            ("with_pii", pa.int64()),
+            ("hits", pa.string()),
+        ]
+    )
 
     def row(data: bytes, last: bool) -> Any:
-        return pa.RecordBatch.from_pydict(
-            {
-                "part": [index],
-                "last": [last],
-                "data": [data],
-                "tokens": [tokens if last else 0],
-                "documents": [documents if last else 0],
-                "with_pii": [with_pii if last else 0],
-                "hits": [json.dumps(hits) if last else "{}"],
-            },
-            schema=pa.schema(
-                [
-                    ("part", pa.int64()),
-                    ("last", pa.bool_()),
-                    ("data", pa.binary()),
-                    ("tokens", pa.int64()),
-                    ("documents", pa.int64()),
-                    ("with_pii", pa.int64()),
-                    ("hits", pa.string()),
-                ]
-            ),
+        figures = (
+            _figures_row(index, counts, hits) if last else _figures_row(index, Counter(), Counter())
         )
+        return pa.RecordBatch.from_pydict({**figures, "last": [last], "data": [data]}, schema)
 
     pending: list[bytes] = []
     size = 0
-    for batch in batches:
-        texts = batch.column("text").to_pylist()
-        data = "".join(text + separator for text in texts).encode("utf-8")
-        encoded = np.frombuffer(data, dtype=np.uint8).astype("<u2").tobytes()
+    for encoded in _encoded_documents(batches, counts, hits):
         for start in range(0, len(encoded), chunk_bytes):
             piece = encoded[start : start + chunk_bytes]
             if size + len(piece) > chunk_bytes and pending:
@@ -583,12 +599,6 @@ def _token_batches(batches: Iterable[Any], chunk_bytes: int = 32 << 20) -> Itera
                 pending, size = [], 0
             pending.append(piece)
             size += len(piece)
-        tokens += len(data)
-        documents += len(texts)
-        for found in batch.column("hits").to_pylist():
-            if found:
-                with_pii += 1
-                hits.update(dict(found))
     if pending:
         yield row(b"".join(pending), False)
     yield row(b"", True)
@@ -986,14 +996,18 @@ def prepare(
             stopped at the end.
         kms_key: the KMS key of every object written to the store (SSE-KMS).
         event_log_uri: ``s3://`` location the session's event log is uploaded to when
-            the session ends (whatever the outcome).
-        scratch: the local directory of the staging area for an ``s3://`` OUT (default
-            the system's temporary directory).
+            the session ends, from a ``finally`` (not when the process is killed).
+        scratch: the existing local directory of the staging area for an ``s3://`` OUT
+            (default the system's temporary directory); a missing one is a `UserError`.
     """
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))
     places = Places.of(source, out, kms_key, event_log_uri)
+    if scratch is not None and not Path(scratch).is_dir():
+        # Checked before anything runs; the job does not create it (a mistyped path
+        # would otherwise stage a whole dataset somewhere unintended).
+        raise UserError(f"--scratch {scratch} is not an existing directory")
     s3 = object_store.client() if places.remote else None
     remote: list[RemoteSource] = []
     sources: list[Source] = []
@@ -1015,7 +1029,11 @@ def prepare(
         staging = places.out.with_name(f".{places.out.name}.tmp-{secrets.token_hex(4)}")
         staging.mkdir()
     else:
-        staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
+        except OSError as err:
+            where = scratch or tempfile.gettempdir()
+            raise UserError(f"cannot create the staging area in {where}: {err.strerror}") from err
     started = time.perf_counter()
     try:
         own = spark is None
@@ -1140,12 +1158,20 @@ def _run_on(
     figures and, for an ``s3://`` SOURCE, each object's SHA-256 by its URI."""
     sources, remote = listed
     if isinstance(places.source, S3Location):
-        fetched, records, digests = read_remote(spark, places.source, remote)
         try:
-            prefix = "/" + places.source.prefix.rstrip("/")
-            return run_spark_job(spark, records, (prefix, False), settings, staging), digests
-        finally:
-            fetched.unpersist()
+            fetched, records, digests = read_remote(spark, places.source, remote)
+            try:
+                prefix = "/" + places.source.prefix.rstrip("/")
+                return run_spark_job(spark, records, (prefix, False), settings, staging), digests
+            finally:
+                fetched.unpersist()
+        except Exception as err:
+            # An executor found an object changed (its first fetch, or one Spark repeated
+            # for a lost executor): one line for the user, not Spark's failure.
+            changed = object_store.source_changed(err)
+            if changed is None:
+                raise
+            raise StoreError(changed) from err
     root = places.source
     positions = (str(root.resolve() if root.is_dir() else root.resolve().parent), root.is_file())
     figures = run_spark_job(spark, read_records(spark, sources), positions, settings, staging)
@@ -1237,8 +1263,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scratch",
         type=Path,
         default=None,
-        help="local directory for the staging area of an s3:// OUT (default: the system's "
-        "temporary directory)",
+        help="existing local directory for the staging area of an s3:// OUT (default: the "
+        "system's temporary directory)",
     )
     parser.add_argument(
         "--refusal-report",

@@ -37,7 +37,9 @@ What runs:
   ``teams/<team>/datasets/`` (where the team's training role reads them), Spark event
   logs under ``spark-events/<team>/`` (outside the team's own prefix, so a team cannot
   rewrite the record of what ran). Spark writes its event log to the driver's local
-  volume and the job uploads it when the session ends, whatever the outcome.
+  volume and the job uploads it when the session ends, from a Python ``finally``: not
+  when the driver is killed outright (OOM kill, eviction, node loss), whose log goes
+  with its volume.
   Everything written is SSE-KMS with the stack's key (on premises: the site store's
   key), named in the job's arguments (``--kms-key``).
 
