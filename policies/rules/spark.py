@@ -11,7 +11,10 @@ their event logs under the stack's key.
   environment says (the platform's data job uses boto3: ``AWS_REGION`` or
   ``AWS_DEFAULT_REGION``, and ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` for a
   site store), read from the driver's and the executors' ``env``, ``envVars`` and pod
-  templates; every pod must name the region. ``local://`` and ``file://``
+  templates, where sparkConf's ``spark.kubernetes.driverEnv.<name>`` and
+  ``spark.executorEnv.<name>`` win (Spark adds them last); every pod must name the
+  region. Those variables from ``valueFrom`` (or ``envSecretKeyRefs``), and any
+  ``envFrom`` ConfigMap or Secret, cannot be read in the plan: refused. ``local://`` and ``file://``
   (the pod's own disk) are not stores. Anything else (another bucket, ``gs://``,
   ``abfss://``, ``hdfs://``, ``https://``) would read the data from, or write it to, a
   place the stack cannot show to be in the UAE.
@@ -108,38 +111,112 @@ def s3a_values(
     return []
 
 
-def pod_environments(path: str, spec: Mapping[str, Any]) -> list[dict[str, list[tuple[str, Any]]]]:
+#: The sparkConf prefix of each pod role's extra environment: Spark adds these variables
+#: after the pod template's, so they are the ones the container gets.
+ROLE_ENV_PREFIXES = {"driver": "spark.kubernetes.driverEnv.", "executor": "spark.executorEnv."}
+
+
+def pod_environments(
+    path: str, spec: Mapping[str, Any], *, final: bool = True
+) -> list[dict[str, list[tuple[str, Any]]]]:
     """Per pod role (driver, executor): variable name -> every (path, value) the
-    role's containers get (``env``, ``envVars``, the pod template's containers)."""
+    role's containers get (``env``, ``envVars``, the pod template's containers), or,
+    with ``final``, only the sparkConf's ``spark.kubernetes.driverEnv.<name>`` /
+    ``spark.executorEnv.<name>`` where set (the value that wins); without ``final`` all
+    of them. Variables from ``valueFrom`` or ``envFrom`` are not here
+    (`unverifiable_environment`)."""
     found = []
+    spark_conf = spec.get("sparkConf")
     for role in ("driver", "executor"):
         pod = spec.get(role)
         variables: dict[str, list[tuple[str, Any]]] = {}
+        if isinstance(pod, Mapping):
+            for where, items in _env_lists(path, role, pod):
+                for index, item in enumerate(items):
+                    if isinstance(item, Mapping) and "value" in item:
+                        variables.setdefault(str(item.get("name")), []).append(
+                            (f"{where}[{index}].value", item["value"])
+                        )
+            env_vars = pod.get("envVars")
+            if isinstance(env_vars, Mapping):
+                for name, value in env_vars.items():
+                    variables.setdefault(str(name), []).append(
+                        (f"{path}.{role}.envVars.{name}", value)
+                    )
+        if isinstance(spark_conf, Mapping):
+            prefix = ROLE_ENV_PREFIXES[role]
+            for key, value in spark_conf.items():
+                if str(key).startswith(prefix) and str(key) != prefix:
+                    name = str(key).removeprefix(prefix)
+                    setting = (f"{path}.sparkConf.{key}", value)
+                    if final:
+                        variables[name] = [setting]
+                    else:
+                        variables.setdefault(name, []).append(setting)
+        found.append(variables)
+    return found
+
+
+def _env_lists(path: str, role: str, pod: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    """(path, list) of a role's ``env`` lists: the operator's and the template's
+    containers'."""
+    lists = [(f"{path}.{role}.env", pod.get("env"))]
+    containers = dig(pod, "template", "spec", "containers")
+    if isinstance(containers, list):
+        lists += [
+            (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+            for i, c in enumerate(containers)
+            if isinstance(c, Mapping)
+        ]
+    return [(where, items) for where, items in lists if isinstance(items, list)]
+
+
+def unverifiable_environment(path: str, spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(path, what) of each place a pod role takes environment the review cannot read:
+    an AWS SDK variable (`SDK_REGION_VARIABLES`, `SDK_ENDPOINT_VARIABLES`) from
+    ``valueFrom`` (or the operator's ``envSecretKeyRefs``), and any ``envFrom`` (a whole
+    ConfigMap or Secret, which may hold them). Either could point the pods' S3 client
+    anywhere while the spec shows the region's."""
+    sdk = (*SDK_REGION_VARIABLES, *SDK_ENDPOINT_VARIABLES)
+    for role in ("driver", "executor"):
+        pod = spec.get(role)
         if not isinstance(pod, Mapping):
-            found.append(variables)
             continue
-        lists = [(f"{path}.{role}.env", pod.get("env"))]
+        for where, items in _env_lists(path, role, pod):
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping) and item.get("name") in sdk and "valueFrom" in item:
+                    yield (
+                        f"{where}[{index}].valueFrom",
+                        f"sets {item['name']} from {_source(item['valueFrom'])}",
+                    )
+        refs = pod.get("envSecretKeyRefs")
+        if isinstance(refs, Mapping):
+            for name in refs:
+                if name in sdk:
+                    yield f"{path}.{role}.envSecretKeyRefs.{name}", f"sets {name} from a Secret"
+        sources = [(f"{path}.{role}.envFrom", pod.get("envFrom"))]
         containers = dig(pod, "template", "spec", "containers")
         if isinstance(containers, list):
-            lists += [
-                (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+            sources += [
+                (f"{path}.{role}.template.spec.containers[{i}].envFrom", c.get("envFrom"))
                 for i, c in enumerate(containers)
                 if isinstance(c, Mapping)
             ]
-        for where, items in lists:
-            if not isinstance(items, list):
-                continue
-            for index, item in enumerate(items):
-                if isinstance(item, Mapping) and "value" in item:
-                    variables.setdefault(str(item.get("name")), []).append(
-                        (f"{where}[{index}].value", item["value"])
-                    )
-        env_vars = pod.get("envVars")
-        if isinstance(env_vars, Mapping):
-            for name, value in env_vars.items():
-                variables.setdefault(str(name), []).append((f"{path}.{role}.envVars.{name}", value))
-        found.append(variables)
-    return found
+        for where, items in sources:
+            if isinstance(items, list) and items:
+                kinds = ", ".join(_source(item) for item in items)
+                yield where, f"takes environment variables from {kinds}"
+
+
+def _source(item: Any) -> str:
+    """A ``valueFrom`` or ``envFrom`` entry in words (its kind and name)."""
+    if not isinstance(item, Mapping):
+        return "an unreadable source"
+    for key, value in item.items():
+        if key != "prefix":
+            name = value.get("name") if isinstance(value, Mapping) else None
+            return f"{key} {name}" if name else str(key)
+    return "an unreadable source"
 
 
 def sdk_settings(path: str, spec: Mapping[str, Any]) -> dict[str, list[tuple[str, Any]]]:
@@ -168,7 +245,7 @@ def _endpoint_paths(path: str, spec: Mapping[str, Any]) -> set[str]:
     the bucket, not locations of data."""
     return {
         where
-        for variables in pod_environments(path, spec)
+        for variables in pod_environments(path, spec, final=False)
         for name in SDK_ENDPOINT_VARIABLES
         for where, _ in variables.get(name, [])
     }
@@ -313,7 +390,8 @@ def store_problems(
         "spark.hadoop.fs.s3a.endpoint.region); on premises point AWS_ENDPOINT_URL_S3 (or "
         "spark.hadoop.fs.s3a.endpoint) at the site's store over https:// (a Service "
         "of the cluster, or a host in `allowedObjectStores`). Copy data from elsewhere into "
-        "the stack's store first; keep settings in sparkConf/hadoopConf, not ConfigMaps."
+        "the stack's store first; keep settings in sparkConf/hadoopConf and the SDK's "
+        "variables as plain env values, not ConfigMaps, Secrets, valueFrom or envFrom."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
     applies_to=_is_spark,
@@ -336,6 +414,8 @@ def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[
                         f"{spec.get(key)}, which the review cannot see"
                     ),
                 )
+        for where, what in unverifiable_environment(path, spec):
+            yield app.urn, f"Spark job {name} `{where}` {what}, which the review cannot see"
         for where, uri in locations(path, spec):
             with deferred.each():
                 by = hadoop if uri.lower().startswith("s3a://") else sdk
