@@ -21,10 +21,11 @@ their event logs under the stack's key.
 * Event logs: on, and kept in an object store location (checked above) under a named
   KMS key; on AWS a key this stack creates, in the bucket's region. Either Spark writes
   them there with S3A's SSE-KMS (or DSSE-KMS), or Spark writes them to the driver's
-  local disk (``file://``) and the platform's data job uploads them when it ends: its
-  arguments name the location (``--event-log-uri s3://...``) and the key
-  (``--kms-key``), and it writes every object SSE-KMS under that key
-  (``workloads/data/object_store.py``).
+  local disk (``file://``) and the platform's data job uploads them when it ends (only
+  that job is trusted to: its main file, ``MAIN_FILE``, in the driver's image of the
+  data repository, ``<registry>/data:<tag>``): its arguments name the location
+  (``--event-log-uri s3://...``) and the key (``--kms-key``), and it writes every
+  object SSE-KMS under that key (``workloads/data/object_store.py``).
 
 S3A's settings are read from ``sparkConf`` (``spark.hadoop.<key>``) and ``hadoopConf``
 (``<key>``), per bucket (``fs.s3a.bucket.<bucket>.<setting>``) before the global ones.
@@ -40,6 +41,7 @@ from urllib.parse import urlparse
 
 from pulumi_policy import Severity
 
+from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.k8s import metadata
@@ -484,12 +486,57 @@ def _argument(path: str, spec: Mapping[str, Any], flag: str) -> tuple[str, Any] 
     return None
 
 
+def _not_the_data_job(path: str, spec: Mapping[str, Any]) -> Iterator[str]:
+    """Why the driver may not be the platform's data job (nothing when it is): its main
+    file is not `MAIN_FILE`, or an image the driver may run is not of the data image's
+    repository (`DATA_REPOSITORY`). Only that job uploads a local event log under the
+    key its arguments name; another program given the same arguments need not."""
+    main = known(spec.get("mainApplicationFile"), f"{path}.mainApplicationFile")
+    if main != MAIN_FILE:
+        yield f"`{path}.mainApplicationFile` is {main}"
+    images: list[tuple[str, Any]] = [(f"{path}.image", spec.get("image"))]
+    driver = spec.get("driver")
+    if isinstance(driver, Mapping):
+        images.append((f"{path}.driver.image", driver.get("image")))
+        containers = dig(driver, "template", "spec", "containers")
+        if isinstance(containers, list):
+            images += [
+                (f"{path}.driver.template.spec.containers[{i}].image", c.get("image"))
+                for i, c in enumerate(containers)
+                if isinstance(c, Mapping)
+            ]
+    conf = spec.get("sparkConf")
+    if isinstance(conf, Mapping):
+        for key in ("spark.kubernetes.container.image", "spark.kubernetes.driver.container.image"):
+            images.append((f"{path}.sparkConf.{key}", conf.get(key)))
+    for where, value in images:
+        image = known(value, where)
+        if image is not None and _repository_name(str(image)) != DATA_REPOSITORY:
+            yield f"`{where}` is {image}"
+
+
+def _repository_name(image: str) -> str:
+    """The last part of an image's repository: ``<registry>/team/data:1@sha256:..`` ->
+    ``data``."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[0]
+
+
 def _uploaded_event_log_problems(
     stack: StackView, app: ResourceView, buckets: Mapping[str, ResourceView], directory: str
 ) -> Iterator[str]:
     """A local event-log directory: the data job must upload it (``--event-log-uri``)
     to an object store location, SSE-KMS under a named key (``--kms-key``)."""
     path, spec = application(app)
+    not_the_data_job = list(_not_the_data_job(path, spec))
+    if not_the_data_job:
+        yield (
+            f"`spark.eventLog.dir` {directory} is not an object store location, and the "
+            f"driver is not the platform's data job ({MAIN_FILE} in its {DATA_REPOSITORY} "
+            f"image), whose `{EVENT_LOG_ARGUMENT}` upload the review knows: "
+            + "; ".join(not_the_data_job)
+        )
+        return
     upload = _argument(path, spec, EVENT_LOG_ARGUMENT)
     if upload is None:
         yield (

@@ -258,6 +258,13 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
      "not an object store location"),
     ("event-log-uploaded-to-disk", set_argument(EVENT_LOG, "file:///tmp/kept"), EVENTS,
      "not an object store location"),
+    ("event-log-upload-claimed-by-another-program",
+     set_spec("mainApplicationFile", "local:///app/other.py"), EVENTS,
+     "not the platform's data job (local:///app/workloads/data/prepare.py in its data image)"),
+    ("event-log-upload-claimed-by-another-image",
+     lambda p: spec(p)["driver"]["template"]["spec"]["containers"][0].update(
+         {"image": f"{ECR}/gpu-test/tools:0.1.0"}),
+     EVENTS, f"containers[0].image` is {ECR}/gpu-test/tools:0.1.0"),
     ("key-missing", drop_argument(KMS), EVENTS, "name no key"),
     ("key-empty", set_argument(KMS, ""), EVENTS, "is empty"),
     ("aws-managed-key", set_argument(KMS, "alias/aws/s3"), EVENTS, "AWS-managed"),
