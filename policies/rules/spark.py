@@ -204,9 +204,9 @@ def unverifiable_environment(path: str, spec: Mapping[str, Any]) -> Iterator[tup
                 for i, c in enumerate(containers)
                 if isinstance(c, Mapping)
             ]
-        for where, items in sources:
-            if isinstance(items, list) and items:
-                kinds = ", ".join(_source(item) for item in items)
+        for where, entries in sources:
+            if isinstance(entries, list) and entries:
+                kinds = ", ".join(_source(entry) for entry in entries)
                 yield where, f"takes environment variables from {kinds}"
 
 
