@@ -11,17 +11,21 @@ their event logs under the stack's key.
   environment says (the platform's data job uses boto3: ``AWS_REGION`` or
   ``AWS_DEFAULT_REGION``, and ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` for a
   site store), read from the driver's and the executors' ``env``, ``envVars`` and pod
-  templates; every pod must name the region. ``local://`` and ``file://``
+  templates, where sparkConf's ``spark.kubernetes.driverEnv.<name>`` and
+  ``spark.executorEnv.<name>`` win (Spark adds them last); every pod must name the
+  region. Those variables from ``valueFrom`` (or ``envSecretKeyRefs``), and any
+  ``envFrom`` ConfigMap or Secret, cannot be read in the plan: refused. ``local://`` and ``file://``
   (the pod's own disk) are not stores. Anything else (another bucket, ``gs://``,
   ``abfss://``, ``hdfs://``, ``https://``) would read the data from, or write it to, a
   place the stack cannot show to be in the UAE.
 * Event logs: on, and kept in an object store location (checked above) under a named
   KMS key; on AWS a key this stack creates, in the bucket's region. Either Spark writes
   them there with S3A's SSE-KMS (or DSSE-KMS), or Spark writes them to the driver's
-  local disk (``file://``) and the platform's data job uploads them when it ends: its
-  arguments name the location (``--event-log-uri s3://...``) and the key
-  (``--kms-key``), and it writes every object SSE-KMS under that key
-  (``workloads/data/object_store.py``).
+  local disk (``file://``) and the platform's data job uploads them when it ends (only
+  that job is trusted to: its main file, ``MAIN_FILE``, in the driver's image of the
+  data repository, ``<registry>/data:<tag>``): its arguments name the location
+  (``--event-log-uri s3://...``) and the key (``--kms-key``), and it writes every
+  object SSE-KMS under that key (``workloads/data/object_store.py``).
 
 S3A's settings are read from ``sparkConf`` (``spark.hadoop.<key>``) and ``hadoopConf``
 (``<key>``), per bucket (``fs.s3a.bucket.<bucket>.<setting>``) before the global ones.
@@ -37,6 +41,7 @@ from urllib.parse import urlparse
 
 from pulumi_policy import Severity
 
+from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.k8s import metadata
@@ -108,38 +113,112 @@ def s3a_values(
     return []
 
 
-def pod_environments(path: str, spec: Mapping[str, Any]) -> list[dict[str, list[tuple[str, Any]]]]:
+#: The sparkConf prefix of each pod role's extra environment: Spark adds these variables
+#: after the pod template's, so they are the ones the container gets.
+ROLE_ENV_PREFIXES = {"driver": "spark.kubernetes.driverEnv.", "executor": "spark.executorEnv."}
+
+
+def pod_environments(
+    path: str, spec: Mapping[str, Any], *, final: bool = True
+) -> list[dict[str, list[tuple[str, Any]]]]:
     """Per pod role (driver, executor): variable name -> every (path, value) the
-    role's containers get (``env``, ``envVars``, the pod template's containers)."""
+    role's containers get (``env``, ``envVars``, the pod template's containers), or,
+    with ``final``, only the sparkConf's ``spark.kubernetes.driverEnv.<name>`` /
+    ``spark.executorEnv.<name>`` where set (the value that wins); without ``final`` all
+    of them. Variables from ``valueFrom`` or ``envFrom`` are not here
+    (`unverifiable_environment`)."""
     found = []
+    spark_conf = spec.get("sparkConf")
     for role in ("driver", "executor"):
         pod = spec.get(role)
         variables: dict[str, list[tuple[str, Any]]] = {}
+        if isinstance(pod, Mapping):
+            for where, items in _env_lists(path, role, pod):
+                for index, item in enumerate(items):
+                    if isinstance(item, Mapping) and "value" in item:
+                        variables.setdefault(str(item.get("name")), []).append(
+                            (f"{where}[{index}].value", item["value"])
+                        )
+            env_vars = pod.get("envVars")
+            if isinstance(env_vars, Mapping):
+                for name, value in env_vars.items():
+                    variables.setdefault(str(name), []).append(
+                        (f"{path}.{role}.envVars.{name}", value)
+                    )
+        if isinstance(spark_conf, Mapping):
+            prefix = ROLE_ENV_PREFIXES[role]
+            for key, value in spark_conf.items():
+                if str(key).startswith(prefix) and str(key) != prefix:
+                    name = str(key).removeprefix(prefix)
+                    setting = (f"{path}.sparkConf.{key}", value)
+                    if final:
+                        variables[name] = [setting]
+                    else:
+                        variables.setdefault(name, []).append(setting)
+        found.append(variables)
+    return found
+
+
+def _env_lists(path: str, role: str, pod: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    """(path, list) of a role's ``env`` lists: the operator's and the template's
+    containers'."""
+    lists = [(f"{path}.{role}.env", pod.get("env"))]
+    containers = dig(pod, "template", "spec", "containers")
+    if isinstance(containers, list):
+        lists += [
+            (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+            for i, c in enumerate(containers)
+            if isinstance(c, Mapping)
+        ]
+    return [(where, items) for where, items in lists if isinstance(items, list)]
+
+
+def unverifiable_environment(path: str, spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(path, what) of each place a pod role takes environment the review cannot read:
+    an AWS SDK variable (`SDK_REGION_VARIABLES`, `SDK_ENDPOINT_VARIABLES`) from
+    ``valueFrom`` (or the operator's ``envSecretKeyRefs``), and any ``envFrom`` (a whole
+    ConfigMap or Secret, which may hold them). Either could point the pods' S3 client
+    anywhere while the spec shows the region's."""
+    sdk = (*SDK_REGION_VARIABLES, *SDK_ENDPOINT_VARIABLES)
+    for role in ("driver", "executor"):
+        pod = spec.get(role)
         if not isinstance(pod, Mapping):
-            found.append(variables)
             continue
-        lists = [(f"{path}.{role}.env", pod.get("env"))]
+        for where, items in _env_lists(path, role, pod):
+            for index, item in enumerate(items):
+                if isinstance(item, Mapping) and item.get("name") in sdk and "valueFrom" in item:
+                    yield (
+                        f"{where}[{index}].valueFrom",
+                        f"sets {item['name']} from {_source(item['valueFrom'])}",
+                    )
+        refs = pod.get("envSecretKeyRefs")
+        if isinstance(refs, Mapping):
+            for name in refs:
+                if name in sdk:
+                    yield f"{path}.{role}.envSecretKeyRefs.{name}", f"sets {name} from a Secret"
+        sources = [(f"{path}.{role}.envFrom", pod.get("envFrom"))]
         containers = dig(pod, "template", "spec", "containers")
         if isinstance(containers, list):
-            lists += [
-                (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+            sources += [
+                (f"{path}.{role}.template.spec.containers[{i}].envFrom", c.get("envFrom"))
                 for i, c in enumerate(containers)
                 if isinstance(c, Mapping)
             ]
-        for where, items in lists:
-            if not isinstance(items, list):
-                continue
-            for index, item in enumerate(items):
-                if isinstance(item, Mapping) and "value" in item:
-                    variables.setdefault(str(item.get("name")), []).append(
-                        (f"{where}[{index}].value", item["value"])
-                    )
-        env_vars = pod.get("envVars")
-        if isinstance(env_vars, Mapping):
-            for name, value in env_vars.items():
-                variables.setdefault(str(name), []).append((f"{path}.{role}.envVars.{name}", value))
-        found.append(variables)
-    return found
+        for where, entries in sources:
+            if isinstance(entries, list) and entries:
+                kinds = ", ".join(_source(entry) for entry in entries)
+                yield where, f"takes environment variables from {kinds}"
+
+
+def _source(item: Any) -> str:
+    """A ``valueFrom`` or ``envFrom`` entry in words (its kind and name)."""
+    if not isinstance(item, Mapping):
+        return "an unreadable source"
+    for key, value in item.items():
+        if key != "prefix":
+            name = value.get("name") if isinstance(value, Mapping) else None
+            return f"{key} {name}" if name else str(key)
+    return "an unreadable source"
 
 
 def sdk_settings(path: str, spec: Mapping[str, Any]) -> dict[str, list[tuple[str, Any]]]:
@@ -168,7 +247,7 @@ def _endpoint_paths(path: str, spec: Mapping[str, Any]) -> set[str]:
     the bucket, not locations of data."""
     return {
         where
-        for variables in pod_environments(path, spec)
+        for variables in pod_environments(path, spec, final=False)
         for name in SDK_ENDPOINT_VARIABLES
         for where, _ in variables.get(name, [])
     }
@@ -313,7 +392,8 @@ def store_problems(
         "spark.hadoop.fs.s3a.endpoint.region); on premises point AWS_ENDPOINT_URL_S3 (or "
         "spark.hadoop.fs.s3a.endpoint) at the site's store over https:// (a Service "
         "of the cluster, or a host in `allowedObjectStores`). Copy data from elsewhere into "
-        "the stack's store first; keep settings in sparkConf/hadoopConf, not ConfigMaps."
+        "the stack's store first; keep settings in sparkConf/hadoopConf and the SDK's "
+        "variables as plain env values, not ConfigMaps, Secrets, valueFrom or envFrom."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
     applies_to=_is_spark,
@@ -336,6 +416,8 @@ def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[
                         f"{spec.get(key)}, which the review cannot see"
                     ),
                 )
+        for where, what in unverifiable_environment(path, spec):
+            yield app.urn, f"Spark job {name} `{where}` {what}, which the review cannot see"
         for where, uri in locations(path, spec):
             with deferred.each():
                 by = hadoop if uri.lower().startswith("s3a://") else sdk
@@ -404,12 +486,57 @@ def _argument(path: str, spec: Mapping[str, Any], flag: str) -> tuple[str, Any] 
     return None
 
 
+def _not_the_data_job(path: str, spec: Mapping[str, Any]) -> Iterator[str]:
+    """Why the driver may not be the platform's data job (nothing when it is): its main
+    file is not `MAIN_FILE`, or an image the driver may run is not of the data image's
+    repository (`DATA_REPOSITORY`). Only that job uploads a local event log under the
+    key its arguments name; another program given the same arguments need not."""
+    main = known(spec.get("mainApplicationFile"), f"{path}.mainApplicationFile")
+    if main != MAIN_FILE:
+        yield f"`{path}.mainApplicationFile` is {main}"
+    images: list[tuple[str, Any]] = [(f"{path}.image", spec.get("image"))]
+    driver = spec.get("driver")
+    if isinstance(driver, Mapping):
+        images.append((f"{path}.driver.image", driver.get("image")))
+        containers = dig(driver, "template", "spec", "containers")
+        if isinstance(containers, list):
+            images += [
+                (f"{path}.driver.template.spec.containers[{i}].image", c.get("image"))
+                for i, c in enumerate(containers)
+                if isinstance(c, Mapping)
+            ]
+    conf = spec.get("sparkConf")
+    if isinstance(conf, Mapping):
+        for key in ("spark.kubernetes.container.image", "spark.kubernetes.driver.container.image"):
+            images.append((f"{path}.sparkConf.{key}", conf.get(key)))
+    for where, value in images:
+        image = known(value, where)
+        if image is not None and _repository_name(str(image)) != DATA_REPOSITORY:
+            yield f"`{where}` is {image}"
+
+
+def _repository_name(image: str) -> str:
+    """The last part of an image's repository: ``<registry>/team/data:1@sha256:..`` ->
+    ``data``."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[0]
+
+
 def _uploaded_event_log_problems(
     stack: StackView, app: ResourceView, buckets: Mapping[str, ResourceView], directory: str
 ) -> Iterator[str]:
     """A local event-log directory: the data job must upload it (``--event-log-uri``)
     to an object store location, SSE-KMS under a named key (``--kms-key``)."""
     path, spec = application(app)
+    not_the_data_job = list(_not_the_data_job(path, spec))
+    if not_the_data_job:
+        yield (
+            f"`spark.eventLog.dir` {directory} is not an object store location, and the "
+            f"driver is not the platform's data job ({MAIN_FILE} in its {DATA_REPOSITORY} "
+            f"image), whose `{EVENT_LOG_ARGUMENT}` upload the review knows: "
+            + "; ".join(not_the_data_job)
+        )
+        return
     upload = _argument(path, spec, EVENT_LOG_ARGUMENT)
     if upload is None:
         yield (

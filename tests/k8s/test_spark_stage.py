@@ -104,6 +104,42 @@ def test_an_executor_runs_the_kubernetes_executor_backend(place: dict[str, Path]
     ]  # fmt: skip
 
 
+def test_an_executor_orders_options_and_class_path_as_upstream(place: dict[str, Path]) -> None:
+    """Twelve options with a repeated key, and the executor's conf and Hadoop conf
+    directories set: as apache/spark-docker's ``entrypoint.sh`` (4.1.2, the template of
+    every release) the options come in bash's ``${!SPARK_JAVA_OPT_@}`` order (by name:
+    ``_10`` and ``_11`` before ``_2``, so ``_11``'s value of the repeated key comes
+    before ``_9``'s and the JVM keeps ``_9``'s, as in Spark's image), and the class path
+    starts ``$SPARK_CONF_DIR:$HADOOP_CONF_DIR`` instead of ``$SPARK_HOME/conf``."""
+    options = {f"SPARK_JAVA_OPT_{i}": f"-Dopt{i}=x" for i in range(12)}
+    options["SPARK_JAVA_OPT_9"] = "-Dspark.network.timeout=9s"
+    options["SPARK_JAVA_OPT_11"] = "-Dspark.network.timeout=11s"
+    done = run(
+        place,
+        "executor",
+        **options,
+        SPARK_CONF_DIR="/opt/spark/conf-mounted",
+        HADOOP_CONF_DIR="/etc/hadoop/conf",
+        SPARK_EXECUTOR_MEMORY="6g",
+        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
+        SPARK_EXECUTOR_ID="3",
+        SPARK_EXECUTOR_CORES="6",
+        SPARK_APPLICATION_ID="spark-0123",
+        SPARK_EXECUTOR_POD_IP="10.0.0.9",
+        SPARK_RESOURCE_PROFILE_ID="0",
+        SPARK_EXECUTOR_POD_NAME="prepare-exec-3",
+    )
+    assert done.returncode == 0, done.stderr
+    given = (place["log"] / "java").read_text().splitlines()
+    by_name = [options[name] for name in sorted(options)]  # _0, _1, _10, _11, _2, ...
+    assert given[:12] == by_name
+    assert given.index("-Dspark.network.timeout=11s") < given.index("-Dspark.network.timeout=9s")
+    assert given[14:16] == [
+        "-cp",
+        f"/opt/spark/conf-mounted:/etc/hadoop/conf:{place['spark']}/jars/*:{place['log']}",
+    ]
+
+
 def test_an_executor_missing_its_environment_stops(place: dict[str, Path]) -> None:
     done = run(place, "executor")
     assert done.returncode != 0

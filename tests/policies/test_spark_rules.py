@@ -139,6 +139,35 @@ def set_spec(key: str, value: Any) -> Callable[[Plan], None]:
     return lambda plan: spec(plan).update({key: value})
 
 
+def value_from(name: str, roles: tuple[str, ...] = ("driver",)) -> Callable[[Plan], None]:
+    """The variable from a ConfigMap instead of a value the review can read."""
+
+    def mutate(plan: Plan) -> None:
+        for container in containers(plan, AWS_JOB, roles):
+            for item in container["env"]:
+                if item["name"] == name:
+                    del item["value"]
+                    item["valueFrom"] = {"configMapKeyRef": {"name": "s3-settings", "key": name}}
+
+    return mutate
+
+
+def env_from(role: str, in_template: bool) -> Callable[[Plan], None]:
+    """A whole ConfigMap (on the operator's pod spec) or Secret (a template's container)
+    in the role's environment."""
+
+    def mutate(plan: Plan) -> None:
+        pod = spec(plan)[role]
+        if in_template:
+            pod["template"]["spec"]["containers"][0]["envFrom"] = [
+                {"secretRef": {"name": "s3-settings"}}
+            ]
+        else:
+            pod["envFrom"] = [{"configMapRef": {"name": "s3-settings"}}]
+
+    return mutate
+
+
 def both(*mutations: Callable[[Plan], None]) -> Callable[[Plan], None]:
     def mutate(plan: Plan) -> None:
         for mutation in mutations:
@@ -203,6 +232,20 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
      LOCATION, "us-east-1"),
     ("settings-in-configmap", set_spec("sparkConfigMap", "extra-spark-settings"), LOCATION,
      "cannot see"),
+    ("region-from-configmap", value_from("AWS_REGION"), LOCATION,
+     "sets AWS_REGION from configMapKeyRef s3-settings, which the review cannot see"),
+    ("endpoint-from-secret", lambda p: containers(p, AWS_JOB, ("executor",))[0]["env"].append(
+        {"name": ENDPOINT, "valueFrom": {"secretKeyRef": {"name": "x", "key": "url"}}}),
+     LOCATION, f"sets {ENDPOINT} from secretKeyRef x"),
+    ("env-from-configmap", env_from("executor", in_template=False), LOCATION,
+     "executor.envFrom` takes environment variables from configMapRef s3-settings"),
+    ("env-from-secret-in-template", env_from("driver", in_template=True), LOCATION,
+     "containers[0].envFrom` takes environment variables from secretRef s3-settings"),
+    ("executor-env-region-abroad", put_conf("spark.executorEnv.AWS_REGION", "eu-west-1"),
+     LOCATION, "eu-west-1, outside the allowed regions"),
+    ("driver-env-endpoint-abroad",
+     put_conf(f"spark.kubernetes.driverEnv.{ENDPOINT}", "https://s3.eu-west-1.amazonaws.com"),
+     LOCATION, "reaches S3 in eu-west-1, outside the allowed regions"),
     ("site-store-not-allowed", set_env(ENDPOINT, "https://objects.example.com", job=SITE_JOB),
      LOCATION, "neither a Service"),
     ("site-store-http", set_env(ENDPOINT, "http://rook-ceph-rgw-data.rook-ceph.svc",
@@ -215,6 +258,13 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
      "not an object store location"),
     ("event-log-uploaded-to-disk", set_argument(EVENT_LOG, "file:///tmp/kept"), EVENTS,
      "not an object store location"),
+    ("event-log-upload-claimed-by-another-program",
+     set_spec("mainApplicationFile", "local:///app/other.py"), EVENTS,
+     "not the platform's data job (local:///app/workloads/data/prepare.py in its data image)"),
+    ("event-log-upload-claimed-by-another-image",
+     lambda p: spec(p)["driver"]["template"]["spec"]["containers"][0].update(
+         {"image": f"{ECR}/gpu-test/tools:0.1.0"}),
+     EVENTS, f"containers[0].image` is {ECR}/gpu-test/tools:0.1.0"),
     ("key-missing", drop_argument(KMS), EVENTS, "name no key"),
     ("key-empty", set_argument(KMS, ""), EVENTS, "is empty"),
     ("aws-managed-key", set_argument(KMS, "alias/aws/s3"), EVENTS, "AWS-managed"),
@@ -269,11 +319,20 @@ def test_the_broken_job_fails_exactly_the_rule(
              lambda p: spec(p)["executor"].update({"envVars": {"AWS_REGION": REGION}})),
         # The region's own endpoint.
         set_env(ENDPOINT, f"https://s3.{REGION}.amazonaws.com"),
+        # The executors' region only from sparkConf; a template's region abroad that
+        # sparkConf overrides (Spark adds spark.kubernetes.driverEnv.* last: it wins).
+        both(drop_env(*REGIONS, roles=("executor",)),
+             put_conf("spark.executorEnv.AWS_REGION", REGION)),
+        both(set_env("AWS_REGION", "eu-west-1", roles=("driver",)),
+             set_env("AWS_DEFAULT_REGION", "eu-west-1", roles=("driver",)),
+             put_conf("spark.kubernetes.driverEnv.AWS_REGION", REGION),
+             put_conf("spark.kubernetes.driverEnv.AWS_DEFAULT_REGION", REGION)),
         # Files in the image and on the pod's disk are no store.
         set_spec("deps", {"pyFiles": ["local:///app/extra.zip"], "files": ["file:///etc/x"]}),
     ],
     ids=["s3a-event-logs", "s3a-legacy-names", "s3a-dsse-kms", "key-alias",
-         "default-region-variable", "env-vars", "regional-endpoint", "local-files"],
+         "default-region-variable", "env-vars", "regional-endpoint", "executor-env-region",
+         "driver-env-overrides", "local-files"],
 )  # fmt: skip
 def test_equivalent_settings_pass(mutate: Callable[[Plan], None]) -> None:
     plan = plan_with_jobs()

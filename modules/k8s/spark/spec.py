@@ -449,6 +449,11 @@ def spark_conf(job: SparkJobSpec) -> dict[str, Any]:
 #: (the operator submitted it in cluster mode); an executor runs
 #: ``KubernetesExecutorBackend`` on the JVM with Spark's options (``SPARK_JAVA_OPT_*``)
 #: and PySpark's jars. Nothing is staged: the job reads and writes the store itself.
+#: As upstream's ``entrypoint.sh`` (every release from 3.5.0 to 4.2.0-preview5; the
+#: same template): the options in bash's ``${!SPARK_JAVA_OPT_@}`` order (by name, so
+#: ``_10`` before ``_2``; the numeric ``sort -t_ -k4 -n`` was Spark 2.x's), and the class
+#: path ``$SPARK_CONF_DIR`` (where Spark mounts the executor's ConfigMap; else
+#: ``$SPARK_HOME/conf``), then ``$HADOOP_CONF_DIR`` where set, the jars and ``$PWD``.
 POD_SCRIPT = f"""\
 set -euo pipefail
 role=${{1:-}}
@@ -463,9 +468,10 @@ case "$role" in
   executor)
     opts=()
     for name in "${{!SPARK_JAVA_OPT_@}}"; do opts+=("${{!name}}"); done
+    classpath="${{SPARK_CONF_DIR-$SPARK_HOME/conf}}:${{HADOOP_CONF_DIR+$HADOOP_CONF_DIR:}}"
     exec "$JAVA_HOME/bin/java" "${{opts[@]}}" \\
       -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \\
-      -cp "$SPARK_HOME/conf:$SPARK_HOME/jars/*:$PWD" \\
+      -cp "$classpath$SPARK_HOME/jars/*:$PWD" \\
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \\
       --driver-url "$SPARK_DRIVER_URL" --executor-id "$SPARK_EXECUTOR_ID" \\
       --cores "$SPARK_EXECUTOR_CORES" --app-id "$SPARK_APPLICATION_ID" \\
