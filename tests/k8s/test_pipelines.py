@@ -896,6 +896,7 @@ OWN_COMMON = {
     ("Secret", TEAM_CREDENTIALS_SECRET),
     ("Certificate", kfp.API_TLS_SECRET),
     ("Certificate", kfp.MLMD_TLS_SECRET),
+    ("Certificate", kfp.ENVOY_TLS_SECRET),
     ("Certificate", kfp.UI_TLS_SECRET),
     ("Certificate", CA_BUNDLE_SECRET),
 }

@@ -238,6 +238,7 @@ def test_no_pod_but_the_server_mounts_a_server_key() -> None:
         kfp.API_TLS_SECRET: "ml-pipeline",
         kfp.UI_TLS_SECRET: "ml-pipeline-ui",
         kfp.MLMD_TLS_SECRET: "metadata-grpc-deployment",
+        kfp.ENVOY_TLS_SECRET: "metadata-envoy-deployment",
         loop.TRIGGER_TLS_SECRET: loop.TRIGGER,
     }
     ir, values = ir_and_values()
@@ -307,7 +308,14 @@ def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> Non
     trigger = {loop.TRIGGER_TLS_SECRET} if with_loop else set()
     assert (
         set(certificates)
-        == {kfp.API_TLS_SECRET, kfp.MLMD_TLS_SECRET, kfp.UI_TLS_SECRET, CA_BUNDLE_SECRET} | trigger
+        == {
+            kfp.API_TLS_SECRET,
+            kfp.MLMD_TLS_SECRET,
+            kfp.ENVOY_TLS_SECRET,
+            kfp.UI_TLS_SECRET,
+            CA_BUNDLE_SECRET,
+        }
+        | trigger
     )
     for certificate in certificates.values():
         assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
@@ -323,6 +331,7 @@ def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> Non
         "ml-pipeline-ui",
         "ml-pipeline-persistenceagent",
         "metadata-grpc-deployment",
+        "metadata-envoy-deployment",
     ):
         assert certificate_urns <= set(by_name[("Deployment", name)].dependencies), name
     if with_loop:
@@ -732,7 +741,80 @@ def test_envoy_calls_ml_metadata_over_tls_with_the_cluster_ca() -> None:
         "secretName": CA_BUNDLE_SECRET,
         "items": [{"key": CA_KEY, "path": CA_KEY}],
     }
-    # Its listener, the UI's calls inside the namespace, stays upstream's (plain).
-    (listener,) = ours["static_resources"]["listeners"]
-    (chain,) = listener["filter_chains"]
-    assert "transport_socket" not in chain
+
+
+def test_envoy_serves_the_ui_over_tls_as_the_overlay_does() -> None:
+    objects = installed()
+    ours = yaml.safe_load(
+        find(objects, "ConfigMap", "metadata-envoy-configmap")["data"]["envoy-config.yaml"]
+    )
+    theirs = yaml.safe_load(overlay("metadata-envoy-configmap.yaml")["data"]["envoy-config.yaml"])
+    (our_listener,) = ours["static_resources"]["listeners"]
+    (their_listener,) = theirs["static_resources"]["listeners"]
+    assert our_listener["address"] == their_listener["address"]
+    (our_chain,) = our_listener["filter_chains"]
+    (their_chain,) = their_listener["filter_chains"]
+    our_tls = our_chain["transport_socket"]["typed_config"]
+    their_tls = their_chain["transport_socket"]["typed_config"]
+    # The overlay's, but for where the certificate is mounted.
+    (pair,) = our_tls["common_tls_context"]["tls_certificates"]
+    assert pair == {
+        "certificate_chain": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.crt"},
+        "private_key": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.key"},
+    }
+    for tls in (our_tls, their_tls):
+        tls["common_tls_context"].pop("tls_certificates")
+    assert our_tls == their_tls
+    assert our_chain["filters"] == their_chain["filters"]
+    # Its own certificate, mounted read-only; restarted after a renewal; probed.
+    spec = pod("metadata-envoy-deployment", objects)
+    (envoy,) = spec["containers"]
+    assert mounted_secrets(spec, envoy)[kfp.ENVOY_TLS_DIR] == {"secretName": kfp.ENVOY_TLS_SECRET}
+    assert envoy["command"] == ["/bin/sh", "-c", kfp.envoy_command()] and "args" not in envoy
+    assert envoy["command"][2].endswith(
+        "exec /usr/local/bin/envoy -c "
+        + overlay_container("metadata-envoy-deployment.yaml")["args"][0]
+    )
+    assert envoy["livenessProbe"]["exec"]["command"] == kfp.envoy_liveness()
+    assert envoy["readinessProbe"]["tcpSocket"]["port"] == kfp.ENVOY_PORT
+    names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
+    assert set(names) == set(service_dns_names(kfp.ENVOY_SERVICE, NS))
+    # The Service as the overlay patches it.
+    (port,) = find(objects, "Service", kfp.ENVOY_SERVICE)["spec"]["ports"]
+    assert port == overlay("metadata-envoy-service.yaml")["spec"]["ports"][0]
+
+
+def test_the_ui_calls_envoy_over_https_by_a_name_of_its_certificate() -> None:
+    ui = container(pod("ml-pipeline-ui"), "ml-pipeline-ui")
+    ours, theirs = env(ui), env(overlay_container("ml-pipeline-ui-deployment.yaml"))
+    for name in (
+        "METADATA_ENVOY_SERVICE_SERVICE_HOST",
+        "METADATA_ENVOY_SERVICE_SERVICE_PORT",
+        "METADATA_ENVOY_SERVICE_SERVICE_SCHEME",
+    ):
+        assert ours[name] == theirs[name], name
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_SCHEME"] == "https"
+    names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_HOST"] in names
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_PORT"] == str(kfp.ENVOY_PORT)
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash, as the Envoy image has")
+def test_envoys_liveness_fails_after_a_renewal_or_with_its_port_closed(tmp_path: Path) -> None:
+    ca = authority()
+    secret = server_secret(tmp_path / "tls", ca, ["metadata-envoy-service"])
+    served = tmp_path / "served-tls.crt"
+    copy = kfp.envoy_command(str(secret), str(served)).partition(" && exec ")[0]
+    subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)
+
+    def alive(port: int) -> bool:
+        command = kfp.envoy_liveness(str(secret), str(served), port)
+        return subprocess.run(command, check=False, capture_output=True, timeout=30).returncode == 0
+
+    with listening() as port:
+        assert alive(port)
+        server_secret(secret, ca, ["metadata-envoy-service"])  # cert-manager renews
+        assert not alive(port)
+        subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)  # the restart
+        assert alive(port)
+    assert not alive(port)

@@ -30,7 +30,8 @@ What the platform changes, and why:
   tracking server is. ML Metadata serves gRPC over TLS natively (its server config
   file's ``ssl_config``, as the overlay does, with the PostgreSQL connection instead of
   the overlay's MySQL one); the drivers, launchers and Envoy verify it with the cluster
-  CA. Envoy's own listener (the UI's calls to it, inside the namespace) stays plain.
+  CA. Envoy serves the UI's calls over TLS too (the overlay's listener), verified by
+  the UI with the cluster CA.
 * **Fences** (`network_policies`): default-deny in ``kubeflow``; KFP's pods talk to each
   other, to DNS, the Kubernetes API, the database and the object store only.
 * **Runs**: the ``pipeline-runner`` Role keeps what a v2 run needs (its pods, task
@@ -312,6 +313,14 @@ MLMD_TLS_SECRET = "metadata-grpc-tls"
 MLMD_CONFIG_DIR = "/run/mlmd"
 #: Envoy's upstream cluster in upstream's metadata-envoy-configmap (to ML Metadata).
 ENVOY_MLMD_CLUSTER = "metadata-cluster"
+#: ML Metadata's Envoy: its Service, port (gRPC-Web for the UI), certificate's Secret
+#: and where it is mounted, and the copy of the certificate Envoy started with.
+ENVOY_SERVICE = "metadata-envoy-service"
+ENVOY_PORT = 9090
+ENVOY_TLS_SECRET = "metadata-envoy-tls"
+ENVOY_TLS_DIR = "/etc/envoy-tls"
+ENVOY_CONFIG = "/etc/envoy/envoy-config.yaml"  # upstream's args
+ENVOY_SERVED_CERTIFICATE = "/tmp/served-tls.crt"
 #: The flags both controllers take to reach the API server over TLS (main.go of each:
 #: ``mlPipelineServiceTLSEnabled``, ``caCertPath``; the system pool plus this CA).
 CLIENT_TLS_FLAGS = f"-mlPipelineServiceTLSEnabled=true -caCertPath={TLS_DIR}/{CA_KEY}"
@@ -730,12 +739,81 @@ def _metadata_server(pod: Manifest) -> None:
     )
 
 
+def envoy_command(cert_dir: str = ENVOY_TLS_DIR, served: str = ENVOY_SERVED_CERTIFICATE) -> str:
+    """Envoy's shell command: the image's entrypoint (third_party/metadata_envoy/
+    Dockerfile at 2.17.0, ``envoy -c``) with upstream's config path, after copying the
+    certificate it starts with (a static listener's certificate is read at start;
+    `envoy_liveness` restarts it after a renewal)."""
+    return f"cat {cert_dir}/tls.crt > {served} && exec /usr/local/bin/envoy -c {ENVOY_CONFIG}"
+
+
+def envoy_liveness(
+    cert_dir: str = ENVOY_TLS_DIR, served: str = ENVOY_SERVED_CERTIFICATE, port: int = ENVOY_PORT
+) -> list[str]:
+    """Envoy's liveness command (upstream has no probe): its listener accepts, and the
+    certificate on disk is still the one it started with (the image is Ubuntu's, with
+    bash)."""
+    return [
+        "/bin/bash",
+        "-c",
+        f'[ "$(cat {cert_dir}/tls.crt)" = "$(cat {served})" ] && exec 3<>/dev/tcp/127.0.0.1/{port}',
+    ]
+
+
+def _envoy(pod: Manifest) -> None:
+    """ML Metadata's Envoy: its listener over TLS with its own certificate, the cluster
+    CA to verify ML Metadata (`envoy_config`), probes on its listener."""
+    (envoy,) = pod["containers"]
+    envoy["command"] = ["/bin/sh", "-c", envoy_command()]
+    envoy.pop("args", None)
+    envoy["readinessProbe"] = {
+        "tcpSocket": {"port": ENVOY_PORT},
+        "initialDelaySeconds": 3,
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+    }
+    envoy["livenessProbe"] = {
+        "exec": {"command": envoy_liveness()},
+        "initialDelaySeconds": 3,
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+    }
+    envoy.setdefault("volumeMounts", []).append(
+        {"name": "envoy-tls", "mountPath": ENVOY_TLS_DIR, "readOnly": True}
+    )
+    pod.setdefault("volumes", []).append(
+        {"name": "envoy-tls", "secret": {"secretName": ENVOY_TLS_SECRET}}
+    )
+    _ca_client(pod, envoy)
+
+
 def envoy_config(upstream: str) -> str:
-    """Upstream's Envoy config (metadata-envoy-configmap) with its cluster to ML
-    Metadata over TLS, as the overlay's patches/metadata-envoy-configmap.yaml has it
-    (the cluster CA, SNI the Service's name), and the certificate's name checked too
-    (the overlay trusts any certificate of its CA; Envoy checks no name unless told)."""
+    """Upstream's Envoy config (metadata-envoy-configmap) as the overlay's
+    patches/metadata-envoy-configmap.yaml has it: the listener over TLS (its own
+    certificate, ``h2`` and ``http/1.1``, no client certificate), the cluster to ML
+    Metadata over TLS (the cluster CA, SNI the Service's name), and the certificate's
+    name checked too (the overlay trusts any certificate of its CA; Envoy checks no name
+    unless told)."""
     config = yaml.safe_load(upstream)
+    (listener,) = config["static_resources"]["listeners"]
+    (chain,) = listener["filter_chains"]
+    chain["transport_socket"] = {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+            "DownstreamTlsContext",
+            "common_tls_context": {
+                "tls_certificates": [
+                    {
+                        "certificate_chain": {"filename": f"{ENVOY_TLS_DIR}/tls.crt"},
+                        "private_key": {"filename": f"{ENVOY_TLS_DIR}/tls.key"},
+                    }
+                ],
+                "alpn_protocols": ["h2", "http/1.1"],
+            },
+            "require_client_certificate": False,
+        },
+    }
     (cluster,) = [
         c for c in config["static_resources"]["clusters"] if c["name"] == ENVOY_MLMD_CLUSTER
     ]
@@ -777,6 +855,12 @@ def _ui(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacement) -> No
             _env_value("ML_PIPELINE_SERVICE_SCHEME", "https"),
             _env_value("ML_PIPELINE_SERVICE_HOST", f"{API_SERVICE}.{NAMESPACE}"),
             _env_value("ML_PIPELINE_SERVICE_PORT", str(API_HTTP_PORT)),
+            # The same patch: ML Metadata's Envoy over HTTPS (frontend/server/configs.ts
+            # METADATA_ENVOY_SERVICE_SERVICE_*; app.ts proxies ``/ml_metadata`` there,
+            # http-proxy verifying with Node's roots and NODE_EXTRA_CA_CERTS).
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_HOST", ENVOY_SERVICE),
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_PORT", str(ENVOY_PORT)),
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_SCHEME", "https"),
             _env_value("NODE_EXTRA_CA_CERTS", f"{TLS_DIR}/{CA_KEY}"),
         ],
     )
@@ -858,9 +942,7 @@ def _adapt_deployment(
     elif name == "metadata-grpc-deployment":
         _metadata_server(pod)
     elif name == "metadata-envoy-deployment":
-        # The cluster CA, to verify ML Metadata (`envoy_config`).
-        (envoy,) = pod["containers"]
-        _ca_client(pod, envoy)
+        _envoy(pod)
     elif name == "ml-pipeline-ui":
         _ui(pod, spec, placement)
     elif name == "workflow-controller":
@@ -936,6 +1018,10 @@ def adapt(
         return _adapt_configmap(manifest, spec, placement, root)
     if manifest["kind"] == "Service" and meta["name"] in (API_SERVICE, UI_SERVICE):
         return _tls_service(manifest)
+    if manifest["kind"] == "Service" and meta["name"] == ENVOY_SERVICE:
+        # The overlay's patches/metadata-envoy-service.yaml.
+        (port,) = manifest["spec"]["ports"]
+        port |= {"name": "tls", "appProtocol": "https"}
     return manifest
 
 
@@ -967,8 +1053,9 @@ def _tls_service(manifest: Manifest) -> Manifest:
 def tls_objects() -> list[Manifest]:
     """The certificates, from the cluster CA: the API server's (the overlay's
     base-tls-certs/kfp-api-cert.yaml names of the API server, without the self-signed
-    issuer), ML Metadata's (the overlay's names of ``metadata-grpc-service``, in a
-    certificate of its own so that neither server holds the other's key), the UI
+    issuer), ML Metadata's and its Envoy's (the overlay's names of
+    ``metadata-grpc-service`` and ``metadata-envoy-service``, each in a certificate of
+    its own so that no server holds another's key), the UI
     proxy's, the API server's and UI's with ``localhost`` for ``kubectl
     port-forward``; and the namespace's cluster-CA bundle the clients mount
     (`modules.k8s.pki.spec.ca_bundle`)."""
@@ -977,6 +1064,9 @@ def tls_objects() -> list[Manifest]:
             API_TLS_SECRET, NAMESPACE, [*service_dns_names(API_SERVICE, NAMESPACE), "localhost"]
         ),
         serving_certificate(MLMD_TLS_SECRET, NAMESPACE, service_dns_names(MLMD_SERVICE, NAMESPACE)),
+        serving_certificate(
+            ENVOY_TLS_SECRET, NAMESPACE, service_dns_names(ENVOY_SERVICE, NAMESPACE)
+        ),
         serving_certificate(
             UI_TLS_SECRET, NAMESPACE, [*service_dns_names(UI_SERVICE, NAMESPACE), "localhost"]
         ),
