@@ -344,7 +344,8 @@ def test_database_clients_reach_the_server_through_their_own_tls_proxy(name: str
 
 def test_ml_metadata_connects_to_its_sidecar() -> None:
     pod = find(installed(), "Deployment", "metadata-grpc-deployment")["spec"]["template"]["spec"]
-    assert "--postgres_config_host=127.0.0.1" in pod["containers"][0]["args"]
+    # Its config file's connection (test_pipelines_tls parses what the command writes).
+    assert 'host: "127.0.0.1"' in pod["containers"][0]["command"][2]
     (wait,) = [c for c in pod["initContainers"] if c["name"] == "wait-for-database"]
     assert env(wait) == {"WAIT_HOST": "127.0.0.1", "WAIT_PORT": "5432"}
 
@@ -901,6 +902,8 @@ OWN_COMMON = {
     # The runs' MLflow user and the cluster CA their tracked steps verify it with.
     ("Secret", TEAM_CREDENTIALS_SECRET),
     ("Certificate", kfp.API_TLS_SECRET),
+    ("Certificate", kfp.MLMD_TLS_SECRET),
+    ("Certificate", kfp.ENVOY_TLS_SECRET),
     ("Certificate", kfp.UI_TLS_SECRET),
     ("Certificate", CA_BUNDLE_SECRET),
 }

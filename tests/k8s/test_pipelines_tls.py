@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.pipelines import loop
@@ -138,8 +140,8 @@ def test_runs_get_the_cluster_ca_bundle_not_the_servers_secret() -> None:
     theirs = env(overlay_container("ml-pipeline-apiserver-deployment.yaml"))
     assert "CABUNDLE_SECRET_NAME" in theirs
     assert env(api)["CABUNDLE_SECRET_NAME"] == CA_BUNDLE_SECRET != kfp.API_TLS_SECRET
-    # ML Metadata serves plain gRPC here: the drivers must not be told otherwise.
-    assert "METADATA_TLS_ENABLED" in theirs and "METADATA_TLS_ENABLED" not in env(api)
+    # ML Metadata serves TLS: every run's driver and launcher is compiled to dial it so.
+    assert theirs["METADATA_TLS_ENABLED"] == env(api)["METADATA_TLS_ENABLED"] == "true"
 
 
 def test_the_api_servers_service_is_the_overlays() -> None:
@@ -213,7 +215,7 @@ def test_the_api_server_certificate_holds_every_name_its_clients_use() -> None:
     names = set(certificate["spec"]["dnsNames"])
     assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
     assert certificate["spec"]["secretName"] == kfp.API_TLS_SECRET
-    # The overlay's names of the API server (ML Metadata's are left out: plain gRPC here).
+    # The overlay's names of the API server (ML Metadata's are in its own certificate).
     theirs = {
         n.replace("$(kfp-namespace)", NS)
         for n in overlay("kfp-api-cert.yaml")["spec"]["dnsNames"]
@@ -235,6 +237,8 @@ def test_no_pod_but_the_server_mounts_a_server_key() -> None:
     owners = {
         kfp.API_TLS_SECRET: "ml-pipeline",
         kfp.UI_TLS_SECRET: "ml-pipeline-ui",
+        kfp.MLMD_TLS_SECRET: "metadata-grpc-deployment",
+        kfp.ENVOY_TLS_SECRET: "metadata-envoy-deployment",
         loop.TRIGGER_TLS_SECRET: loop.TRIGGER,
     }
     ir, values = ir_and_values()
@@ -302,7 +306,17 @@ def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> Non
     }
     with_loop = (ROOT / ps.PIPELINE_FILE).is_file()
     trigger = {loop.TRIGGER_TLS_SECRET} if with_loop else set()
-    assert set(certificates) == {kfp.API_TLS_SECRET, kfp.UI_TLS_SECRET, CA_BUNDLE_SECRET} | trigger
+    assert (
+        set(certificates)
+        == {
+            kfp.API_TLS_SECRET,
+            kfp.MLMD_TLS_SECRET,
+            kfp.ENVOY_TLS_SECRET,
+            kfp.UI_TLS_SECRET,
+            CA_BUNDLE_SECRET,
+        }
+        | trigger
+    )
     for certificate in certificates.values():
         assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
     # Registered before the Deployments, which mount their Secrets.
@@ -312,7 +326,13 @@ def test_shipped_plans_serve_kfp_over_tls_from_the_cluster_ca(stack: str) -> Non
         for r in records
         if r.inputs["kind"] == "Certificate" and r.inputs["metadata"]["name"] not in trigger
     }
-    for name in ("ml-pipeline", "ml-pipeline-ui", "ml-pipeline-persistenceagent"):
+    for name in (
+        "ml-pipeline",
+        "ml-pipeline-ui",
+        "ml-pipeline-persistenceagent",
+        "metadata-grpc-deployment",
+        "metadata-envoy-deployment",
+    ):
         assert certificate_urns <= set(by_name[("Deployment", name)].dependencies), name
     if with_loop:
         served = by_name[("Certificate", loop.TRIGGER_TLS_SECRET)].urn
@@ -500,3 +520,308 @@ def test_the_liveness_command_fails_on_a_certificate_the_cluster_ca_did_not_sign
     started(mounted, served)
     with tls_server(served_secret) as port:
         assert not alive(mounted, served, port)
+
+
+# -- ML Metadata -------------------------------------------------------------------------
+
+
+def mlmd_config_descriptor() -> Any:
+    """The part of ML Metadata 1.14.0's ``MetadataStoreServerConfig`` its server reads
+    here (google/ml-metadata v1.14.0, ml_metadata/proto/metadata_store.proto: names,
+    numbers and types as there), to parse the written config as the server does
+    (``TextFormat::Parse``: an unknown field or a bad escape fails)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="mlmd_subset.proto", package="ml_metadata")
+    string, boolean = descriptor_pb2.FieldDescriptorProto.TYPE_STRING, 8
+    message = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+
+    def add(name: str, fields: list[tuple[str, int, int, str]]) -> None:
+        m = fdp.message_type.add(name=name)
+        for field, number, kind, type_name in fields:
+            f = m.field.add(name=field, number=number, type=kind, label=1)  # optional
+            if type_name:
+                f.type_name = f".ml_metadata.{type_name}"
+
+    add(
+        "PostgreSQLDatabaseConfig",
+        [
+            ("host", 1, string, ""),
+            ("hostaddr", 2, string, ""),
+            ("port", 3, string, ""),
+            ("user", 4, string, ""),
+            ("password", 5, string, ""),
+            ("passfile", 6, string, ""),
+            ("dbname", 7, string, ""),
+            ("skip_db_creation", 8, boolean, ""),
+        ],
+    )
+    add("ConnectionConfig", [("postgresql", 5, message, "PostgreSQLDatabaseConfig")])
+    add("MigrationOptions", [("enable_upgrade_migration", 3, boolean, "")])
+    add(
+        "SSLConfig",
+        [
+            ("server_key", 1, string, ""),
+            ("server_cert", 2, string, ""),
+            ("custom_ca", 3, string, ""),
+            ("client_verify", 4, boolean, ""),
+        ],
+    )
+    add(
+        "MetadataStoreServerConfig",
+        [
+            ("connection_config", 1, message, "ConnectionConfig"),
+            ("ssl_config", 2, message, "SSLConfig"),
+            ("migration_options", 3, message, "MigrationOptions"),
+        ],
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("ml_metadata.MetadataStoreServerConfig")
+    )
+
+
+def mlmd_writer(cert_dir: Path, config_dir: Path) -> str:
+    """ML Metadata's command without its final ``exec`` of the server."""
+    script = kfp.metadata_server_command(str(cert_dir), str(config_dir))
+    writer, _, server = script.rpartition("\n")
+    assert server.startswith("exec /bin/metadata_store_server ")
+    return writer
+
+
+def test_ml_metadata_serves_tls_from_a_config_file_as_the_overlay_does() -> None:
+    spec = pod("metadata-grpc-deployment")
+    (server,) = spec["containers"]
+    shell, flag, script = server["command"]
+    assert (shell, flag) == ("/bin/sh", "-c") and "args" not in server
+    exec_line = script.rpartition("\n")[2]
+    flags = shlex.split(exec_line)[2:]
+    # The overlay's container args: the server reads its config file...
+    theirs = overlay_container("metadata-grpc-deployment.yaml")["args"]
+    (their_file,) = [a for a in theirs if a.startswith("--metadata_store_server_config_file=")]
+    config = f"{kfp.MLMD_CONFIG_DIR}/config.pbtxt"
+    assert f"--metadata_store_server_config_file={config}" in flags
+    assert their_file.partition("=")[0] == "--metadata_store_server_config_file"
+    # ...and only it (config_file: no fallback to flags or an in-memory fake database).
+    assert "--metadata_source_config_type=config_file" in flags
+    assert f"--grpc_port={kfp.MLMD_PORT}" in flags and "--grpc_port=8080" in theirs
+    assert not [f for f in flags if f.startswith(("--postgres_config", "--mysql_config"))]
+    # The overlay's ssl_config fields, and no client certificate asked for.
+    (writer,) = overlay("metadata-grpc-deployment.yaml")["spec"]["template"]["spec"][
+        "initContainers"
+    ]
+    for field in ("ssl_config {", "server_key:", "server_cert:", "client_verify: false"):
+        assert field in writer["args"][0] and field in script, field
+    # The certificate where the overlay mounts it, the config in memory.
+    (their_mount,) = [
+        m
+        for m in overlay_container("metadata-grpc-deployment.yaml")["volumeMounts"]
+        if m["name"] == "tls-certs"
+    ]
+    assert mounted_secrets(spec, server)[their_mount["mountPath"]] == {
+        "secretName": kfp.MLMD_TLS_SECRET
+    }
+    assert their_mount["mountPath"] == kfp.TLS_DIR
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (config_mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == kfp.MLMD_CONFIG_DIR]
+    assert volumes[config_mount["name"]]["emptyDir"]["medium"] == "Memory"
+    # Probes: readiness upstream's TCP check, liveness the command run below.
+    assert server["readinessProbe"]["tcpSocket"]["port"] == "grpc-api"
+    assert server["livenessProbe"]["exec"]["command"] == kfp.metadata_server_liveness()
+    assert "tcpSocket" not in server["livenessProbe"]
+    assert {"name": "grpc-api", "containerPort": kfp.MLMD_PORT} in server["ports"]
+
+
+def test_ml_metadatas_written_config_parses_as_its_server_parses_it(tmp_path: Path) -> None:
+    secret = server_secret(tmp_path / "tls", authority(), service_dns_names(kfp.MLMD_SERVICE, NS))
+    config_dir = tmp_path / "mlmd"
+    config_dir.mkdir()
+    password = 'p"a\\ss$wo`rd$(id)'
+    environment = {
+        "PATH": "/usr/bin:/bin",
+        "POSTGRES_PORT": "5432",
+        "POSTGRES_DBNAME": ps.METADATA_DATABASE,
+        "POSTGRES_USER": "kfp",
+        "POSTGRES_PASSWORD": password,
+    }
+    subprocess.run(
+        ["/bin/sh", "-c", mlmd_writer(secret, config_dir)],
+        check=True,
+        timeout=30,
+        env=environment,
+    )
+    config = text_format.Parse(
+        (config_dir / "config.pbtxt").read_text(), mlmd_config_descriptor()()
+    )
+    postgres = config.connection_config.postgresql
+    assert (postgres.host, postgres.port) == (ps.PROXY_HOST, "5432")  # the PgBouncer sidecar
+    assert (postgres.dbname, postgres.user, postgres.password) == (
+        ps.METADATA_DATABASE,
+        "kfp",
+        password,
+    )
+    assert config.migration_options.enable_upgrade_migration  # upstream's flag
+    assert config.ssl_config.server_cert == (secret / "tls.crt").read_text().rstrip("\n")
+    assert config.ssl_config.server_key == (secret / "tls.key").read_text().rstrip("\n")
+    assert config.HasField("ssl_config") and not config.ssl_config.client_verify
+    # Readable by the server's user only; the certificate it serves kept for liveness.
+    assert (config_dir / "config.pbtxt").stat().st_mode & 0o077 == 0
+    assert (config_dir / "served-tls.crt").read_bytes() == (secret / "tls.crt").read_bytes()
+
+
+@contextmanager
+def listening() -> Iterator[int]:
+    """A TCP listener on 127.0.0.1 (the server's port, for the liveness check)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4)
+        yield sock.getsockname()[1]
+
+
+def mlmd_alive(secret: Path, config_dir: Path, port: int) -> bool:
+    command = kfp.metadata_server_liveness(str(secret), str(config_dir), port)
+    return subprocess.run(command, check=False, capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash, as the MLMD image has")
+def test_ml_metadatas_liveness_fails_after_a_renewal_or_with_its_port_closed(
+    tmp_path: Path,
+) -> None:
+    ca = authority()
+    secret = server_secret(tmp_path / "tls", ca, ["metadata-grpc-service"])
+    config_dir = tmp_path / "mlmd"
+    config_dir.mkdir()
+    env_ = {"PATH": "/usr/bin:/bin", "POSTGRES_PASSWORD": "x"}
+    subprocess.run(["/bin/sh", "-c", mlmd_writer(secret, config_dir)], check=True, env=env_)
+    with listening() as port:
+        assert mlmd_alive(secret, config_dir, port)
+        server_secret(secret, ca, ["metadata-grpc-service"])  # cert-manager renews
+        assert not mlmd_alive(secret, config_dir, port)
+        subprocess.run(["/bin/sh", "-c", mlmd_writer(secret, config_dir)], check=True, env=env_)
+        assert mlmd_alive(secret, config_dir, port)  # after the restart
+    assert not mlmd_alive(secret, config_dir, port)  # nothing listens any more
+
+
+def test_ml_metadatas_certificate_holds_the_names_its_clients_dial() -> None:
+    certificate = find(kfp.tls_objects(), "Certificate", kfp.MLMD_TLS_SECRET)
+    assert certificate["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    names = set(certificate["spec"]["dnsNames"])
+    # The overlay's names of ML Metadata (kfp-api-cert.yaml).
+    theirs = {
+        n.replace("$(kfp-namespace)", NS)
+        for n in overlay("kfp-api-cert.yaml")["spec"]["dnsNames"]
+        if n.startswith(kfp.MLMD_SERVICE)
+    }
+    assert theirs == names == set(service_dns_names(kfp.MLMD_SERVICE, NS))
+    # The drivers' and launchers' address (backend/src/v2/metadata/env.go: the Service,
+    # the pod's namespace, ``svc.cluster.local``).
+    assert f"{kfp.MLMD_SERVICE}.{NS}.svc.cluster.local" in names
+    # Envoy's SNI and the name it checks.
+    config = yaml.safe_load(
+        find(installed(), "ConfigMap", "metadata-envoy-configmap")["data"]["envoy-config.yaml"]
+    )
+    (cluster,) = config["static_resources"]["clusters"]
+    tls = cluster["transport_socket"]["typed_config"]
+    (san,) = tls["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"]
+    assert tls["sni"] == san["matcher"]["exact"] and san["matcher"]["exact"] in names
+
+
+def test_envoy_calls_ml_metadata_over_tls_with_the_cluster_ca() -> None:
+    objects = installed()
+    ours = yaml.safe_load(
+        find(objects, "ConfigMap", "metadata-envoy-configmap")["data"]["envoy-config.yaml"]
+    )
+    theirs = yaml.safe_load(overlay("metadata-envoy-configmap.yaml")["data"]["envoy-config.yaml"])
+    (our_cluster,) = ours["static_resources"]["clusters"]
+    (their_cluster,) = theirs["static_resources"]["clusters"]
+    assert our_cluster["load_assignment"] == their_cluster["load_assignment"]
+    our_tls, their_tls = (c["transport_socket"] for c in (our_cluster, their_cluster))
+    assert our_tls["name"] == their_tls["name"] == "envoy.transport_sockets.tls"
+    ours_typed, theirs_typed = our_tls["typed_config"], their_tls["typed_config"]
+    assert ours_typed["@type"] == theirs_typed["@type"]
+    assert ours_typed["sni"] == theirs_typed["sni"] == f"{kfp.MLMD_SERVICE}.{NS}.svc"
+    validation = ours_typed["common_tls_context"]["validation_context"]
+    assert validation["trusted_ca"] == {"filename": f"{kfp.TLS_DIR}/{CA_KEY}"}
+    # The CA only, mounted where the config reads it; never a server key.
+    spec = pod("metadata-envoy-deployment", objects)
+    (envoy,) = spec["containers"]
+    assert mounted_secrets(spec, envoy)[kfp.TLS_DIR] == {
+        "secretName": CA_BUNDLE_SECRET,
+        "items": [{"key": CA_KEY, "path": CA_KEY}],
+    }
+
+
+def test_envoy_serves_the_ui_over_tls_as_the_overlay_does() -> None:
+    objects = installed()
+    ours = yaml.safe_load(
+        find(objects, "ConfigMap", "metadata-envoy-configmap")["data"]["envoy-config.yaml"]
+    )
+    theirs = yaml.safe_load(overlay("metadata-envoy-configmap.yaml")["data"]["envoy-config.yaml"])
+    (our_listener,) = ours["static_resources"]["listeners"]
+    (their_listener,) = theirs["static_resources"]["listeners"]
+    assert our_listener["address"] == their_listener["address"]
+    (our_chain,) = our_listener["filter_chains"]
+    (their_chain,) = their_listener["filter_chains"]
+    our_tls = our_chain["transport_socket"]["typed_config"]
+    their_tls = their_chain["transport_socket"]["typed_config"]
+    # The overlay's, but for where the certificate is mounted.
+    (pair,) = our_tls["common_tls_context"]["tls_certificates"]
+    assert pair == {
+        "certificate_chain": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.crt"},
+        "private_key": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.key"},
+    }
+    for tls in (our_tls, their_tls):
+        tls["common_tls_context"].pop("tls_certificates")
+    assert our_tls == their_tls
+    assert our_chain["filters"] == their_chain["filters"]
+    # Its own certificate, mounted read-only; restarted after a renewal; probed.
+    spec = pod("metadata-envoy-deployment", objects)
+    (envoy,) = spec["containers"]
+    assert mounted_secrets(spec, envoy)[kfp.ENVOY_TLS_DIR] == {"secretName": kfp.ENVOY_TLS_SECRET}
+    assert envoy["command"] == ["/bin/sh", "-c", kfp.envoy_command()] and "args" not in envoy
+    assert envoy["command"][2].endswith(
+        "exec /usr/local/bin/envoy -c "
+        + overlay_container("metadata-envoy-deployment.yaml")["args"][0]
+    )
+    assert envoy["livenessProbe"]["exec"]["command"] == kfp.envoy_liveness()
+    assert envoy["readinessProbe"]["tcpSocket"]["port"] == kfp.ENVOY_PORT
+    names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
+    assert set(names) == set(service_dns_names(kfp.ENVOY_SERVICE, NS))
+    # The Service as the overlay patches it.
+    (port,) = find(objects, "Service", kfp.ENVOY_SERVICE)["spec"]["ports"]
+    assert port == overlay("metadata-envoy-service.yaml")["spec"]["ports"][0]
+
+
+def test_the_ui_calls_envoy_over_https_by_a_name_of_its_certificate() -> None:
+    ui = container(pod("ml-pipeline-ui"), "ml-pipeline-ui")
+    ours, theirs = env(ui), env(overlay_container("ml-pipeline-ui-deployment.yaml"))
+    for name in (
+        "METADATA_ENVOY_SERVICE_SERVICE_HOST",
+        "METADATA_ENVOY_SERVICE_SERVICE_PORT",
+        "METADATA_ENVOY_SERVICE_SERVICE_SCHEME",
+    ):
+        assert ours[name] == theirs[name], name
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_SCHEME"] == "https"
+    names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_HOST"] in names
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_PORT"] == str(kfp.ENVOY_PORT)
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash, as the Envoy image has")
+def test_envoys_liveness_fails_after_a_renewal_or_with_its_port_closed(tmp_path: Path) -> None:
+    ca = authority()
+    secret = server_secret(tmp_path / "tls", ca, ["metadata-envoy-service"])
+    served = tmp_path / "served-tls.crt"
+    copy = kfp.envoy_command(str(secret), str(served)).partition(" && exec ")[0]
+    subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)
+
+    def alive(port: int) -> bool:
+        command = kfp.envoy_liveness(str(secret), str(served), port)
+        return subprocess.run(command, check=False, capture_output=True, timeout=30).returncode == 0
+
+    with listening() as port:
+        assert alive(port)
+        server_secret(secret, ca, ["metadata-envoy-service"])  # cert-manager renews
+        assert not alive(port)
+        subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)  # the restart
+        assert alive(port)
+    assert not alive(port)

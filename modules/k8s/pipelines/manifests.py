@@ -27,7 +27,11 @@ What the platform changes, and why:
   platform-agnostic-standalone-tls``); the persistence agent, the scheduled-workflow
   controller, the UI and every run's driver and launcher verify it with the cluster CA.
   The UI (plain HTTP only in 2.17.0) is served through a ghostunnel sidecar, as the
-  tracking server is. ML Metadata and its Envoy stay plain gRPC inside the namespace.
+  tracking server is. ML Metadata serves gRPC over TLS natively (its server config
+  file's ``ssl_config``, as the overlay does, with the PostgreSQL connection instead of
+  the overlay's MySQL one); the drivers, launchers and Envoy verify it with the cluster
+  CA. Envoy serves the UI's calls over TLS too (the overlay's listener), verified by
+  the UI with the cluster CA.
 * **Fences** (`network_policies`): default-deny in ``kubeflow``; KFP's pods talk to each
   other, to DNS, the Kubernetes API, the database and the object store only.
 * **Runs**: the ``pipeline-runner`` Role keeps what a v2 run needs (its pods, task
@@ -300,6 +304,23 @@ SCHEDULED_WORKFLOW_COMMAND = (
     '--userIdentityHeader="${USER_IDENTITY_HEADER:-}" '
     '--userIdentityValue="${USER_IDENTITY_VALUE:-}"'
 )
+#: ML Metadata's gRPC Service and port (upstream's), its certificate's Secret, and the
+#: memory-backed directory where its command writes the server config (it holds the
+#: database password and the private key; see `metadata_server_command`).
+MLMD_SERVICE = "metadata-grpc-service"
+MLMD_PORT = 8080
+MLMD_TLS_SECRET = "metadata-grpc-tls"
+MLMD_CONFIG_DIR = "/run/mlmd"
+#: Envoy's upstream cluster in upstream's metadata-envoy-configmap (to ML Metadata).
+ENVOY_MLMD_CLUSTER = "metadata-cluster"
+#: ML Metadata's Envoy: its Service, port (gRPC-Web for the UI), certificate's Secret
+#: and where it is mounted, and the copy of the certificate Envoy started with.
+ENVOY_SERVICE = "metadata-envoy-service"
+ENVOY_PORT = 9090
+ENVOY_TLS_SECRET = "metadata-envoy-tls"
+ENVOY_TLS_DIR = "/etc/envoy-tls"
+ENVOY_CONFIG = "/etc/envoy/envoy-config.yaml"  # upstream's args
+ENVOY_SERVED_CERTIFICATE = "/tmp/served-tls.crt"
 #: The flags both controllers take to reach the API server over TLS (main.go of each:
 #: ``mlPipelineServiceTLSEnabled``, ``caCertPath``; the system pool plus this CA).
 CLIENT_TLS_FLAGS = f"-mlPipelineServiceTLSEnabled=true -caCertPath={TLS_DIR}/{CA_KEY}"
@@ -577,11 +598,22 @@ def _api_server_tls(pod: Manifest, server: Manifest) -> None:
     ``ca.crt`` at ``/kfp/certs``) and pass as ``--ca_cert_path`` (argocompiler
     ``ConfigureCustomCABundle``): here the namespace's cluster-CA bundle, not the
     server's own Secret, so no run's pod mounts the server's key. The overlay's
-    ``METADATA_TLS_ENABLED`` is not set (ML Metadata serves plain gRPC here) nor its
+    ``METADATA_TLS_ENABLED``: every driver and launcher then dials ML Metadata over TLS
+    (argocompiler container.go, dag.go, importer.go add ``--metadata_tls_enabled``;
+    driver.go passes it on to the launcher; client_manager.go and driver main.go build
+    the TLS config from ``--ca_cert_path``, util/tls_config.go: system roots plus the
+    cluster CA), by ``metadata-grpc-service.kubeflow.svc.cluster.local``
+    (v2/metadata/env.go), a name of its certificate. Not the overlay's
     ``ML_PIPELINE_SERVICE_HOST`` (no code of the 2.17.0 backend reads it)."""
     server["command"] = ["/bin/sh", "-c", api_server_command()]
     server.pop("args", None)
-    _replace_env(server, [_env_value("CABUNDLE_SECRET_NAME", CA_BUNDLE_SECRET)])
+    _replace_env(
+        server,
+        [
+            _env_value("CABUNDLE_SECRET_NAME", CA_BUNDLE_SECRET),
+            _env_value("METADATA_TLS_ENABLED", "true"),
+        ],
+    )
     server["readinessProbe"] = _https_probe(
         initialDelaySeconds=3, periodSeconds=5, timeoutSeconds=2
     )
@@ -616,16 +648,193 @@ def _controller_tls(pod: Manifest, command: str) -> None:
     _ca_client(pod, controller)
 
 
+def metadata_server_command(cert_dir: str = TLS_DIR, config_dir: str = MLMD_CONFIG_DIR) -> str:
+    """ML Metadata's shell command: write its server config, then start it from it.
+
+    ML Metadata 1.14.0 has no TLS flags: its server serves TLS only when the config
+    file names an ``ssl_config`` (google/ml-metadata v1.14.0,
+    ml_metadata/metadata_store/metadata_store_server_main.cc: ``has_ssl_config()`` ->
+    ``BuildSslServerCredentials``, PEM strings, read once at start), and with a config
+    file the database connection must be in it too (``--metadata_source_config_type=
+    config_file``; the ``--postgres_config_*`` flags are then not read). So, as KFP
+    2.17.0's overlay does (patches/metadata-grpc-deployment.yaml, whose writer is for
+    MySQL), the command writes ``connection_config { postgresql { ... } }`` (the
+    platform's: the PgBouncer sidecar on the loopback, the env upstream's args use),
+    ``migration_options`` (upstream's ``--enable_database_upgrade=true``) and the
+    certificate, into a memory-backed directory readable by the server's user only.
+    Strings are text-format escaped (backslash and quote in the secrets; the PEMs'
+    line ends as ``\n``, the overlay's ``escape``). It copies the certificate it
+    started with for `metadata_server_liveness` (a renewal restarts the container).
+    No client certificate is asked for (``client_verify: false``, the overlay's).
+    """
+    escape_pem = "sed ':a;N;$!ba;s/\\n/\\\\n/g' \"$1\""
+    quote = "printf '%s' \"$1\" | sed 's/[\\\\\"]/\\\\&/g'"
+    config = f"{config_dir}/config.pbtxt"
+    return (
+        "set -e; umask 077\n"
+        f"pem() {{ {escape_pem}; }}\n"
+        f"q() {{ {quote}; }}\n"
+        f"cat > {config} <<EOF\n"
+        "connection_config { postgresql {\n"
+        f'  host: "{PROXY_HOST}"\n'
+        '  port: "$(q "$POSTGRES_PORT")"\n'
+        '  dbname: "$(q "$POSTGRES_DBNAME")"\n'
+        '  user: "$(q "$POSTGRES_USER")"\n'
+        '  password: "$(q "$POSTGRES_PASSWORD")"\n'
+        "} }\n"
+        "migration_options { enable_upgrade_migration: true }\n"
+        "ssl_config {\n"
+        f'  server_cert: "$(pem {cert_dir}/tls.crt)"\n'
+        f'  server_key: "$(pem {cert_dir}/tls.key)"\n'
+        "  client_verify: false\n"
+        "}\n"
+        "EOF\n"
+        f"cat {cert_dir}/tls.crt > {config_dir}/served-tls.crt\n"
+        f"exec /bin/metadata_store_server --grpc_port={MLMD_PORT} "
+        "--metadata_source_config_type=config_file "
+        f"--metadata_store_server_config_file={config}"
+    )
+
+
+def metadata_server_liveness(
+    cert_dir: str = TLS_DIR, config_dir: str = MLMD_CONFIG_DIR, port: int = MLMD_PORT
+) -> list[str]:
+    """ML Metadata's liveness command: its port accepts (upstream's probe is a TCP
+    check; bash's ``/dev/tcp``, the image is Ubuntu 20.04's) and the certificate on
+    disk is still the one it started with, so that the kubelet restarts it after
+    cert-manager's renewal (it reads its certificate once)."""
+    return [
+        "/bin/bash",
+        "-c",
+        f'[ "$(cat {cert_dir}/tls.crt)" = "$(cat {config_dir}/served-tls.crt)" ] '
+        f"&& exec 3<>/dev/tcp/127.0.0.1/{port}",
+    ]
+
+
 def _metadata_server(pod: Manifest) -> None:
-    # ML Metadata connects to its sidecar.
+    """ML Metadata: connects to its sidecar, serves gRPC over TLS on upstream's port
+    (`metadata_server_command`), the certificate where the overlay mounts it."""
     for init in pod["initContainers"]:
         if init["name"] == "wait-for-database":
             init["env"] = [_env_value("WAIT_HOST", PROXY_HOST), _env_value("WAIT_PORT", "5432")]
     (server,) = pod["containers"]
-    server["args"] = [
-        f"--postgres_config_host={PROXY_HOST}" if a.startswith("--postgres_config_host=") else a
-        for a in server["args"]
+    server["command"] = ["/bin/sh", "-c", metadata_server_command()]
+    server.pop("args", None)
+    # The readiness probe stays upstream's TCP check (a TLS port accepts TCP).
+    server["livenessProbe"] = {
+        **{k: v for k, v in server["livenessProbe"].items() if k != "tcpSocket"},
+        "exec": {"command": metadata_server_liveness()},
+    }
+    server.setdefault("volumeMounts", []).extend(
+        [
+            {"name": "tls-certs", "mountPath": TLS_DIR, "readOnly": True},
+            {"name": "mlmd-config", "mountPath": MLMD_CONFIG_DIR},
+        ]
+    )
+    pod.setdefault("volumes", []).extend(
+        [
+            {"name": "tls-certs", "secret": {"secretName": MLMD_TLS_SECRET}},
+            {"name": "mlmd-config", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        ]
+    )
+
+
+def envoy_command(cert_dir: str = ENVOY_TLS_DIR, served: str = ENVOY_SERVED_CERTIFICATE) -> str:
+    """Envoy's shell command: the image's entrypoint (third_party/metadata_envoy/
+    Dockerfile at 2.17.0, ``envoy -c``) with upstream's config path, after copying the
+    certificate it starts with (a static listener's certificate is read at start;
+    `envoy_liveness` restarts it after a renewal)."""
+    return f"cat {cert_dir}/tls.crt > {served} && exec /usr/local/bin/envoy -c {ENVOY_CONFIG}"
+
+
+def envoy_liveness(
+    cert_dir: str = ENVOY_TLS_DIR, served: str = ENVOY_SERVED_CERTIFICATE, port: int = ENVOY_PORT
+) -> list[str]:
+    """Envoy's liveness command (upstream has no probe): its listener accepts, and the
+    certificate on disk is still the one it started with (the image is Ubuntu's, with
+    bash)."""
+    return [
+        "/bin/bash",
+        "-c",
+        f'[ "$(cat {cert_dir}/tls.crt)" = "$(cat {served})" ] && exec 3<>/dev/tcp/127.0.0.1/{port}',
     ]
+
+
+def _envoy(pod: Manifest) -> None:
+    """ML Metadata's Envoy: its listener over TLS with its own certificate, the cluster
+    CA to verify ML Metadata (`envoy_config`), probes on its listener."""
+    (envoy,) = pod["containers"]
+    envoy["command"] = ["/bin/sh", "-c", envoy_command()]
+    envoy.pop("args", None)
+    envoy["readinessProbe"] = {
+        "tcpSocket": {"port": ENVOY_PORT},
+        "initialDelaySeconds": 3,
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+    }
+    envoy["livenessProbe"] = {
+        "exec": {"command": envoy_liveness()},
+        "initialDelaySeconds": 3,
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+    }
+    envoy.setdefault("volumeMounts", []).append(
+        {"name": "envoy-tls", "mountPath": ENVOY_TLS_DIR, "readOnly": True}
+    )
+    pod.setdefault("volumes", []).append(
+        {"name": "envoy-tls", "secret": {"secretName": ENVOY_TLS_SECRET}}
+    )
+    _ca_client(pod, envoy)
+
+
+def envoy_config(upstream: str) -> str:
+    """Upstream's Envoy config (metadata-envoy-configmap) as the overlay's
+    patches/metadata-envoy-configmap.yaml has it: the listener over TLS (its own
+    certificate, ``h2`` and ``http/1.1``, no client certificate), the cluster to ML
+    Metadata over TLS (the cluster CA, SNI the Service's name), and the certificate's
+    name checked too (the overlay trusts any certificate of its CA; Envoy checks no name
+    unless told)."""
+    config = yaml.safe_load(upstream)
+    (listener,) = config["static_resources"]["listeners"]
+    (chain,) = listener["filter_chains"]
+    chain["transport_socket"] = {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+            "DownstreamTlsContext",
+            "common_tls_context": {
+                "tls_certificates": [
+                    {
+                        "certificate_chain": {"filename": f"{ENVOY_TLS_DIR}/tls.crt"},
+                        "private_key": {"filename": f"{ENVOY_TLS_DIR}/tls.key"},
+                    }
+                ],
+                "alpn_protocols": ["h2", "http/1.1"],
+            },
+            "require_client_certificate": False,
+        },
+    }
+    (cluster,) = [
+        c for c in config["static_resources"]["clusters"] if c["name"] == ENVOY_MLMD_CLUSTER
+    ]
+    name = f"{MLMD_SERVICE}.{NAMESPACE}.svc"
+    cluster["transport_socket"] = {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+            "UpstreamTlsContext",
+            "sni": name,
+            "common_tls_context": {
+                "validation_context": {
+                    "trusted_ca": {"filename": f"{TLS_DIR}/{CA_KEY}"},
+                    "match_typed_subject_alt_names": [
+                        {"san_type": "DNS", "matcher": {"exact": name}}
+                    ],
+                }
+            },
+        },
+    }
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _ui(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacement) -> None:
@@ -646,6 +855,12 @@ def _ui(pod: Manifest, spec: PipelinesSpec, placement: PipelinesPlacement) -> No
             _env_value("ML_PIPELINE_SERVICE_SCHEME", "https"),
             _env_value("ML_PIPELINE_SERVICE_HOST", f"{API_SERVICE}.{NAMESPACE}"),
             _env_value("ML_PIPELINE_SERVICE_PORT", str(API_HTTP_PORT)),
+            # The same patch: ML Metadata's Envoy over HTTPS (frontend/server/configs.ts
+            # METADATA_ENVOY_SERVICE_SERVICE_*; app.ts proxies ``/ml_metadata`` there,
+            # http-proxy verifying with Node's roots and NODE_EXTRA_CA_CERTS).
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_HOST", ENVOY_SERVICE),
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_PORT", str(ENVOY_PORT)),
+            _env_value("METADATA_ENVOY_SERVICE_SERVICE_SCHEME", "https"),
             _env_value("NODE_EXTRA_CA_CERTS", f"{TLS_DIR}/{CA_KEY}"),
         ],
     )
@@ -726,6 +941,8 @@ def _adapt_deployment(
         _api_server(pod, spec, placement)
     elif name == "metadata-grpc-deployment":
         _metadata_server(pod)
+    elif name == "metadata-envoy-deployment":
+        _envoy(pod)
     elif name == "ml-pipeline-ui":
         _ui(pod, spec, placement)
     elif name == "workflow-controller":
@@ -759,6 +976,8 @@ def _adapt_configmap(
             "appVersion": KFP_VERSION,
         }
         data.pop("cacheDb", None)  # the cache webhook is left out
+    elif name == "metadata-envoy-configmap":
+        data["envoy-config.yaml"] = envoy_config(data["envoy-config.yaml"])
     elif name == "metadata-postgres-db-parameters":
         data |= {"POSTGRES_DBNAME": METADATA_DATABASE, "POSTGRES_PORT": "5432"}
     elif name == "workflow-controller-configmap":
@@ -799,6 +1018,10 @@ def adapt(
         return _adapt_configmap(manifest, spec, placement, root)
     if manifest["kind"] == "Service" and meta["name"] in (API_SERVICE, UI_SERVICE):
         return _tls_service(manifest)
+    if manifest["kind"] == "Service" and meta["name"] == ENVOY_SERVICE:
+        # The overlay's patches/metadata-envoy-service.yaml.
+        (port,) = manifest["spec"]["ports"]
+        port |= {"name": "tls", "appProtocol": "https"}
     return manifest
 
 
@@ -829,13 +1052,20 @@ def _tls_service(manifest: Manifest) -> Manifest:
 
 def tls_objects() -> list[Manifest]:
     """The certificates, from the cluster CA: the API server's (the overlay's
-    base-tls-certs/kfp-api-cert.yaml names, without ML Metadata's, which serves no TLS
-    here, and without the self-signed issuer), the UI proxy's, both with ``localhost``
-    for ``kubectl port-forward``; and the namespace's cluster-CA bundle the clients
-    mount (`modules.k8s.pki.spec.ca_bundle`)."""
+    base-tls-certs/kfp-api-cert.yaml names of the API server, without the self-signed
+    issuer), ML Metadata's and its Envoy's (the overlay's names of
+    ``metadata-grpc-service`` and ``metadata-envoy-service``, each in a certificate of
+    its own so that no server holds another's key), the UI
+    proxy's, the API server's and UI's with ``localhost`` for ``kubectl
+    port-forward``; and the namespace's cluster-CA bundle the clients mount
+    (`modules.k8s.pki.spec.ca_bundle`)."""
     return [
         serving_certificate(
             API_TLS_SECRET, NAMESPACE, [*service_dns_names(API_SERVICE, NAMESPACE), "localhost"]
+        ),
+        serving_certificate(MLMD_TLS_SECRET, NAMESPACE, service_dns_names(MLMD_SERVICE, NAMESPACE)),
+        serving_certificate(
+            ENVOY_TLS_SECRET, NAMESPACE, service_dns_names(ENVOY_SERVICE, NAMESPACE)
         ),
         serving_certificate(
             UI_TLS_SECRET, NAMESPACE, [*service_dns_names(UI_SERVICE, NAMESPACE), "localhost"]
