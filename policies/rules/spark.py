@@ -159,14 +159,16 @@ def pod_environments(
     return found
 
 
-def _env_lists(path: str, role: str, pod: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
-    """(path, list) of a role's ``env`` lists: the operator's and the template's
-    containers'."""
-    lists = [(f"{path}.{role}.env", pod.get("env"))]
+def _env_lists(
+    path: str, role: str, pod: Mapping[str, Any], key: str = "env"
+) -> list[tuple[str, list[Any]]]:
+    """(path, list) of a role's ``key`` lists (``env`` or ``envFrom``): the operator's
+    and the template's containers'."""
+    lists = [(f"{path}.{role}.{key}", pod.get(key))]
     containers = dig(pod, "template", "spec", "containers")
     if isinstance(containers, list):
         lists += [
-            (f"{path}.{role}.template.spec.containers[{i}].env", c.get("env"))
+            (f"{path}.{role}.template.spec.containers[{i}].{key}", c.get(key))
             for i, c in enumerate(containers)
             if isinstance(c, Mapping)
         ]
@@ -196,16 +198,8 @@ def unverifiable_environment(path: str, spec: Mapping[str, Any]) -> Iterator[tup
             for name in refs:
                 if name in sdk:
                     yield f"{path}.{role}.envSecretKeyRefs.{name}", f"sets {name} from a Secret"
-        sources = [(f"{path}.{role}.envFrom", pod.get("envFrom"))]
-        containers = dig(pod, "template", "spec", "containers")
-        if isinstance(containers, list):
-            sources += [
-                (f"{path}.{role}.template.spec.containers[{i}].envFrom", c.get("envFrom"))
-                for i, c in enumerate(containers)
-                if isinstance(c, Mapping)
-            ]
-        for where, entries in sources:
-            if isinstance(entries, list) and entries:
+        for where, entries in _env_lists(path, role, pod, "envFrom"):
+            if entries:
                 kinds = ", ".join(_source(entry) for entry in entries)
                 yield where, f"takes environment variables from {kinds}"
 
