@@ -76,20 +76,26 @@ def test_a_driver_runs_spark_submit_in_client_mode(place: dict[str, Path]) -> No
     assert (place["log"].parent / "events").is_dir()  # spark.eventLog.dir must exist
 
 
+#: What Spark's scheduler sets on an executor pod (besides its options).
+EXECUTOR_ENV = {
+    "SPARK_EXECUTOR_MEMORY": "6g",
+    "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
+    "SPARK_EXECUTOR_ID": "3",
+    "SPARK_EXECUTOR_CORES": "6",
+    "SPARK_APPLICATION_ID": "spark-0123",
+    "SPARK_EXECUTOR_POD_IP": "10.0.0.9",
+    "SPARK_RESOURCE_PROFILE_ID": "0",
+    "SPARK_EXECUTOR_POD_NAME": "prepare-exec-3",
+}
+
+
 def test_an_executor_runs_the_kubernetes_executor_backend(place: dict[str, Path]) -> None:
     done = run(
         place,
         "executor",
         SPARK_JAVA_OPT_0="-Dspark.driver.port=7078",
         SPARK_JAVA_OPT_1="--add-opens=java.base/java.nio=ALL-UNNAMED",
-        SPARK_EXECUTOR_MEMORY="6g",
-        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
-        SPARK_EXECUTOR_ID="3",
-        SPARK_EXECUTOR_CORES="6",
-        SPARK_APPLICATION_ID="spark-0123",
-        SPARK_EXECUTOR_POD_IP="10.0.0.9",
-        SPARK_RESOURCE_PROFILE_ID="0",
-        SPARK_EXECUTOR_POD_NAME="prepare-exec-3",
+        **EXECUTOR_ENV,
     )
     assert done.returncode == 0, done.stderr
     assert (place["log"] / "java").read_text().splitlines() == [
@@ -120,14 +126,7 @@ def test_an_executor_orders_options_and_class_path_as_upstream(place: dict[str, 
         **options,
         SPARK_CONF_DIR="/opt/spark/conf-mounted",
         HADOOP_CONF_DIR="/etc/hadoop/conf",
-        SPARK_EXECUTOR_MEMORY="6g",
-        SPARK_DRIVER_URL="spark://CoarseGrainedScheduler@prepare-svc.spark-nlp.svc:7078",
-        SPARK_EXECUTOR_ID="3",
-        SPARK_EXECUTOR_CORES="6",
-        SPARK_APPLICATION_ID="spark-0123",
-        SPARK_EXECUTOR_POD_IP="10.0.0.9",
-        SPARK_RESOURCE_PROFILE_ID="0",
-        SPARK_EXECUTOR_POD_NAME="prepare-exec-3",
+        **EXECUTOR_ENV,
     )
     assert done.returncode == 0, done.stderr
     given = (place["log"] / "java").read_text().splitlines()
