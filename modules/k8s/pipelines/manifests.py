@@ -1247,16 +1247,12 @@ def proxy_sidecar(placement: PipelinesPlacement) -> Manifest:
         },
         # The client's containers start once the sidecar accepts connections.
         "startupProbe": {"tcpSocket": {"port": 5432}, "periodSeconds": 2, "failureThreshold": 30},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": PGBOUNCER_UID,
-            "runAsGroup": PGBOUNCER_UID,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security.restricted_container(PGBOUNCER_UID),
     }
+
+
+#: The CloudNativePG PostgreSQL image's ``postgres`` user (the database-init Job's psql).
+POSTGRES_UID = 26
 
 
 def database_host(placement: PipelinesPlacement) -> Any:
@@ -1367,12 +1363,7 @@ def database_init_job(placement: PipelinesPlacement, database_host_value: Any) -
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 26,
-                        "runAsGroup": 26,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": security.restricted_pod(POSTGRES_UID, fs_group=False),
                     "nodeSelector": dict(placement.node_selector),
                     "containers": [
                         {
@@ -1393,15 +1384,7 @@ def database_init_job(placement: PipelinesPlacement, database_host_value: Any) -
                                 "requests": {"cpu": "100m", "memory": "64Mi"},
                                 "limits": {"cpu": "500m", "memory": "128Mi"},
                             },
-                            "securityContext": {
-                                "runAsNonRoot": True,
-                                "runAsUser": 26,
-                                "runAsGroup": 26,
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                            },
+                            "securityContext": security.restricted_container(POSTGRES_UID),
                         }
                     ],
                 },
