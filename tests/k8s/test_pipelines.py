@@ -721,7 +721,7 @@ def test_alertmanager_picks_the_route_up_and_takes_its_matchers_as_written() -> 
 
 def test_the_alertmanager_keys_exist_in_the_chart() -> None:
     values = yaml.safe_load(
-        (VENDOR / "prometheus-operator" / "kube-prometheus-stack-88.5.3-values.yaml").read_text()
+        (VENDOR / "charts" / "kube-prometheus-stack-88.5.3-values.yaml").read_text()
     )
     chart = values["alertmanager"]["alertmanagerSpec"]
     ours = kube_prometheus_stack_values(MonitoringSpec(), "gp3", True)["alertmanager"][

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads.training import bench
+from workloads.training import bench, tracking_overhead
 from workloads.training.config import override, preset
 
 
@@ -69,3 +69,18 @@ def test_fast_path_compiles_and_computes_the_same_loss_as_the_baseline(tmp_path:
     # Same weights, same batches, three steps: bf16 autocast and the padded vocabulary
     # change the arithmetic only slightly.
     assert losses["fast"] == pytest.approx(losses["baseline"], abs=0.1)
+
+
+def test_tracking_overhead_is_measured_against_a_store_the_training_image_can_open() -> None:
+    # The training image has mlflow-skinny only: a sqlite store would never start.
+    (line,) = tracking_overhead.overhead_lines(0.05)
+    assert "`log_step` costs" in line and "budget" in line
+
+
+def test_tracking_overhead_says_in_one_line_why_it_was_not_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A store the client cannot open: the bench reports it at once instead of waiting.
+    monkeypatch.setattr(Path, "as_uri", lambda self: f"unknown-scheme://{self}")
+    (line,) = tracking_overhead.overhead_lines(0.05)
+    assert line.startswith("- tracking (MLflow): not measured, a run could not be created (")

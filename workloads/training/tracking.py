@@ -143,9 +143,13 @@ class MlflowTracker:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_records)
         self._client: Any = None
         self._broken = False
+        #: Why the run could not be created ("" while it could, or has not been tried yet).
+        self.start_error = ""
         self._warned = False
         self._finished = False
         self._status = "FINISHED"
+        #: Set once the run exists or could not be created (`broken` then says which).
+        self.started = threading.Event()
         self._thread = threading.Thread(target=self._work, name="mlflow-tracker", daemon=True)
         self._thread.start()
         # A run that dies with an exception still ends as FAILED, not RUNNING forever.
@@ -282,7 +286,10 @@ class MlflowTracker:
             self._log_dataset()
         except Exception as err:  # any client or server failure only disables tracking
             self._broken = True
+            self.start_error = _short(err)
             self._fail("start an MLflow run", err)
+        finally:
+            self.started.set()
         while True:
             items = [self._queue.get()]
             while True:  # send what has piled up as one batch
