@@ -125,7 +125,7 @@ TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(en
 # (tests/test_environments.py, through `make print-environments`). A test that needs
 # another environment's artefact (a checkpoint, an export) makes it with that
 # environment's Python (tests/support/environments.py).
-CODE_plan      := stacks modules policies tools workloads/deploy
+CODE_plan      := stacks modules policies tools
 # workloads/data: the Spark job's modules run in the data image; the shard format, the
 # byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
 DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
@@ -139,7 +139,7 @@ CODE_features  := workloads/features
 CODE_data      := $(DATA_JOB)
 CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
-	tests/test_environments.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
+	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
 	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py \
 	tests/workloads/test_job_tracking.py
 TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \

@@ -266,7 +266,8 @@ class ExampleJobSpec:
         suspended: keep the job suspended and out of the queue until a user releases it
             by setting this to false (default true).
         min_nodes: make the job elastic: it continues with as few as this many nodes
-            (`workloads.deploy.spec.TrainingJobSpec.min_nodes`); default: fixed.
+            (`modules.k8s.trainer.training_job.spec.TrainingJobSpec.min_nodes`); default:
+            fixed.
     """
 
     team: str

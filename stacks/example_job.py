@@ -6,10 +6,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.trainer.training_job.component import TrainingJob
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
-from workloads.deploy.component import TrainingJob
-from workloads.deploy.spec import TrainingJobSpec
 
 from .config import PROJECT, ExampleJobSpec
 from .config_parsing import ConfigError, stack_key

@@ -6,12 +6,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.serving.inference_service.component import InferenceService
+from modules.k8s.serving.inference_service.drift import DriftImages
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec, ModelVersion
 from modules.k8s.serving.spec import ServingSpec
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
-from workloads.deploy.drift_manifests import DriftImages
-from workloads.deploy.inference_component import InferenceService
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 
 from .config import PROJECT, ExampleServiceSpec
 from .config_parsing import ConfigError

@@ -18,9 +18,9 @@ from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.tracking.spec import TrackingInputs
 from modules.k8s.tracking.users import PIPELINES_USERNAME, service_password
 from modules.k8s.trainer.spec import TrainerInputs
+from modules.k8s.trainer.training_job.manifests import trainer_inputs
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
-from workloads.deploy.manifests import trainer_inputs
 
 from .aws_foundation import AwsFoundation
 from .config import PROJECT, StackConfig

@@ -12,11 +12,18 @@ modules import no service package; a service's pure modules (``spec.py`` and its
 non-component modules) import neither a component nor the platform package (the
 aggregate ``modules.k8s.platform.spec`` and above); the aggregate imports no component;
 no service component imports another (only ``platform.component`` composes them).
+
+The Pulumi rooms and the images' code meet in two named places only: the Pulumi side
+reads the trainer's torch-free settings (`PULUMI_READS_FROM_WORKLOADS`: its config and
+presets, fabric settings, metrics port, and the artifact layout), and the workload
+stages read the shared checker (`WORKLOADS_READ_FROM_MODULES`: ``modules.validation``).
+Both sides of each are standard library only (`test_what_the_rooms_share_is_standard_library_only`).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,26 +287,25 @@ def test_k8s_layers_pure_modules_stay_below_the_aggregate_and_the_components() -
 
 #: What each room (and each workload stage) may import besides itself, as ARCHITECTURE.md
 #: states it. Workload stages import only the stages before them: data -> training ->
-#: inference -> tracking / serving; deploy (the Pulumi side of workloads) reads the
-#: trainer's config; the aliases at the workloads root run the trainer. The pipeline
-#: imports no stage: each step runs its stage's module in that stage's own image or
-#: environment (`python -m workloads.<stage>...`), named in workloads.pipelines.steps.
+#: inference -> tracking / serving; the aliases at the workloads root run the trainer.
+#: The pipeline imports no stage: each step runs its stage's module in that stage's own
+#: image or environment (`python -m workloads.<stage>...`), named in
+#: workloads.pipelines.steps. Between the Pulumi rooms and the workloads, only the
+#: modules named below (`PULUMI_READS_FROM_WORKLOADS`, `WORKLOADS_READ_FROM_MODULES`).
 ALLOWED_IMPORTS: dict[str, set[str]] = {
     "modules": set(),
-    "stacks": {"modules", "workloads.deploy", "workloads.training"},
+    "stacks": {"modules"},
     "policies": {"modules", "stacks"},
     "tools": set(),
-    "workloads.data": {"modules"},
-    "workloads.training": {"modules", "workloads.data"},
-    "workloads.inference": {"modules", "workloads.data", "workloads.training"},
+    "workloads.data": set(),
+    "workloads.training": {"workloads.data"},
+    "workloads.inference": {"workloads.data", "workloads.training"},
     "workloads.tracking": {
-        "modules",
         "workloads.data",
         "workloads.training",
         "workloads.inference",
     },
-    "workloads.serving": {"modules", "workloads.inference"},
-    "workloads.deploy": {"modules", "workloads.training"},
+    "workloads.serving": {"workloads.inference"},
     "workloads.horovod": set(),
     "workloads.pipelines": set(),
     "workloads.aliases": {"workloads.training"},
@@ -308,7 +314,6 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "workloads.layout": set(),
     # The tabular example: its own features, model and export, served by the V2 server.
     "workloads.features": {
-        "modules",
         "workloads.inference",
         "workloads.serving",
         "workloads.training",
@@ -316,6 +321,21 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
 }
 #: Modules of the workloads root that any stage may import.
 SHARED_WORKLOAD_MODULES = {"workloads.layout"}
+#: What the Pulumi rooms (`modules/`, `stacks/`) may import of the workloads: the
+#: trainer's settings that a TrainingJob is made of (config and presets, fabric
+#: settings, the metrics port) and where an export's files are. Torch-free: standard
+#: library and `WORKLOADS_READ_FROM_MODULES` only, so the plan never imports torch.
+PULUMI_READS_FROM_WORKLOADS = {
+    "workloads.training",
+    "workloads.training.config",
+    "workloads.training.fabric",
+    "workloads.training.metrics_endpoint",
+    "workloads.layout",
+}
+#: What a workload stage (the code in images) may import of the Pulumi rooms: the
+#: all-errors-at-once checker, standard library only (tests/test_image_imports.py
+#: checks that each image copies exactly this much of `modules/`).
+WORKLOADS_READ_FROM_MODULES = {"modules", "modules.validation"}
 
 
 def room_of(module: str) -> str | None:
@@ -343,6 +363,10 @@ def room_violations(graph: Mapping[str, list[Edge]]) -> list[str]:
                 continue
             if target in SHARED_WORKLOAD_MODULES and room.startswith("workloads"):
                 continue
+            if room in ("modules", "stacks") and e.target in PULUMI_READS_FROM_WORKLOADS:
+                continue
+            if room.startswith("workloads") and e.target in WORKLOADS_READ_FROM_MODULES:
+                continue
             allowed = ALLOWED_IMPORTS[room]
             if target not in allowed and target.split(".")[0] not in allowed:
                 wrong.append(
@@ -353,6 +377,52 @@ def room_violations(graph: Mapping[str, list[Edge]]) -> list[str]:
 
 def test_rooms_and_workload_stages_import_only_what_they_may() -> None:
     assert not (wrong := room_violations(project_graph())), "\n".join(wrong)
+
+
+def test_what_the_rooms_share_is_standard_library_only() -> None:
+    """The modules the Pulumi rooms read of the workloads, and those the workloads read
+    of the Pulumi rooms, import (all the way down) only each other and the standard
+    library: no torch in the plan, no Pulumi in an image."""
+    shared = PULUMI_READS_FROM_WORKLOADS | WORKLOADS_READ_FROM_MODULES
+    graph = project_graph()
+    modules = project_modules(ROOT, ROOMS)
+    wrong = [f"{e.source} -> {e.target} ({e.path}:{e.line})" for m in shared
+             for e in graph[m] if e.target not in shared | {"workloads"}]  # fmt: skip
+    for name in sorted(shared):
+        tree = ast.parse(modules[name].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            wrong += [f"{name} imports {top} (line {node.lineno})" for top in tops
+                      if top not in sys.stdlib_module_names and top not in ROOMS]  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rooms_meet_only_in_the_shared_modules(tmp_path: Path) -> None:
+    graph = _write(
+        tmp_path,
+        {
+            "modules/__init__.py": "",
+            "modules/validation.py": "",
+            "modules/k8s/__init__.py": "from workloads.training import config\n",
+            "modules/k8s/names.py": "from workloads.training import model\n",
+            "workloads/__init__.py": "",
+            "workloads/training/__init__.py": "",
+            "workloads/training/config.py": "from modules import validation\n",
+            "workloads/training/model.py": "",
+            "workloads/serving/__init__.py": "from modules.k8s import names\n",
+        },
+        rooms=("modules", "workloads"),
+    )
+    assert sorted(w.split(" (")[0] for w in room_violations(graph)) == [
+        "modules may not import workloads.training: modules.k8s.names -> workloads.training.model",
+        "workloads.serving may not import modules: workloads.serving -> modules.k8s",
+        "workloads.serving may not import modules: workloads.serving -> modules.k8s.names",
+    ]
 
 
 def test_a_stage_importing_a_later_stage_is_refused(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """``python -m workloads.fabric_check``: the entry-point name that a fabric-check
 TrainingJob's containers run (``torchrun ... -m workloads.fabric_check``, from
-`workloads.deploy.manifests`), kept so that images and plans stay as they are. The
-check itself is `workloads.training.fabric_check`."""
+`modules.k8s.trainer.training_job.manifests`), kept so that images and plans stay as
+they are. The check itself is `workloads.training.fabric_check`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``python -m workloads.health``: the entry-point name that the shipped plans' GPU
-preflight init containers run (from `workloads.deploy.manifests`), kept so that images
-and plans stay as they are. The check itself is `workloads.training.health`."""
+preflight init containers run (from `modules.k8s.trainer.training_job.manifests`),
+kept so that images and plans stay as they are. The check itself is `workloads.training.health`."""
 
 from __future__ import annotations
 

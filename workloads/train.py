@@ -1,7 +1,7 @@
 """``python -m workloads.train``: the entry-point name that the training image's default
 command and every shipped plan's training containers run (``torchrun ... -m
-workloads.train``, from `workloads.deploy.manifests`), kept so that images and plans
-stay as they are. The trainer itself is `workloads.training.train`."""
+workloads.train``, from `modules.k8s.trainer.training_job.manifests`), kept so that
+images and plans stay as they are. The trainer itself is `workloads.training.train`."""
 
 from __future__ import annotations
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-import workloads.deploy
+import modules.k8s.trainer.training_job.component
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, TRAINER_SERVICE_ACCOUNT
+from modules.k8s.trainer.training_job.manifests import training_job_manifests
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
 from stacks.offline_runtime import Registration
 from tests.conftest import shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.support.pools import P5EN
-from workloads.deploy import TrainingJobSpec, training_job_manifests
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 STACK = "uae-prod"
@@ -38,12 +39,14 @@ def run_example(monkeypatch: pytest.MonkeyPatch) -> tuple[TrainingJobSpec, str]:
     def record(name: str, spec: TrainingJobSpec, provider: object) -> None:
         declared.append((name, spec))
 
-    monkeypatch.setattr(workloads.deploy, "TrainingJob", record)
     pools = (dataclasses.replace(P5EN, name="h200"),)  # uae-prod's h200 pool is a p5en pool
     image = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-uae-prod/training:0.1.0"
     scope: dict[str, Any] = {"args": SimpleNamespace(pools=pools), "provider": object(),
                              "image": image}  # fmt: skip
-    exec(compile(example_code(), str(DOC), "exec"), scope)
+    # Only while the example runs: the stack program (shipped_plan) imports the real one.
+    with monkeypatch.context() as patched:
+        patched.setattr(modules.k8s.trainer.training_job.component, "TrainingJob", record)
+        exec(compile(example_code(), str(DOC), "exec"), scope)
     ((_, spec),) = declared
     pool_name = re.search(r'p\.name == "([^"]+)"', example_code())
     assert pool_name is not None

@@ -23,13 +23,13 @@ from modules.k8s.fleet.spec import (
     manager_kubeconfig,
 )
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, LOCAL_QUEUE_NAME, team_namespace
+from modules.k8s.trainer.training_job.manifests import APP_LABELS, RDZV_PORT, training_job_manifests
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
 from stacks.config import PROJECT
 from stacks.offline_runtime import STACK_OUTPUTS_DIR
 from tests.conftest import shipped_plan
 from tests.k8s.kueue_crds import kueue_errors
 from tests.support.pools import P5EN
-from workloads.deploy.manifests import APP_LABELS, RDZV_PORT, training_job_manifests
-from workloads.deploy.spec import TrainingJobSpec
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "kueue"
 MANAGER, WORKER = "onprem-ib", "uae-prod"

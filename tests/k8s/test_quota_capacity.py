@@ -10,10 +10,10 @@ from modules.k8s.tenancy.quotas import (
     team_flavor_quotas,
 )
 from modules.k8s.tenancy.spec import TeamSpec
+from modules.k8s.trainer.training_job.manifests import cpu_request_millicores, memory_request_mib
 from modules.pools import NodePoolProfile
 from tests.k8s.fixtures import CPU, G6, SYSTEM
 from tests.support.pools import P5EN
-from workloads.deploy.manifests import cpu_request_millicores, memory_request_mib
 
 
 def test_capacity_is_max_size_times_the_node_less_the_platform_reserve() -> None:

@@ -22,6 +22,8 @@ from modules.k8s.monitoring.dashboards import dashboard_queries
 from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.pki.spec import CLUSTER_CA_ISSUER, cert_manager_values, certificate_authority
 from modules.k8s.platform.component import KubernetesPlatform
+from modules.k8s.serving.inference_service.manifests import inference_service_manifests
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec, ModelVersion
 from modules.k8s.serving.manifests import (
     api_server_egress,
     auth_delegation,
@@ -45,8 +47,6 @@ from tests.k8s.fixtures import CPU, G6, SYSTEM, eks_args, onprem_args
 from tests.k8s.mock_runtime import run
 from tests.k8s.vendored_crds import vendored_crd_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
-from workloads.deploy.inference_manifests import inference_service_manifests
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 
 VENDOR = Path(__file__).parent / "vendor" / "charts"
 REGISTRY = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"

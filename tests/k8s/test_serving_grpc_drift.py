@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT, cpu_runtime
-from modules.k8s.serving.observability import DRIFT_POD_LABEL, drift_pod_monitor
-from tests.k8s.crd_checks import crd_errors
-from tests.k8s.test_serving import PROXY, SPEC, by_kind, cpu_service, gpu_service
-from tests.support.environments import run_in
-from tests.support.k8s_schema import is_builtin, schema_errors
-from workloads.deploy.drift_manifests import (
+from modules.k8s.serving.inference_service.drift import (
     DRIFT_EVENTS_PORT,
     DRIFT_METRICS_PORT,
     LOGGED_HEADERS,
@@ -26,14 +20,20 @@ from workloads.deploy.drift_manifests import (
     drift_name,
     reference_path,
 )
-from workloads.deploy.inference_manifests import (
+from modules.k8s.serving.inference_service.manifests import (
     AGENT_PORT,
     GRPC_PROXY_PORT,
     PROXY_PORT,
     grpc_endpoint,
     inference_service_manifests,
 )
-from workloads.deploy.inference_spec import ModelVersion
+from modules.k8s.serving.inference_service.spec import ModelVersion
+from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT, cpu_runtime
+from modules.k8s.serving.observability import DRIFT_POD_LABEL, drift_pod_monitor
+from tests.k8s.crd_checks import crd_errors
+from tests.k8s.test_serving import PROXY, SPEC, by_kind, cpu_service, gpu_service
+from tests.support.environments import run_in
+from tests.support.k8s_schema import is_builtin, schema_errors
 
 DRIFT = DriftImages(SPEC.predictor_image, SPEC.storage_initializer_image, "me-central-1")
 

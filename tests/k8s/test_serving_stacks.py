@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from modules.k8s.serving.inference_service.component import TYPE_TOKEN
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
-from workloads.deploy.inference_component import TYPE_TOKEN
 
 ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
 BUCKET = "aws:s3/bucket:Bucket"

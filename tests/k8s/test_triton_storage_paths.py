@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from modules.k8s.serving.inference_service.component import TYPE_TOKEN
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec, ModelVersion
 from modules.validation import InvalidArgsError
 from tests.conftest import shipped_plan
 from tests.k8s.fixtures import G6
-from workloads.deploy.inference_component import TYPE_TOKEN
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
 from workloads.layout import TRITON_DIR, TRITON_STORAGE_PATH, triton_storage_path
 
 ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"

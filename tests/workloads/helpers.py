@@ -29,7 +29,8 @@ def torchrun_env() -> dict[str, str]:
         {
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(REPO_ROOT),
-            # See workloads/deploy/manifests.py: restarts must not reuse the old store.
+            # See modules/k8s/trainer/training_job/manifests.py: restarts must not reuse
+            # the old store.
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
     )

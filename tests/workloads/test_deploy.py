@@ -14,14 +14,8 @@ import pytest
 
 from modules.k8s.trainer.runtimes import cluster_training_runtime
 from modules.k8s.trainer.spec import TrainerSpec
-from modules.pools import NodePoolProfile
-from modules.validation import InvalidArgsError
-from tests.conftest import RunUnderMocks
-from tests.k8s.crd_checks import crd_errors
-from tests.support.k8s_schema import schema_errors
-from tests.support.pools import P5EN
-from workloads.deploy import TYPE_TOKEN, TrainingJob, TrainingJobSpec, training_job_manifests
-from workloads.deploy.manifests import (
+from modules.k8s.trainer.training_job.component import TYPE_TOKEN, TrainingJob
+from modules.k8s.trainer.training_job.manifests import (
     METRICS_LABEL,
     PATCH_MANAGER,
     QUEUE_LABEL,
@@ -30,7 +24,15 @@ from workloads.deploy.manifests import (
     rendezvous_endpoint,
     runtime_env,
     trainer_inputs,
+    training_job_manifests,
 )
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
+from modules.pools import NodePoolProfile
+from modules.validation import InvalidArgsError
+from tests.conftest import RunUnderMocks
+from tests.k8s.crd_checks import crd_errors
+from tests.support.k8s_schema import schema_errors
+from tests.support.pools import P5EN
 
 EFA_POOL = P5EN
 IB_POOL = NodePoolProfile(

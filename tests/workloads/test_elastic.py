@@ -140,7 +140,8 @@ def test_a_trainjobs_node_range_overrides_the_node_count_trainer_sets(
 ) -> None:
     """Kubeflow Trainer v2.3.0 sets ``PET_NNODES`` to a TrainJob's ``numNodes`` (the
     maximum); an elastic TrainJob gives ``--nnodes=MIN:MAX`` on torchrun's command line
-    (`workloads.deploy.manifests.elastic_args`), which torchrun takes over the variable."""
+    (`modules.k8s.trainer.training_job.manifests.elastic_args`), which torchrun takes
+    over the variable."""
     trainer_env = {
         "PET_NNODES": "4",
         "PET_NPROC_PER_NODE": "1",

@@ -27,7 +27,7 @@ ALIASES = {
 #: platform's training runtimes and pod conventions (the plans' commands, the preflight)
 #: and the images' default commands.
 RUNNERS = (
-    "workloads/deploy/manifests.py",
+    "modules/k8s/trainer/training_job/manifests.py",
     "modules/k8s/trainer/runtimes.py",
     "modules/k8s/trainer/pods.py",
     "workloads/Dockerfile",

@@ -20,10 +20,10 @@ from modules.k8s.serving.manifests import RUNTIME_UID
 from modules.k8s.trainer.runtimes import RuntimeSite, cluster_training_runtime
 from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.trainer.tracking import TRACKING_CA_DIR, tracking_wiring
+from modules.k8s.trainer.training_job.manifests import trainer_inputs, training_job_manifests
 from tests.k8s.crd_checks import crd_errors
 from tests.support.k8s_schema import schema_errors
 from tests.workloads.test_deploy import CPU_POOL, EFA_POOL, IB_POOL, IMAGE, make_spec
-from workloads.deploy.manifests import trainer_inputs, training_job_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCESS = TrackingAccess(

@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 
 from modules.k8s.names import TrackingAccess  # noqa: E402
-from modules.k8s.tracking import sync_users  # noqa: E402
 from modules.k8s.tracking.users import (  # noqa: E402
     PIPELINES_USERNAME,
     service_password,
@@ -41,6 +40,7 @@ from modules.k8s.tracking.users import (  # noqa: E402
 )
 from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
 from tests.workloads.helpers import free_port  # noqa: E402
+from workloads.tracking import sync_users  # noqa: E402
 
 ADMIN, ADMIN_PASSWORD = "admin", "an admin password for this test only"
 

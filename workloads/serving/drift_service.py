@@ -66,7 +66,7 @@ log = logging.getLogger("workloads.serving.drift_service")
 REQUEST_EVENT = "org.kubeflow.serving.inference.request"
 RESPONSE_EVENT = "org.kubeflow.serving.inference.response"
 #: The pod annotation naming the registered model version (set on each predictor by
-#: workloads/deploy/inference_manifests.py; the logger forwards it).
+#: modules/k8s/serving/inference_service/manifests.py; the logger forwards it).
 VERSION_ANNOTATION = "gpuplatform.ae/model-version"
 #: The request header that splits a binary-extension body (logged as metadata).
 BINARY_HEADER = "Inference-Header-Content-Length"

@@ -70,7 +70,8 @@ SITE_ANNOTATION_PREFIX = "fleet.gpuplatform.ae/"
 #: MultiKueue copies the Job to the worker, not a per-job Service.
 RENDEZVOUS_SERVICE = "fleet-rdzv"
 #: torchrun's c10d port and the labels of every training pod (as
-#: ``workloads.deploy.manifests`` sets them; a test keeps the two in step).
+#: ``modules.k8s.trainer.training_job.manifests`` sets them; a test keeps the two in
+#: step).
 RENDEZVOUS_PORT = 29500
 TRAINING_POD_LABELS = {
     "app.kubernetes.io/name": "training",
@@ -365,8 +366,8 @@ def burst_local_queue(team: str) -> Manifest:
 #: see `modules.k8s.queueing.spec.INTEGRATIONS`) and Kueue's own objects. Pods,
 #: StatefulSets, LeaderWorkerSets, Kubeflow, Ray and AppWrapper rules are left out:
 #: those integrations are not enabled, and TrainJobs are not dispatched (a burst job is
-#: an Indexed Job: `workloads.deploy.spec.TrainingJobSpec.launcher`), so the manager
-#: never needs them.
+#: an Indexed Job: `modules.k8s.trainer.training_job.spec.TrainingJobSpec.launcher`), so
+#: the manager never needs them.
 MANAGER_RULES: tuple[Manifest, ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"],
      "verbs": ["create", "delete", "get", "list", "watch"]},

@@ -11,7 +11,7 @@ The CPU predictor exports, per model version (labels ``model`` and ``version``):
 
 Drift is computed outside the predictors, for the CPU predictor and Triton alike, by
 each InferenceService's drift service (``<name>-drift``, fed by KServe's request logger;
-`workloads.deploy.drift_manifests`), which exports the same
+`modules.k8s.serving.inference_service.drift`), which exports the same
 ``uae_predictor_drift_score`` gauge; a PodMonitor scrapes it.
 
 Triton (GPU pools) exports its own ``nv_inference_*`` series with the same ``model`` and

@@ -24,8 +24,9 @@ and eviction threshold (on EKS's AMIs about 0.1 vCPU and 1-2 GiB on these sizes)
 the platform's DaemonSets on every node (VPC CNI, kube-proxy, EKS Pod Identity agent,
 CSI node drivers, node exporter, and on GPU nodes the GPU Operator's device plugin,
 DCGM exporter and feature discovery; about 0.5 vCPU and 1 GiB of requests together).
-Training pods request exactly this allocatable share (`workloads.deploy.manifests`),
-so a job that asks for whole nodes fits both the quota and the node.
+Training pods request exactly this allocatable share
+(`modules.k8s.trainer.training_job.manifests`), so a job that asks for whole nodes fits
+both the quota and the node.
 """
 
 from __future__ import annotations

@@ -77,9 +77,11 @@ TEAM_CREDENTIALS_SECRET = "mlflow-credentials"
 #: In the tracking namespace: every team user's password, for the user-sync Job.
 TEAM_USERS_SECRET = "mlflow-team-users"
 USERS_FILE = "users.json"
-#: The ConfigMap holding the user-sync sidecar's script.
+#: The ConfigMap holding the user-sync sidecar's script, and the script: it runs in the
+#: MLflow image, so it lives with the code that runs in containers (`workloads/`); it is
+#: read here as text, never imported.
 USER_SYNC_CONFIGMAP = "mlflow-user-sync"
-SYNC_SCRIPT = Path(__file__).with_name("sync_users.py")
+SYNC_SCRIPT = Path(__file__).resolve().parents[3] / "workloads" / "tracking" / "sync_users.py"
 ADMIN_SECRET = "mlflow-admin"
 #: The admin credentials escaped for the chart's auth ini (see `ini_safe_admin`).
 ADMIN_INI_SECRET = "mlflow-admin-ini"
@@ -731,7 +733,7 @@ def team_users_secret(users: pulumi.Input[str]) -> Manifest:
 
 
 def user_sync_configmap() -> Manifest:
-    """The user-sync script (`modules/k8s/tracking/sync_users.py`, standard library
+    """The user-sync script (`workloads/tracking/sync_users.py`, standard library
     only: it runs in the MLflow image)."""
     return {
         "apiVersion": "v1",

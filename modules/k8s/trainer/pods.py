@@ -1,7 +1,7 @@
 """What every training pod of the platform has, as pure functions of the node pool.
 
 One place for the conventions the platform's ClusterTrainingRuntimes (`runtimes`) and
-the workloads' Indexed Job path (`workloads.deploy.manifests`) share: requests equal
+the TrainingJob's Indexed Job path (`training_job.manifests`) share: requests equal
 to a whole node's allocatable share (GPUs, EFA or RDMA devices, CPU and memory), the
 restricted security context, the writable volumes under a read-only root filesystem,
 the checkpoint volume, placement on the pool with one pod per node, the NVML

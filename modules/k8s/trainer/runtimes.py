@@ -21,7 +21,7 @@ One runtime per framework, training pool and PriorityClass, named
   v2.3's ``runtimePatches`` have no ``priorityClassName``) and Kueue takes a workload's
   priority from its pods: the namespace quota still refuses a PriorityClass above the
   team's maximum;
-* **what is per job** is on the TrainJob (`workloads.deploy.manifests`): the queue
+* **what is per job** is on the TrainJob (`training_job.manifests`): the queue
   label ``kueue.x-k8s.io/queue-name`` (Kueue reads it on the TrainJob, not on its
   pods), the node count, the command, job-specific environment, and ``runtimePatches``
   for another claim or ServiceAccount.

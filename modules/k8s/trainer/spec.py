@@ -134,7 +134,7 @@ class TrainerInputs:
             country: the torch and DeepSpeed runtimes' trainer and every preflight.
         pool_env: training pool name -> the trainer container's environment on that
             pool (the fabric's NCCL/libfabric settings and the runtime's writable
-            locations), as ``workloads.deploy.runtime_env`` decides it.
+            locations), as ``training_job.manifests.runtime_env`` decides it.
     """
 
     training_image: str

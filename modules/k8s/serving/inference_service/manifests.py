@@ -4,7 +4,7 @@
   version as the predictor named ``v<version>``, and a canary version, when there is
   one, in ``spec.canary`` with its ``trafficPercent``. KServe runs each as its own
   Deployment; the canary gets ``ceil(minReplicas * trafficPercent / 100)`` pods. With
-  drift (`workloads.deploy.drift_manifests`), the predictor's ``logger`` sends every
+  drift (`drift`), the predictor's ``logger`` sends every
   request to the service's drift service, and each predictor carries its registered
   version as a pod annotation the logger forwards.
 * Authentication: upstream KServe offers none in RawDeployment mode (the
@@ -37,17 +37,18 @@ from typing import Any
 from modules.k8s import netpol
 from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT
-from modules.k8s.serving.observability import ISVC_POD_LABEL
-from modules.k8s.serving.spec import SERVING_CA_ISSUER
-from workloads.deploy.drift_manifests import (
+from modules.k8s.security import restricted_pod
+from modules.k8s.serving.inference_service.drift import (
     VERSION_ANNOTATION,
     DriftImages,
     drift_manifests,
     logger_spec,
 )
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
-from workloads.deploy.manifests import GPU_RESOURCE, RUN_AS_USER, restricted_container_security
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec, ModelVersion
+from modules.k8s.serving.manifests import PREDICTOR_GRPC_PORT, TRITON_GRPC_PORT
+from modules.k8s.serving.observability import ISVC_POD_LABEL
+from modules.k8s.serving.spec import SERVING_CA_ISSUER
+from modules.k8s.trainer.pods import GPU_RESOURCE, RUN_AS_USER, restricted_container_security
 
 KSERVE_API = "serving.kserve.io/v1beta1"
 DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
@@ -269,13 +270,7 @@ def inference_service_manifest(
         "serviceAccountName": spec.service_account,
         # EKS Pod Identity and kube-rbac-proxy both authenticate with the token.
         "automountServiceAccountToken": True,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod(RUN_AS_USER),
         **_placement(spec),
         "labels": {VERSION_LABEL: str(spec.model.version)},
         "model": _model(spec, spec.model),

@@ -34,9 +34,10 @@ import pulumi
 from modules.k8s import netpol
 from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.security import restricted_pod
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec, ModelVersion
 from modules.k8s.serving.observability import DRIFT_POD_LABEL, ISVC_POD_LABEL
-from workloads.deploy.inference_spec import InferenceServiceSpec, ModelVersion
-from workloads.deploy.manifests import RUN_AS_USER, restricted_container_security
+from modules.k8s.trainer.pods import RUN_AS_USER, restricted_container_security
 
 DRIFT_EVENTS_PORT = 8080
 DRIFT_METRICS_PORT = 9090
@@ -183,13 +184,7 @@ def drift_deployment(spec: InferenceServiceSpec, images: DriftImages) -> dict[st
     pod: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
         "automountServiceAccountToken": spec.store == "s3",  # Pod Identity needs it
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod(RUN_AS_USER),
         "nodeSelector": dict(sorted(spec.pool.labels.items())),
         "initContainers": init,
         "containers": [container],

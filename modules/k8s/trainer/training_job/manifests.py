@@ -12,7 +12,7 @@ unsuspending it (after writing its own runtime patch with the flavor's node sele
 a held job has no queue label, so nothing starts it.
 
 On the ``indexed-job`` launcher (jobs dispatched by a fleet manager, see
-`workloads.deploy.spec.TrainingJobSpec.launcher`) a job is a headless Service (stable
+`spec.TrainingJobSpec.launcher`) a job is a headless Service (stable
 DNS names for torchrun's c10d rendezvous) and an Indexed Job with one pod per node:
 pod ``<job>-0`` hosts the rendezvous at ``<job>-0.<job>-rdzv:29500``, every pod runs
 ``torchrun`` with one process per GPU and restarts its worker group up to
@@ -63,8 +63,8 @@ from modules.k8s.trainer.runtimes import (
 )
 from modules.k8s.trainer.spec import TRAINER_API, TrainerInputs
 from modules.k8s.trainer.tracking import tracking_wiring
+from modules.k8s.trainer.training_job.spec import RDZV_PORT, TrainingJobSpec, elastic_batch_settings
 from modules.pools import NodePoolProfile
-from workloads.deploy.spec import RDZV_PORT, TrainingJobSpec, elastic_batch_settings
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, fabric_env, supports_gpudirect_rdma
 from workloads.training.metrics_endpoint import METRICS_PORT_NAME
 

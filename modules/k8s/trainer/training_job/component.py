@@ -1,8 +1,8 @@
 """`TrainingJob`: a training job's Kubernetes objects as one Pulumi component.
 
-The component only registers what `workloads.deploy.manifests.training_job_manifests`
-decides (a Kubeflow Trainer TrainJob, or an Indexed Job and its Service), each object
-through the cluster's explicit Kubernetes provider.
+The component only registers what `manifests.training_job_manifests` decides (a
+Kubeflow Trainer TrainJob, or an Indexed Job and its Service), each object through the
+cluster's explicit Kubernetes provider.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pulumi
 
 from modules.k8s.objects import KubernetesObject
-from workloads.deploy.manifests import service_name, training_job_manifests
-from workloads.deploy.spec import TrainingJobSpec
+from modules.k8s.trainer.training_job.manifests import service_name, training_job_manifests
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
 
 TYPE_TOKEN = "gpuplatform:workloads:TrainingJob"
 

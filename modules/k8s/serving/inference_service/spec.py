@@ -15,9 +15,9 @@ from modules.k8s.serving.spec import (
     ONNX_MODEL_FORMAT,
     TRITON_RUNTIME,
 )
+from modules.k8s.trainer.pods import cpu_request_millicores, memory_request_mib
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
-from workloads.deploy.manifests import cpu_request_millicores, memory_request_mib
 from workloads.layout import ARTIFACT_PREFIX, TRITON_DIR, TRITON_STORAGE_PATH
 
 #: KServe names the predictor Deployment ``<isvc>-<predictor name>-predictor`` (a DNS

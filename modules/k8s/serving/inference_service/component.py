@@ -1,8 +1,7 @@
 """`InferenceService`: a served model's Kubernetes objects as one Pulumi component.
 
-The component only registers what
-`workloads.deploy.inference_manifests.inference_service_manifests` decides, each object
-through the cluster's explicit Kubernetes provider.
+The component only registers what `manifests.inference_service_manifests` decides,
+each object through the cluster's explicit Kubernetes provider.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ import pulumi
 
 from modules.k8s.common import resource_name
 from modules.k8s.objects import KubernetesObject
-from workloads.deploy.drift_manifests import DriftImages
-from workloads.deploy.inference_manifests import (
+from modules.k8s.serving.inference_service.drift import DriftImages
+from modules.k8s.serving.inference_service.manifests import (
     endpoint_url,
     grpc_endpoint,
     inference_service_manifests,
 )
-from workloads.deploy.inference_spec import InferenceServiceSpec
+from modules.k8s.serving.inference_service.spec import InferenceServiceSpec
 
 TYPE_TOKEN = "gpuplatform:workloads:InferenceService"
 
@@ -34,7 +33,7 @@ class InferenceService(pulumi.ComponentResource):
         provider: the cluster's Kubernetes provider (default providers are disabled).
         depends_on: what must exist first (KServe, its runtimes, the team namespace).
         drift: the drift service's images: with them, the request logger feeds a drift
-            service (`workloads.deploy.drift_manifests`); without, no drift is measured.
+            service (`drift`); without, no drift is measured.
         opts: options of the component itself.
 
     Outputs: ``name``, ``namespace``, ``endpoint`` (HTTPS), ``grpc_endpoint`` (gRPC, TLS).
