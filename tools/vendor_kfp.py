@@ -210,20 +210,24 @@ def render() -> str:
 
 def refresh(pipelines: Path, argo: Path) -> None:
     """Copy upstream's files at the pinned tags from two Git checkouts into upstream/
-    (replacing what is there) and write their digests to ``upstream/SHA256SUMS``."""
-    shutil.rmtree(UPSTREAM / KFP_DIR, ignore_errors=True)
-    shutil.rmtree(UPSTREAM / ARGO_DIR, ignore_errors=True)
-    for repo, tag, commit, paths, into in (
-        (pipelines, KFP_TAG, KFP_COMMIT, KFP_PATHS, KFP_DIR),
-        (argo, ARGO_TAG, ARGO_COMMIT, ARGO_PATHS, ARGO_DIR),
-    ):
-        found = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
-        if found != commit:
-            raise VendorError(f"{repo}: tag {tag} is {found}, not the pinned {commit}")
-        for name in _git(repo, "ls-tree", "-r", "--name-only", commit, "--", *paths).split():
-            target = UPSTREAM / into / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(_git_bytes(repo, "show", f"{commit}:{name}"))
+    (replacing what is there, once both copies succeeded) and write their digests to
+    ``upstream/SHA256SUMS``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for repo, tag, commit, paths, into in (
+            (pipelines, KFP_TAG, KFP_COMMIT, KFP_PATHS, KFP_DIR),
+            (argo, ARGO_TAG, ARGO_COMMIT, ARGO_PATHS, ARGO_DIR),
+        ):
+            found = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
+            if found != commit:
+                raise VendorError(f"{repo}: tag {tag} is {found}, not the pinned {commit}")
+            names = _git(repo, "ls-tree", "-r", "--name-only", commit, "--", *paths).split()
+            for name in names:
+                target = Path(tmp) / into / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(_git_bytes(repo, "show", f"{commit}:{name}"))
+        for into in (KFP_DIR, ARGO_DIR):
+            shutil.rmtree(UPSTREAM / into, ignore_errors=True)
+            shutil.copytree(Path(tmp) / into, UPSTREAM / into)
     (UPSTREAM / "SHA256SUMS").write_text("".join(f"{d}  {p}\n" for p, d in digests().items()))
 
 

@@ -814,6 +814,33 @@ def test_the_trigger_listens_where_the_route_posts_and_only_alertmanager_may_cal
     assert fence["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
 
 
+def test_every_placeholder_is_filled_and_shell_variables_stay() -> None:
+    """``loop.yaml`` and ``database.yaml`` are filled in completely; the render's shell
+    scripts keep their own ``${...}`` (`manifests.substituted` fills only its names)."""
+    ir, values = ir_and_values()
+    filled = [
+        *loop.loop_objects(SPEC, AWS, ir, values),
+        kfp.database_init_job(AWS, RDS),
+        kfp.database_cluster(ONPREM_SPEC, ONPREM),
+    ]
+    assert "${" not in json.dumps(filled)
+    cluster = filled[-1]["spec"]
+    assert (cluster["instances"], cluster["enablePDB"]) == (2, True)
+    assert cluster["storage"]["size"] == "20Gi"
+    assert cluster["imageName"] == ONPREM.image("postgresql")
+    job = filled[-2]["spec"]["template"]["spec"]
+    assert job["nodeSelector"] == AWS.node_selector and job["containers"][0]["image"] == (
+        AWS.image("postgresql")
+    )
+    shell = find(installed(), "Deployment", "ml-pipeline-persistenceagent")["spec"]["template"]
+    assert "${NAMESPACE}" in shell["spec"]["containers"][0]["command"][2]
+    assert "${i}/${MAX_RETRIES}" in shell["spec"]["initContainers"][0]["args"][0]
+    with_ = {"${a}": 1, "x": ["y"]}
+    assert kfp.substituted({"k": ["${a}", "p-${a}", "x", "${b}"]}, with_) == {
+        "k": [1, "p-1", ["y"], "${b}"]
+    }
+
+
 def test_without_retraining_on_drift_there_is_no_trigger_and_no_route() -> None:
     ir, values = ir_and_values()
     kinds = {

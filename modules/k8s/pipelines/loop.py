@@ -32,14 +32,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from modules.k8s.common import Manifest, metadata
-from modules.k8s.pipelines.manifests import mirrors, substituted
+from modules.k8s.pipelines.manifests import mirrors, objects_in, substituted
 from modules.k8s.pipelines.spec import (
     NAMESPACE,
     PUBLISHER_ACCOUNT,
@@ -215,11 +214,6 @@ def pipeline_configmap(ir: PipelineIR, parameters: dict[str, Any]) -> Manifest:
     }
 
 
-@cache
-def _template() -> tuple[Manifest, ...]:
-    return tuple(yaml.safe_load(LOOP_FILE.read_text(encoding="utf-8")))
-
-
 def _objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR, *names: str
 ) -> list[Manifest]:
@@ -233,7 +227,7 @@ def _objects(
         "${schedule}": spec.schedule,
         "${cooldown-hours}": str(spec.retrain_cooldown_hours),
     }
-    chosen = [o for o in _template() if o["metadata"]["name"] in names]
+    chosen = [o for o in objects_in(LOOP_FILE) if o["metadata"]["name"] in names]
     return [substituted(o, values) for o in chosen]
 
 
@@ -265,7 +259,7 @@ def trigger_objects(
 def alertmanager_config(spec: PipelinesSpec) -> Manifest:
     """Routes the drift alert to the trigger (``loop.yaml`` says how), repeated after the
     cooldown."""
-    (config,) = [o for o in _template() if o["metadata"]["name"] == ALERTMANAGER_CONFIG]
+    (config,) = [o for o in objects_in(LOOP_FILE) if o["metadata"]["name"] == ALERTMANAGER_CONFIG]
     return substituted(config, {"${cooldown-hours}": str(spec.retrain_cooldown_hours)})  # type: ignore[no-any-return]
 
 

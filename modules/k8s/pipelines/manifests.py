@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from modules.k8s import netpol, security
+from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace
 from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
 from modules.k8s.pipelines.spec import (
@@ -46,16 +46,13 @@ from modules.k8s.pipelines.spec import (
     DATABASE_PORT,
     DATABASE_USER,
     KFP_VERSION,
-    METADATA_DATABASE,
     MIRRORED_IMAGES,
     NAMESPACE,
-    PIPELINE_DATABASE,
     PROXY_HOST,
     SPECS_PREFIX,
     ObjectStoreSpec,
     PipelinesPlacement,
     PipelinesSpec,
-    labels,
     s3_endpoint,
 )
 from modules.k8s.pki.spec import ca_bundle, service_dns_names, serving_certificate
@@ -70,6 +67,7 @@ from modules.k8s.tracking.users import PIPELINES_USERNAME
 
 HERE = Path(__file__).resolve().parent
 RENDER_FILE = HERE / f"kubeflow-pipelines-{KFP_VERSION}.yaml"
+DATABASE_FILE = HERE / "database.yaml"
 UPSTREAM_DIR = HERE / "upstream"
 #: The API server image's ``/config/config.json``.
 APISERVER_CONFIG_FILE = (
@@ -87,8 +85,6 @@ APISERVER_CONFIG = "ml-pipeline-config"  # the API server's config.json
 #: password for the init Job, in the ``mlflow`` namespace.
 DATABASE_OWNER_SECRET = "kfp-db-owner"
 DATABASE_INIT_SECRET = "kfp-database-init"
-#: The CloudNativePG PostgreSQL image's ``postgres`` user (the database-init Job's psql).
-POSTGRES_UID = 26
 #: The Services that serve TLS and their certificates' Secrets (the patches mount them).
 API_SERVICE, API_TLS_SECRET = "ml-pipeline", "kfp-api-tls"
 UI_SERVICE, UI_TLS_SECRET = "ml-pipeline-ui", "ml-pipeline-ui-tls"
@@ -112,6 +108,13 @@ def _parsed() -> tuple[Manifest, ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     text = RENDER_FILE.read_text(encoding="utf-8")
     return tuple(d for d in yaml.load_all(text, Loader=loader) if d)
+
+
+@cache
+def objects_in(path: Path) -> tuple[Manifest, ...]:
+    """The objects of one of this package's YAML lists (``loop.yaml``, ``database.yaml``);
+    callers copy (`substituted`) before changing them."""
+    return tuple(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
 def rendered() -> list[Manifest]:
@@ -143,14 +146,13 @@ def mirrors(placement: PipelinesPlacement) -> dict[str, str]:
     return {f"{src}:{tag}": placement.image(n) for n, (src, tag) in MIRRORED_IMAGES.items()}
 
 
-def _store_secret_rule() -> Manifest:
-    """On premises: reading the object store's key pair, that Secret only."""
-    return {
-        "apiGroups": [""],
-        "resources": ["secrets"],
-        "resourceNames": [OBJECT_STORE_SECRET],
-        "verbs": ["get"],
-    }
+#: On premises: reading the object store's key pair, that Secret only.
+STORE_SECRET_RULE = {
+    "apiGroups": [""],
+    "resources": ["secrets"],
+    "resourceNames": [OBJECT_STORE_SECRET],
+    "verbs": ["get"],
+}
 
 
 def _container(pod: Manifest, name: str) -> Manifest:
@@ -181,7 +183,7 @@ def place(
     elif kind == "ConfigMap" and name == "kfp-launcher":
         manifest["data"] = launcher_data(spec, placement, root)
     elif kind == "Role" and name in ("pipeline-runner", "ml-pipeline-ui") and not placement.on_aws:
-        manifest["rules"].append(_store_secret_rule())
+        manifest["rules"].append(copy.deepcopy(STORE_SECRET_RULE))
     return manifest
 
 
@@ -246,10 +248,6 @@ def _value(name: str, value: Any) -> Manifest:
     return {"name": name, "value": value}
 
 
-def _from_secret(name: str, secret_name: str, secret_key: str) -> Manifest:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}}
-
-
 def _store(spec: PipelinesSpec) -> ObjectStoreSpec:
     if spec.object_store is None:
         raise ValueError("an on-premises Kubeflow Pipelines needs pipelines.objectStore")
@@ -262,25 +260,23 @@ def object_store_env(spec: PipelinesSpec, placement: PipelinesPlacement) -> list
     the endpoint and region; on AWS an empty key pair (the config file's example keys
     would apply otherwise; the AWS SDK's default chain answers with the Pod Identity
     role), on premises the site's pair from its Secret."""
-    env = [_value("OBJECTSTORECONFIG_BUCKETNAME", placement.bucket)]
     if placement.on_aws:
-        return [
-            *env,
-            _value("OBJECTSTORECONFIG_HOST", s3_endpoint(placement.region)),
-            _value("OBJECTSTORECONFIG_PORT", "443"),
-            _value("OBJECTSTORECONFIG_REGION", placement.region),
+        host, port, region = s3_endpoint(placement.region), "443", placement.region
+        keys = [
             _value("OBJECTSTORECONFIG_ACCESSKEY", ""),
             _value("OBJECTSTORECONFIG_SECRETACCESSKEY", ""),
         ]
-    store = _store(spec)
-    host, _, port = store.endpoint.partition(":")
+    else:
+        store = _store(spec)
+        host, _, port = store.endpoint.partition(":")
+        port, region = port or "443", store.region
+        keys = _store_keys("OBJECTSTORECONFIG_ACCESSKEY", "OBJECTSTORECONFIG_SECRETACCESSKEY")
     return [
-        *env,
+        _value("OBJECTSTORECONFIG_BUCKETNAME", placement.bucket),
         _value("OBJECTSTORECONFIG_HOST", host),
-        _value("OBJECTSTORECONFIG_PORT", port or "443"),
-        _value("OBJECTSTORECONFIG_REGION", store.region),
-        _from_secret("OBJECTSTORECONFIG_ACCESSKEY", OBJECT_STORE_SECRET, "accesskey"),
-        _from_secret("OBJECTSTORECONFIG_SECRETACCESSKEY", OBJECT_STORE_SECRET, "secretkey"),
+        _value("OBJECTSTORECONFIG_PORT", port),
+        _value("OBJECTSTORECONFIG_REGION", region),
+        *keys,
     ]
 
 
@@ -288,19 +284,24 @@ def ui_object_store_env(spec: PipelinesSpec, placement: PipelinesPlacement) -> l
     """The UI's S3 settings (``frontend/server/configs.ts``): the regional endpoint and
     the default credential chain on AWS; the site's endpoint and key pair on premises."""
     if placement.on_aws:
-        return [
-            _value("AWS_REGION", placement.region),
-            _value("AWS_S3_ENDPOINT", s3_endpoint(placement.region)),
-            _value("AWS_SSL", "true"),
-        ]
-    store = _store(spec)
+        region, endpoint, keys = placement.region, s3_endpoint(placement.region), []
+    else:
+        store = _store(spec)
+        region, endpoint = store.region, store.endpoint
+        keys = _store_keys("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
     return [
-        _value("AWS_REGION", store.region),
-        _value("AWS_S3_ENDPOINT", store.endpoint),
+        _value("AWS_REGION", region),
+        _value("AWS_S3_ENDPOINT", endpoint),
         _value("AWS_SSL", "true"),
-        _from_secret("AWS_ACCESS_KEY_ID", OBJECT_STORE_SECRET, "accesskey"),
-        _from_secret("AWS_SECRET_ACCESS_KEY", OBJECT_STORE_SECRET, "secretkey"),
+        *keys,
     ]
+
+
+def _store_keys(access: str, secret_key: str) -> list[Manifest]:
+    """On premises: the object store's key pair, from its Secret, as these variables."""
+    refs = ((access, "accesskey"), (secret_key, "secretkey"))
+    return [{"name": n, "valueFrom": {"secretKeyRef": {"name": OBJECT_STORE_SECRET, "key": k}}}
+            for n, k in refs]  # fmt: skip
 
 
 def launcher_data(spec: PipelinesSpec, placement: PipelinesPlacement, root: Any) -> Manifest:
@@ -451,97 +452,33 @@ def database_secrets(password: Any, userlist: Any) -> list[Manifest]:
     ]
 
 
+def _database_object(kind: str, placement: PipelinesPlacement, values: Manifest) -> Manifest:
+    (found,) = [o for o in objects_in(DATABASE_FILE) if o["kind"] == kind]
+    common = {**mirrors(placement), "${node-selector}": dict(placement.node_selector)}
+    return substituted(found, {**common, **values})  # type: ignore[no-any-return]
+
+
 def database_cluster(spec: PipelinesSpec, placement: PipelinesPlacement) -> Manifest:
-    """On premises: KFP's PostgreSQL as a CloudNativePG ``Cluster`` of the operator the
-    tracking server installs (Feast's registry does the same): the owner role with the
-    platform's password, ``CREATEDB`` (KFP's API server runs ``CREATE DATABASE`` at
-    start and only ignores "already exists"; PostgreSQL checks the right first), and
-    ML Metadata's database made after the bootstrap."""
-    amount = {"cpu": "1", "memory": "1Gi"}
-    initdb = {
-        "database": PIPELINE_DATABASE,
-        "owner": DATABASE_USER,
-        "secret": {"name": DATABASE_OWNER_SECRET},
-        "postInitApplicationSQL": [
-            f"ALTER ROLE {DATABASE_USER} CREATEDB",
-            f"CREATE DATABASE {METADATA_DATABASE} OWNER {DATABASE_USER}",
-        ],
-    }
-    return {
-        "apiVersion": "postgresql.cnpg.io/v1",
-        "kind": "Cluster",
-        "metadata": metadata(DATABASE_CLUSTER, NAMESPACE),
-        "spec": {
-            "instances": spec.database_instances,
-            "imageName": placement.image("postgresql"),
-            "enableSuperuserAccess": False,
-            "bootstrap": {"initdb": initdb},
-            "storage": {
-                "storageClass": placement.storage_class,
-                "size": f"{spec.database_storage_gib}Gi",
-            },
-            "resources": {"requests": dict(amount), "limits": dict(amount)},
-            "affinity": {"nodeSelector": dict(placement.node_selector)},
-            "enablePDB": spec.database_instances > 1,
+    """On premises: KFP's PostgreSQL, a CloudNativePG ``Cluster`` (``database.yaml``),
+    its PodDisruptionBudget with more than one instance."""
+    return _database_object(
+        "Cluster",
+        placement,
+        {
+            "${instances}": spec.database_instances,
+            "${storage-class}": placement.storage_class,
+            "${storage-gib}": spec.database_storage_gib,
+            "${pdb}": spec.database_instances > 1,
         },
-    }
+    )
 
 
 def database_init_job(placement: PipelinesPlacement, database_host_value: Any) -> Manifest:
-    """On AWS: create KFP's role (with ``CREATEDB``, see `database_cluster`) and both
-    databases on the tracking RDS instance, idempotently, as its master user, from the
-    ``mlflow`` namespace where the master credentials are (as Feast's registry does).
-    KFP's password comes from `DATABASE_INIT_SECRET` there."""
-    user, pipeline_db, metadata_db = DATABASE_USER, PIPELINE_DATABASE, METADATA_DATABASE
-    script = (
-        "set -eu\n"
-        "psql -v ON_ERROR_STOP=1 -v pw=\"$KFP_DATABASE_PASSWORD\" <<'SQL'\n"
-        f"SELECT 'CREATE ROLE {user} LOGIN' WHERE NOT EXISTS "
-        f"(SELECT FROM pg_roles WHERE rolname = '{user}')\\gexec\n"
-        f"ALTER ROLE {user} WITH LOGIN CREATEDB PASSWORD :'pw';\n"
-        f"GRANT {user} TO CURRENT_USER;\n"
-        f"SELECT 'CREATE DATABASE {pipeline_db} OWNER {user}' WHERE NOT EXISTS "
-        f"(SELECT FROM pg_database WHERE datname = '{pipeline_db}')\\gexec\n"
-        f"SELECT 'CREATE DATABASE {metadata_db} OWNER {user}' WHERE NOT EXISTS "
-        f"(SELECT FROM pg_database WHERE datname = '{metadata_db}')\\gexec\n"
-        "SQL\n"
-    )
+    """On AWS: the Job that makes KFP's role and databases on the tracking RDS instance
+    (``database.yaml``) at ``database_host_value`` (a Pulumi output)."""
     master = placement.tracking_database_secret
-    container = {
-        "name": "psql",
-        "image": placement.image("postgresql"),
-        "command": ["/bin/sh", "-c", script],
-        "env": [
-            _value("PGSSLMODE", "require"),
-            _value("PGDATABASE", "mlflow"),
-            _value("PGHOST", database_host_value),
-            _from_secret("PGUSER", master, "username"),
-            _from_secret("PGPASSWORD", master, "password"),
-            _from_secret("KFP_DATABASE_PASSWORD", DATABASE_INIT_SECRET, "password"),
-        ],
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "64Mi"},
-            "limits": {"cpu": "500m", "memory": "128Mi"},
-        },
-        "securityContext": security.restricted_container(POSTGRES_UID),
-    }
-    pod = {
-        "restartPolicy": "OnFailure",
-        "automountServiceAccountToken": False,
-        "securityContext": security.restricted_pod(POSTGRES_UID, fs_group=False),
-        "nodeSelector": dict(placement.node_selector),
-        "containers": [container],
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata("kfp-database-init", "mlflow", labels=labels("database-init")),
-        "spec": {
-            "backoffLimit": 6,
-            "ttlSecondsAfterFinished": 86400,
-            "template": {"metadata": {"labels": labels("database-init")}, "spec": pod},
-        },
-    }
+    values = {"${database-host}": database_host_value, "${master-secret}": master}
+    return _database_object("Job", placement, values)
 
 
 # -- fences --------------------------------------------------------------------------
