@@ -1,23 +1,20 @@
 """The retrain trigger run for real (``python -m workloads.pipelines.trigger`` in a
-subprocess), in front of the stand-in KFP over TLS: it listens in plain HTTP on the
-loopback only (on the cluster the platform's TLS proxy is in front of it:
-tests/k8s/test_pipelines_tls.py checks what the proxy is given), an Alertmanager
-notification starts a run, a stalled connection does not hold it, and a busy port or
-an unreadable parameters file is exit 2 and one line."""
+subprocess, `tests.support.model_server`), in front of the stand-in KFP over TLS: it
+listens in plain HTTP on the loopback only (on the cluster the platform's TLS proxy is in
+front of it: tests/k8s/test_pipelines_tls.py checks what the proxy is given), an
+Alertmanager notification starts a run, a stalled connection does not hold it, and a
+busy port or an unreadable parameters file is exit 2 and one line."""
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from http.server import HTTPServer
 from pathlib import Path
@@ -27,6 +24,7 @@ import pytest
 from tests.pipelines.fake_kfp import fake_kfp
 from tests.pipelines.test_loop_clients import PARAMETERS, notification, post, publish
 from tests.support.certs import authority, server_secret
+from tests.support.model_server import model_server
 from workloads.pipelines import trigger as retrain
 from workloads.pipelines.kfp_api import client
 
@@ -45,48 +43,13 @@ def argv(kfp_url: str, kfp_ca: Path, parameters: Path, port: int = 0) -> list[st
 
 
 def _environment() -> dict[str, str]:
-    return {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning", "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONWARNINGS": "ignore::FutureWarning"}
 
 
-@contextmanager
-def trigger_process(arguments: list[str]) -> Iterator[str]:
-    """``python -m workloads.pipelines.trigger`` with ``arguments``, once it listens: the
-    address it printed (``host:port``); stopped on exit."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "workloads.pipelines.trigger", *arguments],
-        cwd=ROOT,
-        env=_environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"the trigger did not start within {START_S}s")
-            prefix = "trigger: listening on http://"
-            if line.startswith(prefix):
-                yield line[len(prefix) :].split("/")[0]
-                break
-            assert process.poll() is None, line
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -105,13 +68,16 @@ def test_on_the_loopback_in_plain_http_a_notification_starts_a_run(
     parameters: Path, tmp_path: Path
 ) -> None:
     secret = server_secret(tmp_path / "kfp-api-tls", authority("kfp CA"), ["localhost"])
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "trigger.log"
     with fake_kfp(tls=secret) as (url, state):
         publish(url, ca=secret / "ca.crt")
-        with trigger_process(argv(url, secret / "ca.crt", parameters)) as address:
+        command = [sys.executable, "-m", "workloads.pipelines.trigger",
+                   *argv(url, secret / "ca.crt", parameters, port)]  # fmt: skip
+        with model_server(command, lambda: healthy(base), log, deadline_s=START_S):
             # The default address: only the pod's own TLS proxy reaches it.
-            assert address.split(":")[0] == "127.0.0.1"
-            base = f"http://{address}"
-            assert healthy(base)
+            assert f"trigger: listening on {base}/alerts" in log.read_text()
             status, body = post(base, notification())
             assert status == 200, body
             assert body["started"] in state.runs and body["alerts"] == ["uae-gpt v3 token_js"]
