@@ -1,13 +1,14 @@
-"""Kubeflow Pipelines on the cluster: the vendored upstream render and what the platform
-keeps of it, the adapted objects (images, state, secrets, fences, identities), the loop
-(pipeline, publisher, trigger, Alertmanager route), the shipped plans' objects against
-the Kubernetes schemas and the vendored CRDs, and the AWS roles' least privilege."""
+"""Kubeflow Pipelines on the cluster: the vendored upstream manifests, the render of the
+platform's patches over them (what it keeps, and that it is what the patches give), the
+placed objects (images, state, secrets, fences, identities), the loop (pipeline,
+publisher, trigger, Alertmanager route), the shipped plans' objects against the
+Kubernetes schemas and the vendored CRDs, and the AWS roles' least privilege."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -50,11 +51,14 @@ from stacks.pipelines_layer import ROLES, pipeline_for
 from tests.conftest import shipped_plan
 from tests.k8s.vendored_crds import is_vendored, vendored_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
+from tools import vendor_kfp
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = Path(__file__).resolve().parent / "vendor"
 IR_FILES = sorted((VENDOR / "kubeflow-pipelines").glob("ir-*.yaml"))
 IR = VENDOR / "kubeflow-pipelines" / "ir-lightweight_python_functions_with_outputs.yaml"
+#: Where the publisher and the trigger mount the pipeline's ConfigMap (loop.yaml).
+PIPELINE_MOUNT = "/etc/pipeline"
 REGISTRY = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
 RDS = "gpu-test-mlflow.c0ffee.me-central-1.rds.amazonaws.com"
 ROOT_URI = "s3://gpu-test-data/pipelines/runs"
@@ -84,6 +88,18 @@ ONPREM = ps.PipelinesPlacement(
 )
 COMPONENT = "gpuplatform:k8s:KubeflowPipelines"
 PIPELINE_STACKS = ("uae-prod", "onprem-ib")
+#: Upstream's kustomize manifests, as vendored.
+KUSTOMIZE = kfp.UPSTREAM_DIR / "kubeflow-pipelines" / "manifests" / "kustomize"
+#: The Deployments that reach the database, each through its own PgBouncer sidecar.
+DATABASE_CLIENTS = ("ml-pipeline", "metadata-grpc-deployment")
+#: The Deployments that call the Kubernetes API (they keep a service account token).
+API_CLIENTS = (
+    "ml-pipeline",
+    "ml-pipeline-persistenceagent",
+    "ml-pipeline-scheduledworkflow",
+    "ml-pipeline-ui",
+    "workflow-controller",
+)
 
 
 def installed(
@@ -111,74 +127,112 @@ def env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
-# -- the vendored render -----------------------------------------------------------------
+def upstream_file(path: str) -> dict[str, Any]:
+    """One of upstream's kustomize files, as vendored (unpatched)."""
+    return yaml.safe_load((KUSTOMIZE / path).read_text())  # type: ignore[no-any-return]
+
+
+# -- the vendored manifests and the render ----------------------------------------------
 
 
 def test_the_vendored_files_are_the_ones_the_readme_names() -> None:
+    sums = (kfp.UPSTREAM_DIR / "SHA256SUMS").read_text().splitlines()
+    assert sums == [f"{d}  {p}" for p, d in vendor_kfp.digests().items()]
+    assert len(sums) > 100
+    assert kfp.APISERVER_CONFIG_FILE.is_file()
     readme = (kfp.UPSTREAM_DIR / "README.md").read_text()
-    for path in (kfp.UPSTREAM_FILE, kfp.APISERVER_CONFIG_FILE):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert f"{digest}  {path.name}" in readme, path.name
-    assert f"tag `{ps.KFP_VERSION}`" in readme and f"`{ps.ARGO_VERSION}`" in readme
+    for tag, commit in (
+        (vendor_kfp.KFP_TAG, vendor_kfp.KFP_COMMIT),
+        (vendor_kfp.ARGO_TAG, vendor_kfp.ARGO_COMMIT),
+    ):
+        assert f"tag `{tag}`, commit `{commit}`" in readme
+    assert (vendor_kfp.KFP_TAG, vendor_kfp.ARGO_TAG) == (ps.KFP_VERSION, ps.ARGO_VERSION)
+    assert kfp.RENDER_FILE.read_text().startswith(vendor_kfp.HEADER)
 
 
-def test_every_upstream_object_is_kept_or_left_out_for_a_reason() -> None:
-    keys = [kfp.key(o) for o in kfp.upstream_objects()]
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize renders)")
+def test_the_render_is_what_upstream_and_the_patches_give() -> None:
+    """``kubectl kustomize`` again, over the vendored files: the committed render is its
+    output, and every upstream object is kept or left out (`vendor_kfp.review`)."""
+    assert vendor_kfp.render() == kfp.RENDER_FILE.read_text()
+    assert vendor_kfp.main(["--check"]) == 0
+
+
+def test_the_render_holds_what_was_kept_and_nothing_else() -> None:
+    keys = [kfp.key(o) for o in kfp.rendered()]
     assert len(keys) == len(set(keys))
-    decided = set(kfp.KEPT) | set(kfp.LEFT_OUT) | set(kfp.REPLACED)
-    assert set(keys) - decided == set(), "an upstream object nobody decided on"
-    assert decided - set(keys) == set(), "a decision about an object upstream does not have"
-    assert not set(kfp.KEPT) & set(kfp.LEFT_OUT)
-    assert all(reason.strip() for reason in kfp.LEFT_OUT.values())
+    assert set(keys) == vendor_kfp.KEPT
+    assert vendor_kfp.review(keys, keys) == []
 
 
-def test_an_undecided_upstream_object_stops_the_install() -> None:
-    unknown = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "new-in-2.18"}}
-    with pytest.raises(KeyError, match="neither kept nor left out"):
-        kfp.adapt(unknown, SPEC, AWS, ROOT_URI)
+def test_an_undecided_or_missing_upstream_object_stops_the_render() -> None:
+    keys = sorted(vendor_kfp.KEPT)
+    new = ("ConfigMap", "new-in-2.18")
+    (problem,) = vendor_kfp.review([*keys, new], [*keys, new])
+    assert problem.startswith("ConfigMap/new-in-2.18: upstream object neither kept nor left out")
+    assert vendor_kfp.review([*keys, new], keys) == []  # left out by a delete patch
+    (problem,) = vendor_kfp.review(keys, [*keys, new])
+    assert "not an upstream object" in problem
+    (problem,) = vendor_kfp.review(keys, keys[1:])
+    assert "kept, but not in the render" in problem
+
+
+def test_every_object_left_out_is_left_out_for_a_reason() -> None:
+    """Each delete patch of the kustomization has its reason written above it."""
+    lines = (kfp.HERE / "kustomize" / "kustomization.yaml").read_text().splitlines()
+    deletes = [i for i, line in enumerate(lines) if line.startswith("- target:")]
+    assert len(deletes) >= 10
+    for i in deletes:
+        patch = lines[i + 3].strip()
+        assert patch.startswith("patch:") and "delete" in patch, lines[i : i + 4]
+        assert lines[i - 1].startswith("# ") or lines[i - 1].startswith("  patch:"), lines[i]
+    reasons = [i for i in deletes if lines[i - 1].startswith("# ")]
+    assert len(reasons) >= 8
 
 
 def test_the_install_is_what_was_kept_plus_the_platforms_namespace() -> None:
     objects = installed()
     keys = [kfp.key(o) for o in objects]
     assert keys[0] == ("Namespace", ps.NAMESPACE)
-    assert set(keys[1:]) == set(kfp.KEPT)
+    assert set(keys[1:]) == set(vendor_kfp.KEPT)
 
 
 def test_no_bundled_store_no_bundled_database_no_example_secret() -> None:
     text = json.dumps(installed())
     for example in ("minio123", "seaweedfs", "postgres-service", 'metadata-postgres-db"'):
         assert example not in text
+    assert "mlpipeline-minio-artifact" not in kfp.RENDER_FILE.read_text()
     assert not [o for o in installed() if o["kind"] in ("Secret", "PersistentVolumeClaim")]
 
 
 # -- images ------------------------------------------------------------------------------
 
 
-def upstream_images() -> dict[str, str]:
-    """Upstream repository -> tag, over every container of the render."""
-    found = {}
-    for o in kfp.upstream_objects():
+def rendered_images() -> set[str]:
+    """Every image reference of the render: containers, the Argo executor's argument,
+    the driver's and launcher's (upstream's tags, and those the patches add)."""
+    found = set()
+    for o in kfp.rendered():
         if o["kind"] == "Deployment":
             for c in containers(o["spec"]["template"]["spec"]):
-                repository, _, tag = c["image"].rpartition(":")
-                found[repository] = tag
-            for arg in o["spec"]["template"]["spec"]["containers"][0].get("args", []):
-                if isinstance(arg, str) and arg.startswith("quay.io/argoproj/argoexec:"):
-                    found["quay.io/argoproj/argoexec"] = arg.rpartition(":")[2]
+                found.add(c["image"])
+                found |= {a for a in c.get("args", []) if a.startswith("quay.io/argoproj/")}
+                found |= {v for k, v in env(c).items() if k.endswith("_IMAGE")}
     return found
 
 
 def test_every_image_is_a_mirror_of_upstreams_with_the_same_tag() -> None:
+    sources = {f"{source}:{tag}" for source, tag in ps.MIRRORED_IMAGES.values()}
+    assert rendered_images() <= sources
+    assert {"ghcr.io/kubeflow/kfp-driver:2.17.0", "quay.io/argoproj/argoexec:v4.0.5"} <= (
+        rendered_images()
+    )
     mirrors = {f"{REGISTRY}/{ps.MIRROR_PATH}/{n}": t for n, (_, t) in ps.MIRRORED_IMAGES.items()}
-    sources = dict(ps.MIRRORED_IMAGES.values())
-    for repository, tag in upstream_images().items():
-        if repository in sources:
-            assert sources[repository] == tag, repository
     for _, pod in pods(installed()):
         for c in containers(pod):
             repository, _, tag = c["image"].rpartition(":")
             assert mirrors.get(repository) == tag, c["image"]
+    assert not {i for i in rendered_images() if i in json.dumps(installed())}
 
 
 def test_the_runs_driver_launcher_and_executor_are_pinned_mirrors() -> None:
@@ -194,20 +248,15 @@ def test_the_runs_driver_launcher_and_executor_are_pinned_mirrors() -> None:
 
 
 def test_every_env_the_platform_sets_on_the_api_server_is_one_upstream_reads() -> None:
-    base = yaml.safe_load(
-        (VENDOR / "kubeflow-pipelines" / "base-ml-pipeline-apiserver-deployment.yaml").read_text()
-    )
-    upstream = {
-        e["name"] for c in base["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
-    }
-    overlay = find(kfp.upstream_objects(), "Deployment", "ml-pipeline")["spec"]["template"]["spec"]
-    upstream |= {e["name"] for c in overlay["containers"] for e in c.get("env", [])}
-    tls = yaml.safe_load(
-        (
-            VENDOR / "kubeflow-pipelines" / "tls" / "ml-pipeline-apiserver-deployment.yaml"
-        ).read_text()
-    )
-    upstream |= {e["name"] for c in tls["spec"]["template"]["spec"]["containers"] for e in c["env"]}
+    upstream: set[str] = set()
+    for path in (
+        "base/pipeline/ml-pipeline-apiserver-deployment.yaml",
+        "base/postgresql/pipeline/ml-pipeline-apiserver-deployment-patch.yaml",
+        "env/cert-manager/platform-agnostic-standalone-tls/patches/"
+        "ml-pipeline-apiserver-deployment.yaml",
+    ):
+        pod = upstream_file(path)["spec"]["template"]["spec"]
+        upstream |= {e.get("name") for c in pod["containers"] for e in c.get("env", [])}
     # Read through viper from ObjectStoreConfig.* (client_manager.go buildConfigFromEnvVars).
     upstream |= {"OBJECTSTORECONFIG_REGION", "OBJECTSTORECONFIG_PIPELINEPATH"}
     for placement, spec in ((AWS, SPEC), (ONPREM, ONPREM_SPEC)):
@@ -322,7 +371,7 @@ def test_v1_is_blocked_and_the_install_config_names_the_proxy_and_databases() ->
 
 
 def test_the_install_config_keys_are_upstreams() -> None:
-    upstream = kfp.upstream_object("ConfigMap", "pipeline-install-config")["data"]
+    upstream = upstream_file("base/installs/generic/postgres/pipeline-install-config.yaml")["data"]
     ours = find(installed(), "ConfigMap", "pipeline-install-config")["data"]
     assert set(ours) <= set(upstream)
     assert set(upstream) - set(ours) == {"cacheDb"}  # the cache webhook is left out
@@ -331,7 +380,7 @@ def test_the_install_config_keys_are_upstreams() -> None:
 # -- the database --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", kfp.DATABASE_CLIENTS)
+@pytest.mark.parametrize("name", DATABASE_CLIENTS)
 def test_database_clients_reach_the_server_through_their_own_tls_proxy(name: str) -> None:
     pod = find(installed(), "Deployment", name)["spec"]["template"]["spec"]
     proxy = pod["initContainers"][0]
@@ -397,7 +446,7 @@ def test_every_pod_is_restricted_limited_and_on_the_system_pool() -> None:
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
         assert pod["nodeSelector"]["gpuplatform.ae/role"] == "system", name
-        assert pod["automountServiceAccountToken"] is (name in kfp.API_CLIENTS), name
+        assert pod["automountServiceAccountToken"] is (name in API_CLIENTS), name
         for c in containers(pod):
             context = c["securityContext"]
             assert context["allowPrivilegeEscalation"] is False, (name, c["name"])
@@ -406,7 +455,7 @@ def test_every_pod_is_restricted_limited_and_on_the_system_pool() -> None:
 
 
 def test_the_runner_role_is_within_upstreams_and_without_its_wildcards() -> None:
-    upstream = find(kfp.upstream_objects(), "Role", "pipeline-runner")["rules"]
+    upstream = upstream_file("base/pipeline/pipeline-runner-role.yaml")["rules"]
     ours = find(installed(), "Role", "pipeline-runner")["rules"]
 
     def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -433,7 +482,7 @@ def test_the_runner_role_is_within_upstreams_and_without_its_wildcards() -> None
 
 
 def test_the_ui_reads_no_secret_but_the_stores_key_pair() -> None:
-    upstream = find(kfp.upstream_objects(), "Role", "ml-pipeline-ui")["rules"]
+    upstream = upstream_file("base/pipeline/ml-pipeline-ui-role.yaml")["rules"]
     assert any("secrets" in r["resources"] for r in upstream)  # what is taken away
     aws = find(installed(), "Role", "ml-pipeline-ui")["rules"]
     assert not [r for r in aws if "secrets" in r["resources"]]
@@ -734,29 +783,62 @@ def test_the_trigger_listens_where_the_route_posts_and_only_alertmanager_may_cal
     ir, _ = ir_and_values()
     account, _, deployment, service, fence = loop.trigger_objects(SPEC, AWS, ir)
     assert account["automountServiceAccountToken"] is False
-    url = re.fullmatch(
-        r"https://([^.]+)\.([^.]+)\.svc\.cluster\.local:(\d+)(/.*)", loop.TRIGGER_URL
-    )
+    url = re.fullmatch(r"https://([^.]+)\.([^.]+)\.svc\.cluster\.local(/.*)", loop.TRIGGER_URL)
     assert url is not None
-    name, namespace, port, path = url.groups()
+    name, namespace, path = url.groups()
     assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (name, namespace)
-    assert service["spec"]["ports"][0]["port"] == int(port)
-    assert (
-        service["spec"]["selector"].items()
-        <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    )
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 443 and port["targetPort"] == "https"  # the URL's default port
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    trigger, proxy = pod["spec"]["containers"]
+    args = trigger["args"]
     options = dict(zip(args[2::2], args[3::2], strict=True))
-    assert (options["--path"], options["--port"], options["--alert"]) == (
-        path,
-        port,
-        "ModelInputDrift",
+    assert (options["--path"], options["--alert"]) == (path, "ModelInputDrift")
+    assert options["--cooldown-hours"] == str(SPEC.retrain_cooldown_hours)
+    assert (options["--pipeline"], options["--parameters"]) == (
+        ir.name,
+        f"{PIPELINE_MOUNT}/parameters.json",
     )
-    peer = fence["spec"]["ingress"][0]["from"][0]
+    # The Service's port leads to the proxy, the proxy to the trigger on the loopback.
+    (https,) = proxy["ports"]
+    assert https["name"] == "https"
+    assert f"--target={options['--bind']}:{options['--port']}" in proxy["args"]
+    (rule,) = fence["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": https["containerPort"]}]
+    (peer,) = rule["from"]
     assert peer["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": MONITORING_NAMESPACE
     }
     assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "alertmanager"}
+    assert fence["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_every_placeholder_is_filled_and_shell_variables_stay() -> None:
+    """``loop.yaml`` and ``database.yaml`` are filled in completely; the render's shell
+    scripts keep their own ``${...}`` (`manifests.substituted` fills only its names)."""
+    ir, values = ir_and_values()
+    filled = [
+        *loop.loop_objects(SPEC, AWS, ir, values),
+        kfp.database_init_job(AWS, RDS),
+        kfp.database_cluster(ONPREM_SPEC, ONPREM),
+    ]
+    assert "${" not in json.dumps(filled)
+    cluster = filled[-1]["spec"]
+    assert (cluster["instances"], cluster["enablePDB"]) == (2, True)
+    assert cluster["storage"]["size"] == "20Gi"
+    assert cluster["imageName"] == ONPREM.image("postgresql")
+    job = filled[-2]["spec"]["template"]["spec"]
+    assert job["nodeSelector"] == AWS.node_selector and job["containers"][0]["image"] == (
+        AWS.image("postgresql")
+    )
+    shell = find(installed(), "Deployment", "ml-pipeline-persistenceagent")["spec"]["template"]
+    assert "${NAMESPACE}" in shell["spec"]["containers"][0]["command"][2]
+    assert "${i}/${MAX_RETRIES}" in shell["spec"]["initContainers"][0]["args"][0]
+    with_ = {"${a}": 1, "x": ["y"]}
+    assert kfp.substituted({"k": ["${a}", "p-${a}", "x", "${b}"]}, with_) == {
+        "k": [1, "p-1", ["y"], "${b}"]
+    }
 
 
 def test_without_retraining_on_drift_there_is_no_trigger_and_no_route() -> None:
@@ -861,7 +943,7 @@ def test_shipped_objects_pass_the_schemas_and_the_vendored_crds(stack: str) -> N
 @pytest.mark.parametrize("stack", PIPELINE_STACKS)
 def test_shipped_plans_install_kfp_and_the_loop_iff_the_pipeline_exists(stack: str) -> None:
     names = {(r.inputs["kind"], r.inputs["metadata"]["name"]) for r in kfp_records(stack)}
-    assert set(kfp.KEPT) <= names
+    assert set(vendor_kfp.KEPT) <= names
     for kind, name in [
         ("ConfigMap", kfp.PROXY_CONFIG),
         ("ConfigMap", kfp.APISERVER_CONFIG),
@@ -939,7 +1021,7 @@ LOOP = {
 def test_shipped_plans_hold_exactly_kfp_the_platforms_objects_and_the_loop(stack: str) -> None:
     names = [(r.inputs["kind"], r.inputs["metadata"]["name"]) for r in kfp_records(stack)]
     assert len(names) == len(set(names))
-    expected = set(kfp.KEPT) | OWN[stack] | {("Namespace", ps.NAMESPACE)}
+    expected = set(vendor_kfp.KEPT) | OWN[stack] | {("Namespace", ps.NAMESPACE)}
     if (ROOT / ps.PIPELINE_FILE).is_file():
         expected |= LOOP
         publish = {n for n in names if n[0] == "Job" and n[1].startswith("publish-")}

@@ -1,9 +1,9 @@
 """Kubeflow Pipelines' TLS inside the cluster: the API server serves HTTPS and gRPC over
-TLS as KFP 2.17.0's own overlay configures it (its patches vendored in
-``vendor/kubeflow-pipelines/tls``), the UI through a TLS proxy, the retrain trigger
-serves HTTPS to Alertmanager, every client verifies with the cluster CA, and the API
-server's liveness command restarts it after a renewal (run here against a real TLS
-server with ``sh`` and ``wget``)."""
+TLS as KFP 2.17.0's own overlay configures it (vendored with upstream's manifests in
+``modules/k8s/pipelines/upstream``), the UI and the retrain trigger through the
+platform's TLS proxy (ghostunnel), every client verifies with the cluster CA, and the
+servers' commands and liveness commands, as the render has them, restart them after a
+renewal (run here against real TLS servers with ``sh``, ``bash`` and ``wget``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -31,6 +33,7 @@ from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names
 from modules.k8s.tracking.manifests import TLS_PROXY_IMAGE
 from tests.k8s.test_pipelines import (
     AWS,
+    KUSTOMIZE,
     ONPREM,
     ONPREM_SPEC,
     PIPELINE_STACKS,
@@ -45,12 +48,29 @@ from tests.k8s.test_pipelines import (
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.certs import authority, server_secret
 
-OVERLAY = Path(__file__).resolve().parent / "vendor" / "kubeflow-pipelines" / "tls"
+CERT_MANAGER = KUSTOMIZE / "env" / "cert-manager"
+OVERLAY = CERT_MANAGER / "platform-agnostic-standalone-tls" / "patches"
+DOCKERFILES = Path(__file__).resolve().parent / "vendor" / "kubeflow-pipelines" / "tls"
 NS = ps.NAMESPACE
+#: What the patches set (kustomize/patches/), as the tests expect it.
+TLS_DIR = "/etc/pki/tls/certs"  # the overlay's certificate (servers) or CA (clients) mount
+SERVED_CERTIFICATE = "/tmp/served-tls.crt"  # the copy a server keeps of what it serves
+API_HTTP_PORT, API_GRPC_PORT = 8888, 8887
+HEALTHZ_PATH = "/apis/v1beta1/healthz"
+UI_PORT, UI_TLS_PORT, UI_PROXY_TLS_DIR = 3000, 3443, "/etc/ghostunnel/tls"
+MLMD_PORT, MLMD_CONFIG_DIR = 8080, "/run/mlmd"
+ENVOY_PORT, ENVOY_TLS_DIR = 9090, "/etc/envoy-tls"
+CLIENT_TLS_FLAGS = f"-mlPipelineServiceTLSEnabled=true -caCertPath={TLS_DIR}/{CA_KEY}"
+TRIGGER_PORT, TRIGGER_TLS_PORT = 8080, 8443
 
 
 def overlay(name: str) -> dict[str, Any]:
     return yaml.safe_load((OVERLAY / name).read_text())  # type: ignore[no-any-return]
+
+
+def api_cert() -> dict[str, Any]:
+    """The overlay's certificate of the API server and ML Metadata."""
+    return yaml.safe_load((CERT_MANAGER / "base-tls-certs" / "kfp-api-cert.yaml").read_text())  # type: ignore[no-any-return]
 
 
 def overlay_container(name: str) -> dict[str, Any]:
@@ -61,7 +81,7 @@ def overlay_container(name: str) -> dict[str, Any]:
 def image_command(dockerfile: str) -> str:
     """The ``sh -c`` string of an image's ``CMD ["/bin/sh", "-c", "..."]``."""
     (line,) = [
-        ln for ln in (OVERLAY / dockerfile).read_text().splitlines() if ln.startswith("CMD ")
+        ln for ln in (DOCKERFILES / dockerfile).read_text().splitlines() if ln.startswith("CMD ")
     ]
     command = yaml.safe_load(line[len("CMD ") :])
     assert command[:2] == ["/bin/sh", "-c"]
@@ -73,6 +93,27 @@ def pod(name: str, objects: list[dict[str, Any]] | None = None) -> dict[str, Any
         "spec"
     ]
     return spec
+
+
+def relocated(text: str, moves: dict[str, str]) -> str:
+    """A command of the render with the pod's paths and ports moved to a test's."""
+    for old, new in moves.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def api_server_command(cert_dir: Path, served: Path) -> str:
+    """The API server's shell command, as the render has it."""
+    command = container(pod("ml-pipeline"), "ml-pipeline-api-server")["command"][2]
+    return relocated(command, {TLS_DIR: str(cert_dir), SERVED_CERTIFICATE: str(served)})
+
+
+def api_server_liveness(cert_dir: Path, served: Path, port: int) -> list[str]:
+    probe = container(pod("ml-pipeline"), "ml-pipeline-api-server")["livenessProbe"]
+    shell, flag, command = probe["exec"]["command"]
+    moves = {TLS_DIR: str(cert_dir), SERVED_CERTIFICATE: str(served), ":8888/": f":{port}/"}
+    return [shell, flag, relocated(command, moves)]
 
 
 def container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
@@ -98,7 +139,7 @@ def test_the_api_server_runs_its_images_command_with_the_overlays_tls_flags() ->
     shell, flag, script = api["command"]
     assert (shell, flag) == ("/bin/sh", "-c") and "args" not in api
     copy, _, command = script.partition(" && exec ")
-    assert copy == f"cat {kfp.TLS_DIR}/tls.crt > {kfp.SERVED_CERTIFICATE}"
+    assert copy == f"cat {TLS_DIR}/tls.crt > {SERVED_CERTIFICATE}"
     assert command.startswith(image_command("backend-Dockerfile.txt") + " ")
     ours = [a for a in shlex.split(command) if a.startswith("--tls")]
     theirs = [
@@ -122,8 +163,8 @@ def test_the_api_server_mounts_its_certificate_where_the_overlay_does() -> None:
     theirs = overlay_container("ml-pipeline-apiserver-deployment.yaml")["volumeMounts"][0]
     assert mounted_secrets(spec, api)[theirs["mountPath"]] == {"secretName": kfp.API_TLS_SECRET}
     # Go reads this directory as system roots: the REST gateway's TLS dial to its own
-    # gRPC port verifies with them (manifests.TLS_DIR).
-    assert theirs["mountPath"] == kfp.TLS_DIR == "/etc/pki/tls/certs"
+    # gRPC port verifies with them (the patch's comment).
+    assert theirs["mountPath"] == TLS_DIR == "/etc/pki/tls/certs"
 
 
 def test_the_api_servers_probes_ask_over_https() -> None:
@@ -132,7 +173,10 @@ def test_the_api_servers_probes_ask_over_https() -> None:
     assert api["readinessProbe"] == theirs["readinessProbe"]
     assert api["startupProbe"] == theirs["startupProbe"]
     assert api["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert api["livenessProbe"]["exec"]["command"] == kfp.api_server_liveness()
+    # The liveness command (run below) asks the health endpoint over TLS.
+    (shell, flag, command) = api["livenessProbe"]["exec"]["command"]
+    assert (shell, flag) == ("/bin/sh", "-c") and "httpGet" not in api["livenessProbe"]
+    assert f"https://localhost:{API_HTTP_PORT}{HEALTHZ_PATH}" in command
 
 
 def test_runs_get_the_cluster_ca_bundle_not_the_servers_secret() -> None:
@@ -147,10 +191,10 @@ def test_runs_get_the_cluster_ca_bundle_not_the_servers_secret() -> None:
 def test_the_api_servers_service_is_the_overlays() -> None:
     service = find(installed(), "Service", kfp.API_SERVICE)
     (theirs,) = overlay("ml-pipeline-apiserver-service.yaml")["spec"]["ports"]
-    (https,) = [p for p in service["spec"]["ports"] if p["port"] == kfp.API_HTTP_PORT]
+    (https,) = [p for p in service["spec"]["ports"] if p["port"] == API_HTTP_PORT]
     assert https == theirs
     assert service["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
-    grpc = [p for p in service["spec"]["ports"] if p["port"] == kfp.API_GRPC_PORT]
+    grpc = [p for p in service["spec"]["ports"] if p["port"] == API_GRPC_PORT]
     assert len(grpc) == 1
 
 
@@ -179,7 +223,7 @@ def test_the_controllers_call_the_api_server_over_tls_with_the_cluster_ca(
     (controller,) = spec["containers"]
     shell, flag, command = controller["command"]
     assert (shell, flag) == ("/bin/sh", "-c") and "args" not in controller
-    assert command == f"{image_command(dockerfile)} {kfp.CLIENT_TLS_FLAGS}"
+    assert command == f"{image_command(dockerfile)} {CLIENT_TLS_FLAGS}"
     theirs = overlay_container(patch)
     words = [*theirs["command"], *theirs.get("args", [])]
     upstream_flags = {
@@ -188,9 +232,9 @@ def test_the_controllers_call_the_api_server_over_tls_with_the_cluster_ca(
         for f in shlex.split(w)
         if f.startswith(("-mlPipelineServiceTLS", "-caCert"))
     }
-    assert set(shlex.split(kfp.CLIENT_TLS_FLAGS)) == upstream_flags
+    assert set(shlex.split(CLIENT_TLS_FLAGS)) == upstream_flags
     # The CA only, where the overlay mounts its Secret; not the server's key.
-    assert mounted_secrets(spec, controller)[kfp.TLS_DIR] == {
+    assert mounted_secrets(spec, controller)[TLS_DIR] == {
         "secretName": CA_BUNDLE_SECRET,
         "items": [{"key": CA_KEY, "path": CA_KEY}],
     }
@@ -203,11 +247,11 @@ def test_the_ui_calls_the_api_server_over_https_by_a_name_of_its_certificate() -
     for name in ("ML_PIPELINE_SERVICE_SCHEME", "ML_PIPELINE_SERVICE_HOST", "NODE_EXTRA_CA_CERTS"):
         assert ours[name] == theirs[name], name
     assert ours["ML_PIPELINE_SERVICE_SCHEME"] == "https"
-    assert ours["ML_PIPELINE_SERVICE_PORT"] == str(kfp.API_HTTP_PORT)
+    assert ours["ML_PIPELINE_SERVICE_PORT"] == str(API_HTTP_PORT)
     names = find(kfp.tls_objects(), "Certificate", kfp.API_TLS_SECRET)["spec"]["dnsNames"]
     assert ours["ML_PIPELINE_SERVICE_HOST"] in names
-    assert ours["NODE_EXTRA_CA_CERTS"] == f"{kfp.TLS_DIR}/{CA_KEY}"
-    assert mounted_secrets(spec, ui)[kfp.TLS_DIR]["secretName"] == CA_BUNDLE_SECRET
+    assert ours["NODE_EXTRA_CA_CERTS"] == f"{TLS_DIR}/{CA_KEY}"
+    assert mounted_secrets(spec, ui)[TLS_DIR]["secretName"] == CA_BUNDLE_SECRET
 
 
 def test_the_api_server_certificate_holds_every_name_its_clients_use() -> None:
@@ -218,7 +262,7 @@ def test_the_api_server_certificate_holds_every_name_its_clients_use() -> None:
     # The overlay's names of the API server (ML Metadata's are in its own certificate).
     theirs = {
         n.replace("$(kfp-namespace)", NS)
-        for n in overlay("kfp-api-cert.yaml")["spec"]["dnsNames"]
+        for n in api_cert()["spec"]["dnsNames"]
         if n == "localhost" or n.startswith("ml-pipeline.") or n == "ml-pipeline"
     }
     assert theirs <= names
@@ -262,10 +306,10 @@ def test_the_ui_is_served_through_its_tls_proxy() -> None:
     assert proxy["image"] == AWS.image("ghostunnel")
     args = proxy["args"]
     assert args[0] == "server" and "--disable-authentication" in args
-    assert f"--listen=0.0.0.0:{kfp.UI_TLS_PORT}" in args
-    assert f"--target=127.0.0.1:{kfp.UI_PORT}" in args  # the UI on the pod's loopback
+    assert f"--listen=0.0.0.0:{UI_TLS_PORT}" in args
+    assert f"--target=127.0.0.1:{UI_PORT}" in args  # the UI on the pod's loopback
     assert "--timed-reload=1h" in args  # cert-manager's renewals are picked up
-    assert mounted_secrets(spec, proxy)[kfp.UI_PROXY_TLS_DIR]["secretName"] == kfp.UI_TLS_SECRET
+    assert mounted_secrets(spec, proxy)[UI_PROXY_TLS_DIR]["secretName"] == kfp.UI_TLS_SECRET
     assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
     # 0440 files of the pod's group: the proxy (UID/GID 1000) reads the key.
     (volume,) = [
@@ -276,10 +320,10 @@ def test_the_ui_is_served_through_its_tls_proxy() -> None:
     service = find(objects, "Service", kfp.UI_SERVICE)
     (port,) = service["spec"]["ports"]
     assert (port["port"], port["targetPort"], port["appProtocol"]) == (443, "https", "https")
-    assert {"name": "https", "containerPort": kfp.UI_TLS_PORT, "protocol": "TCP"} in proxy["ports"]
+    assert {"name": "https", "containerPort": UI_TLS_PORT, "protocol": "TCP"} in proxy["ports"]
     ui = container(spec, "ml-pipeline-ui")
     # The kubelet keeps probing the UI's own port (its health asks the API server).
-    assert ui["readinessProbe"]["httpGet"]["port"] == kfp.UI_PORT
+    assert ui["readinessProbe"]["httpGet"]["port"] == UI_PORT
     names = find(kfp.tls_objects(), "Certificate", kfp.UI_TLS_SECRET)["spec"]["dnsNames"]
     assert set(names) == {*service_dns_names(kfp.UI_SERVICE, NS), "localhost"}
 
@@ -353,7 +397,8 @@ def test_the_publisher_and_the_trigger_verify_the_api_server_with_the_cluster_ca
     job = loop.publish_job(SPEC, AWS, ir)
     deployment = find(loop.trigger_objects(SPEC, AWS, ir), "Deployment", loop.TRIGGER)
     for spec in (job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]):
-        (c,) = spec["containers"]
+        c = spec["containers"][0]
+        assert c["name"] in ("publish", "trigger")
         options = dict(zip(c["args"][2::2], c["args"][3::2], strict=True))
         assert options["--host"] == loop.API_SERVER_URL
         assert options["--ca-cert"] == loop.CA_FILE == f"{loop.CA_MOUNT}/{CA_KEY}"
@@ -378,43 +423,81 @@ def test_the_trigger_has_a_certificate_from_the_cluster_ca_for_its_services_name
     assert names == service_dns_names(loop.TRIGGER, NS)
     # Alertmanager checks the URL's host against them.
     assert loop.TRIGGER_URL.startswith("https://")
-    assert loop.TRIGGER_URL.split("//")[1].split(":")[0] == names[0]
+    assert urlsplit(loop.TRIGGER_URL).hostname == names[0]
     ir, _ = ir_and_values()
     assert certificate in loop.trigger_objects(SPEC, AWS, ir)
 
 
-def test_the_trigger_serves_its_certificate_read_only_and_is_probed_over_https() -> None:
+def test_the_trigger_is_served_through_the_platforms_tls_proxy() -> None:
+    """The trigger keeps no TLS of its own: ghostunnel (the UI's and the tracking
+    server's proxy) serves its certificate on the pod's TLS port, re-reads it after a
+    renewal, and forwards to the trigger, which listens on the pod's loopback only."""
     spec = trigger_pod()
-    (trigger,) = spec["containers"]
+    trigger, proxy = spec["containers"]
+    assert (trigger["name"], proxy["name"]) == ("trigger", "tls-proxy")
     options = dict(zip(trigger["args"][2::2], trigger["args"][3::2], strict=True))
-    assert options["--tls-cert"] == f"{loop.TRIGGER_TLS_MOUNT}/tls.crt"
-    assert options["--tls-key"] == f"{loop.TRIGGER_TLS_MOUNT}/tls.key"
+    assert (options["--bind"], options["--port"]) == ("127.0.0.1", str(TRIGGER_PORT))
+    assert not {"--tls-cert", "--tls-key"} & set(options)
+    assert "ports" not in trigger  # nothing of the trigger's own is on the pod's network
+    assert not mounted_secrets(spec, trigger).get("/etc/ghostunnel/tls")
+    assert all(v["secretName"] != loop.TRIGGER_TLS_SECRET
+               for v in mounted_secrets(spec, trigger).values())  # fmt: skip
+    assert proxy["image"] == AWS.image("ghostunnel")
+    args = proxy["args"]
+    assert args[0] == "server" and "--disable-authentication" in args
+    assert f"--listen=0.0.0.0:{TRIGGER_TLS_PORT}" in args
+    assert f"--target=127.0.0.1:{TRIGGER_PORT}" in args  # the trigger, on the loopback
+    assert "--timed-reload=1h" in args  # cert-manager's renewals are picked up
+    assert f"--cert={UI_PROXY_TLS_DIR}/tls.crt" in args
+    assert f"--key={UI_PROXY_TLS_DIR}/tls.key" in args
     # Only the served pair, 0440 to the pod's group; mounted whole (no subPath), so the
-    # kubelet's renewal reaches the files the trigger re-reads.
-    assert mounted_secrets(spec, trigger)[loop.TRIGGER_TLS_MOUNT] == {
+    # kubelet's renewal reaches the files the proxy re-reads.
+    assert mounted_secrets(spec, proxy)[UI_PROXY_TLS_DIR] == {
         "secretName": loop.TRIGGER_TLS_SECRET,
         "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
         "defaultMode": 0o440,
     }
-    (mount,) = [m for m in trigger["volumeMounts"] if m["mountPath"] == loop.TRIGGER_TLS_MOUNT]
+    (mount,) = proxy["volumeMounts"]
     assert mount["readOnly"] is True and "subPath" not in mount
-    assert spec["securityContext"]["fsGroup"] == trigger["securityContext"]["runAsGroup"]
-    assert trigger["ports"] == [{"name": "https", "containerPort": loop.TRIGGER_PORT}]
-    get = trigger["readinessProbe"]["httpGet"]
-    assert (get["scheme"], get["port"], get["path"]) == ("HTTPS", "https", "/healthz")
-    # The trigger answers one connection at a time and may wait on KFP: readiness has
-    # more than the kubelet's 1 s default, and liveness only needs the socket to accept.
-    assert trigger["readinessProbe"]["timeoutSeconds"] >= 5
-    assert trigger["livenessProbe"] == {
-        "tcpSocket": {"port": "https"},
-        "periodSeconds": 20,
-        "failureThreshold": 3,
-    }
-    ir, _ = ir_and_values()
-    service = find(loop.trigger_objects(SPEC, AWS, ir), "Service", loop.TRIGGER)
-    assert service["spec"]["ports"] == [
-        {"name": "https", "port": loop.TRIGGER_PORT, "targetPort": "https", "appProtocol": "https"}
+    assert spec["securityContext"]["fsGroup"] == proxy["securityContext"]["runAsGroup"]
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    assert proxy["ports"] == [
+        {"name": "https", "containerPort": TRIGGER_TLS_PORT, "protocol": "TCP"}
     ]
+    # Readiness asks the trigger's /healthz through the proxy over TLS, with more than
+    # the kubelet's 1 s default (the trigger answers one connection at a time and may
+    # wait on KFP); liveness only needs each one's socket to accept.
+    get = proxy["readinessProbe"]["httpGet"]
+    assert (get["scheme"], get["port"], get["path"]) == ("HTTPS", "https", "/healthz")
+    assert proxy["readinessProbe"]["timeoutSeconds"] >= 5
+    assert proxy["livenessProbe"]["tcpSocket"] == {"port": "https"}
+    assert trigger["livenessProbe"]["periodSeconds"] == 20
+    assert trigger["livenessProbe"]["failureThreshold"] == 3
+    ir, _ = ir_and_values()
+    objects = loop.trigger_objects(SPEC, AWS, ir)
+    service = find(objects, "Service", loop.TRIGGER)
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "appProtocol": "https"}
+    ]
+    # The fence opens the proxy's TLS port only.
+    fence = find(objects, "NetworkPolicy", "allow-alertmanager-to-trigger")
+    (rule,) = fence["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": TRIGGER_TLS_PORT}]
+
+
+def test_the_triggers_liveness_command_needs_its_loopback_port_to_accept() -> None:
+    (trigger, _) = trigger_pod()["containers"]
+    python, flag, code = trigger["livenessProbe"]["exec"]["command"]
+    assert (python, flag) == ("python", "-c") and f", {TRIGGER_PORT})" in code
+
+    def alive(port: int) -> bool:
+        moved = code.replace(f", {TRIGGER_PORT})", f", {port})")
+        done = subprocess.run([sys.executable, flag, moved], check=False, timeout=30)
+        return done.returncode == 0
+
+    with listening() as port:
+        assert alive(port)
+    assert not alive(port)
 
 
 def test_alertmanager_verifies_the_trigger_with_the_cluster_ca_of_its_own_namespace() -> None:
@@ -457,7 +540,7 @@ def tls_server(secret: Path) -> Iterator[int]:
 
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            ok = self.path == kfp.HEALTHZ_PATH
+            ok = self.path == HEALTHZ_PATH
             self.send_response(200 if ok else 404)
             self.send_header("Content-Length", "2")
             self.end_headers()
@@ -481,12 +564,12 @@ def tls_server(secret: Path) -> Iterator[int]:
 
 def started(secret: Path, served: Path) -> None:
     """What the API server's command does before ``exec``: copy the certificate."""
-    copy, _, _ = kfp.api_server_command(str(secret), str(served)).partition(" && exec ")
+    copy, _, _ = api_server_command(secret, served).partition(" && exec ")
     subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)
 
 
 def alive(secret: Path, served: Path, port: int) -> bool:
-    command = kfp.api_server_liveness(str(secret), str(served), port)
+    command = api_server_liveness(secret, served, port)
     result = subprocess.run(command, check=False, capture_output=True, timeout=30)
     return result.returncode == 0
 
@@ -582,9 +665,11 @@ def mlmd_config_descriptor() -> Any:
 
 def mlmd_writer(cert_dir: Path, config_dir: Path) -> str:
     """ML Metadata's command without its final ``exec`` of the server."""
-    script = kfp.metadata_server_command(str(cert_dir), str(config_dir))
-    writer, _, server = script.rpartition("\n")
-    assert server.startswith("exec /bin/metadata_store_server ")
+    (server,) = pod("metadata-grpc-deployment")["containers"]
+    moves = {TLS_DIR: str(cert_dir), MLMD_CONFIG_DIR: str(config_dir)}
+    script = relocated(server["command"][2], moves)
+    writer, _, last = script.rpartition("\n")
+    assert last.startswith("exec /bin/metadata_store_server ")
     return writer
 
 
@@ -598,12 +683,12 @@ def test_ml_metadata_serves_tls_from_a_config_file_as_the_overlay_does() -> None
     # The overlay's container args: the server reads its config file...
     theirs = overlay_container("metadata-grpc-deployment.yaml")["args"]
     (their_file,) = [a for a in theirs if a.startswith("--metadata_store_server_config_file=")]
-    config = f"{kfp.MLMD_CONFIG_DIR}/config.pbtxt"
+    config = f"{MLMD_CONFIG_DIR}/config.pbtxt"
     assert f"--metadata_store_server_config_file={config}" in flags
     assert their_file.partition("=")[0] == "--metadata_store_server_config_file"
     # ...and only it (config_file: no fallback to flags or an in-memory fake database).
     assert "--metadata_source_config_type=config_file" in flags
-    assert f"--grpc_port={kfp.MLMD_PORT}" in flags and "--grpc_port=8080" in theirs
+    assert f"--grpc_port={MLMD_PORT}" in flags and "--grpc_port=8080" in theirs
     assert not [f for f in flags if f.startswith(("--postgres_config", "--mysql_config"))]
     # The overlay's ssl_config fields, and no client certificate asked for.
     (writer,) = overlay("metadata-grpc-deployment.yaml")["spec"]["template"]["spec"][
@@ -620,15 +705,17 @@ def test_ml_metadata_serves_tls_from_a_config_file_as_the_overlay_does() -> None
     assert mounted_secrets(spec, server)[their_mount["mountPath"]] == {
         "secretName": kfp.MLMD_TLS_SECRET
     }
-    assert their_mount["mountPath"] == kfp.TLS_DIR
+    assert their_mount["mountPath"] == TLS_DIR
     volumes = {v["name"]: v for v in spec["volumes"]}
-    (config_mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == kfp.MLMD_CONFIG_DIR]
+    (config_mount,) = [m for m in server["volumeMounts"] if m["mountPath"] == MLMD_CONFIG_DIR]
     assert volumes[config_mount["name"]]["emptyDir"]["medium"] == "Memory"
     # Probes: readiness upstream's TCP check, liveness the command run below.
     assert server["readinessProbe"]["tcpSocket"]["port"] == "grpc-api"
-    assert server["livenessProbe"]["exec"]["command"] == kfp.metadata_server_liveness()
+    shell, flag, liveness = server["livenessProbe"]["exec"]["command"]
+    assert (shell, flag) == ("/bin/bash", "-c")  # run below
+    assert liveness.endswith(f"exec 3<>/dev/tcp/127.0.0.1/{MLMD_PORT}")
     assert "tcpSocket" not in server["livenessProbe"]
-    assert {"name": "grpc-api", "containerPort": kfp.MLMD_PORT} in server["ports"]
+    assert {"name": "grpc-api", "containerPort": MLMD_PORT} in server["ports"]
 
 
 def test_ml_metadatas_written_config_parses_as_its_server_parses_it(tmp_path: Path) -> None:
@@ -678,7 +765,10 @@ def listening() -> Iterator[int]:
 
 
 def mlmd_alive(secret: Path, config_dir: Path, port: int) -> bool:
-    command = kfp.metadata_server_liveness(str(secret), str(config_dir), port)
+    (server,) = pod("metadata-grpc-deployment")["containers"]
+    shell, flag, liveness = server["livenessProbe"]["exec"]["command"]
+    moves = {TLS_DIR: str(secret), MLMD_CONFIG_DIR: str(config_dir), f"/{MLMD_PORT}": f"/{port}"}
+    command = [shell, flag, relocated(liveness, moves)]
     return subprocess.run(command, check=False, capture_output=True, timeout=30).returncode == 0
 
 
@@ -708,7 +798,7 @@ def test_ml_metadatas_certificate_holds_the_names_its_clients_dial() -> None:
     # The overlay's names of ML Metadata (kfp-api-cert.yaml).
     theirs = {
         n.replace("$(kfp-namespace)", NS)
-        for n in overlay("kfp-api-cert.yaml")["spec"]["dnsNames"]
+        for n in api_cert()["spec"]["dnsNames"]
         if n.startswith(kfp.MLMD_SERVICE)
     }
     assert theirs == names == set(service_dns_names(kfp.MLMD_SERVICE, NS))
@@ -740,11 +830,11 @@ def test_envoy_calls_ml_metadata_over_tls_with_the_cluster_ca() -> None:
     assert ours_typed["@type"] == theirs_typed["@type"]
     assert ours_typed["sni"] == theirs_typed["sni"] == f"{kfp.MLMD_SERVICE}.{NS}.svc"
     validation = ours_typed["common_tls_context"]["validation_context"]
-    assert validation["trusted_ca"] == {"filename": f"{kfp.TLS_DIR}/{CA_KEY}"}
+    assert validation["trusted_ca"] == {"filename": f"{TLS_DIR}/{CA_KEY}"}
     # The CA only, mounted where the config reads it; never a server key.
     spec = pod("metadata-envoy-deployment", objects)
     (envoy,) = spec["containers"]
-    assert mounted_secrets(spec, envoy)[kfp.TLS_DIR] == {
+    assert mounted_secrets(spec, envoy)[TLS_DIR] == {
         "secretName": CA_BUNDLE_SECRET,
         "items": [{"key": CA_KEY, "path": CA_KEY}],
     }
@@ -766,8 +856,8 @@ def test_envoy_serves_the_ui_over_tls_as_the_overlay_does() -> None:
     # The overlay's, but for where the certificate is mounted.
     (pair,) = our_tls["common_tls_context"]["tls_certificates"]
     assert pair == {
-        "certificate_chain": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.crt"},
-        "private_key": {"filename": f"{kfp.ENVOY_TLS_DIR}/tls.key"},
+        "certificate_chain": {"filename": f"{ENVOY_TLS_DIR}/tls.crt"},
+        "private_key": {"filename": f"{ENVOY_TLS_DIR}/tls.key"},
     }
     for tls in (our_tls, their_tls):
         tls["common_tls_context"].pop("tls_certificates")
@@ -776,14 +866,15 @@ def test_envoy_serves_the_ui_over_tls_as_the_overlay_does() -> None:
     # Its own certificate, mounted read-only; restarted after a renewal; probed.
     spec = pod("metadata-envoy-deployment", objects)
     (envoy,) = spec["containers"]
-    assert mounted_secrets(spec, envoy)[kfp.ENVOY_TLS_DIR] == {"secretName": kfp.ENVOY_TLS_SECRET}
-    assert envoy["command"] == ["/bin/sh", "-c", kfp.envoy_command()] and "args" not in envoy
+    assert mounted_secrets(spec, envoy)[ENVOY_TLS_DIR] == {"secretName": kfp.ENVOY_TLS_SECRET}
+    assert envoy["command"][:2] == ["/bin/sh", "-c"] and "args" not in envoy
+    assert envoy["command"][2].startswith(f"cat {ENVOY_TLS_DIR}/tls.crt > {SERVED_CERTIFICATE}")
     assert envoy["command"][2].endswith(
         "exec /usr/local/bin/envoy -c "
         + overlay_container("metadata-envoy-deployment.yaml")["args"][0]
     )
-    assert envoy["livenessProbe"]["exec"]["command"] == kfp.envoy_liveness()
-    assert envoy["readinessProbe"]["tcpSocket"]["port"] == kfp.ENVOY_PORT
+    assert envoy["livenessProbe"]["exec"]["command"][:2] == ["/bin/bash", "-c"]  # run below
+    assert envoy["readinessProbe"]["tcpSocket"]["port"] == ENVOY_PORT
     names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
     assert set(names) == set(service_dns_names(kfp.ENVOY_SERVICE, NS))
     # The Service as the overlay patches it.
@@ -803,7 +894,7 @@ def test_the_ui_calls_envoy_over_https_by_a_name_of_its_certificate() -> None:
     assert ours["METADATA_ENVOY_SERVICE_SERVICE_SCHEME"] == "https"
     names = find(kfp.tls_objects(), "Certificate", kfp.ENVOY_TLS_SECRET)["spec"]["dnsNames"]
     assert ours["METADATA_ENVOY_SERVICE_SERVICE_HOST"] in names
-    assert ours["METADATA_ENVOY_SERVICE_SERVICE_PORT"] == str(kfp.ENVOY_PORT)
+    assert ours["METADATA_ENVOY_SERVICE_SERVICE_PORT"] == str(ENVOY_PORT)
 
 
 @pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash, as the Envoy image has")
@@ -811,11 +902,14 @@ def test_envoys_liveness_fails_after_a_renewal_or_with_its_port_closed(tmp_path:
     ca = authority()
     secret = server_secret(tmp_path / "tls", ca, ["metadata-envoy-service"])
     served = tmp_path / "served-tls.crt"
-    copy = kfp.envoy_command(str(secret), str(served)).partition(" && exec ")[0]
+    (envoy,) = pod("metadata-envoy-deployment")["containers"]
+    moves = {ENVOY_TLS_DIR: str(secret), SERVED_CERTIFICATE: str(served)}
+    copy = relocated(envoy["command"][2], moves).partition(" && exec ")[0]
     subprocess.run(["/bin/sh", "-c", copy], check=True, timeout=10)
 
     def alive(port: int) -> bool:
-        command = kfp.envoy_liveness(str(secret), str(served), port)
+        shell, flag, liveness = envoy["livenessProbe"]["exec"]["command"]
+        command = [shell, flag, relocated(liveness, {**moves, f"/{ENVOY_PORT}": f"/{port}"})]
         return subprocess.run(command, check=False, capture_output=True, timeout=30).returncode == 0
 
     with listening() as port:

@@ -103,9 +103,8 @@ def test_a_ca_for_a_plain_http_host_or_a_missing_ca_is_exit_2(
     extra = (
         ["--package", str(IR), "--version", "v", "--experiment", "e", "--recurring-run", "r"]
         if main is publisher.main
-        else ["--experiment", "e", "--alert", "ModelInputDrift",
-              "--tls-cert", str(secret / "tls.crt"), "--tls-key", str(secret / "tls.key")]
-    )  # fmt: skip
+        else ["--experiment", "e", "--alert", "ModelInputDrift"]
+    )
     assert main(["--host", "http://127.0.0.1:9", "--ca-cert", str(ca), *common, *extra]) == 2
     assert "the host must be https://" in capsys.readouterr().err
     missing = str(tmp_path / "none.crt")

@@ -3,26 +3,26 @@
 Written for the platform because nothing maintained does this one translation:
 Alertmanager posts its own JSON (``version: "4"``, a group of alerts), KFP's API wants a
 run request naming a pipeline version and parameters (see
-`modules.k8s.pipelines.loop`). The cluster runs it behind a ClusterIP Service that only
-Alertmanager's pods may reach::
+`modules.k8s.pipelines.loop`)::
 
     python -m workloads.pipelines.trigger --host https://ml-pipeline.kubeflow...:8888 \\
-        --ca-cert /etc/gpuplatform-ca/ca.crt --tls-cert /etc/retrain-trigger/tls/tls.crt \\
-        --tls-key /etc/retrain-trigger/tls/tls.key --port 8080 --path /alerts \\
+        --ca-cert /etc/gpuplatform-ca/ca.crt --port 8080 --path /alerts \\
         --pipeline data-to-model --parameters parameters.json \\
         --experiment data-to-model-drift --alert ModelInputDrift --cooldown-hours 24
 
-It serves HTTPS only, TLS 1.3 only (as the platform's other endpoints: Prometheus,
-Alertmanager, kube-rbac-proxy), with the certificate cert-manager issues it from the
-cluster CA (Alertmanager verifies it with that CA). cert-manager renews the certificate
-by rewriting the mounted Secret's files; the trigger notices before each connection
-(`ServingCertificate`) and serves the new one without a restart.
+It speaks plain HTTP on the pod's loopback only (``--bind`` 127.0.0.1 by default) and
+keeps no TLS of its own: on the cluster the platform's TLS sidecar, ghostunnel (as in
+front of KFP's UI and the tracking server), terminates TLS on the pod's port with the
+certificate cert-manager issues from the cluster CA, re-reads it after a renewal, and
+forwards each connection here; Alertmanager verifies it with the cluster CA and speaks
+TLS 1.3 only, and only Alertmanager's pods may reach that port (the NetworkPolicy).
 
 For a notification with at least one firing alert of a named kind, it starts a run of
 the pipeline's newest version, unless a run of the experiment is still active or the
 last one started within the cooldown (a drift persists for hours; one retraining at a
 time is enough). Requests are served one at a time, so two notifications cannot both
-pass those checks. Answers: 200 with what it did or why it did not, 400 for a body
+pass those checks, and a connection that sends nothing is dropped after
+`CONNECTION_TIMEOUT_S`. Answers: 200 with what it did or why it did not, 400 for a body
 that is not an Alertmanager notification, 503 when KFP cannot be asked (Alertmanager
 retries).
 """
@@ -30,10 +30,7 @@ retries).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import socket
-import ssl
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,74 +56,9 @@ from workloads.pipelines.kfp_api import (
 
 #: The largest notification read (Alertmanager sends every alert of a group).
 MAX_BODY_BYTES = 1024 * 1024
-#: The oldest TLS accepted: 1.3, as every endpoint the platform serves itself
-#: (``minVersion: TLS13`` in monitoring, ``--tls-min-version=VersionTLS13``).
-MINIMUM_TLS = ssl.TLSVersion.TLSv1_3
-#: How long a caller may take to finish its handshake and to send its request: requests
-#: are served one at a time, so a connection that stalls must not hold the trigger.
+#: How long a caller may take to send its request: requests are served one at a time,
+#: so a connection that stalls must not hold the trigger.
 CONNECTION_TIMEOUT_S = 30.0
-
-
-class CertificateError(Exception):
-    """The certificate or key cannot be served (a one-line message)."""
-
-
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A TLS 1.3 server context serving ``cert`` (PEM, the chain) with ``key`` (PEM);
-    `CertificateError` when either is missing, unreadable, not PEM, or they do not
-    match."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = MINIMUM_TLS
-    try:
-        for path in (cert, key):
-            if not path.is_file():
-                raise CertificateError(f"{path}: no such file")
-        context.load_cert_chain(cert, key)
-    except ssl.SSLError as err:
-        reason = err.reason or str(err)
-        raise CertificateError(
-            f"{cert} and {key} are not a PEM certificate and its private key ({reason})"
-        ) from None
-    except OSError as err:  # e.g. unreadable to the trigger's user
-        raise CertificateError(f"cannot read {cert} or {key}: {err.strerror}") from None
-    return context
-
-
-class ServingCertificate:
-    """The served certificate and key, and the context serving them; re-read when the
-    files change (cert-manager's renewal: the kubelet swaps the Secret's files)."""
-
-    def __init__(self, cert: Path, key: Path) -> None:
-        self.cert, self.key = cert, key
-        self._fingerprint = self._read_fingerprint()
-        self.context = server_context(cert, key)
-
-    def _read_fingerprint(self) -> bytes | None:
-        digest = hashlib.sha256()
-        try:
-            for path in (self.cert, self.key):
-                digest.update(path.read_bytes())
-                digest.update(b"\0")
-        except OSError:
-            return None
-        return digest.digest()
-
-    def current(self) -> ssl.SSLContext:
-        """The context to serve the next connection with: a fresh one when the files'
-        content changed since the last one was made, else the same. A changed pair that
-        does not load (e.g. read half-way through a swap) keeps the previous context
-        and is tried again when the files change again."""
-        fingerprint = self._read_fingerprint()
-        if fingerprint == self._fingerprint:
-            return self.context
-        self._fingerprint = fingerprint
-        try:
-            self.context = server_context(self.cert, self.key)
-        except CertificateError as err:
-            _log({"certificate": "kept the previous one", "error": str(err)})
-        else:
-            _log({"certificate": f"reloaded {self.cert}"})
-        return self.context
 
 
 def _log(line: Mapping[str, Any]) -> None:
@@ -231,6 +163,9 @@ def handler(trigger: Trigger, path: str) -> type[BaseHTTPRequestHandler]:
     """The request handler: POST ``path`` takes notifications, GET /healthz answers."""
 
     class Handler(BaseHTTPRequestHandler):
+        # Bounds every read of a request (socketserver sets it on the connection).
+        timeout = CONNECTION_TIMEOUT_S
+
         def _answer(self, status: int, body: Mapping[str, Any]) -> None:
             data = json.dumps(body, sort_keys=True).encode("utf-8")
             self.send_response(status)
@@ -268,34 +203,6 @@ def handler(trigger: Trigger, path: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class TLSServer(HTTPServer):
-    """`HTTPServer` (one request at a time) over TLS: each accepted connection is
-    wrapped with the certificate's current context (`ServingCertificate.current`), so a
-    renewed certificate is served from the next connection on. A failed or stalled
-    handshake closes that connection only (`socketserver` drops a connection whose
-    ``get_request`` raises `OSError`, which `ssl.SSLError` and timeouts are)."""
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        handler_class: type[BaseHTTPRequestHandler],
-        certificate: ServingCertificate,
-    ) -> None:
-        self.certificate = certificate
-        super().__init__(address, handler_class)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        connection, address = self.socket.accept()
-        # Bounds the handshake and, kept by the handler, every read of the request.
-        connection.settimeout(CONNECTION_TIMEOUT_S)
-        try:
-            return self.certificate.current().wrap_socket(connection, server_side=True), address
-        except OSError as err:
-            connection.close()
-            _log({"handshake_failed": str(err), "client": address[0]})
-            raise
-
-
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads.pipelines.trigger")
     parser.add_argument("--host", required=True, help="KFP's API server URL")
@@ -303,10 +210,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--ca-cert", type=Path, help="the CA that signed the API server's certificate (PEM)"
     )
     parser.add_argument(
-        "--tls-cert", required=True, type=Path, help="the served certificate chain (PEM)"
+        "--bind", default="127.0.0.1", help="the address to listen on (the TLS proxy's target)"
     )
-    parser.add_argument("--tls-key", required=True, type=Path, help="its private key (PEM)")
-    parser.add_argument("--bind", default="0.0.0.0", help="the address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="0: any free port")
     parser.add_argument("--path", default="/alerts", help="where Alertmanager posts")
     parser.add_argument("--pipeline", required=True, help="the pipeline's name in KFP")
@@ -324,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_ca_cert(args.host, args.ca_cert)
         parameters = read_parameters(args.parameters)
-        certificate = ServingCertificate(args.tls_cert, args.tls_key)
-    except (LoopError, CertificateError) as err:
+    except LoopError as err:
         print(f"trigger: {err}", file=sys.stderr)
         return 2
     trigger = Trigger(
@@ -339,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     # One request at a time (HTTPServer, not ThreadingHTTPServer): see the docstring.
     try:
-        server = TLSServer((args.bind, args.port), handler(trigger, args.path), certificate)
+        server = HTTPServer((args.bind, args.port), handler(trigger, args.path))
     except OSError as err:
         print(f"trigger: cannot listen on {args.bind}:{args.port}: {err.strerror}", file=sys.stderr)
         return 2
     port = server.server_address[1]
-    print(f"trigger: listening on https://{args.bind}:{port}{args.path}", flush=True)
+    print(f"trigger: listening on http://{args.bind}:{port}{args.path}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

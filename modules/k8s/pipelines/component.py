@@ -1,9 +1,9 @@
 """`KubeflowPipelines`: registers what `manifests` and `loop` build.
 
-Thin on purpose: every object comes from a pure function (tested against the vendored
-upstream render, the Kubernetes schemas and the CRDs); this file only wraps the
-secrets, resolves the outputs (the bucket, the database host) into the few strings
-that contain them, and orders the objects.
+Thin on purpose: every object comes from a pure function (tested against upstream's
+manifests, the Kubernetes schemas and the CRDs); this file only wraps the secrets,
+resolves the outputs (the bucket, the database host) into the few strings that contain
+them, and orders the objects.
 """
 
 from __future__ import annotations
@@ -94,32 +94,17 @@ class KubeflowPipelines(pulumi.ComponentResource):
             )
             ready.append(add(kfp.database_init_job(placement, host), [init_secret]))
         else:
-            owner = add(
-                kfp.secret(
-                    kfp.DATABASE_OWNER_SECRET,
-                    NAMESPACE,
-                    {"username": DATABASE_USER, "password": password},
-                    "kubernetes.io/basic-auth",
-                ),
-                [ns],
+            owner_data = {"username": DATABASE_USER, "password": password}
+            owner_secret = kfp.secret(
+                kfp.DATABASE_OWNER_SECRET, NAMESPACE, owner_data, "kubernetes.io/basic-auth"
             )
+            owner = add(owner_secret, [ns])
             # The database is data: protected like the tracking server's.
             ready.append(add(kfp.database_cluster(spec, placement), [owner], protect=True))
         if args.object_store_keys is not None:
-            access, secret_key = args.object_store_keys
-            ready.append(
-                add(
-                    kfp.secret(
-                        kfp.OBJECT_STORE_SECRET,
-                        NAMESPACE,
-                        {
-                            "accesskey": pulumi.Output.secret(access),
-                            "secretkey": pulumi.Output.secret(secret_key),
-                        },
-                    ),
-                    [ns],
-                )
-            )
+            access, secret_key = (pulumi.Output.secret(k) for k in args.object_store_keys)
+            pair = {"accesskey": access, "secretkey": secret_key}
+            ready.append(add(kfp.secret(kfp.OBJECT_STORE_SECRET, NAMESPACE, pair), [ns]))
         for policy in kfp.network_policies(spec, placement):
             add(policy, [ns])
         if args.tracking_password is not None:

@@ -18,10 +18,13 @@ Pipelines, run on a schedule, and run again when the served model's inputs drift
   into a KFP run: Alertmanager posts its own JSON and KFP's API wants a run request,
   and Argo Events would add an event bus and a controller for one translation.
 
-Everything stays in the cluster and is TLS: Alertmanager to the trigger (HTTPS, TLS 1.3,
-the trigger's certificate from the cluster CA, `trigger_certificate`), the trigger and
-the Job to KFP's API server; every client verifies with the cluster CA, the namespace's
-bundle of `modules.k8s.pki.spec.ca_bundle`. NetworkPolicies admit only those paths.
+The objects are ``loop.yaml`` (with what each does and why), filled in here with what
+differs per stack and per pipeline (`loop_objects`). Everything stays in the cluster and
+is TLS: Alertmanager to the trigger through the platform's TLS sidecar, ghostunnel
+(TLS 1.3, the certificate `trigger_certificate` from the cluster CA; the trigger keeps
+no TLS of its own and listens on the pod's loopback), the trigger and the Job to KFP's
+API server; every client verifies with the cluster CA, the namespace's bundle of
+`modules.k8s.pki.spec.ca_bundle`. NetworkPolicies admit only those paths.
 """
 
 from __future__ import annotations
@@ -34,10 +37,8 @@ from typing import Any
 
 import yaml
 
-from modules.k8s import security
 from modules.k8s.common import Manifest, metadata
-from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
-from modules.k8s.names import MONITORING_NAMESPACE
+from modules.k8s.pipelines.manifests import mirrors, objects_in, substituted
 from modules.k8s.pipelines.spec import (
     NAMESPACE,
     PUBLISHER_ACCOUNT,
@@ -46,42 +47,26 @@ from modules.k8s.pipelines.spec import (
     PipelinesSpec,
     labels,
 )
-from modules.k8s.pki.spec import (
-    CA_BUNDLE_SECRET,
-    CA_KEY,
-    ca_volume,
-    service_dns_names,
-    serving_certificate,
-)
+from modules.k8s.pki.spec import CA_KEY, service_dns_names, serving_certificate
 
+LOOP_FILE = Path(__file__).resolve().parent / "loop.yaml"
 #: KFP's API server (single-user mode: no token; only this namespace's pods reach it),
-#: over TLS (`manifests.tls_objects`: its certificate holds this name).
+#: over TLS (`manifests.tls_objects`: its certificate holds this name), and the cluster
+#: CA the publisher and the trigger verify it with (as ``loop.yaml`` passes them).
 API_SERVER_URL = f"https://ml-pipeline.{NAMESPACE}.svc.cluster.local:8888"
-#: Where the publisher and the trigger find the cluster CA they verify it with.
 CA_MOUNT = "/etc/gpuplatform-ca"
 CA_FILE = f"{CA_MOUNT}/{CA_KEY}"
 #: The serving layer's input drift alert (`modules.k8s.serving.observability`).
 DRIFT_ALERT = "ModelInputDrift"
 PIPELINE_CONFIGMAP = "data-to-model-pipeline"
-#: The experiments runs are filed under, and the recurring run's name.
-SCHEDULE_EXPERIMENT = "data-to-model"
-DRIFT_EXPERIMENT = "data-to-model-drift"
-RECURRING_RUN = "data-to-model-schedule"
 TRIGGER = "retrain-trigger"
-TRIGGER_PORT = 8080
-TRIGGER_PATH = "/alerts"
-#: The trigger's serving certificate (`trigger_certificate`) and where the trigger
-#: reads it (its Secret's ``tls.crt`` and ``tls.key`` only).
+#: The trigger's serving certificate (`trigger_certificate`), served by its TLS proxy.
 TRIGGER_TLS_SECRET = f"{TRIGGER}-tls"
-TRIGGER_TLS_MOUNT = f"/etc/{TRIGGER}/tls"
 #: Where Alertmanager posts: the Service's first name, which the certificate holds.
-TRIGGER_URL = f"https://{TRIGGER}.{NAMESPACE}.svc.cluster.local:{TRIGGER_PORT}{TRIGGER_PATH}"
+TRIGGER_URL = f"https://{TRIGGER}.{NAMESPACE}.svc.cluster.local/alerts"
 ALERTMANAGER_CONFIG = "retrain-on-drift"
-#: Where the pods mount the pipeline ConfigMap.
-PIPELINE_MOUNT = "/etc/pipeline"
 #: A ConfigMap holds at most 1 MiB; the IR and its parameters must fit.
 CONFIGMAP_LIMIT_BYTES = 1024 * 1024
-RUN_AS = 1000
 #: KFP's parameter types (pipeline_spec.proto ParameterType) and how a stack-file
 #: string becomes each.
 PARAMETER_TYPES = ("STRING", "NUMBER_INTEGER", "NUMBER_DOUBLE", "BOOLEAN", "LIST", "STRUCT")
@@ -229,323 +214,61 @@ def pipeline_configmap(ir: PipelineIR, parameters: dict[str, Any]) -> Manifest:
     }
 
 
-def _service_account(name: str) -> Manifest:
-    # Neither calls the Kubernetes API; neither has a cloud identity.
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(name, NAMESPACE, labels=labels(name)),
-        "automountServiceAccountToken": False,
+def _objects(
+    spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR, *names: str
+) -> list[Manifest]:
+    """The objects of ``loop.yaml`` with these names (in its order), filled in."""
+    values = {
+        **mirrors(placement),
+        "${image}": placement.pipelines_image(spec.image_tag),
+        "${node-selector}": dict(placement.node_selector),
+        "${pipeline}": ir.name,
+        "${version}": ir.version,
+        "${schedule}": spec.schedule,
+        "${cooldown-hours}": str(spec.retrain_cooldown_hours),
     }
-
-
-def _container_security() -> Manifest:
-    """The restricted profile for the publisher and trigger containers."""
-    return security.restricted_container(RUN_AS)
-
-
-def _pod_security() -> Manifest:
-    return security.restricted_pod(RUN_AS, fs_group=False)
-
-
-def _volumes() -> list[Manifest]:
-    return [
-        {"name": "pipeline", "configMap": {"name": PIPELINE_CONFIGMAP}},
-        # The KFP SDK keeps a context file under $HOME; the root is read-only.
-        {"name": "home", "emptyDir": {"sizeLimit": "16Mi"}},
-        ca_volume("cluster-ca"),
-    ]
-
-
-def _mounts() -> list[Manifest]:
-    return [
-        {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True},
-        {"name": "home", "mountPath": "/tmp"},
-        {"name": "cluster-ca", "mountPath": CA_MOUNT, "readOnly": True},
-    ]
-
-
-def _resources(cpu: str, memory: str) -> Manifest:
-    return {
-        "requests": {"cpu": "100m", "memory": "128Mi"},
-        "limits": {"cpu": cpu, "memory": memory},
-    }
+    chosen = [o for o in objects_in(LOOP_FILE) if o["metadata"]["name"] in names]
+    return [substituted(o, values) for o in chosen]
 
 
 def publish_job(spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR) -> Manifest:
-    """The Job that uploads the pipeline's version and sets its recurring run (named by
-    the version, so a changed pipeline is a new Job; the publisher is idempotent)."""
-    args = [
-        "-m",
-        "workloads.pipelines.publish",
-        "--host",
-        API_SERVER_URL,
-        "--ca-cert",
-        CA_FILE,
-        "--package",
-        f"{PIPELINE_MOUNT}/pipeline.yaml",
-        "--parameters",
-        f"{PIPELINE_MOUNT}/parameters.json",
-        "--pipeline",
-        ir.name,
-        "--version",
-        ir.version,
-        "--experiment",
-        SCHEDULE_EXPERIMENT,
-        "--recurring-run",
-        RECURRING_RUN,
-        "--schedule",
-        spec.schedule,
-    ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(f"publish-{ir.version}", NAMESPACE, labels=labels("publisher")),
-        "spec": {
-            # The API server may still be starting on a first install.
-            "backoffLimit": 10,
-            "ttlSecondsAfterFinished": 7 * 86400,
-            "template": {
-                "metadata": {"labels": labels("publisher")},
-                "spec": {
-                    "serviceAccountName": PUBLISHER_ACCOUNT,
-                    "automountServiceAccountToken": False,
-                    "restartPolicy": "OnFailure",
-                    "securityContext": _pod_security(),
-                    "nodeSelector": dict(placement.node_selector),
-                    "containers": [
-                        {
-                            "name": "publish",
-                            "image": placement.pipelines_image(spec.image_tag),
-                            "command": ["python"],
-                            "args": args,
-                            "env": [{"name": "HOME", "value": "/tmp"}],
-                            "volumeMounts": _mounts(),
-                            "resources": _resources("500m", "256Mi"),
-                            "securityContext": _container_security(),
-                        }
-                    ],
-                    "volumes": _volumes(),
-                },
-            },
-        },
-    }
+    """The Job that uploads the pipeline's version and sets its recurring run
+    (``publish-<version>``)."""
+    (job,) = _objects(spec, placement, ir, "publish-${version}")
+    return job
 
 
 def trigger_certificate() -> Manifest:
     """The trigger's serving certificate, from the cluster CA, for the names of its
     Service (`TRIGGER_URL` uses the first). cert-manager renews it into the same Secret;
-    the trigger serves the renewed files without a restart."""
+    the trigger's TLS proxy re-reads it."""
     return serving_certificate(TRIGGER_TLS_SECRET, NAMESPACE, service_dns_names(TRIGGER, NAMESPACE))
 
 
 def trigger_objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR
 ) -> list[Manifest]:
-    """The retrain trigger: its ServiceAccount, certificate, Deployment, Service and
-    fence (only Alertmanager's pods may call it; it calls only KFP's API server)."""
-    selector = {"app.kubernetes.io/name": TRIGGER}
-    pod_labels = {**labels(TRIGGER), **selector}
-    args = [
-        "-m",
-        "workloads.pipelines.trigger",
-        "--host",
-        API_SERVER_URL,
-        "--ca-cert",
-        CA_FILE,
-        "--tls-cert",
-        f"{TRIGGER_TLS_MOUNT}/tls.crt",
-        "--tls-key",
-        f"{TRIGGER_TLS_MOUNT}/tls.key",
-        "--port",
-        str(TRIGGER_PORT),
-        "--path",
-        TRIGGER_PATH,
-        "--pipeline",
-        ir.name,
-        "--parameters",
-        f"{PIPELINE_MOUNT}/parameters.json",
-        "--experiment",
-        DRIFT_EXPERIMENT,
-        "--alert",
-        DRIFT_ALERT,
-        "--cooldown-hours",
-        str(spec.retrain_cooldown_hours),
-    ]
-    # The trigger serves one connection at a time, and one notification may wait on
-    # KFP's API for a while: an HTTP liveness probe would then time out and the kubelet
-    # would restart the trigger in the middle of starting a run. Liveness is therefore a
-    # TCP connect (the kernel's backlog accepts while the process is busy; a dead
-    # process refuses). Readiness asks /healthz over TLS (the kubelet does not verify the
-    # certificate; the TLS 1.3 handshake must succeed), with room for a slow answer: a
-    # busy trigger leaves the Service's endpoints for a while and Alertmanager retries.
-    liveness = {"tcpSocket": {"port": "https"}, "periodSeconds": 20, "failureThreshold": 3}
-    readiness = {
-        "httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
-        "periodSeconds": 10,
-        "timeoutSeconds": 5,
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(TRIGGER, NAMESPACE, labels=pod_labels),
-        "spec": {
-            # One replica: the cooldown is the trigger's own memory plus KFP's run list.
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": {
-                    "serviceAccountName": TRIGGER_ACCOUNT,
-                    "automountServiceAccountToken": False,
-                    # fsGroup: the key's files are root's, 0440, readable by the group.
-                    "securityContext": security.restricted_pod(RUN_AS),
-                    "nodeSelector": dict(placement.node_selector),
-                    "containers": [
-                        {
-                            "name": "trigger",
-                            "image": placement.pipelines_image(spec.image_tag),
-                            "command": ["python"],
-                            "args": args,
-                            "env": [{"name": "HOME", "value": "/tmp"}],
-                            "ports": [{"name": "https", "containerPort": TRIGGER_PORT}],
-                            "readinessProbe": readiness,
-                            "livenessProbe": liveness,
-                            "volumeMounts": [
-                                *_mounts(),
-                                {"name": "tls", "mountPath": TRIGGER_TLS_MOUNT, "readOnly": True},
-                            ],
-                            "resources": _resources("500m", "256Mi"),
-                            "securityContext": _container_security(),
-                        }
-                    ],
-                    "volumes": [
-                        *_volumes(),
-                        {
-                            # The served pair only (not the Secret's ca.crt). No subPath:
-                            # the kubelet swaps the files in place on a renewal.
-                            "name": "tls",
-                            "secret": {
-                                "secretName": TRIGGER_TLS_SECRET,
-                                "items": [
-                                    {"key": "tls.crt", "path": "tls.crt"},
-                                    {"key": "tls.key", "path": "tls.key"},
-                                ],
-                                "defaultMode": 0o440,
-                            },
-                        },
-                    ],
-                },
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(TRIGGER, NAMESPACE, labels=pod_labels),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [
-                {
-                    "name": "https",
-                    "port": TRIGGER_PORT,
-                    "targetPort": "https",
-                    "appProtocol": "https",
-                }
-            ],
-        },
-    }
-    fence = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata("allow-alertmanager-to-trigger", NAMESPACE),
-        "spec": {
-            "podSelector": {"matchLabels": selector},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
-                            },
-                            "podSelector": {
-                                "matchLabels": {"app.kubernetes.io/name": "alertmanager"}
-                            },
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": TRIGGER_PORT}],
-                }
-            ],
-        },
-    }
-    return [_service_account(TRIGGER_ACCOUNT), trigger_certificate(), deployment, service, fence]
-
-
-def publisher_account() -> Manifest:
-    return _service_account(PUBLISHER_ACCOUNT)
+    """The retrain trigger: its ServiceAccount, certificate, Deployment (the trigger and
+    its TLS proxy), Service and fence (only Alertmanager's pods may call it)."""
+    account, *served = _objects(
+        spec, placement, ir, TRIGGER_ACCOUNT, TRIGGER, "allow-alertmanager-to-trigger"
+    )
+    return [account, trigger_certificate(), *served]
 
 
 def alertmanager_config(spec: PipelinesSpec) -> Manifest:
-    """Routes the drift alert to the trigger (Prometheus Operator's AlertmanagerConfig,
-    picked up through the platform's alert-routing label). Alerts of every model are
-    grouped into one notification; Alertmanager repeats a still-firing group after the
-    cooldown, and the trigger applies the cooldown itself too.
-
-    Alertmanager posts over TLS 1.3 and verifies the trigger with the cluster CA:
-    ``ca.crt`` of the namespace's bundle, a Secret in this AlertmanagerConfig's own
-    namespace, as the operator requires (it copies it into Alertmanager's TLS assets).
-    The name checked is the URL's host, which the trigger's certificate holds."""
-    hours = spec.retrain_cooldown_hours
-    return {
-        "apiVersion": "monitoring.coreos.com/v1alpha1",
-        "kind": "AlertmanagerConfig",
-        "metadata": metadata(
-            ALERTMANAGER_CONFIG,
-            NAMESPACE,
-            labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE},
-        ),
-        "spec": {
-            "route": {
-                "receiver": TRIGGER,
-                "matchers": [{"name": "alertname", "value": DRIFT_ALERT, "matchType": "="}],
-                "groupBy": ["alertname"],
-                "groupWait": "5m",
-                "groupInterval": "1h",
-                "repeatInterval": f"{hours}h",
-            },
-            "receivers": [
-                {
-                    "name": TRIGGER,
-                    "webhookConfigs": [
-                        {
-                            "url": TRIGGER_URL,
-                            "sendResolved": False,
-                            "maxAlerts": 0,
-                            "httpConfig": {
-                                "tlsConfig": {
-                                    "ca": {"secret": {"name": CA_BUNDLE_SECRET, "key": CA_KEY}},
-                                    "minVersion": "TLS13",
-                                }
-                            },
-                        }
-                    ],
-                }
-            ],
-        },
-    }
+    """Routes the drift alert to the trigger (``loop.yaml`` says how), repeated after the
+    cooldown."""
+    (config,) = [o for o in objects_in(LOOP_FILE) if o["metadata"]["name"] == ALERTMANAGER_CONFIG]
+    return substituted(config, {"${cooldown-hours}": str(spec.retrain_cooldown_hours)})  # type: ignore[no-any-return]
 
 
 def loop_objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, ir: PipelineIR, parameters: dict[str, Any]
 ) -> list[Manifest]:
     """Everything of the loop, in the order it can be applied."""
-    objects = [
-        pipeline_configmap(ir, parameters),
-        publisher_account(),
-        publish_job(spec, placement, ir),
-    ]
+    publisher = _objects(spec, placement, ir, PUBLISHER_ACCOUNT, "publish-${version}")
+    objects = [pipeline_configmap(ir, parameters), *publisher]
     if spec.retrain_on_drift:
         objects += [*trigger_objects(spec, placement, ir), alertmanager_config(spec)]
     return objects

@@ -8,8 +8,9 @@ from these values, `component` registers them.
 
 Kubeflow Pipelines (KFP) 2.17.0 runs in single-user mode in the namespace ``kubeflow``:
 
-* its API server, UI, ML Metadata (MLMD) and Argo Workflows controller come from the
-  upstream manifests of the tag, rendered once and vendored (``upstream/``);
+* its API server, UI, ML Metadata (MLMD) and Argo Workflows controller are upstream's
+  kustomize install of the tag with the platform's patches, rendered when vendoring
+  (``upstream/README.md``);
 * its pipeline and metadata databases live on the tracking database server (the RDS
   instance on AWS, a CloudNativePG cluster of the tracking server's operator on
   premises), reached through a PgBouncer sidecar that speaks TLS to the server: KFP
@@ -46,7 +47,6 @@ ALPINE_TAG = "3.23"
 #: ``pgBouncerVersion = "1.25.2-1.pgdg13+1"``; its entrypoint runs
 #: ``pgbouncer /etc/pgbouncer/pgbouncer.ini`` as UID 998).
 PGBOUNCER_TAG = "1.25.2"
-PGBOUNCER_UID = 998
 #: CloudNativePG's PostgreSQL image (the tracking database's major version, 17).
 POSTGRES_TAG = "17.6"
 #: ghostunnel (github.com/ghostunnel/ghostunnel, Apache-2.0), its distroless image.
@@ -92,7 +92,6 @@ PIPELINES_IMAGE = "pipelines"
 #: Key prefixes in the data bucket: everything of KFP under ``pipelines/``; the API
 #: server's copies of pipeline specs, the runs' artifacts (the pipeline root) and the
 #: inputs a run reads (staged there by whoever starts it).
-BUCKET_PREFIX = "pipelines/"
 SPECS_PREFIX = "pipelines/specs/"
 RUNS_PREFIX = "pipelines/runs/"
 SOURCES_PREFIX = "pipelines/sources/"
