@@ -80,24 +80,15 @@ class QueueingSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            self.reclaim_within_cohort in ("Any", "LowerPriority", "Never"),
-            "reclaim_within_cohort",
-            self.reclaim_within_cohort,
-            "one of 'Any', 'LowerPriority', 'Never'",
+        check.one_of(
+            "reclaim_within_cohort", self.reclaim_within_cohort, ("Any", "LowerPriority", "Never")
         )
-        check.require(
-            self.preemption_within_team in ("LowerPriority", "LowerOrNewerEqualPriority", "Never"),
+        check.one_of(
             "preemption_within_team",
             self.preemption_within_team,
-            "one of 'LowerPriority', 'LowerOrNewerEqualPriority', 'Never'",
+            ("LowerPriority", "LowerOrNewerEqualPriority", "Never"),
         )
-        check.require(
-            5 <= self.wait_for_pods_ready_minutes <= 240,
-            "wait_for_pods_ready_minutes",
-            self.wait_for_pods_ready_minutes,
-            "use 5 to 240",
-        )
+        check.within("wait_for_pods_ready_minutes", self.wait_for_pods_ready_minutes, 5, 240)
         check.done()
 
 

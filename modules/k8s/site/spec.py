@@ -13,10 +13,16 @@ from typing import Literal
 
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.names import KUBE_SYSTEM, SITE_CONFIGMAP_NAME
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
-_SITE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_SITE_NAME = TextFormat(
+    re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+    "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
+)
+_REGION = TextFormat(
+    re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$"),
+    "an AWS region such as me-central-1 is required for aws-eks sites",
+)
 
 
 @dataclass(frozen=True)
@@ -38,31 +44,16 @@ class SiteSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_SITE_NAME.match(self.name)),
-            "name",
-            self.name,
-            "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
-        )
+        check.matches("name", self.name, _SITE_NAME)
         check.require(
             bool(re.fullmatch(r"[A-Z]{2}", self.country)),
             "country",
             self.country,
             "use an ISO 3166-1 alpha-2 code such as AE",
         )
-        check.require(
-            self.kind in ("aws-eks", "on-premises"),
-            "kind",
-            self.kind,
-            "one of 'aws-eks', 'on-premises'",
-        )
+        check.one_of("kind", self.kind, ("aws-eks", "on-premises"))
         if self.kind == "aws-eks":
-            check.require(
-                bool(_REGION.match(self.region)),
-                "region",
-                self.region,
-                "an AWS region such as me-central-1 is required for aws-eks sites",
-            )
+            check.matches("region", self.region, _REGION)
         else:
             check.require(
                 self.region == "", "region", self.region, "on-premises sites have no AWS region"

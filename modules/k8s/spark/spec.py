@@ -61,7 +61,7 @@ from modules.k8s.common import Manifest, metadata, toleration
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
 from modules.pools import POOL_LABEL, NodePoolProfile
-from modules.validation import Checker, Problem
+from modules.validation import Checker, Problem, TextFormat
 
 #: The upstream chart (kubeflow/spark-operator ``charts/spark-operator-chart``).
 SPARK_OPERATOR = Chart("spark-operator", "2.5.2", "https://kubeflow.github.io/spark-operator")
@@ -105,11 +105,18 @@ POD_IDENTITY_AGENT_CIDR = "169.254.170.23/32"
 POD_IDENTITY_AGENT_PORT = 80
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_JOB_NAME = TextFormat(
+    _NAME, "a DNS label of at most 40 characters (lowercase letters, digits, '-')"
+)
+_TEAM = TextFormat(_NAME, "a team name")
 # A key prefix below the team's raw/ or a dataset name: path segments of safe characters.
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_BUCKET = TextFormat(re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"), "a bucket name")
+_SECRET = TextFormat(
+    re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"),
+    "a Secret name prefix (lowercase DNS name)",
+)
 CPU_ROLES = ("preprocess", "cpu-training")
 
 
@@ -165,13 +172,8 @@ class SparkJobSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_NAME.match(self.name)),
-            "name",
-            self.name,
-            "a DNS label of at most 40 characters (lowercase letters, digits, '-')",
-        )
-        check.require(bool(_NAME.match(self.team)), "team", self.team, "a team name")
+        check.matches("name", self.name, _JOB_NAME)
+        check.matches("team", self.team, _TEAM)
         check.require(
             bool(_KEY_PATH.match(self.source)) and ".." not in self.source.split("/"),
             "source",
@@ -185,19 +187,19 @@ class SparkJobSpec:
             self.dataset,
             "a dataset name of letters, digits, '.', '_', '=', '-' such as corpus-v1",
         )
-        ranges = {
-            "executors": (1, 256),
-            "cores": (1, 192),
-            "memory_gib": (1, 1024),
-            "python_memory_gib": (1, 1024),
-            "driver_cores": (1, 192),
-            "driver_memory_gib": (1, 1024),
-            "driver_python_memory_gib": (1, 1024),
-            "scratch_gib": (1, 4096),
-        }
-        for name, (low, high) in ranges.items():
-            value = getattr(self, name)
-            check.require(low <= value <= high, name, value, f"use {low} to {high}")
+        check.ranges(
+            self,
+            {
+                "executors": (1, 256),
+                "cores": (1, 192),
+                "memory_gib": (1, 1024),
+                "python_memory_gib": (1, 1024),
+                "driver_cores": (1, 192),
+                "driver_memory_gib": (1, 1024),
+                "driver_python_memory_gib": (1, 1024),
+                "scratch_gib": (1, 4096),
+            },
+        )
         check.require(
             self.near_dup is None or 0.0 < self.near_dup < 1.0,
             "near_dup",
@@ -241,7 +243,7 @@ class ObjectStoreSpec:
             self.endpoint,
             "an https:// URL of the object store, without a path",
         )
-        check.require(bool(_BUCKET.match(self.bucket)), "bucket", self.bucket, "a bucket name")
+        check.matches("bucket", self.bucket, _BUCKET)
         check.require(
             bool(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", self.region)),
             "region",
@@ -249,12 +251,7 @@ class ObjectStoreSpec:
             "the store's region name (lowercase letters, digits, '-')",
         )
         check.require(bool(self.kms_key_id.strip()), "kms_key_id", self.kms_key_id, "a key id")
-        check.require(
-            bool(_SECRET.match(self.credentials_secret_prefix)),
-            "credentials_secret_prefix",
-            self.credentials_secret_prefix,
-            "a Secret name prefix (lowercase DNS name)",
-        )
+        check.matches("credentials_secret_prefix", self.credentials_secret_prefix, _SECRET)
         check.done()
 
 
