@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: An OCI image tag (the distribution spec's grammar).
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -44,12 +44,17 @@ class TextFormat:
     so that every check of the form says the same.
 
     Args:
-        pattern: the form; it anchors its own start and end (``^...$``).
+        regex: the form, a regular expression that anchors its own start and end
+            (``^...$``).
         expected: what is allowed, as `Problem.expected` (``a team name``...).
     """
 
-    pattern: re.Pattern[str]
+    regex: str
     expected: str
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", re.compile(self.regex))
 
     def fits(self, value: str) -> bool:
         return self.pattern.match(value) is not None
@@ -97,8 +102,8 @@ class Checker:
 
     def ranges(self, subject: object, bounds: Mapping[str, tuple[int, int]]) -> None:
         """Each field of ``subject`` named in ``bounds`` lies within its ``(low, high)``."""
-        for field, (low, high) in bounds.items():
-            self.within(field, getattr(subject, field), low, high)
+        for name, (low, high) in bounds.items():
+            self.within(name, getattr(subject, name), low, high)
 
     def ipv4_networks(
         self, field: str, values: Sequence[str]

@@ -4,7 +4,6 @@ uses for its image tags, registries and CIDRs."""
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 
 import pytest
@@ -55,7 +54,7 @@ def test_every_bad_cidr_is_named_by_its_index() -> None:
 
 
 def test_a_text_format_names_what_it_expects() -> None:
-    team = TextFormat(re.compile(r"^[a-z]+$"), "a team name")
+    team = TextFormat(r"^[a-z]+$", "a team name")
     assert problems(("matches", ("team", "nlp", team))) == []
     assert problems(("matches", ("team", "NLP", team))) == ["team: got 'NLP'; a team name"]
 

@@ -10,7 +10,6 @@ falls outside the lock's minimum and maximum is refused by the locked vault.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from modules.validation import Checker, TextFormat
@@ -20,7 +19,7 @@ MAX_RETENTION_DAYS = 36500
 MIN_CHANGEABLE_FOR_DAYS = 3
 # AWS Backup schedule expressions: cron(...) with six fields, UTC.
 _CRON = TextFormat(
-    re.compile(r"^cron\((\S+\s+){5}\S+\)$"),
+    r"^cron\((\S+\s+){5}\S+\)$",
     "use an AWS Backup cron expression such as cron(0 1 * * ? *) (six fields, UTC)",
 )
 

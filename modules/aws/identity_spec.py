@@ -39,12 +39,12 @@ GROUP_ID = re.compile(
 #: An IAM role ARN; Identity Center's roles carry the path aws-reserved/sso.amazonaws.com/.
 ROLE_ARN = re.compile(r"^arn:aws:iam::\d{12}:role/[\w+=,.@/-]+$")
 _GROUP = TextFormat(
-    GROUP_ID,
+    GROUP_ID.pattern,
     "an IAM Identity Center group id (the identity store's GroupId), e.g. "
     "9067c2b4d1-1f2e3d4c-5b6a-4789-8a9b-0c1d2e3f4a5b",
 )
 _ROLE = TextFormat(
-    ROLE_ARN,
+    ROLE_ARN.pattern,
     "an IAM role ARN, e.g. arn:aws:iam::123456789012:role/aws-reserved/"
     "sso.amazonaws.com/me-central-1/AWSReservedSSO_gpu-nlp_0123456789abcdef",
 )

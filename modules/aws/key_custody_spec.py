@@ -31,21 +31,19 @@ PURPOSES = ("secrets", "storage", "logs")
 Stage = Literal["cluster", "key-store", "keys"]
 
 _STORE_ID = TextFormat(
-    re.compile(r"^cks-[0-9a-f]{17}$"), "expected a custom key store id like cks-5ebd4ef395a96288e"
+    r"^cks-[0-9a-f]{17}$", "expected a custom key store id like cks-5ebd4ef395a96288e"
 )
 _CLUSTER_ID = TextFormat(
-    re.compile(r"^cluster-[2-7a-zA-Z]{11,16}$"),
+    r"^cluster-[2-7a-zA-Z]{11,16}$",
     "expected a CloudHSM cluster id like cluster-jxhlf7644ne",
 )
 _ENDPOINT = re.compile(r"^https://[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:\d{1,5})?$")
 # AWS KMS: the proxy URI path ends in /kms/xks/v1, after an optional prefix.
 _XKS_PATH = re.compile(r"^(/[a-zA-Z0-9_.~-]+)*/kms/xks/v1$")
 _ENDPOINT_SERVICE = re.compile(r"^com\.amazonaws\.vpce\.([a-z0-9-]+)\.vpce-svc-[0-9a-f]{8,17}$")
-_NAME = TextFormat(re.compile(r"^[a-zA-Z0-9:/_-]{1,256}$"), "use letters, digits, : / _ -")
+_NAME = TextFormat(r"^[a-zA-Z0-9:/_-]{1,256}$", "use letters, digits, : / _ -")
 # An external key manager's key ids (KMS XksKeyId: 1-128 of a-z A-Z 0-9 - _ .).
-_XKS_KEY_ID = TextFormat(
-    re.compile(r"^[a-zA-Z0-9_.-]{1,128}$"), "1 to 128 letters, digits or _ . -"
-)
+_XKS_KEY_ID = TextFormat(r"^[a-zA-Z0-9_.-]{1,128}$", "1 to 128 letters, digits or _ . -")
 _PEM = re.compile(r"^-----BEGIN CERTIFICATE-----\s.+\s-----END CERTIFICATE-----\s*$", re.S)
 
 

@@ -8,9 +8,7 @@ from typing import Literal
 
 from modules.validation import Checker, TextFormat
 
-_NAME = TextFormat(
-    re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$"), "use lowercase letters, digits, dashes"
-)
+_NAME = TextFormat(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$", "use lowercase letters, digits, dashes")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 
 

@@ -59,7 +59,7 @@ NOT_INTERNET = tuple(
 _TGW = re.compile(r"^tgw-[0-9a-f]{8,17}$")
 _TGW_ROUTE_TABLE = re.compile(r"^tgw-rtb-[0-9a-f]{8,17}$")
 _GATEWAY_ID = TextFormat(
-    re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
     "a Direct Connect gateway id such as 5f294f92-bafb-4011-916d-9b0bec736b4e",
 )
 #: The customer side's ASN: EC2's CreateCustomerGateway BgpAsn (1 to 2,147,483,647).

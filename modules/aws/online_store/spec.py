@@ -8,7 +8,6 @@ automatic failover across zones, and daily snapshots kept in the region.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from modules.validation import Checker, TextFormat
@@ -21,7 +20,7 @@ PARAMETER_FAMILY = "redis7"
 #: ElastiCache node types of the burstable and general-purpose families
 #: (``cache.t4g.small``, ``cache.m7g.large`` ...).
 _NODE_TYPE = TextFormat(
-    re.compile(r"^cache\.[a-z][a-z0-9]*\.[a-z0-9]+$"),
+    r"^cache\.[a-z][a-z0-9]*\.[a-z0-9]+$",
     "an ElastiCache node type such as cache.t4g.small",
 )
 #: The daily snapshot and weekly maintenance windows (UTC; 23:00-00:00 is 03:00-04:00 in

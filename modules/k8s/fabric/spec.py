@@ -42,13 +42,13 @@ from modules.pools import FABRIC_LABEL, NodePoolProfile
 from modules.validation import Checker, TextFormat
 
 _RESOURCE_NAME = TextFormat(
-    re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-_a-zA-Z0-9]*)$"),
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-_a-zA-Z0-9]*)$",
     "use <prefix>/<name>, e.g. rdma/ib",
 )
-_HEX_ID = TextFormat(re.compile(r"^[0-9a-f]{4}$"), "4 lowercase hex digits")
+_HEX_ID = TextFormat(r"^[0-9a-f]{4}$", "4 lowercase hex digits")
 _INTERFACE = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
-_INTERFACE_NAME = TextFormat(_INTERFACE, "an interface name")
-_SECONDARY_INTERFACE = TextFormat(_INTERFACE, "an interface name such as ib0")
+_INTERFACE_NAME = TextFormat(_INTERFACE.pattern, "an interface name")
+_SECONDARY_INTERFACE = TextFormat(_INTERFACE.pattern, "an interface name such as ib0")
 
 IB_POOL_NAME = "ib-pool"
 MELLANOX_API = "mellanox.com/v1alpha1"

@@ -16,11 +16,11 @@ from modules.k8s.names import KUBE_SYSTEM, SITE_CONFIGMAP_NAME
 from modules.validation import Checker, TextFormat
 
 _SITE_NAME = TextFormat(
-    re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
 )
 _REGION = TextFormat(
-    re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$"),
+    r"^[a-z]{2}(-[a-z]+)+-\d$",
     "an AWS region such as me-central-1 is required for aws-eks sites",
 )
 

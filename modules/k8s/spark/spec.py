@@ -106,15 +106,15 @@ POD_IDENTITY_AGENT_PORT = 80
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _JOB_NAME = TextFormat(
-    _NAME, "a DNS label of at most 40 characters (lowercase letters, digits, '-')"
+    _NAME.pattern, "a DNS label of at most 40 characters (lowercase letters, digits, '-')"
 )
-_TEAM = TextFormat(_NAME, "a team name")
+_TEAM = TextFormat(_NAME.pattern, "a team name")
 # A key prefix below the team's raw/ or a dataset name: path segments of safe characters.
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}$")
-_BUCKET = TextFormat(re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"), "a bucket name")
+_BUCKET = TextFormat(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "a bucket name")
 _SECRET = TextFormat(
-    re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"),
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
     "a Secret name prefix (lowercase DNS name)",
 )
 CPU_ROLES = ("preprocess", "cpu-training")

@@ -10,7 +10,6 @@ the few allowances training needs, an edit RoleBinding for the team's group, the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -36,7 +35,7 @@ from modules.pools import NodePoolProfile
 from modules.validation import Checker, TextFormat
 
 _TEAM_NAME = TextFormat(
-    re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$"),
+    r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$",
     "use up to 30 lowercase letters, digits and dashes, starting with a letter",
 )
 

@@ -9,7 +9,6 @@ imports these settings only.
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,11 +21,11 @@ from modules.validation import Checker, TextFormat
 #: RDS instance classes of the burstable and general-purpose families MLflow's small,
 #: mostly-idle database fits (``db.t4g.medium``, ``db.m7g.large`` ...).
 _INSTANCE_CLASS = TextFormat(
-    re.compile(r"^db\.[a-z][a-z0-9]*\.[a-z0-9]+$"),
+    r"^db\.[a-z][a-z0-9]*\.[a-z0-9]+$",
     "an RDS instance class such as db.t4g.medium",
 )
 _USERNAME = TextFormat(
-    re.compile(r"^[a-z][a-z0-9_]{0,30}$"),
+    r"^[a-z][a-z0-9_]{0,30}$",
     "use up to 31 lowercase letters, digits and underscores, starting with a letter",
 )
 
@@ -36,12 +35,12 @@ Permission = Literal["READ", "EDIT", "MANAGE", "NO_PERMISSIONS"]
 BackupEncryption = Literal["AES256", "aws:kms"]
 # s3://bucket[/prefix]: a bucket name as S3 and Ceph RGW accept it, then a key prefix.
 _DESTINATION = TextFormat(
-    re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$"),
+    r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$",
     "s3://<bucket>[/<prefix>] in the site's object store",
 )
 # robfig/cron with seconds (CloudNativePG's ScheduledBackup): six fields.
 _SIX_FIELD_CRON = TextFormat(
-    re.compile(r"^(\S+\s+){5}\S+$"),
+    r"^(\S+\s+){5}\S+$",
     "six cron fields, seconds first (e.g. '0 0 2 * * *' for 02:00 every day)",
 )
 #: CloudNativePG's retentionPolicy unit is days, weeks or months; the platform keeps days.
