@@ -50,12 +50,13 @@ from modules.pools import NodePoolProfile
 
 from .access_foundation import build_access_and_link
 from .catalog import catalog_problems
-from .config import PROJECT, StackConfig
+from .config import StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
 from .pipelines_layer import PipelinesAws, build_pipelines_aws, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
+from .secrets import missing_secret
 from .serving_foundation import build_serving_aws
 from .spark_layer import build_spark_aws
 
@@ -603,7 +604,7 @@ def _check_key_store_secrets(
             ),
         }
     missing = [
-        f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key}"
+        missing_secret(key, what)
         for field_name, (key, what) in wanted.items()
         if getattr(secrets, field_name) is None
     ]

@@ -33,6 +33,7 @@ from modules.pools import NodePoolProfile
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .secrets import required_secret
 
 #: The offline store's Parquet sources live under this prefix of the data bucket.
 OFFLINE_PREFIX = "features/"
@@ -49,15 +50,7 @@ class FeaturesAws:
 
 
 def _secret(key: str, what: str) -> pulumi.Output[str]:
-    value = pulumi.Config(PROJECT).get_secret(key)
-    if value is None:
-        raise ConfigError(
-            [
-                f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key} "
-                "(or set features.enabled: false)"
-            ]
-        )
-    return value
+    return required_secret(key, what, "set features.enabled: false")
 
 
 def redis_token() -> pulumi.Output[str]:
@@ -120,37 +113,40 @@ def build_features_aws(
         ImageRegistryArgs(repository_name=f"{name}/features", storage_key_arn=storage_key_arn),
         opts,
     )
-    PodIdentityRole(
-        "features-offline",
-        PodIdentityRoleArgs(
-            cluster_name=cluster_name,
-            namespace=fs.NAMESPACE,
-            service_account=fs.SERVICE_ACCOUNT,
-            description="Feast: read the offline store (the data bucket's features/ prefix)",
-            policy=iam.json_document(
-                functools.partial(model_artifact_read_access, region=config.region),
-                bucket_arn,
-                OFFLINE_PREFIX,
-                storage_key_arn,
-            ),
-        ),
-        opts,
-    )
+    # Who reads the offline store: Feast, and the tabular model's TrainJob if it has one.
+    readers = [
+        (
+            "features-offline",
+            fs.NAMESPACE,
+            fs.SERVICE_ACCOUNT,
+            "Feast: read the offline store (the data bucket's features/ prefix)",
+        )
+    ]
     if config.features.training_team:
+        readers.append(
+            (
+                # "training" in the name: the policy pack checks such roles' S3 scoping.
+                "features-training",
+                team_namespace(config.features.training_team),
+                ft.SERVICE_ACCOUNT,
+                "The tabular model's TrainJob: read the offline store (features/)",
+            )
+        )
+    offline_read = iam.json_document(
+        functools.partial(model_artifact_read_access, region=config.region),
+        bucket_arn,
+        OFFLINE_PREFIX,
+        storage_key_arn,
+    )
+    for role_name, namespace, service_account, description in readers:
         PodIdentityRole(
-            # "training" in the name: the policy pack checks such roles' S3 scoping.
-            "features-training",
+            role_name,
             PodIdentityRoleArgs(
                 cluster_name=cluster_name,
-                namespace=team_namespace(config.features.training_team),
-                service_account=ft.SERVICE_ACCOUNT,
-                description="The tabular model's TrainJob: read the offline store (features/)",
-                policy=iam.json_document(
-                    functools.partial(model_artifact_read_access, region=config.region),
-                    bucket_arn,
-                    OFFLINE_PREFIX,
-                    storage_key_arn,
-                ),
+                namespace=namespace,
+                service_account=service_account,
+                description=description,
+                policy=offline_read,
             ),
             opts,
         )

@@ -29,6 +29,7 @@ from modules.k8s.tracking.users import PIPELINES_USERNAME
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .secrets import required_secret
 
 ROOT = Path(__file__).resolve().parents[1]
 _PASSWORD = re.compile(r"[A-Za-z0-9._~-]{16,}")
@@ -135,15 +136,7 @@ def _access(
 
 
 def _secret(key: str, what: str) -> pulumi.Output[str]:
-    value = pulumi.Config(PROJECT).get_secret(key)
-    if value is None:
-        raise ConfigError(
-            [
-                f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key} "
-                "(or set pipelines.enabled: false)"
-            ]
-        )
-    return value
+    return required_secret(key, what, "set pipelines.enabled: false")
 
 
 def database_password() -> pulumi.Output[str]:
