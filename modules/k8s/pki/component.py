@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.pki.spec import (
     CERT_MANAGER,
     CERT_MANAGER_NAMESPACE,
@@ -32,10 +32,12 @@ class Pki(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpuplatform:k8s:Pki", name, None, opts)
         provider = args.provider
-        ns = register(cert_manager_namespace(args.kubernetes_version), self, provider)
-        fences = [
-            register(m, self, provider, depends_on=[ns]) for m in network_policies(args.network)
-        ]
+        fenced = register_namespace(
+            cert_manager_namespace(args.kubernetes_version),
+            network_policies(args.network),
+            self,
+            provider,
+        )
         registry = args.serving.registry if args.serving is not None else None
         release = helm_release(
             RELEASE,
@@ -44,7 +46,7 @@ class Pki(pulumi.ComponentResource):
             values=cert_manager_values(registry),
             parent=self,
             provider=provider,
-            depends_on=[ns, *fences],
+            depends_on=fenced,
         )
         issued: list[pulumi.Resource] = [release]
         for manifest in certificate_authority():

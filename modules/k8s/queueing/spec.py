@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -195,22 +195,39 @@ def cluster_queue(team: TeamSpec, pools: Sequence[NodePoolProfile], spec: Queuei
         }
         for q in team_flavor_quotas(team, pools)
     ]
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "ClusterQueue",
-        "metadata": metadata(team_cluster_queue(team.name)),
-        "spec": {
-            "cohortName": COHORT_NAME,
-            "namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": team_namespace(team.name)}
-            },
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+    return team_queue(
+        team_cluster_queue(team.name),
+        team.name,
+        flavors,
+        {
             "preemption": {
                 "reclaimWithinCohort": spec.reclaim_within_cohort,
                 "withinClusterQueue": spec.preemption_within_team,
             },
             "fairSharing": {"weight": str(team.fair_share_weight)},
+        },
+    )
+
+
+def team_queue(
+    name: str, team: str, flavors: list[Manifest], settings: Mapping[str, Any]
+) -> Manifest:
+    """A ClusterQueue ``name`` in the platform cohort that admits the workloads of
+    ``team``'s namespace on ``flavors`` (each with its quota of every covered resource),
+    in order of arrival but without head-of-line blocking, with ``settings`` besides
+    (preemption, fair sharing, admission checks)."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": metadata(name),
+        "spec": {
+            "cohortName": COHORT_NAME,
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": team_namespace(team)}
+            },
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+            **settings,
         },
     }
 

@@ -51,7 +51,7 @@ Versions read at tag v2.5.2 (commit 43afb8bb) of github.com/kubeflow/spark-opera
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -591,20 +591,6 @@ def _pod_labels(job: SparkJobSpec) -> dict[str, str]:
     return {APP_LABEL: job.name, "gpuplatform.ae/team": job.team}
 
 
-def _container(
-    name: str, image: str, env: list[Manifest], amounts: Manifest, mounts: list[Manifest]
-) -> Manifest:
-    return {
-        "name": name,
-        "image": image,
-        "command": ["/bin/bash", "-c", POD_SCRIPT, "spark-pod"],
-        "env": [*env, {"name": "HOME", "value": "/tmp"}],
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "securityContext": restricted_container(),
-        "volumeMounts": mounts,
-    }
-
-
 def driver_template(job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str) -> Manifest:
     """The driver's pod template: the pod script, the store's settings, the CPU pool,
     the restricted security context, the scratch volume (the dataset before upload) and
@@ -618,30 +604,19 @@ def driver_template(job: SparkJobSpec, store: Store, pool: NodePoolProfile, imag
     memory = f"{(job.driver_memory_gib + job.driver_python_memory_gib) * 1024}Mi"
     # The scratch volume, /tmp and the event log count against the node's disk.
     disk = f"{job.scratch_gib + 4}Gi"
-    amounts = {"cpu": str(job.driver_cores), "memory": memory, "ephemeral-storage": disk}
-    mounts = [
-        {"name": "work", "mountPath": WORK_DIR},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "events", "mountPath": EVENT_LOG_DIR},
-    ]
-    return {
-        "metadata": {"labels": _pod_labels(job)},
-        "spec": {
-            "serviceAccountName": service_account_name(job.team),
-            # The driver calls the API server to run its executors (`driver_role`).
-            "automountServiceAccountToken": True,
-            "securityContext": pod_security(),
-            **_placement(pool),
-            "containers": [
-                _container(DRIVER_CONTAINER, image, store_env(store, job.team), amounts, mounts)
-            ],
-            "volumes": [
-                {"name": "work", "emptyDir": {"sizeLimit": f"{job.scratch_gib}Gi"}},
-                {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
-                {"name": "events", "emptyDir": {"sizeLimit": "2Gi"}},
-            ],
-        },
-    }
+    return _pod_template(
+        job,
+        pool,
+        (DRIVER_CONTAINER, image, store),
+        {"cpu": str(job.driver_cores), "memory": memory, "ephemeral-storage": disk},
+        [
+            ("work", WORK_DIR, f"{job.scratch_gib}Gi"),
+            ("tmp", "/tmp", "2Gi"),
+            ("events", EVENT_LOG_DIR, "2Gi"),
+        ],
+        # The driver calls the API server to run its executors (`driver_role`).
+        api_token=True,
+    )
 
 
 def executor_template(
@@ -653,19 +628,49 @@ def executor_template(
     which the ephemeral-storage request covers."""
     memory = f"{(job.memory_gib + job.python_memory_gib) * 1024}Mi"
     disk = f"{job.scratch_gib + 2}Gi"
-    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk}
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    return _pod_template(
+        job,
+        pool,
+        (EXECUTOR_CONTAINER, image, store),
+        {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk},
+        [("tmp", "/tmp", "2Gi")],
+        api_token=False,
+    )
+
+
+def _pod_template(
+    job: SparkJobSpec,
+    pool: NodePoolProfile,
+    container: tuple[str, str, Store],
+    amounts: Mapping[str, str],
+    disks: Sequence[tuple[str, str, str]],
+    *,
+    api_token: bool,
+) -> Manifest:
+    """A pod template of the job: its labels and the team's ServiceAccount, the
+    restricted security context, the CPU pool, and one container (name, image, the
+    store it reads and writes) that runs the pod script with ``amounts`` as its requests
+    and limits and an emptyDir per disk (name, mount path, size limit)."""
+    name, image, store = container
     return {
         "metadata": {"labels": _pod_labels(job)},
         "spec": {
             "serviceAccountName": service_account_name(job.team),
-            "automountServiceAccountToken": False,
+            "automountServiceAccountToken": api_token,
             "securityContext": pod_security(),
             **_placement(pool),
             "containers": [
-                _container(EXECUTOR_CONTAINER, image, store_env(store, job.team), amounts, mounts)
+                {
+                    "name": name,
+                    "image": image,
+                    "command": ["/bin/bash", "-c", POD_SCRIPT, "spark-pod"],
+                    "env": [*store_env(store, job.team), {"name": "HOME", "value": "/tmp"}],
+                    "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                    "securityContext": restricted_container(),
+                    "volumeMounts": [{"name": disk, "mountPath": path} for disk, path, _ in disks],
+                }
             ],
-            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+            "volumes": [{"name": disk, "emptyDir": {"sizeLimit": size}} for disk, _, size in disks],
         },
     }
 
