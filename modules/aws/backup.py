@@ -48,13 +48,7 @@ def vault_key_access(key_arn: str) -> Document:
         {
             "Sid": "UseVaultKey",
             "Effect": "Allow",
-            "Action": [
-                "kms:Encrypt",
-                "kms:Decrypt",
-                "kms:ReEncrypt*",
-                "kms:GenerateDataKey*",
-                "kms:DescribeKey",
-            ],
+            "Action": list(iam.KEY_USE_ACTIONS),
             "Resource": key_arn,
         },
         {

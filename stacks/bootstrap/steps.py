@@ -279,6 +279,22 @@ class Bootstrap:
             if not self.dry_run:
                 write()
 
+    def _default_encryption(
+        self, bucket: str, fixes: list[str], label: str, rules: list[dict[str, Any]]
+    ) -> None:
+        """The bucket's default-encryption ``rules``, written when they differ."""
+        s3 = self.client("s3")
+        self._setting(
+            fixes,
+            label=label,
+            read=lambda: _sse_rules(s3, bucket),
+            wanted=rules,
+            write=lambda: s3.put_bucket_encryption(
+                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": rules}
+            ),
+            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
+        )
+
     def _common_bucket_settings(self, bucket: str, fixes: list[str], policy: Any) -> None:
         s3 = self.client("s3")
         block = {
@@ -345,16 +361,7 @@ class Bootstrap:
         # delivered to a bucket whose default is SSE-KMS. The trail's own log files are
         # encrypted with the trail CMK by CloudTrail itself (the trail's KmsKeyId).
         sse = [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
-        self._setting(
-            fixes,
-            label="default encryption",
-            read=lambda: _sse_rules(s3, bucket),
-            wanted=sse,
-            write=lambda: s3.put_bucket_encryption(
-                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
-            ),
-            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
-        )
+        self._default_encryption(bucket, fixes, "default encryption", sse)
         lock = {
             "ObjectLockEnabled": "Enabled",
             "Rule": {
@@ -397,16 +404,7 @@ class Bootstrap:
                 "BucketKeyEnabled": True,
             }
         ]
-        self._setting(
-            fixes,
-            label="SSE-KMS (state key)",
-            read=lambda: _sse_rules(s3, bucket),
-            wanted=sse,
-            write=lambda: s3.put_bucket_encryption(
-                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
-            ),
-            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
-        )
+        self._default_encryption(bucket, fixes, "SSE-KMS (state key)", sse)
         logging = {"TargetBucket": self.names.trail_bucket, "TargetPrefix": "state-access/"}
         self._setting(
             fixes,
