@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.pki.spec import (
     CERT_MANAGER,
@@ -17,20 +18,14 @@ from modules.k8s.pki.spec import (
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 
 
-class Pki(pulumi.ComponentResource):
+class Pki(KubernetesComponent[KubernetesPlatformArgs]):
     """cert-manager, its fences, and the cluster CA.
 
     Attributes:
         issuer: the CA ClusterIssuer; every Certificate ``depends_on`` it.
     """
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Pki", name, None, opts)
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         provider = args.provider
         fenced = register_namespace(
             cert_manager_namespace(args.kubernetes_version),
@@ -52,4 +47,4 @@ class Pki(pulumi.ComponentResource):
         for manifest in certificate_authority():
             issued = [register(manifest, self, provider, depends_on=issued)]
         self.issuer: pulumi.Resource = issued[0]
-        self.register_outputs({"certManager": CERT_MANAGER.version})
+        return {"certManager": CERT_MANAGER.version}
