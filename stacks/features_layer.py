@@ -19,8 +19,6 @@ from modules.aws import iam
 from modules.aws.online_store.component import OnlineStore, OnlineStoreArgs
 from modules.aws.online_store.spec import auth_token_problem
 from modules.aws.serving_access import model_artifact_read_access
-from modules.aws.storage import ImageRegistry, ImageRegistryArgs
-from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
@@ -34,6 +32,7 @@ from modules.pools import NodePoolProfile
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
 from .secrets import required_secret
+from .workload_aws import WorkloadAws
 
 #: The offline store's Parquet sources live under this prefix of the data bucket.
 OFFLINE_PREFIX = "features/"
@@ -81,38 +80,29 @@ def registry_password() -> pulumi.Output[str]:
 
 
 def build_features_aws(
-    name: str,
     config: StackConfig,
+    aws: WorkloadAws,
     *,
     vpc_id: pulumi.Input[str],
     subnet_ids: list[pulumi.Input[str]],
     cluster_security_group_id: pulumi.Input[str],
-    cluster_name: pulumi.Input[str],
-    storage_key_arn: pulumi.Input[str],
-    bucket_arn: pulumi.Input[str],
-    bucket_name: pulumi.Input[str],
-    opts: pulumi.ResourceOptions,
 ) -> FeaturesAws:
     """ElastiCache for the online store, the ``features`` image repository, and the
     feature store's Pod Identity role (read the offline store's prefix)."""
     online = OnlineStore(
         "features-online",
         OnlineStoreArgs(
-            name_prefix=name,
+            name_prefix=aws.name,
             spec=config.features.online_store,
             vpc_id=vpc_id,
             subnet_ids=subnet_ids,
             client_security_group_id=cluster_security_group_id,
-            storage_key_arn=storage_key_arn,
+            storage_key_arn=aws.storage_key_arn,
             auth_token=redis_token(),
         ),
-        opts,
+        aws.opts,
     )
-    ImageRegistry(
-        "registry-features",
-        ImageRegistryArgs(repository_name=f"{name}/features", storage_key_arn=storage_key_arn),
-        opts,
-    )
+    aws.repository("registry-features", "features")
     # Who reads the offline store: Feast, and the tabular model's TrainJob if it has one.
     readers = [
         (
@@ -134,23 +124,21 @@ def build_features_aws(
         )
     offline_read = iam.json_document(
         functools.partial(model_artifact_read_access, region=config.region),
-        bucket_arn,
+        aws.bucket_arn,
         OFFLINE_PREFIX,
-        storage_key_arn,
+        aws.storage_key_arn,
     )
     for role_name, namespace, service_account, description in readers:
-        PodIdentityRole(
+        aws.pod_role(
             role_name,
-            PodIdentityRoleArgs(
-                cluster_name=cluster_name,
-                namespace=namespace,
-                service_account=service_account,
-                description=description,
-                policy=offline_read,
-            ),
-            opts,
+            namespace=namespace,
+            service_account=service_account,
+            description=description,
+            policy=offline_read,
         )
-    return FeaturesAws(redis_host=online.group.primary_endpoint_address, bucket_name=bucket_name)
+    return FeaturesAws(
+        redis_host=online.group.primary_endpoint_address, bucket_name=aws.bucket_name
+    )
 
 
 def _training(

@@ -240,6 +240,17 @@ class Bootstrap:
             )
         return True
 
+    def ensure_bucket(self, bucket: str, object_lock: bool = False) -> bool | None:
+        """Create ``bucket`` unless this account has it. Returns whether it existed, or
+        None on a dry run that would create it (recorded: there is nothing to check)."""
+        exists = self.bucket_exists(bucket)
+        if not exists and self.dry_run:
+            self.record("s3 bucket", bucket, [], created=True)
+            return None
+        if not exists:
+            self.create_bucket(bucket, object_lock)
+        return exists
+
     def create_bucket(self, bucket: str, object_lock: bool = False) -> None:
         s3 = self.client("s3")
         try:
@@ -349,12 +360,9 @@ class Bootstrap:
     def ensure_trail_bucket(self) -> None:
         """Object lock (compliance mode), versioning, TLS only, no public access."""
         bucket, s3 = self.names.trail_bucket, self.client("s3")
-        exists = self.bucket_exists(bucket)
-        if not exists and self.dry_run:
-            self.record("s3 bucket", bucket, [], created=True)
+        exists = self.ensure_bucket(bucket, object_lock=True)
+        if exists is None:
             return
-        if not exists:
-            self.create_bucket(bucket, object_lock=True)
         fixes: list[str] = []
         self._common_bucket_settings(bucket, fixes, documents.trail_bucket_policy(self.names))
         # Default encryption SSE-S3: S3 server access logs (the state bucket's) cannot be
@@ -387,12 +395,9 @@ class Bootstrap:
         """Versioned, SSE-KMS with the state CMK, TLS and SSE-KMS uploads only, no public
         access, access logs to the trail bucket, noncurrent versions expire."""
         bucket, s3 = self.names.state_bucket, self.client("s3")
-        exists = self.bucket_exists(bucket)
-        if not exists and self.dry_run:
-            self.record("s3 bucket", bucket, [], created=True)
+        exists = self.ensure_bucket(bucket)
+        if exists is None:
             return
-        if not exists:
-            self.create_bucket(bucket)
         fixes: list[str] = []
         self._common_bucket_settings(bucket, fixes, documents.state_bucket_policy(self.names))
         sse = [
