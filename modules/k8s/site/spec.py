@@ -7,7 +7,6 @@ reports show it, so an on-premises cluster's location is as visible as an AWS re
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +18,8 @@ _SITE_NAME = TextFormat(
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
 )
+# \Z, not $: the whole value, no trailing newline.
+_COUNTRY = TextFormat(r"^[A-Z]{2}\Z", "use an ISO 3166-1 alpha-2 code such as AE")
 _REGION = TextFormat(
     r"^[a-z]{2}(-[a-z]+)+-\d$",
     "an AWS region such as me-central-1 is required for aws-eks sites",
@@ -45,12 +46,7 @@ class SiteSpec:
     def __post_init__(self) -> None:
         check = Checker()
         check.matches("name", self.name, _SITE_NAME)
-        check.require(
-            bool(re.fullmatch(r"[A-Z]{2}", self.country)),
-            "country",
-            self.country,
-            "use an ISO 3166-1 alpha-2 code such as AE",
-        )
+        check.matches("country", self.country, _COUNTRY)
         check.one_of("kind", self.kind, ("aws-eks", "on-premises"))
         if self.kind == "aws-eks":
             check.matches("region", self.region, _REGION)

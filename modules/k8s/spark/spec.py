@@ -113,6 +113,10 @@ _TEAM = TextFormat(_NAME.pattern, "a team name")
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}$")
 _BUCKET = TextFormat(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "a bucket name")
+# \Z, not $: the whole value, no trailing newline.
+_STORE_REGION = TextFormat(
+    r"^[a-z0-9][a-z0-9-]{0,62}\Z", "the store's region name (lowercase letters, digits, '-')"
+)
 _SECRET = TextFormat(
     r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
     "a Secret name prefix (lowercase DNS name)",
@@ -244,12 +248,7 @@ class ObjectStoreSpec:
             "an https:// URL of the object store, without a path",
         )
         check.matches("bucket", self.bucket, _BUCKET)
-        check.require(
-            bool(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", self.region)),
-            "region",
-            self.region,
-            "the store's region name (lowercase letters, digits, '-')",
-        )
+        check.matches("region", self.region, _STORE_REGION)
         check.require(bool(self.kms_key_id.strip()), "kms_key_id", self.kms_key_id, "a key id")
         check.matches("credentials_secret_prefix", self.credentials_secret_prefix, _SECRET)
         check.done()
