@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 #: An OCI image tag (the distribution spec's grammar).
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -38,6 +38,28 @@ class Problem:
         return f"{key or self.field}: got {self.value!r}; {self.expected}"
 
 
+@dataclass(frozen=True)
+class TextFormat:
+    """The form a text value must have, kept with the words that tell a user what it is,
+    so that every check of the form says the same.
+
+    Args:
+        regex: the form, a regular expression that anchors its own start and end
+            (``^...$``).
+        expected: what is allowed, as `Problem.expected` (``a team name``...).
+    """
+
+    regex: str
+    expected: str
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", re.compile(self.regex))
+
+    def fits(self, value: str) -> bool:
+        return self.pattern.match(value) is not None
+
+
 class InvalidArgsError(ValueError):
     """Every problem found in one set of args."""
 
@@ -56,6 +78,47 @@ class Checker:
         """Record a problem unless ``ok``."""
         if not ok:
             self.problems.append(Problem(field, value, expected))
+
+    def matches(self, field: str, value: str, text_format: TextFormat) -> None:
+        """``value`` has ``text_format``; if not, the problem says what the format is."""
+        self.require(text_format.fits(value), field, value, text_format.expected)
+
+    def one_of(self, field: str, value: object, allowed: Sequence[str], why: str = "") -> None:
+        """``value`` is one of ``allowed``; ``why``, when given, says in brackets why
+        nothing else is (``one of 'a', 'b' (never public)``)."""
+        listed = ", ".join(repr(choice) for choice in allowed)
+        self.require(
+            value in allowed, field, value, f"one of {listed}" + (f" ({why})" if why else "")
+        )
+
+    def within(self, field: str, value: float, low: float, high: float, why: str = "") -> None:
+        """``low <= value <= high``; ``why``, when given, follows the range in brackets."""
+        self.require(
+            low <= value <= high,
+            field,
+            value,
+            f"use {low} to {high}" + (f" ({why})" if why else ""),
+        )
+
+    def ranges(self, subject: object, bounds: Mapping[str, tuple[int, int]]) -> None:
+        """Each field of ``subject`` named in ``bounds`` lies within its ``(low, high)``."""
+        for name, (low, high) in bounds.items():
+            self.within(name, getattr(subject, name), low, high)
+
+    def ipv4_networks(
+        self, field: str, values: Sequence[str]
+    ) -> list[tuple[str, str, ipaddress.IPv4Network]]:
+        """Every entry an IPv4 CIDR with no host bits set. Returns ``(key, given,
+        network)`` for each valid entry (``key`` is ``field[i]``), so the caller can check
+        more of it (a private range, not ``0.0.0.0/0``) under the same key."""
+        networks: list[tuple[str, str, ipaddress.IPv4Network]] = []
+        for index, cidr in enumerate(values):
+            key = f"{field}[{index}]"
+            try:
+                networks.append((key, cidr, ipaddress.IPv4Network(cidr, strict=True)))
+            except ValueError:
+                self.require(False, key, cidr, "expected an IPv4 CIDR")
+        return networks
 
     def fixed_image_tag(self, field: str, value: str) -> None:
         """An image tag that names one build: valid, and not ``latest``."""

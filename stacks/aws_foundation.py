@@ -34,8 +34,6 @@ from modules.aws.node_pool import NodePool, NodePoolArgs, pool_zones
 from modules.aws.storage import (
     DataStore,
     DataStoreArgs,
-    ImageRegistry,
-    ImageRegistryArgs,
     SharedFileSystem,
     SharedFileSystemArgs,
 )
@@ -50,14 +48,16 @@ from modules.pools import NodePoolProfile
 
 from .access_foundation import build_access_and_link
 from .catalog import catalog_problems
-from .config import PROJECT, StackConfig
+from .config import StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
 from .pipelines_layer import PipelinesAws, build_pipelines_aws, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
+from .secrets import missing_secret
 from .serving_foundation import build_serving_aws
 from .spark_layer import build_spark_aws
+from .workload_aws import WorkloadAws
 
 # Where the Kubernetes layer runs Cluster Autoscaler (its Pod Identity role is made here).
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -323,42 +323,38 @@ def build_aws_foundation(
             ),
             opts,
         )
-    registry = ImageRegistry(
-        "registry",
-        ImageRegistryArgs(
-            repository_name=f"{name}/{config.storage.registry_name}",
-            storage_key_arn=keys.arn("storage"),
-        ),
-        opts,
+    # What the training jobs, the autoscaler and the workload layers' AWS parts build on.
+    stack_aws = WorkloadAws(
+        name=name,
+        account_id=account_id,
+        region=config.region,
+        cluster_name=cluster.cluster.name,
+        bucket_arn=data.bucket.arn,
+        bucket_name=data.bucket.bucket,
+        storage_key_arn=keys.arn("storage"),
+        opts=opts,
     )
+    registry = stack_aws.repository("registry", config.storage.registry_name)
 
     for team in config.teams:
-        PodIdentityRole(
+        stack_aws.pod_role(
             # "training" in the name: the policy pack checks such roles' S3 scoping.
             f"training-{team.name}",
-            PodIdentityRoleArgs(
-                cluster_name=cluster.cluster.name,
-                namespace=f"team-{team.name}",
-                service_account=TRAINER_SERVICE_ACCOUNT,
-                description=f"Training jobs of team {team.name}: its bucket prefix only",
-                policy=iam.json_document(
-                    functools.partial(_training_policy, team_data_prefix(team.name), config.region),
-                    data.bucket.arn,
-                    keys.arn("storage"),
-                ),
+            namespace=f"team-{team.name}",
+            service_account=TRAINER_SERVICE_ACCOUNT,
+            description=f"Training jobs of team {team.name}: its bucket prefix only",
+            policy=iam.json_document(
+                functools.partial(_training_policy, team_data_prefix(team.name), config.region),
+                data.bucket.arn,
+                keys.arn("storage"),
             ),
-            opts,
         )
-    PodIdentityRole(
+    stack_aws.pod_role(
         "cluster-autoscaler",
-        PodIdentityRoleArgs(
-            cluster_name=cluster.cluster.name,
-            namespace=AUTOSCALER_NAMESPACE,
-            service_account=AUTOSCALER_SERVICE_ACCOUNT,
-            description="Cluster Autoscaler: scales this cluster's node groups only",
-            policy=iam.json_document(lambda: iam.cluster_autoscaler_access(name)),
-        ),
-        opts,
+        namespace=AUTOSCALER_NAMESPACE,
+        service_account=AUTOSCALER_SERVICE_ACCOUNT,
+        description="Cluster Autoscaler: scales this cluster's node groups only",
+        policy=iam.json_document(lambda: iam.cluster_autoscaler_access(name)),
     )
 
     tracking_store, database = None, None
@@ -446,54 +442,24 @@ def build_aws_foundation(
     # Model serving: image repositories and the inference pods' read-only model access.
     serving_registry = None
     if config.serving is not None:
-        serving_registry = build_serving_aws(
-            name,
-            account_id,
-            config,
-            cluster_name=cluster.cluster.name,
-            bucket_arn=data.bucket.arn,
-            storage_key_arn=keys.arn("storage"),
-            opts=opts,
-        )
+        serving_registry = build_serving_aws(config, stack_aws)
 
     features = None
     if config.features.enabled:
         features = build_features_aws(
-            name,
             config,
+            stack_aws,
             vpc_id=network.vpc.id,
             subnet_ids=[s.id for s in network.private_subnets.values()],
             cluster_security_group_id=security_group_id,
-            cluster_name=cluster.cluster.name,
-            storage_key_arn=keys.arn("storage"),
-            bucket_arn=data.bucket.arn,
-            bucket_name=data.bucket.bucket,
-            opts=opts,
         )
 
     pipelines = None
     if config.pipelines.enabled and tracking_store is not None:  # config requires tracking
-        pipelines = build_pipelines_aws(
-            name,
-            account_id,
-            config,
-            cluster_name=cluster.cluster.name,
-            bucket_arn=data.bucket.arn,
-            bucket_name=data.bucket.bucket,
-            storage_key_arn=keys.arn("storage"),
-            database_host=tracking_store.database_host,
-            opts=opts,
-        )
+        pipelines = build_pipelines_aws(config, stack_aws, tracking_store.database_host)
 
     if config.spark.enabled:
-        build_spark_aws(
-            name,
-            config,
-            cluster_name=cluster.cluster.name,
-            bucket_arn=data.bucket.arn,
-            storage_key_arn=keys.arn("storage"),
-            opts=opts,
-        )
+        build_spark_aws(config, stack_aws)
 
     pulumi.export("clusterName", cluster.cluster.name)
     pulumi.export("clusterEndpoint", cluster.cluster.endpoint)
@@ -603,7 +569,7 @@ def _check_key_store_secrets(
             ),
         }
     missing = [
-        f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key}"
+        missing_secret(key, what)
         for field_name, (key, what) in wanted.items()
         if getattr(secrets, field_name) is None
     ]

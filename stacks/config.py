@@ -233,17 +233,12 @@ class StorageConfig:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            1 <= self.noncurrent_version_retention_days <= 3650,
-            "noncurrent_version_retention_days",
-            self.noncurrent_version_retention_days,
-            "use 1 to 3650",
-        )
-        check.require(
-            1 <= self.access_log_retention_days <= 3650,
-            "access_log_retention_days",
-            self.access_log_retention_days,
-            "use 1 to 3650",
+        check.ranges(
+            self,
+            {
+                "noncurrent_version_retention_days": (1, 3650),
+                "access_log_retention_days": (1, 3650),
+            },
         )
         check.require(
             bool(re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", self.registry_name)),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import types
 import typing
 from collections.abc import Mapping
@@ -39,6 +40,16 @@ class ConfigError(Exception):
         lines += [f"  - {p}" for p in self.problems]
         lines.append(f"Fix them in stacks/Pulumi.{stack}.yaml (or with `pulumi config set`).")
         return "\n".join(lines)
+
+
+def engine_text(value: object) -> str:
+    """A stack file's value as the Pulumi engine hands it to the program: structures and
+    null as JSON, booleans as ``true``/``false``, anything else as its text."""
+    if value is None or isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def join(path: str, key: str) -> str:

@@ -19,8 +19,6 @@ from modules.aws import iam
 from modules.aws.online_store.component import OnlineStore, OnlineStoreArgs
 from modules.aws.online_store.spec import auth_token_problem
 from modules.aws.serving_access import model_artifact_read_access
-from modules.aws.storage import ImageRegistry, ImageRegistryArgs
-from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
@@ -33,6 +31,8 @@ from modules.pools import NodePoolProfile
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .secrets import required_secret
+from .workload_aws import WorkloadAws
 
 #: The offline store's Parquet sources live under this prefix of the data bucket.
 OFFLINE_PREFIX = "features/"
@@ -49,15 +49,7 @@ class FeaturesAws:
 
 
 def _secret(key: str, what: str) -> pulumi.Output[str]:
-    value = pulumi.Config(PROJECT).get_secret(key)
-    if value is None:
-        raise ConfigError(
-            [
-                f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key} "
-                "(or set features.enabled: false)"
-            ]
-        )
-    return value
+    return required_secret(key, what, "set features.enabled: false")
 
 
 def redis_token() -> pulumi.Output[str]:
@@ -88,73 +80,65 @@ def registry_password() -> pulumi.Output[str]:
 
 
 def build_features_aws(
-    name: str,
     config: StackConfig,
+    aws: WorkloadAws,
     *,
     vpc_id: pulumi.Input[str],
     subnet_ids: list[pulumi.Input[str]],
     cluster_security_group_id: pulumi.Input[str],
-    cluster_name: pulumi.Input[str],
-    storage_key_arn: pulumi.Input[str],
-    bucket_arn: pulumi.Input[str],
-    bucket_name: pulumi.Input[str],
-    opts: pulumi.ResourceOptions,
 ) -> FeaturesAws:
     """ElastiCache for the online store, the ``features`` image repository, and the
     feature store's Pod Identity role (read the offline store's prefix)."""
     online = OnlineStore(
         "features-online",
         OnlineStoreArgs(
-            name_prefix=name,
+            name_prefix=aws.name,
             spec=config.features.online_store,
             vpc_id=vpc_id,
             subnet_ids=subnet_ids,
             client_security_group_id=cluster_security_group_id,
-            storage_key_arn=storage_key_arn,
+            storage_key_arn=aws.storage_key_arn,
             auth_token=redis_token(),
         ),
-        opts,
+        aws.opts,
     )
-    ImageRegistry(
-        "registry-features",
-        ImageRegistryArgs(repository_name=f"{name}/features", storage_key_arn=storage_key_arn),
-        opts,
-    )
-    PodIdentityRole(
-        "features-offline",
-        PodIdentityRoleArgs(
-            cluster_name=cluster_name,
-            namespace=fs.NAMESPACE,
-            service_account=fs.SERVICE_ACCOUNT,
-            description="Feast: read the offline store (the data bucket's features/ prefix)",
-            policy=iam.json_document(
-                functools.partial(model_artifact_read_access, region=config.region),
-                bucket_arn,
-                OFFLINE_PREFIX,
-                storage_key_arn,
-            ),
-        ),
-        opts,
-    )
-    if config.features.training_team:
-        PodIdentityRole(
-            # "training" in the name: the policy pack checks such roles' S3 scoping.
-            "features-training",
-            PodIdentityRoleArgs(
-                cluster_name=cluster_name,
-                namespace=team_namespace(config.features.training_team),
-                service_account=ft.SERVICE_ACCOUNT,
-                description="The tabular model's TrainJob: read the offline store (features/)",
-                policy=iam.json_document(
-                    functools.partial(model_artifact_read_access, region=config.region),
-                    bucket_arn,
-                    OFFLINE_PREFIX,
-                    storage_key_arn,
-                ),
-            ),
-            opts,
+    aws.repository("registry-features", "features")
+    # Who reads the offline store: Feast, and the tabular model's TrainJob if it has one.
+    readers = [
+        (
+            "features-offline",
+            fs.NAMESPACE,
+            fs.SERVICE_ACCOUNT,
+            "Feast: read the offline store (the data bucket's features/ prefix)",
         )
-    return FeaturesAws(redis_host=online.group.primary_endpoint_address, bucket_name=bucket_name)
+    ]
+    if config.features.training_team:
+        readers.append(
+            (
+                # "training" in the name: the policy pack checks such roles' S3 scoping.
+                "features-training",
+                team_namespace(config.features.training_team),
+                ft.SERVICE_ACCOUNT,
+                "The tabular model's TrainJob: read the offline store (features/)",
+            )
+        )
+    offline_read = iam.json_document(
+        functools.partial(model_artifact_read_access, region=config.region),
+        aws.bucket_arn,
+        OFFLINE_PREFIX,
+        aws.storage_key_arn,
+    )
+    for role_name, namespace, service_account, description in readers:
+        aws.pod_role(
+            role_name,
+            namespace=namespace,
+            service_account=service_account,
+            description=description,
+            policy=offline_read,
+        )
+    return FeaturesAws(
+        redis_host=online.group.primary_endpoint_address, bucket_name=aws.bucket_name
+    )
 
 
 def _training(

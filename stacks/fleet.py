@@ -14,7 +14,6 @@ manager) travels through ``pulumi.StackReference``, never through the files.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
@@ -34,7 +33,7 @@ from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS, UAE_COUNTRIES
 
 from .config import PROJECT, StackConfig, parse_stack_config
-from .config_parsing import ConfigError
+from .config_parsing import ConfigError, engine_text
 from .pricing import PriceSnapshot, load_snapshot
 
 STACKS_DIR = Path(__file__).resolve().parent
@@ -52,12 +51,7 @@ def stack_file_config(path: Path) -> dict[str, str]:
     for key, value in (raw or {}).items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             continue  # secrets are not needed to check the topology
-        if value is None or isinstance(value, dict | list):
-            flat[key] = json.dumps(value, sort_keys=True)
-        elif isinstance(value, bool):
-            flat[key] = "true" if value else "false"
-        else:
-            flat[key] = str(value)
+        flat[key] = engine_text(value)
     return flat
 
 

@@ -32,6 +32,7 @@ from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
 from .pipelines_layer import build_pipelines, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
+from .secrets import missing_secret
 from .spark_layer import build_spark
 
 
@@ -47,9 +48,11 @@ def _tracking_inputs(
     if admin_password is None:
         raise ConfigError(
             [
-                f"{PROJECT}:trackingAdminPassword: missing; the MLflow tracking server's admin "
-                "password: pulumi config set --secret trackingAdminPassword (or set "
-                "tracking.enabled: false)"
+                missing_secret(
+                    "trackingAdminPassword",
+                    "the MLflow tracking server's admin password",
+                    "set tracking.enabled: false",
+                )
             ]
         )
     store = foundation.tracking_store if foundation is not None else None
@@ -90,9 +93,11 @@ def _backup_credentials(
     if missing:
         raise ConfigError(
             [
-                f"{PROJECT}:{key}: missing; the site object store's access key for the "
-                f"tracking database's backups: pulumi config set --secret {key} (or remove "
-                "tracking.databaseBackup)"
+                missing_secret(
+                    key,
+                    "the site object store's access key for the tracking database's backups",
+                    "remove tracking.databaseBackup",
+                )
                 for key in missing
             ]
         )
@@ -136,48 +141,32 @@ def _platform_args(
             "for every pool; run `make prices-refresh`"
         )
     try:
+        eks: EksInputs | None = None
         if foundation is None:
             assert config.site is not None  # checked by StackConfig for target onprem
-            return KubernetesPlatformArgs(
-                cluster_kind="onprem",
-                site=config.site,
-                pools=config.onprem_node_pools,
-                onprem=config.onprem,
-                infiniband=config.infiniband,
-                provider=provider,
-                kubernetes_version=config.kubernetes_version,
-                teams=config.teams,
-                monitoring=config.monitoring,
-                queueing=config.queueing,
-                tracking=config.tracking,
-                tracking_inputs=tracking,
-                serving=config.serving,
-                fleet=fleet,
-                cost=cost,
-                trainer=config.trainer,
-                trainer_inputs=_trainer_inputs(config, config.onprem_node_pools, None),
-            )
-        fsx = None
-        if foundation.file_system is not None:
-            fs = foundation.file_system.file_system
-            fsx = FsxInputs(
-                file_system_id=fs.id,
-                dns_name=fs.dns_name,
-                mount_name=fs.mount_name,
-                capacity_gib=config.storage.fsx.storage_capacity_gib,
-                init_image=foundation.training_image,
-            )
-        return KubernetesPlatformArgs(
-            cluster_kind="eks",
-            site=SiteSpec(name=f"aws-{config.region}", kind="aws-eks", region=config.region),
-            pools=foundation.pools,
-            eks=EksInputs(
+            site, pools, serving = config.site, config.onprem_node_pools, config.serving
+        else:
+            site = SiteSpec(name=f"aws-{config.region}", kind="aws-eks", region=config.region)
+            pools = foundation.pools
+            eks = EksInputs(
                 cluster_name=foundation.cluster_name,
                 region=config.region,
                 storage_kms_key_arn=foundation.storage_key_arn,
                 vpc_cidr=foundation.vpc_cidr,
-                fsx=fsx,
-            ),
+                fsx=_fsx_inputs(config, foundation),
+            )
+            # Serving images come from the stack's own ECR repositories.
+            serving = (
+                replace(config.serving, registry=foundation.serving_registry)
+                if config.serving is not None
+                else None
+            )
+        return KubernetesPlatformArgs(
+            cluster_kind="onprem" if eks is None else "eks",
+            site=site,
+            pools=pools,
+            eks=eks,
+            onprem=config.onprem if eks is None else None,
             infiniband=config.infiniband,
             provider=provider,
             kubernetes_version=config.kubernetes_version,
@@ -186,21 +175,30 @@ def _platform_args(
             queueing=config.queueing,
             tracking=config.tracking,
             tracking_inputs=tracking,
-            # Serving images come from the stack's own ECR repositories.
-            serving=(
-                replace(config.serving, registry=foundation.serving_registry)
-                if config.serving is not None
-                else None
-            ),
+            serving=serving,
             fleet=fleet,
             cost=cost,
             trainer=config.trainer,
-            trainer_inputs=_trainer_inputs(config, foundation.pools, foundation),
+            trainer_inputs=_trainer_inputs(config, pools, foundation),
         )
     except InvalidArgsError as err:
         raise ConfigError(
             [p.describe(_config_key(config, p.field)) for p in err.problems]
         ) from None
+
+
+def _fsx_inputs(config: StackConfig, foundation: AwsFoundation) -> FsxInputs | None:
+    """The FSx for Lustre file system the EKS cluster mounts, if the stack has one."""
+    if foundation.file_system is None:
+        return None
+    fs = foundation.file_system.file_system
+    return FsxInputs(
+        file_system_id=fs.id,
+        dns_name=fs.dns_name,
+        mount_name=fs.mount_name,
+        capacity_gib=config.storage.fsx.storage_capacity_gib,
+        init_image=foundation.training_image,
+    )
 
 
 def _trainer_inputs(

@@ -28,6 +28,7 @@ import pulumi
 import yaml
 
 from .config import PROJECT, SECRET_KEYS
+from .config_parsing import engine_text
 from .offline_runtime import Registration, run_program
 from .plan_summary import render_summary
 from .state_residency import StateResidency, for_offline_plan
@@ -81,12 +82,8 @@ def load_stack_file(stack: str) -> tuple[dict[str, str], list[str]]:
     for key, value in raw.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             flat[key], secret_keys = OFFLINE_SECRET, [*secret_keys, key]
-        elif value is None or isinstance(value, dict | list):
-            flat[key] = json.dumps(value, sort_keys=True)
-        elif isinstance(value, bool):
-            flat[key] = "true" if value else "false"
         else:
-            flat[key] = str(value)
+            flat[key] = engine_text(value)
     for name in SECRET_KEYS:  # secrets are never in the repository; stand-ins take their place
         if f"{PROJECT}:{name}" not in flat:
             flat[f"{PROJECT}:{name}"], secret_keys = (

@@ -285,6 +285,17 @@ class CatalogMocks(pulumi_mocks.Mocks):
         return self.provider_regions.get(name, "")
 
 
+#: Resources AWS knows by the name they are given (their ``id`` and ``name``), and their
+#: ARN (``base``: ``arn:aws:<service>:<region>:<account>``).
+_NAMED_ARNS = {
+    "aws:iam/role:Role": "arn:aws:iam::{account}:role/{name}",
+    "aws:eks/cluster:Cluster": "{base}:cluster/{name}",
+    "aws:rds/subnetGroup:SubnetGroup": "{base}:subgrp:{name}",
+    "aws:rds/parameterGroup:ParameterGroup": "{base}:pg:{name}",
+    "aws:backup/vault:Vault": "{base}:backup-vault:{name}",
+}
+
+
 def computed_outputs(
     type_token: str, name: str, inputs: Mapping[str, Any], region: str
 ) -> dict[str, Any]:
@@ -301,6 +312,9 @@ def computed_outputs(
     arn_base = f"arn:aws:{service}:{region}:{ACCOUNT_ID}"
     given_name = str(inputs.get("name") or f"{name}-{hexid[:7]}")
     out: dict[str, Any] = {"id": hexid, "arn": f"{arn_base}:{name}"}
+    if type_token in _NAMED_ARNS:
+        arn = _NAMED_ARNS[type_token].format(base=arn_base, account=ACCOUNT_ID, name=given_name)
+        out |= {"id": given_name, "name": given_name, "arn": arn}
     if type_token == "aws:kms/key:Key":
         key_id = str(uuid.uuid5(uuid.NAMESPACE_URL, key))
         out |= {"id": key_id, "keyId": key_id, "arn": f"{arn_base}:key/{key_id}"}
@@ -313,17 +327,8 @@ def computed_outputs(
             "bucketRegionalDomainName": f"{bucket}.s3.{region}.amazonaws.com",
             "region": region,
         }
-    elif type_token == "aws:iam/role:Role":
-        out |= {
-            "id": given_name,
-            "name": given_name,
-            "arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{given_name}",
-        }
     elif type_token == "aws:eks/cluster:Cluster":
         out |= {
-            "id": given_name,
-            "name": given_name,
-            "arn": f"{arn_base}:cluster/{given_name}",
             "endpoint": f"https://{hexid.upper()}.gr7.{region}.eks.amazonaws.com",
             "certificateAuthority": {
                 "data": base64.b64encode(f"offline-ca:{given_name}".encode()).decode()
@@ -359,9 +364,6 @@ def computed_outputs(
                     "secretStatus": "active",
                 }
             ]
-    elif type_token in ("aws:rds/subnetGroup:SubnetGroup", "aws:rds/parameterGroup:ParameterGroup"):
-        kind = "subgrp" if "subnetGroup" in type_token else "pg"
-        out |= {"id": given_name, "name": given_name, "arn": f"{arn_base}:{kind}:{given_name}"}
     elif type_token == "aws:eks/nodeGroup:NodeGroup":
         group = str(inputs.get("nodeGroupName") or given_name)
         out |= {
@@ -394,12 +396,6 @@ def computed_outputs(
         out |= {
             "id": given_name,
             "arn": f"arn:aws:logs:{region}:{ACCOUNT_ID}:log-group:{given_name}",
-        }
-    elif type_token == "aws:backup/vault:Vault":
-        out |= {
-            "id": given_name,
-            "name": given_name,
-            "arn": f"{arn_base}:backup-vault:{given_name}",
         }
     elif type_token == "aws:backup/plan:Plan":
         plan_id = str(uuid.uuid5(uuid.NAMESPACE_URL, key))

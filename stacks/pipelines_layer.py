@@ -19,8 +19,6 @@ import pulumi_kubernetes as k8s
 
 from modules.aws import iam
 from modules.aws.pipelines_access import prefixes_access
-from modules.aws.storage import ImageRegistry, ImageRegistryArgs
-from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import spec as kfp
@@ -29,6 +27,8 @@ from modules.k8s.tracking.users import PIPELINES_USERNAME
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
+from .secrets import required_secret
+from .workload_aws import WorkloadAws
 
 ROOT = Path(__file__).resolve().parents[1]
 _PASSWORD = re.compile(r"[A-Za-z0-9._~-]{16,}")
@@ -78,46 +78,29 @@ def tracking_service_users(config: StackConfig) -> tuple[str, ...]:
 
 
 def build_pipelines_aws(
-    name: str,
-    account_id: str,
-    config: StackConfig,
-    *,
-    cluster_name: pulumi.Input[str],
-    bucket_arn: pulumi.Input[str],
-    bucket_name: pulumi.Input[str],
-    storage_key_arn: pulumi.Input[str],
-    database_host: pulumi.Input[str],
-    opts: pulumi.ResourceOptions,
+    config: StackConfig, aws: WorkloadAws, database_host: pulumi.Input[str]
 ) -> PipelinesAws:
     """One ECR repository per mirrored KFP image (``<name>/kubeflow-pipelines/<image>``)
     and for the platform's ``pipelines`` image, and one Pod Identity role per KFP
     identity, each on its prefixes of the data bucket (`modules.aws.pipelines_access`)."""
     for image in (*(f"{kfp.MIRROR_PATH}/{i}" for i in kfp.MIRRORED_IMAGES), kfp.PIPELINES_IMAGE):
-        ImageRegistry(
-            f"registry-{image.replace('/', '-')}",
-            ImageRegistryArgs(repository_name=f"{name}/{image}", storage_key_arn=storage_key_arn),
-            opts,
-        )
+        aws.repository(f"registry-{image.replace('/', '-')}", image)
     for resource, account, description, write, read in ROLES:
-        PodIdentityRole(
+        aws.pod_role(
             resource,
-            PodIdentityRoleArgs(
-                cluster_name=cluster_name,
-                namespace=kfp.NAMESPACE,
-                service_account=account,
-                description=description,
-                policy=iam.json_document(
-                    functools.partial(_access, region=config.region, write=write, read=read),
-                    bucket_arn,
-                    storage_key_arn,
-                ),
+            namespace=kfp.NAMESPACE,
+            service_account=account,
+            description=description,
+            policy=iam.json_document(
+                functools.partial(_access, region=config.region, write=write, read=read),
+                aws.bucket_arn,
+                aws.storage_key_arn,
             ),
-            opts,
         )
     return PipelinesAws(
-        registry=f"{account_id}.dkr.ecr.{config.region}.amazonaws.com/{name}",
-        bucket_name=bucket_name,
-        storage_key_arn=storage_key_arn,
+        registry=aws.registry,
+        bucket_name=aws.bucket_name,
+        storage_key_arn=aws.storage_key_arn,
         database_host=database_host,
         vpc_cidr=config.network.vpc_cidr,
     )
@@ -135,15 +118,7 @@ def _access(
 
 
 def _secret(key: str, what: str) -> pulumi.Output[str]:
-    value = pulumi.Config(PROJECT).get_secret(key)
-    if value is None:
-        raise ConfigError(
-            [
-                f"{PROJECT}:{key}: missing; {what}: pulumi config set --secret {key} "
-                "(or set pipelines.enabled: false)"
-            ]
-        )
-    return value
+    return required_secret(key, what, "set pipelines.enabled: false")
 
 
 def database_password() -> pulumi.Output[str]:

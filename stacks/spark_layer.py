@@ -14,8 +14,6 @@ import pulumi_kubernetes as k8s
 
 from modules.aws import iam
 from modules.aws.spark_access import spark_data_access
-from modules.aws.storage import ImageRegistry, ImageRegistryArgs
-from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs
 from modules.k8s.common import system_node_selector
 from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.spark import spec as ss
@@ -23,49 +21,32 @@ from modules.k8s.spark.component import SparkPlatform
 from modules.pools import NodePoolProfile
 
 from .config import StackConfig
+from .workload_aws import WorkloadAws
 
 
-def build_spark_aws(
-    name: str,
-    config: StackConfig,
-    *,
-    cluster_name: pulumi.Input[str],
-    bucket_arn: pulumi.Input[str],
-    storage_key_arn: pulumi.Input[str],
-    opts: pulumi.ResourceOptions,
-) -> None:
+def build_spark_aws(config: StackConfig, aws: WorkloadAws) -> None:
     """The data image's repository (``<name>/data``) and, per team with a Spark job, a
     role only the team's ServiceAccount ``spark-<team>`` in the team's Spark namespace
     (``spark-<team>``, `ss.jobs_namespace`) can assume: the team's raw files read, its
     datasets and event logs written, the storage key through S3 in the region."""
-    ImageRegistry(
-        "registry-data",
-        ImageRegistryArgs(
-            repository_name=f"{name}/{ss.DATA_REPOSITORY}", storage_key_arn=storage_key_arn
-        ),
-        opts,
-    )
+    aws.repository("registry-data", ss.DATA_REPOSITORY)
     for team in config.spark.teams:
-        PodIdentityRole(
+        aws.pod_role(
             f"spark-{team}",
-            PodIdentityRoleArgs(
-                cluster_name=cluster_name,
-                namespace=ss.jobs_namespace(team),
-                service_account=ss.service_account_name(team),
-                description=f"Spark jobs of team {team}: raw files in, datasets and logs out",
-                policy=iam.json_document(
-                    functools.partial(
-                        spark_data_access,
-                        region=config.region,
-                        raw_prefix=ss.raw_prefix(team),
-                        datasets_prefix=ss.datasets_prefix(team),
-                        event_log_prefix=ss.event_log_prefix(team),
-                    ),
-                    bucket_arn,
-                    storage_key_arn,
+            namespace=ss.jobs_namespace(team),
+            service_account=ss.service_account_name(team),
+            description=f"Spark jobs of team {team}: raw files in, datasets and logs out",
+            policy=iam.json_document(
+                functools.partial(
+                    spark_data_access,
+                    region=config.region,
+                    raw_prefix=ss.raw_prefix(team),
+                    datasets_prefix=ss.datasets_prefix(team),
+                    event_log_prefix=ss.event_log_prefix(team),
                 ),
+                aws.bucket_arn,
+                aws.storage_key_arn,
             ),
-            opts,
         )
 
 

@@ -3,9 +3,12 @@ uses for its image tags, registries and CIDRs."""
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass
+
 import pytest
 
-from modules.validation import Checker, InvalidArgsError
+from modules.validation import Checker, InvalidArgsError, TextFormat
 
 
 def problems(*calls: tuple[str, tuple[object, ...]]) -> list[str]:
@@ -47,4 +50,48 @@ def test_every_bad_cidr_is_named_by_its_index() -> None:
     assert found == [
         "cidrs[1]: got '10.0.0.1/16'; a CIDR like 10.1.0.0/16",
         "cidrs[2]: got 'nope'; a CIDR like 10.1.0.0/16",
+    ]
+
+
+def test_a_text_format_names_what_it_expects() -> None:
+    team = TextFormat(r"^[a-z]+$", "a team name")
+    assert problems(("matches", ("team", "nlp", team))) == []
+    assert problems(("matches", ("team", "NLP", team))) == ["team: got 'NLP'; a team name"]
+
+
+def test_one_of_lists_the_choices_and_says_why() -> None:
+    assert problems(("one_of", ("mode", "a", ("a", "b")))) == []
+    assert problems(("one_of", ("mode", "c", ("a", "b")))) == ["mode: got 'c'; one of 'a', 'b'"]
+    assert problems(("one_of", ("mode", "c", ("a", "b"), "never c"))) == [
+        "mode: got 'c'; one of 'a', 'b' (never c)"
+    ]
+
+
+def test_within_and_ranges_check_both_bounds() -> None:
+    assert problems(("within", ("days", 1, 1, 35)), ("within", ("days", 35, 1, 35))) == []
+    assert problems(("within", ("days", 0, 1, 35, "0 turns it off"))) == [
+        "days: got 0; use 1 to 35 (0 turns it off)"
+    ]
+
+    @dataclass(frozen=True)
+    class Sizes:
+        small: int
+        large: int
+
+    bounds = {"small": (1, 10), "large": (100, 1000)}
+    assert problems(("ranges", (Sizes(10, 100), bounds))) == []
+    assert problems(("ranges", (Sizes(11, 99), bounds))) == [
+        "small: got 11; use 1 to 10",
+        "large: got 99; use 100 to 1000",
+    ]
+
+
+def test_ipv4_networks_returns_the_valid_ones_and_names_the_rest() -> None:
+    check = Checker()
+    found = check.ipv4_networks("cidrs", ["10.0.0.0/16", "10.0.0.1/16", "fd00::/8", "x"])
+    assert found == [("cidrs[0]", "10.0.0.0/16", ipaddress.IPv4Network("10.0.0.0/16"))]
+    assert [p.describe() for p in check.problems] == [
+        "cidrs[1]: got '10.0.0.1/16'; expected an IPv4 CIDR",
+        "cidrs[2]: got 'fd00::/8'; expected an IPv4 CIDR",
+        "cidrs[3]: got 'x'; expected an IPv4 CIDR",
     ]

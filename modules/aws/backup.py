@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from . import iam
 from .backup_spec import BackupSpec
 from .iam import Document, document
@@ -48,13 +50,7 @@ def vault_key_access(key_arn: str) -> Document:
         {
             "Sid": "UseVaultKey",
             "Effect": "Allow",
-            "Action": [
-                "kms:Encrypt",
-                "kms:Decrypt",
-                "kms:ReEncrypt*",
-                "kms:GenerateDataKey*",
-                "kms:DescribeKey",
-            ],
+            "Action": list(iam.KEY_USE_ACTIONS),
             "Resource": key_arn,
         },
         {
@@ -117,7 +113,7 @@ class StackBackupsArgs:
     targets: Sequence[BackupTarget]
 
 
-class StackBackups(pulumi.ComponentResource):
+class StackBackups(AwsComponent[StackBackupsArgs]):
     """The locked vault, the daily plan, its selections and the backup/restore roles."""
 
     vault: aws.backup.Vault
@@ -125,10 +121,7 @@ class StackBackups(pulumi.ComponentResource):
     backup_role: aws.iam.Role
     restore_role: aws.iam.Role
 
-    def __init__(
-        self, name: str, args: StackBackupsArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:StackBackups", name, None, opts)
+    def declare(self, name: str, args: StackBackupsArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         spec = args.spec
         # Recovery points are data: the vault is never deleted by the program, and AWS
@@ -208,11 +201,9 @@ class StackBackups(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
-        self.register_outputs(
-            {
-                "vault": self.vault.name,
-                "plan_id": self.plan.id,
-                "backup_role_arn": self.backup_role.arn,
-                "restore_role_arn": self.restore_role.arn,
-            }
-        )
+        return {
+            "vault": self.vault.name,
+            "plan_id": self.plan.id,
+            "backup_role_arn": self.backup_role.arn,
+            "restore_role_arn": self.restore_role.arn,
+        }

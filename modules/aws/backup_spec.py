@@ -10,16 +10,18 @@ falls outside the lock's minimum and maximum is refused by the locked vault.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 #: AWS Backup's bounds on retention and on a vault lock (days).
 MAX_RETENTION_DAYS = 36500
 MIN_CHANGEABLE_FOR_DAYS = 3
 # AWS Backup schedule expressions: cron(...) with six fields, UTC.
-_CRON = re.compile(r"^cron\((\S+\s+){5}\S+\)$")
+_CRON = TextFormat(
+    r"^cron\((\S+\s+){5}\S+\)$",
+    "use an AWS Backup cron expression such as cron(0 1 * * ? *) (six fields, UTC)",
+)
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,7 @@ class BackupSpec:
                 "other retentions"
             ),
         )
-        check.require(
-            bool(_CRON.match(self.schedule)),
-            "schedule",
-            self.schedule,
-            "use an AWS Backup cron expression such as cron(0 1 * * ? *) (six fields, UTC)",
-        )
+        check.matches("schedule", self.schedule, _CRON)
         check.require(
             self.start_window_minutes >= 60,
             "start_window_minutes",

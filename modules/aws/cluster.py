@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from . import iam
 from .logs import encrypted_log_group
 
@@ -108,7 +110,7 @@ class EksClusterArgs:
     creator_admin_access: bool = True
 
 
-class EksCluster(pulumi.ComponentResource):
+class EksCluster(AwsComponent[EksClusterArgs]):
     """The control plane, its IAM role and log group, admin access entries, the node
     role, and the add-ons nodes need before they can join (VPC CNI, kube-proxy, Pod
     Identity agent)."""
@@ -117,10 +119,7 @@ class EksCluster(pulumi.ComponentResource):
     node_role: aws.iam.Role
     kubeconfig: pulumi.Output[str]
 
-    def __init__(
-        self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:EksCluster", name, None, opts)
+    def declare(self, name: str, args: EksClusterArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         # EKS writes to exactly this name; creating it first lets us set key and retention.
         log_group = encrypted_log_group(
@@ -233,9 +232,7 @@ class EksCluster(pulumi.ComponentResource):
                 self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data
             ).apply(lambda v: kubeconfig(v[0], v[1], v[2], args.region))
         )
-        self.register_outputs(
-            {"cluster_name": self.cluster.name, "endpoint": self.cluster.endpoint}
-        )
+        return {"cluster_name": self.cluster.name, "endpoint": self.cluster.endpoint}
 
 
 @dataclass(frozen=True)
@@ -251,14 +248,11 @@ class ClusterAddonsArgs:
     storage_key_arn: pulumi.Input[str]
 
 
-class ClusterAddons(pulumi.ComponentResource):
+class ClusterAddons(AwsComponent[ClusterAddonsArgs]):
     """Add-ons that need running nodes: CoreDNS and the EBS CSI driver (with its own
     Pod Identity role, allowed to use the storage key for the volumes it creates)."""
 
-    def __init__(
-        self, name: str, args: ClusterAddonsArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:ClusterAddons", name, None, opts)
+    def declare(self, name: str, args: ClusterAddonsArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         ebs_role = iam.role(
             f"{name}-ebs-csi",
@@ -287,4 +281,4 @@ class ClusterAddons(pulumi.ComponentResource):
             resolve_conflicts_on_create="OVERWRITE",
             opts=child,
         )
-        self.register_outputs({})
+        return {}

@@ -15,6 +15,7 @@ from modules.aws.private_data_store import (
     PrivateDataStoreNetworkArgs,
     private_data_store_network,
 )
+from modules.component_base import AwsComponent, Outputs
 
 POSTGRES_PORT = 5432
 #: MLflow's database and the RDS master user (MLflow is the only client).
@@ -71,15 +72,12 @@ class TrackingDatabaseArgs:
     multi_az: bool
 
 
-class TrackingDatabase(pulumi.ComponentResource):
+class TrackingDatabase(AwsComponent[TrackingDatabaseArgs]):
     """RDS for PostgreSQL for MLflow's backend store (protected: it is data)."""
 
     instance: aws.rds.Instance
 
-    def __init__(
-        self, name: str, args: TrackingDatabaseArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:TrackingDatabase", name, None, opts)
+    def declare(self, name: str, args: TrackingDatabaseArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         identifier = f"{args.name_prefix}-mlflow"
         network = private_data_store_network(
@@ -145,9 +143,7 @@ class TrackingDatabase(pulumi.ComponentResource):
             performance_insights_retention_period=7,
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
-        self.register_outputs(
-            {"address": self.instance.address, "identifier": self.instance.identifier}
-        )
+        return {"address": self.instance.address, "identifier": self.instance.identifier}
 
     def password(self, invoke: pulumi.InvokeOutputOptions) -> pulumi.Output[str]:
         """The master password as Secrets Manager holds it now (a secret Output).

@@ -50,6 +50,43 @@ def pod_identity_trust() -> Document:
     )
 
 
+#: Every use of a CMK for data (not its administration).
+KEY_USE_ACTIONS = (
+    "kms:Encrypt",
+    "kms:Decrypt",
+    "kms:ReEncrypt*",
+    "kms:GenerateDataKey*",
+    "kms:DescribeKey",
+)
+
+
+def list_prefixes(
+    bucket_arn: str, prefixes: Sequence[str], sid: str = "ListOwnPrefixes"
+) -> Document:
+    """A statement: list the bucket's keys below ``prefixes`` only."""
+    return {
+        "Sid": sid,
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": bucket_arn,
+        "Condition": {"StringLike": {"s3:prefix": [p for x in prefixes for p in (x, f"{x}*")]}},
+    }
+
+
+def storage_key_through_s3(
+    storage_key_arn: str, region: str, *, write: bool, sid: str = "UseStorageKeyThroughS3"
+) -> Document:
+    """A statement: the bucket's key, only through S3 in ``region``, to decrypt what is
+    read and (``write``) to make the data keys of what is written."""
+    return {
+        "Sid": sid,
+        "Effect": "Allow",
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"] if write else "kms:Decrypt",
+        "Resource": storage_key_arn,
+        "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
+    }
+
+
 def training_data_access(
     bucket_arn: str, prefix: str, storage_key_arn: str, region: str
 ) -> Document:
@@ -62,13 +99,7 @@ def training_data_access(
         region: the stack's region (the key may only be used via S3 in this region).
     """
     return document(
-        {
-            "Sid": "ListOwnPrefix",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
-        },
+        list_prefixes(bucket_arn, [prefix], sid="ListOwnPrefix"),
         {
             "Sid": "ReadWriteOwnPrefix",
             "Effect": "Allow",
@@ -81,13 +112,7 @@ def training_data_access(
             ],
             "Resource": f"{bucket_arn}/{prefix}*",
         },
-        {
-            "Sid": "UseStorageKeyThroughS3",
-            "Effect": "Allow",
-            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-            "Resource": storage_key_arn,
-            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
-        },
+        storage_key_through_s3(storage_key_arn, region, write=True),
     )
 
 
@@ -141,13 +166,7 @@ def key_grant_access(key_arn: str) -> Document:
         {
             "Sid": "EncryptVolumes",
             "Effect": "Allow",
-            "Action": [
-                "kms:Encrypt",
-                "kms:Decrypt",
-                "kms:ReEncrypt*",
-                "kms:GenerateDataKey*",
-                "kms:DescribeKey",
-            ],
+            "Action": list(KEY_USE_ACTIONS),
             "Resource": key_arn,
         },
     )

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from .identity_spec import GROUP_TAG, TEAM_TAG, IdentitySpec
 
 
@@ -24,7 +26,7 @@ class TeamAccessArgs:
     spec: IdentitySpec
 
 
-class TeamAccess(pulumi.ComponentResource):
+class TeamAccess(AwsComponent[TeamAccessArgs]):
     """Per team: an access entry (type STANDARD, Kubernetes group ``team:<name>``) for
     the role its Identity Center group signs in as, and one access policy association
     scoped to the team's namespace. Nothing cluster-wide: that is for admins."""
@@ -32,10 +34,7 @@ class TeamAccess(pulumi.ComponentResource):
     entries: dict[str, aws.eks.AccessEntry]
     associations: dict[str, aws.eks.AccessPolicyAssociation]
 
-    def __init__(
-        self, name: str, args: TeamAccessArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:TeamAccess", name, None, opts)
+    def declare(self, name: str, args: TeamAccessArgs) -> Outputs:
         self.entries, self.associations = {}, {}
         for access in args.spec.teams:
             entry = aws.eks.AccessEntry(
@@ -58,4 +57,4 @@ class TeamAccess(pulumi.ComponentResource):
                 access_scope={"type": "namespace", "namespaces": [access.namespace]},
                 opts=pulumi.ResourceOptions(parent=self),
             )
-        self.register_outputs({"teams": {t.team: t.role_arn for t in args.spec.teams}})
+        return {"teams": {t.team: t.role_arn for t in args.spec.teams}}

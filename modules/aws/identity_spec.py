@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from modules.k8s.names import team_group, team_namespace
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 #: EKS access policies (arn:aws:eks::aws:cluster-access-policy/...).
 ACCESS_POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
@@ -38,6 +38,16 @@ GROUP_ID = re.compile(
 )
 #: An IAM role ARN; Identity Center's roles carry the path aws-reserved/sso.amazonaws.com/.
 ROLE_ARN = re.compile(r"^arn:aws:iam::\d{12}:role/[\w+=,.@/-]+$")
+_GROUP = TextFormat(
+    GROUP_ID.pattern,
+    "an IAM Identity Center group id (the identity store's GroupId), e.g. "
+    "9067c2b4d1-1f2e3d4c-5b6a-4789-8a9b-0c1d2e3f4a5b",
+)
+_ROLE = TextFormat(
+    ROLE_ARN.pattern,
+    "an IAM role ARN, e.g. arn:aws:iam::123456789012:role/aws-reserved/"
+    "sso.amazonaws.com/me-central-1/AWSReservedSSO_gpu-nlp_0123456789abcdef",
+)
 
 #: Tags on each team's access entry: which team and which group it serves (audit).
 TEAM_TAG = "gpuplatform/team"
@@ -64,25 +74,13 @@ class TeamAccessSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(GROUP_ID.match(self.group)),
-            "group",
-            self.group,
-            "an IAM Identity Center group id (the identity store's GroupId), e.g. "
-            "9067c2b4d1-1f2e3d4c-5b6a-4789-8a9b-0c1d2e3f4a5b",
-        )
-        check.require(
-            bool(ROLE_ARN.match(self.role_arn)),
-            "role_arn",
-            self.role_arn,
-            "an IAM role ARN, e.g. arn:aws:iam::123456789012:role/aws-reserved/"
-            "sso.amazonaws.com/me-central-1/AWSReservedSSO_gpu-nlp_0123456789abcdef",
-        )
-        check.require(
-            self.access in POLICY_FOR_ACCESS,
+        check.matches("group", self.group, _GROUP)
+        check.matches("role_arn", self.role_arn, _ROLE)
+        check.one_of(
             "access",
             self.access,
-            "one of 'edit', 'view' (admin rights are for cluster.adminRoleArns only)",
+            tuple(POLICY_FOR_ACCESS),
+            "admin rights are for cluster.adminRoleArns only",
         )
         check.done()
 

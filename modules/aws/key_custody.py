@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from .key_custody_spec import KeyStoreSpec, Stage
 
 
@@ -49,7 +51,7 @@ class KeyCustodyArgs:
     xks_secret_access_key: pulumi.Input[str] | None = None
 
 
-class KeyCustody(pulumi.ComponentResource):
+class KeyCustody(AwsComponent[KeyCustodyArgs]):
     """The custom key store (and the CloudHSM cluster and HSMs the stack creates)."""
 
     cluster: aws.cloudhsmv2.Cluster | None
@@ -58,10 +60,7 @@ class KeyCustody(pulumi.ComponentResource):
     #: stage ``key-store``).
     key_store_id: pulumi.Input[str] | None
 
-    def __init__(
-        self, name: str, args: KeyCustodyArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:KeyCustody", name, None, opts)
+    def declare(self, name: str, args: KeyCustodyArgs) -> Outputs:
         spec = args.spec
         self.cluster, self.key_store = None, None
         self.key_store_id = spec.id
@@ -89,12 +88,10 @@ class KeyCustody(pulumi.ComponentResource):
         if spec.created_by_stack and args.stage != "cluster":
             self.key_store = self._key_store(name, args, hsms)
             self.key_store_id = self.key_store.id
-        self.register_outputs(
-            {
-                "cluster_id": self.cluster.cluster_id if self.cluster else spec.cluster_id,
-                "key_store_id": self.key_store_id,
-            }
-        )
+        return {
+            "cluster_id": self.cluster.cluster_id if self.cluster else spec.cluster_id,
+            "key_store_id": self.key_store_id,
+        }
 
     def _key_store(
         self, name: str, args: KeyCustodyArgs, hsms: list[aws.cloudhsmv2.Hsm]

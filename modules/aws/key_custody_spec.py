@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from modules.residency import UAE_COUNTRIES
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 #: The stack's key purposes (`modules.aws.kms.KEY_PURPOSES`), repeated so this module
 #: stays free of Pulumi imports.
@@ -30,15 +30,20 @@ PURPOSES = ("secrets", "storage", "logs")
 #: Stages of a stack whose key store is made by the stack itself (docs/compliance.md).
 Stage = Literal["cluster", "key-store", "keys"]
 
-_STORE_ID = re.compile(r"^cks-[0-9a-f]{17}$")
-_CLUSTER_ID = re.compile(r"^cluster-[2-7a-zA-Z]{11,16}$")
+_STORE_ID = TextFormat(
+    r"^cks-[0-9a-f]{17}$", "expected a custom key store id like cks-5ebd4ef395a96288e"
+)
+_CLUSTER_ID = TextFormat(
+    r"^cluster-[2-7a-zA-Z]{11,16}$",
+    "expected a CloudHSM cluster id like cluster-jxhlf7644ne",
+)
 _ENDPOINT = re.compile(r"^https://[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:\d{1,5})?$")
 # AWS KMS: the proxy URI path ends in /kms/xks/v1, after an optional prefix.
 _XKS_PATH = re.compile(r"^(/[a-zA-Z0-9_.~-]+)*/kms/xks/v1$")
 _ENDPOINT_SERVICE = re.compile(r"^com\.amazonaws\.vpce\.([a-z0-9-]+)\.vpce-svc-[0-9a-f]{8,17}$")
-_NAME = re.compile(r"^[a-zA-Z0-9:/_-]{1,256}$")
+_NAME = TextFormat(r"^[a-zA-Z0-9:/_-]{1,256}$", "use letters, digits, : / _ -")
 # An external key manager's key ids (KMS XksKeyId: 1-128 of a-z A-Z 0-9 - _ .).
-_XKS_KEY_ID = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_XKS_KEY_ID = TextFormat(r"^[a-zA-Z0-9_.-]{1,128}$", "1 to 128 letters, digits or _ . -")
 _PEM = re.compile(r"^-----BEGIN CERTIFICATE-----\s.+\s-----END CERTIFICATE-----\s*$", re.S)
 
 
@@ -112,16 +117,9 @@ class KeyStoreSpec:
     def __post_init__(self) -> None:
         check = Checker()
         if self.id is not None:
-            check.require(
-                bool(_STORE_ID.match(self.id)),
-                "id",
-                self.id,
-                "expected a custom key store id like cks-5ebd4ef395a96288e",
-            )
+            check.matches("id", self.id, _STORE_ID)
         if self.name is not None:
-            check.require(
-                bool(_NAME.match(self.name)), "name", self.name, "use letters, digits, : / _ -"
-            )
+            check.matches("name", self.name, _NAME)
         if self.type == "cloudhsm":
             self._check_cloudhsm(check)
         else:
@@ -146,12 +144,7 @@ class KeyStoreSpec:
             "cluster) or createCluster: true" + (f"; got {', '.join(sources)}" if sources else ""),
         )
         if self.cluster_id is not None:
-            check.require(
-                bool(_CLUSTER_ID.match(self.cluster_id)),
-                "cluster_id",
-                self.cluster_id,
-                "expected a CloudHSM cluster id like cluster-jxhlf7644ne",
-            )
+            check.matches("cluster_id", self.cluster_id, _CLUSTER_ID)
         check.require(
             self.hsm_count >= 2,
             "hsm_count",
@@ -245,12 +238,7 @@ class KeyStoreSpec:
             f"give the external key id of each purpose: {', '.join(PURPOSES)}",
         )
         for purpose, key_id in sorted(self.external_key_ids.items()):
-            check.require(
-                bool(_XKS_KEY_ID.match(key_id)),
-                f"external_key_ids.{purpose}",
-                key_id,
-                "1 to 128 letters, digits or _ . -",
-            )
+            check.matches(f"external_key_ids.{purpose}", key_id, _XKS_KEY_ID)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from .iam import Document, document
 
 KeyPurpose = Literal["secrets", "storage", "logs"]
@@ -126,16 +128,13 @@ class RegionalKeysArgs:
     xks_key_ids: Mapping[KeyPurpose, str] = field(default_factory=dict)
 
 
-class RegionalKeys(pulumi.ComponentResource):
+class RegionalKeys(AwsComponent[RegionalKeysArgs]):
     """One single-region, protected CMK per purpose, with an alias each: rotating in AWS
     KMS, or held in a custom key store (where KMS cannot rotate them automatically)."""
 
     keys: dict[KeyPurpose, aws.kms.Key]
 
-    def __init__(
-        self, name: str, args: RegionalKeysArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:RegionalKeys", name, None, opts)
+    def declare(self, name: str, args: RegionalKeysArgs) -> Outputs:
         self.keys = {}
         in_store = args.custom_key_store_id is not None
         for purpose in KEY_PURPOSES:
@@ -165,7 +164,7 @@ class RegionalKeys(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.keys[purpose] = key
-        self.register_outputs({p: k.arn for p, k in self.keys.items()})
+        return {p: k.arn for p, k in self.keys.items()}
 
     def arn(self, purpose: KeyPurpose) -> pulumi.Output[str]:
         """The ARN of the key for ``purpose``."""

@@ -12,6 +12,8 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from . import iam
 from .logs import encrypted_log_group
 
@@ -75,7 +77,7 @@ class NetworkArgs:
     cluster_name: str
 
 
-class Network(pulumi.ComponentResource):
+class Network(AwsComponent[NetworkArgs]):
     """VPC, subnets, routing, NAT, VPC endpoints and encrypted flow logs."""
 
     vpc: aws.ec2.Vpc
@@ -83,10 +85,7 @@ class Network(pulumi.ComponentResource):
     public_subnets: dict[str, aws.ec2.Subnet]
     private_route_tables: list[aws.ec2.RouteTable]
 
-    def __init__(
-        self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:Network", name, None, opts)
+    def declare(self, name: str, args: NetworkArgs) -> Outputs:
         self._name, self._args = name, args
         child = pulumi.ResourceOptions(parent=self)
         self.vpc = aws.ec2.Vpc(
@@ -123,12 +122,10 @@ class Network(pulumi.ComponentResource):
         self._endpoints(name, args, private_route_tables)
         if args.logs_key_arn is not None:
             self.enable_flow_logs(args.logs_key_arn)
-        self.register_outputs(
-            {
-                "vpc_id": self.vpc.id,
-                "private_subnet_ids": [s.id for s in self.private_subnets.values()],
-            }
-        )
+        return {
+            "vpc_id": self.vpc.id,
+            "private_subnet_ids": [s.id for s in self.private_subnets.values()],
+        }
 
     def _routing(self, name: str, args: NetworkArgs) -> list[aws.ec2.RouteTable]:
         child = pulumi.ResourceOptions(parent=self)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
 from modules.pools import NodePoolProfile
 
 from .instance_types import InstanceTypeInfo
@@ -146,17 +147,14 @@ class NodePoolArgs:
     tags: Mapping[str, str]
 
 
-class NodePool(pulumi.ComponentResource):
+class NodePool(AwsComponent[NodePoolArgs]):
     """A managed node group, its launch template and, for EFA, a placement group."""
 
     profile: NodePoolProfile
     node_group: aws.eks.NodeGroup
     launch_template: aws.ec2.LaunchTemplate
 
-    def __init__(
-        self, name: str, args: NodePoolArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:NodePool", name, None, opts)
+    def declare(self, name: str, args: NodePoolArgs) -> Outputs:
         spec, info = args.spec, args.info
         self.profile = node_pool_profile(spec, info, args.zones)
         child = pulumi.ResourceOptions(parent=self)
@@ -261,9 +259,7 @@ class NodePool(pulumi.ComponentResource):
                 opts=child,
             )
 
-        self.register_outputs(
-            {"node_group_name": self.node_group.node_group_name, "zones": list(args.zones)}
-        )
+        return {"node_group_name": self.node_group.node_group_name, "zones": list(args.zones)}
 
 
 def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource] | None) -> str:

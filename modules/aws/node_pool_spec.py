@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
-_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$")
+_NAME = TextFormat(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$", "use lowercase letters, digits, dashes")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 
 
@@ -118,9 +118,7 @@ class NodePoolSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_NAME.match(self.name)), "name", self.name, "use lowercase letters, digits, dashes"
-        )
+        check.matches("name", self.name, _NAME)
         check.require(self.min_size >= 0, "min_size", self.min_size, "must be 0 or more")
         check.require(self.max_size >= 1, "max_size", self.max_size, "must be at least 1")
         check.require(
@@ -151,9 +149,7 @@ class NodePoolSpec:
             self.gpu_sharing,
             "GPU sharing applies to gpu pools only",
         )
-        check.require(
-            1 <= self.gpu_replicas <= 16, "gpu_replicas", self.gpu_replicas, "use 1 to 16"
-        )
+        check.within("gpu_replicas", self.gpu_replicas, 1, 16)
         check.require(
             self.imds_hop_limit in (1, 2), "imds_hop_limit", self.imds_hop_limit, "use 1 or 2"
         )

@@ -11,29 +11,9 @@ the region.
 
 from __future__ import annotations
 
-from modules.aws.iam import Document, document
+from modules.aws.iam import Document, document, list_prefixes, storage_key_through_s3
 
 _WRITE = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
-
-
-def _list(bucket_arn: str, prefixes: list[str]) -> dict[str, object]:
-    return {
-        "Sid": "ListOwnPrefixes",
-        "Effect": "Allow",
-        "Action": "s3:ListBucket",
-        "Resource": bucket_arn,
-        "Condition": {"StringLike": {"s3:prefix": [p for x in prefixes for p in (x, f"{x}*")]}},
-    }
-
-
-def _key(storage_key_arn: str, region: str, write: bool) -> dict[str, object]:
-    return {
-        "Sid": "UseStorageKeyThroughS3",
-        "Effect": "Allow",
-        "Action": ["kms:Decrypt", "kms:GenerateDataKey"] if write else "kms:Decrypt",
-        "Resource": storage_key_arn,
-        "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
-    }
 
 
 def prefixes_access(
@@ -57,7 +37,7 @@ def prefixes_access(
     """
     if not write and not read:
         raise ValueError("a pipelines role needs at least one prefix")
-    statements: list[dict[str, object]] = [_list(bucket_arn, [*write, *read])]
+    statements: list[dict[str, object]] = [list_prefixes(bucket_arn, [*write, *read])]
     if write:
         statements.append(
             {
@@ -76,5 +56,5 @@ def prefixes_access(
                 "Resource": [f"{bucket_arn}/{p}*" for p in read],
             }
         )
-    statements.append(_key(storage_key_arn, region, write=bool(write)))
+    statements.append(storage_key_through_s3(storage_key_arn, region, write=bool(write)))
     return document(*statements)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modules.aws.iam import Document, document
+from modules.aws.iam import Document, document, list_prefixes, storage_key_through_s3
 
 
 def model_artifact_read_access(
@@ -18,24 +18,12 @@ def model_artifact_read_access(
         region: the stack's region.
     """
     return document(
-        {
-            "Sid": "ListModelArtifacts",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
-        },
+        list_prefixes(bucket_arn, [prefix], sid="ListModelArtifacts"),
         {
             "Sid": "ReadModelArtifacts",
             "Effect": "Allow",
             "Action": "s3:GetObject",
             "Resource": f"{bucket_arn}/{prefix}*",
         },
-        {
-            "Sid": "DecryptThroughS3",
-            "Effect": "Allow",
-            "Action": "kms:Decrypt",
-            "Resource": storage_key_arn,
-            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
-        },
+        storage_key_through_s3(storage_key_arn, region, write=False, sid="DecryptThroughS3"),
     )

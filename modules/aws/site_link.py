@@ -12,6 +12,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from .logs import encrypted_log_group
 from .site_link_spec import (
     DH_GROUP_NUMBERS,
@@ -81,16 +83,13 @@ class SiteLinkArgs:
     log_retention_days: int
 
 
-class SiteLink(pulumi.ComponentResource):
+class SiteLink(AwsComponent[SiteLinkArgs]):
     """The VPN or Direct Connect side of the link, routes to the site, and the API rule."""
 
     api_rules: list[aws.vpc.SecurityGroupIngressRule]
     vpn_connection: aws.ec2.VpnConnection | None
 
-    def __init__(
-        self, name: str, args: SiteLinkArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:SiteLink", name, None, opts)
+    def declare(self, name: str, args: SiteLinkArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         spec = args.spec
         # The site's networks reach the private API endpoint, on 443 only.
@@ -121,7 +120,7 @@ class SiteLink(pulumi.ComponentResource):
                 allowed_prefixes=[args.vpc_cidr],
                 opts=child,
             )
-        self.register_outputs({"site_cidrs": list(spec.site_cidrs)})
+        return {"site_cidrs": list(spec.site_cidrs)}
 
     def _vpn_gateway(self, name: str, args: SiteLinkArgs, asn: int) -> aws.ec2.VpnGateway:
         """A virtual private gateway on the VPC whose routes (BGP-learned or the VPN's

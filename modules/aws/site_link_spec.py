@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 #: What each tunnel offers (valid values of EC2's VpnTunnelOptionsSpecification; the
 #: test reads them from botocore's model). One strong choice per phase is enough for a
@@ -58,7 +58,10 @@ NOT_INTERNET = tuple(
 )
 _TGW = re.compile(r"^tgw-[0-9a-f]{8,17}$")
 _TGW_ROUTE_TABLE = re.compile(r"^tgw-rtb-[0-9a-f]{8,17}$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_GATEWAY_ID = TextFormat(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+    "a Direct Connect gateway id such as 5f294f92-bafb-4011-916d-9b0bec736b4e",
+)
 #: The customer side's ASN: EC2's CreateCustomerGateway BgpAsn (1 to 2,147,483,647).
 MAX_CUSTOMER_ASN = 2_147_483_647
 
@@ -187,12 +190,7 @@ class DirectConnectSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_UUID.match(self.gateway_id)),
-            "gateway_id",
-            self.gateway_id,
-            "a Direct Connect gateway id such as 5f294f92-bafb-4011-916d-9b0bec736b4e",
-        )
+        check.matches("gateway_id", self.gateway_id, _GATEWAY_ID)
         check.require(
             _amazon_asn_ok(self.amazon_side_asn),
             "amazon_side_asn",

@@ -11,7 +11,7 @@ datasets, no listing of ``spark-events/``, and no multipart actions."""
 
 from __future__ import annotations
 
-from modules.aws.iam import Document, document
+from modules.aws.iam import Document, document, list_prefixes, storage_key_through_s3
 
 
 def spark_data_access(
@@ -36,15 +36,8 @@ def spark_data_access(
             them from the driver's disk, never over an existing object; it neither
             lists, reads, renames nor deletes them, so the role can do none of these).
     """
-    listed = (raw_prefix, datasets_prefix)
     return document(
-        {
-            "Sid": "ListOwnPrefixes",
-            "Effect": "Allow",
-            "Action": "s3:ListBucket",
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": [p for x in listed for p in (x, f"{x}*")]}},
-        },
+        list_prefixes(bucket_arn, [raw_prefix, datasets_prefix]),
         {
             "Sid": "ReadRawFiles",
             "Effect": "Allow",
@@ -63,11 +56,5 @@ def spark_data_access(
             "Action": "s3:PutObject",
             "Resource": f"{bucket_arn}/{event_log_prefix}*",
         },
-        {
-            "Sid": "UseStorageKeyThroughS3",
-            "Effect": "Allow",
-            "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-            "Resource": storage_key_arn,
-            "Condition": {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}},
-        },
+        storage_key_through_s3(storage_key_arn, region, write=True),
     )

@@ -11,6 +11,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from .backup_spec import lustre_backups_supported
 from .iam import Document, document, json_document
 
@@ -108,16 +110,13 @@ class DataStoreArgs:
     access_log_retention_days: int
 
 
-class DataStore(pulumi.ComponentResource):
+class DataStore(AwsComponent[DataStoreArgs]):
     """The datasets-and-checkpoints bucket and its server-access-log bucket."""
 
     bucket: aws.s3.Bucket
     log_bucket: aws.s3.Bucket
 
-    def __init__(
-        self, name: str, args: DataStoreArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:DataStore", name, None, opts)
+    def declare(self, name: str, args: DataStoreArgs) -> Outputs:
         self.log_bucket = self._bucket(
             f"{name}-logs", f"{args.bucket_prefix}-logs-{args.account_id}", args.logs_key_arn
         )
@@ -180,7 +179,7 @@ class DataStore(pulumi.ComponentResource):
             target_prefix="data-bucket/",
             opts=child,
         )
-        self.register_outputs({"bucket": self.bucket.bucket, "log_bucket": self.log_bucket.bucket})
+        return {"bucket": self.bucket.bucket, "log_bucket": self.log_bucket.bucket}
 
     def _bucket(self, name: str, bucket_name: str, key_arn: pulumi.Input[str]) -> aws.s3.Bucket:
         """A private, versioned bucket with SSE-KMS default encryption under ``key_arn``."""
@@ -248,15 +247,12 @@ class SharedFileSystemArgs:
     file_system_path: str
 
 
-class SharedFileSystem(pulumi.ComponentResource):
+class SharedFileSystem(AwsComponent[SharedFileSystemArgs]):
     """FSx for Lustre (PERSISTENT_2, CMK-encrypted) linked to the data bucket."""
 
     file_system: aws.fsx.LustreFileSystem
 
-    def __init__(
-        self, name: str, args: SharedFileSystemArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:SharedFileSystem", name, None, opts)
+    def declare(self, name: str, args: SharedFileSystemArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         group = aws.ec2.SecurityGroup(
             name, vpc_id=args.vpc_id, description="Lustre clients inside the VPC", opts=child
@@ -314,13 +310,11 @@ class SharedFileSystem(pulumi.ComponentResource):
             },
             opts=child,
         )
-        self.register_outputs(
-            {
-                "file_system_id": self.file_system.id,
-                "dns_name": self.file_system.dns_name,
-                "mount_name": self.file_system.mount_name,
-            }
-        )
+        return {
+            "file_system_id": self.file_system.id,
+            "dns_name": self.file_system.dns_name,
+            "mount_name": self.file_system.mount_name,
+        }
 
 
 def untagged_image_expiry(days: int) -> str:
@@ -358,15 +352,12 @@ class ImageRegistryArgs:
     storage_key_arn: pulumi.Input[str]
 
 
-class ImageRegistry(pulumi.ComponentResource):
+class ImageRegistry(AwsComponent[ImageRegistryArgs]):
     """The in-region ECR repository for training images: immutable tags, scan on push, KMS."""
 
     repository: aws.ecr.Repository
 
-    def __init__(
-        self, name: str, args: ImageRegistryArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:ImageRegistry", name, None, opts)
+    def declare(self, name: str, args: ImageRegistryArgs) -> Outputs:
         self.repository = aws.ecr.Repository(
             name,
             name=args.repository_name,
@@ -382,4 +373,4 @@ class ImageRegistry(pulumi.ComponentResource):
             policy=untagged_image_expiry(14),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"repository_url": self.repository.repository_url})
+        return {"repository_url": self.repository.repository_url}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
 from modules.validation import Checker
 
 #: Days a deleted team secret can still be restored (Secrets Manager: 7 to 30).
@@ -79,20 +80,14 @@ class TrackingUserSecretsArgs:
         check.done()
 
 
-class TrackingUserSecrets(pulumi.ComponentResource):
+class TrackingUserSecrets(AwsComponent[TrackingUserSecretsArgs]):
     """One Secrets Manager secret per user (the stack's ``secrets`` CMK, no replicas).
 
     Attributes:
         passwords: key (team name) -> the password as the secret's version holds it.
     """
 
-    def __init__(
-        self,
-        name: str,
-        args: TrackingUserSecretsArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:aws:TrackingUserSecrets", name, None, opts)
+    def declare(self, name: str, args: TrackingUserSecretsArgs) -> Outputs:
         self.passwords: dict[str, pulumi.Output[str]] = {}
         for team, username, password in args.teams:
             secret = aws.secretsmanager.Secret(
@@ -115,6 +110,4 @@ class TrackingUserSecrets(pulumi.ComponentResource):
             )
             readback: pulumi.Output[str] = version.secret_string.apply(password_of)
             self.passwords[team] = pulumi.Output.secret(readback)
-        self.register_outputs(
-            {"secrets": [user_secret_name(args.name_prefix, u) for _, u, _ in args.teams]}
-        )
+        return {"secrets": [user_secret_name(args.name_prefix, u) for _, u, _ in args.teams]}

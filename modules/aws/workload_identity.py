@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from modules.component_base import AwsComponent, Outputs
+
 from . import iam
 
 
@@ -35,15 +37,12 @@ class PodIdentityRoleArgs:
     policy: pulumi.Input[str]
 
 
-class PodIdentityRole(pulumi.ComponentResource):
+class PodIdentityRole(AwsComponent[PodIdentityRoleArgs]):
     """A role only EKS Pod Identity can assume, bound to one service account."""
 
     role: aws.iam.Role
 
-    def __init__(
-        self, name: str, args: PodIdentityRoleArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:PodIdentityRole", name, None, opts)
+    def declare(self, name: str, args: PodIdentityRoleArgs) -> Outputs:
         self.role = iam.role(
             name,
             json.dumps(iam.pod_identity_trust()),
@@ -59,4 +58,4 @@ class PodIdentityRole(pulumi.ComponentResource):
             role_arn=self.role.arn,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"role_arn": self.role.arn})
+        return {"role_arn": self.role.arn}

@@ -5,13 +5,14 @@ through the explicit provider."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.names import PART_OF
+from modules.k8s.names import KUBE_SYSTEM, PART_OF
 from modules.k8s.objects import KubernetesObject
 from modules.k8s.versions import Chart
 from modules.pools import (
@@ -96,6 +97,30 @@ def cluster_ip_service(
     }
 
 
+#: The key of the kube-apiserver flags in a `control_plane_file` ConfigMap.
+APISERVER_FLAGS_KEY = "kube-apiserver-flags"
+
+
+def control_plane_file(
+    name: str, key: str, text: str, flags: Sequence[str], digest_annotation: str
+) -> Manifest:
+    """A ``kube-system`` ConfigMap that a kube-apiserver file is copied from onto the
+    control-plane nodes (a site's API server is not the platform's to configure): the
+    file's ``text`` under ``key``, the ``flags`` that make the API server read it under
+    `APISERVER_FLAGS_KEY`, and the file's sha256 in the ``digest_annotation``, so that
+    a node's copy can be checked as current."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            name,
+            KUBE_SYSTEM,
+            annotations={digest_annotation: hashlib.sha256(text.encode()).hexdigest()},
+        ),
+        "data": {key: text, APISERVER_FLAGS_KEY: "\n".join(flags) + "\n"},
+    }
+
+
 def toleration(taint: Taint) -> Manifest:
     """The toleration matching exactly one taint."""
     return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
@@ -157,6 +182,19 @@ def register(
             parent=parent, provider=provider, depends_on=list(depends_on), protect=protect
         ),
     )
+
+
+def register_namespace(
+    namespace_manifest: Manifest,
+    contents: Iterable[Manifest],
+    parent: pulumi.Resource,
+    provider: k8s.Provider,
+) -> list[pulumi.Resource]:
+    """Register a namespace, then what must be in it before anything runs there (its
+    NetworkPolicies, ConfigMaps), each after the namespace. Returns the namespace and its
+    contents, in that order: what a release in the namespace waits for."""
+    ns = register(namespace_manifest, parent, provider)
+    return [ns, *(register(m, parent, provider, depends_on=[ns]) for m in contents)]
 
 
 def helm_release(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import pulumi
 
@@ -137,16 +138,38 @@ def allow_api_server(
     name: str = ALLOW_API_SERVER,
 ) -> Manifest:
     """Egress to the API server from the pods with ``pod_labels`` (all if none)."""
+    return allow_egress(
+        namespace, name, cidr_peers(network.api_server_cidrs), tcp(*API_SERVER_PORTS), pod_labels
+    )
+
+
+#: A rule of a one-way policy: its peers and the ports they may use.
+PeersOnPorts = tuple[Sequence[Manifest], Sequence[Manifest]]
+
+
+def _one_way(
+    direction: Literal["Ingress", "Egress"],
+    namespace: str,
+    name: str,
+    rules: Sequence[PeersOnPorts],
+    *,
+    pod_labels: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None,
+) -> Manifest:
+    """A policy of one direction for the pods with ``pod_labels`` (all if none): each
+    rule's peers (sources of ingress, destinations of egress) on its ports."""
+    peer_key = "from" if direction == "Ingress" else "to"
     return policy(
         namespace,
         name,
         {
             "podSelector": pods(pod_labels),
-            "policyTypes": ["Egress"],
-            "egress": [
-                {"to": cidr_peers(network.api_server_cidrs), "ports": tcp(*API_SERVER_PORTS)}
+            "policyTypes": [direction],
+            direction.lower(): [
+                {peer_key: list(peers), "ports": list(ports)} for peers, ports in rules
             ],
         },
+        labels,
     )
 
 
@@ -158,14 +181,8 @@ def allow_ingress(
     pod_labels: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Ingress from ``peers`` on ``ports`` to the pods with ``pod_labels`` (all if none)."""
-    return policy(
-        namespace,
-        name,
-        {
-            "podSelector": pods(pod_labels),
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": list(peers), "ports": list(ports)}],
-        },
+    return _one_way(
+        "Ingress", namespace, name, [(peers, ports)], pod_labels=pod_labels, labels=None
     )
 
 
@@ -179,38 +196,22 @@ def allow_egress(
     labels: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Egress to ``peers`` on ``ports`` from the pods with ``pod_labels`` (all if none)."""
-    return policy(
-        namespace,
-        name,
-        {
-            "podSelector": pods(pod_labels),
-            "policyTypes": ["Egress"],
-            "egress": [{"to": list(peers), "ports": list(ports)}],
-        },
-        labels,
+    return _one_way(
+        "Egress", namespace, name, [(peers, ports)], pod_labels=pod_labels, labels=labels
     )
 
 
 def allow_ingress_rules(
     namespace: str,
     name: str,
-    rules: Sequence[tuple[Sequence[Manifest], Sequence[Manifest]]],
+    rules: Sequence[PeersOnPorts],
     pod_labels: Mapping[str, str] | None = None,
     *,
     labels: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Ingress to the pods with ``pod_labels`` (all if none): each rule's peers on its
     ports (``[(peers, ports), ...]``)."""
-    return policy(
-        namespace,
-        name,
-        {
-            "podSelector": pods(pod_labels),
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": list(peers), "ports": list(ports)} for peers, ports in rules],
-        },
-        labels,
-    )
+    return _one_way("Ingress", namespace, name, rules, pod_labels=pod_labels, labels=labels)
 
 
 def allow_scrape(

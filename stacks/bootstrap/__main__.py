@@ -234,6 +234,25 @@ def _client_error(err: ClientError) -> str:
     return f"AWS refused {operation}: {code}: {error.get('Message', err)}"
 
 
+def _error_lines(err: BootstrapError | ClientError | BotoCoreError) -> list[str]:
+    """What to tell the user when the bootstrap stops (exit 2): the error, and what to do."""
+    if isinstance(err, ClientError):
+        return [
+            f"error: {_client_error(err)}",
+            "Fix it and run the bootstrap again: it resumes where it stopped.",
+        ]
+    # The first kind that matches: ProfileNotFound and EndpointConnectionError are
+    # BotoCoreErrors too.
+    templates: tuple[tuple[type[Exception], str], ...] = (
+        (ProfileNotFound, "{}: set AWS_PROFILE to a configured profile or unset it"),
+        (EndpointConnectionError, "cannot reach AWS: {}"),
+        (BotoCoreError, "the AWS configuration cannot be used: {}"),
+        (BootstrapError, "{}"),
+    )
+    template = next(text for kind, text in templates if isinstance(err, kind))
+    return [f"error: {template.format(err)}"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     problems = argument_problems(args)
@@ -271,21 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except ProfileNotFound as err:
-        print(f"error: {err}: set AWS_PROFILE to a configured profile or unset it", file=sys.stderr)
-        return 2
-    except BootstrapError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except ClientError as err:
-        print(f"error: {_client_error(err)}", file=sys.stderr)
-        print("Fix it and run the bootstrap again: it resumes where it stopped.", file=sys.stderr)
-        return 2
-    except EndpointConnectionError as err:
-        print(f"error: cannot reach AWS: {err}", file=sys.stderr)
-        return 2
-    except BotoCoreError as err:
-        print(f"error: the AWS configuration cannot be used: {err}", file=sys.stderr)
+    except (BootstrapError, ClientError, BotoCoreError) as err:
+        print("\n".join(_error_lines(err)), file=sys.stderr)
         return 2
     verb = "would change" if args.dry_run else "bootstrap of"
     print(f"{verb} account {names.account} in {names.region}:")

@@ -118,40 +118,45 @@ def state_bucket_policy(names: Names) -> Document:
 def trail_bucket_policy(names: Names) -> Document:
     """CloudTrail delivers only this account's trail; S3 delivers the state bucket's
     access logs; TLS only."""
-    bucket = names.trail_bucket
-    source_account = {"aws:SourceAccount": names.account}
+    bucket = f"arn:aws:s3:::{names.trail_bucket}"
+    from_trail = {"StringEquals": {"aws:SourceArn": names.trail_arn}}
     return {
         "Version": "2012-10-17",
         "Statement": [
-            _deny_insecure_transport(bucket),
-            {
-                "Sid": "CloudTrailAclCheck",
-                "Effect": "Allow",
-                "Principal": {"Service": "cloudtrail.amazonaws.com"},
-                "Action": "s3:GetBucketAcl",
-                "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringEquals": {"aws:SourceArn": names.trail_arn}},
-            },
-            {
-                "Sid": "CloudTrailWrite",
-                "Effect": "Allow",
-                "Principal": {"Service": "cloudtrail.amazonaws.com"},
-                "Action": "s3:PutObject",
-                "Resource": f"arn:aws:s3:::{bucket}/AWSLogs/{names.account}/*",
-                "Condition": {"StringEquals": {"aws:SourceArn": names.trail_arn}},
-            },
-            {
-                "Sid": "StateBucketAccessLogs",
-                "Effect": "Allow",
-                "Principal": {"Service": "logging.s3.amazonaws.com"},
-                "Action": "s3:PutObject",
-                "Resource": f"arn:aws:s3:::{bucket}/state-access/*",
-                "Condition": {
+            _deny_insecure_transport(names.trail_bucket),
+            *(
+                _service_allow(sid, "cloudtrail.amazonaws.com", action, resource, from_trail)
+                for sid, action, resource in (
+                    ("CloudTrailAclCheck", "s3:GetBucketAcl", bucket),
+                    ("CloudTrailWrite", "s3:PutObject", f"{bucket}/AWSLogs/{names.account}/*"),
+                )
+            ),
+            _service_allow(
+                "StateBucketAccessLogs",
+                "logging.s3.amazonaws.com",
+                "s3:PutObject",
+                f"{bucket}/state-access/*",
+                {
                     "ArnLike": {"aws:SourceArn": f"arn:aws:s3:::{names.state_bucket}"},
-                    "StringEquals": source_account,
+                    "StringEquals": {"aws:SourceAccount": names.account},
                 },
-            },
+            ),
         ],
+    }
+
+
+def _service_allow(
+    sid: str, service: str, action: str, resource: str, condition: Document
+) -> Document:
+    """An AWS service may do ``action`` on ``resource``, under ``condition`` (whose
+    resources it acts for: a confused-deputy guard)."""
+    return {
+        "Sid": sid,
+        "Effect": "Allow",
+        "Principal": {"Service": service},
+        "Action": action,
+        "Resource": resource,
+        "Condition": condition,
     }
 
 

@@ -240,6 +240,17 @@ class Bootstrap:
             )
         return True
 
+    def ensure_bucket(self, bucket: str, object_lock: bool = False) -> bool | None:
+        """Create ``bucket`` unless this account has it. Returns whether it existed, or
+        None on a dry run that would create it (recorded: there is nothing to check)."""
+        exists = self.bucket_exists(bucket)
+        if not exists and self.dry_run:
+            self.record("s3 bucket", bucket, [], created=True)
+            return None
+        if not exists:
+            self.create_bucket(bucket, object_lock)
+        return exists
+
     def create_bucket(self, bucket: str, object_lock: bool = False) -> None:
         s3 = self.client("s3")
         try:
@@ -278,6 +289,22 @@ class Bootstrap:
             fixes.append(label)
             if not self.dry_run:
                 write()
+
+    def _default_encryption(
+        self, bucket: str, fixes: list[str], label: str, rules: list[dict[str, Any]]
+    ) -> None:
+        """The bucket's default-encryption ``rules``, written when they differ."""
+        s3 = self.client("s3")
+        self._setting(
+            fixes,
+            label=label,
+            read=lambda: _sse_rules(s3, bucket),
+            wanted=rules,
+            write=lambda: s3.put_bucket_encryption(
+                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": rules}
+            ),
+            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
+        )
 
     def _common_bucket_settings(self, bucket: str, fixes: list[str], policy: Any) -> None:
         s3 = self.client("s3")
@@ -333,28 +360,16 @@ class Bootstrap:
     def ensure_trail_bucket(self) -> None:
         """Object lock (compliance mode), versioning, TLS only, no public access."""
         bucket, s3 = self.names.trail_bucket, self.client("s3")
-        exists = self.bucket_exists(bucket)
-        if not exists and self.dry_run:
-            self.record("s3 bucket", bucket, [], created=True)
+        exists = self.ensure_bucket(bucket, object_lock=True)
+        if exists is None:
             return
-        if not exists:
-            self.create_bucket(bucket, object_lock=True)
         fixes: list[str] = []
         self._common_bucket_settings(bucket, fixes, documents.trail_bucket_policy(self.names))
         # Default encryption SSE-S3: S3 server access logs (the state bucket's) cannot be
         # delivered to a bucket whose default is SSE-KMS. The trail's own log files are
         # encrypted with the trail CMK by CloudTrail itself (the trail's KmsKeyId).
         sse = [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
-        self._setting(
-            fixes,
-            label="default encryption",
-            read=lambda: _sse_rules(s3, bucket),
-            wanted=sse,
-            write=lambda: s3.put_bucket_encryption(
-                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
-            ),
-            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
-        )
+        self._default_encryption(bucket, fixes, "default encryption", sse)
         lock = {
             "ObjectLockEnabled": "Enabled",
             "Rule": {
@@ -380,12 +395,9 @@ class Bootstrap:
         """Versioned, SSE-KMS with the state CMK, TLS and SSE-KMS uploads only, no public
         access, access logs to the trail bucket, noncurrent versions expire."""
         bucket, s3 = self.names.state_bucket, self.client("s3")
-        exists = self.bucket_exists(bucket)
-        if not exists and self.dry_run:
-            self.record("s3 bucket", bucket, [], created=True)
+        exists = self.ensure_bucket(bucket)
+        if exists is None:
             return
-        if not exists:
-            self.create_bucket(bucket)
         fixes: list[str] = []
         self._common_bucket_settings(bucket, fixes, documents.state_bucket_policy(self.names))
         sse = [
@@ -397,16 +409,7 @@ class Bootstrap:
                 "BucketKeyEnabled": True,
             }
         ]
-        self._setting(
-            fixes,
-            label="SSE-KMS (state key)",
-            read=lambda: _sse_rules(s3, bucket),
-            wanted=sse,
-            write=lambda: s3.put_bucket_encryption(
-                Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": sse}
-            ),
-            missing_codes=("ServerSideEncryptionConfigurationNotFoundError",),
-        )
+        self._default_encryption(bucket, fixes, "SSE-KMS (state key)", sse)
         logging = {"TargetBucket": self.names.trail_bucket, "TargetPrefix": "state-access/"}
         self._setting(
             fixes,

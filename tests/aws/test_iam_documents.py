@@ -18,22 +18,22 @@ from tests.conftest import shipped_plan
 AWS_STACKS = ("uae-prod", "uae-dev", "smb-cpu")
 
 
-def identity_documents(stack: str) -> dict[str, dict[str, Any]]:
+def _documents(stack: str, type_token: str, field: str) -> dict[str, dict[str, Any]]:
+    """URN -> the JSON document in ``field`` of each resource of ``type_token``."""
     registrations, _ = shipped_plan(stack)
     return {
-        reg.urn: json.loads(reg.inputs["policy"])
+        reg.urn: json.loads(reg.inputs[field])
         for reg in registrations.values()
-        if reg.type == "aws:iam/rolePolicy:RolePolicy"
+        if reg.type == type_token
     }
+
+
+def identity_documents(stack: str) -> dict[str, dict[str, Any]]:
+    return _documents(stack, "aws:iam/rolePolicy:RolePolicy", "policy")
 
 
 def trust_documents(stack: str) -> dict[str, dict[str, Any]]:
-    registrations, _ = shipped_plan(stack)
-    return {
-        reg.urn: json.loads(reg.inputs["assumeRolePolicy"])
-        for reg in registrations.values()
-        if reg.type == "aws:iam/role:Role"
-    }
+    return _documents(stack, "aws:iam/role:Role", "assumeRolePolicy")
 
 
 def statements(document: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import EndpointConnectionError, NoRegionError, ProfileNotFound
 from moto import mock_aws
 from moto.core import set_initial_no_auth_action_count
 from moto.server import ThreadedMotoServer
@@ -357,3 +358,29 @@ def test_against_a_moto_server_through_aws_endpoint_url() -> None:
         assert runs[1].stdout.count("unchanged") == 8 and "created" not in runs[1].stdout
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (ProfileNotFound(profile="nope"), "set AWS_PROFILE to a configured profile or unset it"),
+        (
+            EndpointConnectionError(endpoint_url="https://sts.me-central-1.amazonaws.com"),
+            "error: cannot reach AWS: Could not connect to the endpoint URL",
+        ),
+        (NoRegionError(), "error: the AWS configuration cannot be used: You must specify"),
+    ],
+)
+def test_an_unusable_aws_configuration_is_one_message(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    error: Exception,
+    message: str,
+) -> None:
+    def session() -> None:
+        raise error
+
+    monkeypatch.setattr(boto3.session, "Session", session)
+    assert main(ARGS) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

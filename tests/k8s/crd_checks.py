@@ -95,16 +95,23 @@ def _local_queue(m: Mapping[str, Any]) -> Iterable[str]:
         yield "spec.clusterQueue: a ClusterQueue name is required"
 
 
-def _pod_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+def _scrape_targets(m: Mapping[str, Any], field: str, other_port: str) -> Iterable[str]:
+    """A PodMonitor's or ServiceMonitor's selector, and its endpoints (``field``), each
+    with a port (by name, or by ``other_port``)."""
     spec = m.get("spec", {})
     if "selector" not in spec:
         yield "spec.selector: required"
-    endpoints = spec.get("podMetricsEndpoints", [])
+    endpoints = spec.get(field, [])
     if not endpoints:
-        yield "spec.podMetricsEndpoints: at least one endpoint"
+        yield f"spec.{field}: at least one endpoint"
     for endpoint in endpoints:
-        if not (endpoint.get("port") or endpoint.get("portNumber")):
-            yield "podMetricsEndpoints[].port: required"
+        if not (endpoint.get("port") or endpoint.get(other_port)):
+            yield f"{field}[].port: required"
+
+
+def _pod_monitor(m: Mapping[str, Any]) -> Iterable[str]:
+    yield from _scrape_targets(m, "podMetricsEndpoints", "portNumber")
+    for endpoint in m.get("spec", {}).get("podMetricsEndpoints", []):
         for relabel in endpoint.get("relabelings", []):
             if "targetLabel" not in relabel:
                 yield "relabelings[].targetLabel: required for replace"
@@ -166,15 +173,8 @@ def _ipoib_network(m: Mapping[str, Any]) -> Iterable[str]:
 
 def _service_monitor(m: Mapping[str, Any]) -> Iterable[str]:
     yield from vendored_crd_errors(m)
-    spec = m.get("spec", {})
-    if "selector" not in spec:
-        yield "spec.selector: required"
-    endpoints = spec.get("endpoints", [])
-    if not endpoints:
-        yield "spec.endpoints: at least one endpoint"
-    for endpoint in endpoints:
-        if not (endpoint.get("port") or endpoint.get("targetPort")):
-            yield "endpoints[].port: required"
+    yield from _scrape_targets(m, "endpoints", "targetPort")
+    for endpoint in m.get("spec", {}).get("endpoints", []):
         auth = endpoint.get("basicAuth")
         if auth is not None:
             for part in ("username", "password"):

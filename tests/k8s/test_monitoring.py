@@ -14,6 +14,7 @@ from modules.k8s.monitoring.spec import (
     training_pod_monitor,
 )
 from modules.validation import InvalidArgsError
+from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import onprem_args
 from tests.k8s.programs import registrations, releases
 
@@ -185,3 +186,25 @@ def test_internal_load_balancer_is_eks_only() -> None:
     with pytest.raises(InvalidArgsError) as error:
         onprem_args(monitoring=MonitoringSpec(grafana_access="internal-load-balancer"))
     assert [p.field for p in error.value.problems] == ["monitoring.grafana_access"]
+
+
+@pytest.mark.parametrize(
+    ("field", "broken", "error"),
+    [
+        ("selector", None, "spec.selector: required"),
+        ("podMetricsEndpoints", [], "spec.podMetricsEndpoints: at least one endpoint"),
+        ("podMetricsEndpoints", [{"path": "/metrics"}], "podMetricsEndpoints[].port: required"),
+    ],
+)
+def test_the_crd_checks_catch_a_pod_monitor_that_scrapes_nothing(
+    field: str, broken: object, error: str
+) -> None:
+    """The checks every shipped PodMonitor passes (`crd_errors`) refuse a broken one."""
+    monitor = training_pod_monitor(["nlp"])
+    assert crd_errors([monitor]) == []
+    spec = dict(monitor["spec"])
+    if broken is None:
+        del spec[field]
+    else:
+        spec[field] = broken
+    assert any(e.endswith(error) for e in crd_errors([{**monitor, "spec": spec}]))

@@ -23,6 +23,7 @@ from modules.k8s.tracking import manifests as tracking
 from stacks.config import StackConfig, parse_stack_config
 from stacks.offline_plan import load_stack_file
 from tests.conftest import SHIPPED_STACKS, shipped_plan
+from tests.k8s.shipped import kubernetes_objects
 
 KUBE_DNS = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -86,19 +87,10 @@ def config(stack: str) -> StackConfig:
     return parse_stack_config(load_stack_file(stack)[0])
 
 
-def objects(stack: str, kind: str) -> list[dict[str, Any]]:
-    registrations, _ = shipped_plan(stack)
-    return [
-        r.inputs
-        for r in registrations.values()
-        if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind
-    ]
-
-
 def policies(stack: str) -> dict[str, dict[str, dict[str, Any]]]:
     """namespace -> policy name -> policy."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for p in objects(stack, "NetworkPolicy"):
+    for p in kubernetes_objects(stack, "NetworkPolicy"):
         found.setdefault(p["metadata"]["namespace"], {})[p["metadata"]["name"]] = p
     return found
 
@@ -121,7 +113,7 @@ def objects_of_type(stack: str, suffix: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_namespace_denies_all_traffic_by_default(stack: str) -> None:
     fenced = policies(stack)
-    for namespace in objects(stack, "Namespace"):
+    for namespace in kubernetes_objects(stack, "Namespace"):
         name = namespace["metadata"]["name"]
         assert is_default_deny(fenced.get(name, {}).get(DEFAULT_DENY, {})), name
         dns = fenced[name]["allow-dns"]["spec"]
@@ -134,7 +126,7 @@ def test_every_namespace_denies_all_traffic_by_default(stack: str) -> None:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) -> None:
     fenced = policies(stack)
-    namespaces = {n["metadata"]["name"] for n in objects(stack, "Namespace")}
+    namespaces = {n["metadata"]["name"] for n in kubernetes_objects(stack, "Namespace")}
     platform = namespaces - {n for n in namespaces if n.startswith("team-")} - {"mlflow"}
     spark_teams = {f"spark-{job.team}": job.team for job in config(stack).spark.jobs}
     assert platform <= {*PLATFORM_ALLOWS, "kubeflow", *spark_teams}, platform - set(PLATFORM_ALLOWS)
@@ -238,7 +230,9 @@ def test_the_tracking_namespace_allows_exactly_the_server_and_its_database(stack
         assert rule["to"] == [{"ipBlock": {"cidr": config(stack).network.vpc_cidr}}]
         assert rule["ports"] == [{"protocol": "TCP", "port": 5432}]
         (job,) = [
-            j for j in objects(stack, "Job") if j["metadata"]["name"] == "feast-registry-init"
+            j
+            for j in kubernetes_objects(stack, "Job")
+            if j["metadata"]["name"] == "feast-registry-init"
         ]
         assert job["metadata"]["namespace"] == "mlflow"
         labels = job["spec"]["template"]["metadata"]["labels"]
@@ -313,7 +307,7 @@ def test_a_fleet_manager_reaches_only_its_workers_api_servers() -> None:
 def _certificates(stack: str) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (c["metadata"]["namespace"], c["spec"]["secretName"]): c
-        for c in objects(stack, "Certificate")
+        for c in kubernetes_objects(stack, "Certificate")
         if "namespace" in c["metadata"]
     }
 
@@ -363,9 +357,9 @@ def test_clients_in_other_namespaces_get_the_cluster_ca(stack: str) -> None:
         bundle = certificates[(ns, CA_BUNDLE_SECRET)]
         assert bundle["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
         assert "server auth" not in bundle["spec"]["usages"]
-    issuers = {i["metadata"]["name"]: i for i in objects(stack, "ClusterIssuer")}
+    issuers = {i["metadata"]["name"]: i for i in kubernetes_objects(stack, "ClusterIssuer")}
     issuer = issuers[CLUSTER_CA_ISSUER]
-    (ca,) = [c for c in objects(stack, "Certificate") if c["spec"].get("isCA")]
+    (ca,) = [c for c in kubernetes_objects(stack, "Certificate") if c["spec"].get("isCA")]
     assert ca["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
     # The CA certificate is signed by a self-signed issuer of the same plan.
     assert issuers[ca["spec"]["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
@@ -374,7 +368,9 @@ def test_clients_in_other_namespaces_get_the_cluster_ca(stack: str) -> None:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_prometheus_scrapes_cert_manager_where_its_namespace_admits_it(stack: str) -> None:
     (monitor,) = [
-        m for m in objects(stack, "PodMonitor") if m["metadata"].get("namespace") == "cert-manager"
+        m
+        for m in kubernetes_objects(stack, "PodMonitor")
+        if m["metadata"].get("namespace") == "cert-manager"
     ]
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     (rule,) = policies(stack)["cert-manager"]["allow-metrics-scrape"]["spec"]["ingress"]
@@ -392,7 +388,7 @@ def test_the_tracking_server_is_only_reachable_over_tls(stack: str) -> None:
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_the_inference_proxy_requires_tls_1_3(stack: str) -> None:
-    services = objects(stack, "InferenceService")
+    services = kubernetes_objects(stack, "InferenceService")
     assert services, "every shipped stack has an example service"
     certificates = _certificates(stack)
     for service in services:
@@ -508,7 +504,9 @@ def test_the_feature_store_reaches_exactly_its_stores(stack: str) -> None:
             }
         ]
     # The workloads carry the labels the policies select.
-    (cronjob,) = [j for j in objects(stack, "CronJob") if j["metadata"]["namespace"] == "feast"]
+    (cronjob,) = [
+        j for j in kubernetes_objects(stack, "CronJob") if j["metadata"]["namespace"] == "feast"
+    ]
     pod_labels = cronjob["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     assert _selects(stores["podSelector"], pod_labels)
     # Each client namespace may reach the endpoint, and only it.
@@ -522,7 +520,7 @@ def test_the_feature_store_reaches_exactly_its_stores(stack: str) -> None:
 def test_the_feature_endpoint_requires_tls_1_3(stack: str) -> None:
     (deployment,) = [
         d
-        for d in objects(stack, "Deployment")
+        for d in kubernetes_objects(stack, "Deployment")
         if d["metadata"]["namespace"] == "feast" and d["metadata"]["name"] == "feast-endpoint"
     ]
     (proxy,) = deployment["spec"]["template"]["spec"]["containers"]

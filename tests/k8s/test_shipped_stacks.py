@@ -9,6 +9,7 @@ import pytest
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
+from tests.k8s.shipped import under_component
 from tests.support.k8s_schema import is_builtin, schema_errors
 
 PLATFORM = "gpuplatform:k8s:KubernetesPlatform"
@@ -18,15 +19,7 @@ HELM = "kubernetes:helm.sh/v3:Release"
 def in_layer(stack: str) -> list[Registration]:
     """Custom resources whose parent chain leads to the KubernetesPlatform component."""
     registrations, _ = shipped_plan(stack)
-
-    def under_platform(record: Registration) -> bool:
-        while record.parent in registrations:
-            record = registrations[record.parent]
-            if record.type == PLATFORM:
-                return True
-        return False
-
-    return [r for r in registrations.values() if r.custom and under_platform(r)]
+    return under_component(registrations, PLATFORM)
 
 
 def layer_objects(stack: str) -> list[dict[str, object]]:

@@ -28,6 +28,7 @@ from stacks.offline_plan import build_plan, load_stack_file
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
+from tests.k8s.shipped import under_component
 from tests.k8s.vendored_crds import vendored_crd_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
 
@@ -53,15 +54,7 @@ ONPREM_STORE = {
 
 def under_spark(registrations: Mapping[str, Registration]) -> list[Registration]:
     """Custom resources whose parent chain leads to the SparkPlatform component."""
-
-    def under(record: Registration) -> bool:
-        while record.parent in registrations:
-            record = registrations[record.parent]
-            if record.type == COMPONENT:
-                return True
-        return False
-
-    return [r for r in registrations.values() if r.custom and under(r)]
+    return under_component(registrations, COMPONENT)
 
 
 def objects(stack: str) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
+from tests.k8s.shipped import kubernetes_objects
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
 
@@ -405,15 +406,6 @@ def _by_type(stack: str, type_token: str) -> list[Registration]:
     return [r for r in registrations.values() if r.type == type_token]
 
 
-def _objects(stack: str, kind: str) -> list[dict[str, Any]]:
-    registrations, _ = shipped_plan(stack)
-    return [
-        r.inputs
-        for r in registrations.values()
-        if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind
-    ]
-
-
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_shipped_stack_runs_a_fenced_monitored_tracking_server(stack: str) -> None:
     releases = {r.inputs["name"]: r for r in _by_type(stack, "kubernetes:helm.sh/v3:Release")}
@@ -423,14 +415,18 @@ def test_every_shipped_stack_runs_a_fenced_monitored_tracking_server(stack: str)
     assert release.inputs["values"]["auth"]["enabled"] is True
     policies = {
         (p["metadata"]["namespace"], p["metadata"]["name"])
-        for p in _objects(stack, "NetworkPolicy")
+        for p in kubernetes_objects(stack, "NetworkPolicy")
     }
     assert ("mlflow", "mlflow-server") in policies
     teams = {p[0] for p in policies if p[0].startswith("team-")}
     assert teams and {(t, "allow-mlflow") for t in teams} <= policies
-    (monitor,) = [m for m in _objects(stack, "ServiceMonitor") if m["metadata"]["name"] == "mlflow"]
+    (monitor,) = [
+        m for m in kubernetes_objects(stack, "ServiceMonitor") if m["metadata"]["name"] == "mlflow"
+    ]
     assert monitor["metadata"]["namespace"] == tracking.TRACKING_NAMESPACE
-    (admin,) = [s for s in _objects(stack, "Secret") if s["metadata"]["name"] == "mlflow-admin"]
+    (admin,) = [
+        s for s in kubernetes_objects(stack, "Secret") if s["metadata"]["name"] == "mlflow-admin"
+    ]
     assert admin["stringData"]["password"] == "[secret]"
 
 
@@ -456,7 +452,9 @@ def test_aws_stacks_keep_tracking_state_in_rds_and_the_bucket(stack: str) -> Non
     document = json.loads(access.inputs["policy"])
     objects = [s for s in document["Statement"] if s["Sid"] == "ReadWriteOwnPrefix"]
     assert objects[0]["Resource"].endswith("/mlflow/*")
-    (secret,) = [s for s in _objects(stack, "Secret") if s["metadata"]["name"] == "mlflow-db"]
+    (secret,) = [
+        s for s in kubernetes_objects(stack, "Secret") if s["metadata"]["name"] == "mlflow-db"
+    ]
     assert secret["stringData"]["password"] == "[secret]"
     (release,) = [
         r for r in _by_type(stack, "kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "mlflow"
@@ -533,7 +531,7 @@ def _example_trainer(stack: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     jobs = [
         j
         for kind in ("TrainJob", "Job")
-        for j in _objects(stack, kind)
+        for j in kubernetes_objects(stack, kind)
         if j["metadata"]["name"].startswith("example-")
     ]
     (job,) = jobs
@@ -545,7 +543,9 @@ def _example_trainer(stack: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     ref = job["spec"]["runtimeRef"]
     assert ref["kind"] == "ClusterTrainingRuntime"
     (runtime,) = [
-        r for r in _objects(stack, "ClusterTrainingRuntime") if r["metadata"]["name"] == ref["name"]
+        r
+        for r in kubernetes_objects(stack, "ClusterTrainingRuntime")
+        if r["metadata"]["name"] == ref["name"]
     ]
     (node,) = [
         j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"
@@ -571,7 +571,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     service_name, service_ns = uri.hostname.split(".")[:2]  # type: ignore[union-attr]
     (service,) = [
         s
-        for s in _objects(stack, "Service")
+        for s in kubernetes_objects(stack, "Service")
         if (s["metadata"]["name"], s["metadata"].get("namespace")) == (service_name, service_ns)
     ]
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == (uri.port or 443)]
@@ -585,7 +585,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     # ...and whose certificate names the URI's host.
     (certificate,) = [
         c
-        for c in _objects(stack, "Certificate")
+        for c in kubernetes_objects(stack, "Certificate")
         if c["metadata"].get("namespace") == service_ns
         and c["spec"]["secretName"] == tracking.TLS_SECRET
     ]
@@ -594,7 +594,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     # The credentials come from a Secret of the job's namespace with those keys.
     secrets = {
         s["metadata"]["name"]: s
-        for s in _objects(stack, "Secret")
+        for s in kubernetes_objects(stack, "Secret")
         if s["metadata"]["namespace"] == ns
     }
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
@@ -615,7 +615,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     ]
     bundles = [
         c
-        for c in _objects(stack, "Certificate")
+        for c in kubernetes_objects(stack, "Certificate")
         if c["metadata"].get("namespace") == ns
         and c["spec"]["secretName"] == volume["secret"]["secretName"]
     ]
@@ -625,7 +625,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     # The job's namespace lets its pods reach exactly the server pods on the proxy port.
     reach = [
         rule
-        for p in _objects(stack, "NetworkPolicy")
+        for p in kubernetes_objects(stack, "NetworkPolicy")
         if p["metadata"]["namespace"] == ns
         for rule in p["spec"].get("egress", [])
         for peer in rule.get("to", [])
@@ -639,7 +639,7 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     # ...and the server's own fence admits the team namespace on that port.
     (server,) = [
         p
-        for p in _objects(stack, "NetworkPolicy")
+        for p in kubernetes_objects(stack, "NetworkPolicy")
         if (p["metadata"]["namespace"], p["metadata"]["name"]) == (service_ns, "mlflow-server")
     ]
     (ingress,) = server["spec"]["ingress"]
@@ -651,14 +651,16 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
     """The users Secret the server's sidecar reads holds each team's user; each team
     namespace holds that user's credentials."""
     (users,) = [
-        s for s in _objects(stack, "Secret") if s["metadata"]["name"] == tracking.TEAM_USERS_SECRET
+        s
+        for s in kubernetes_objects(stack, "Secret")
+        if s["metadata"]["name"] == tracking.TEAM_USERS_SECRET
     ]
     assert users["metadata"]["namespace"] == tracking.TRACKING_NAMESPACE
     assert users["stringData"][tracking.USERS_FILE] == "[secret]"
     config = parse_stack_config(load_stack_file(stack)[0])
     credentials = {
         s["metadata"]["namespace"]: s["stringData"]
-        for s in _objects(stack, "Secret")
+        for s in kubernetes_objects(stack, "Secret")
         if s["metadata"]["name"] == tracking.TEAM_CREDENTIALS_SECRET
     }
     # Each team namespace, and where KFP runs its namespace (the runs' own user).
@@ -674,7 +676,7 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
     assert volumes["team-users"]["secret"]["secretName"] == tracking.TEAM_USERS_SECRET
     (script,) = [
         c
-        for c in _objects(stack, "ConfigMap")
+        for c in kubernetes_objects(stack, "ConfigMap")
         if c["metadata"]["name"] == tracking.USER_SYNC_CONFIGMAP
     ]
     assert volumes["user-sync-script"]["configMap"]["name"] == script["metadata"]["name"]

@@ -11,24 +11,13 @@ from modules.aws.instance_types import InstanceTypeInfo
 from stacks import offline_plan
 from stacks.catalog import catalog_problems
 from stacks.config import parse_stack_config
-from stacks.config_parsing import ConfigError
 from stacks.offline_plan import PlanError, load_stack_file, plan_registrations
-
-NS = "uae-gpu-platform:"
+from tests.stacks.configs import NS, config_of, problems_of
 
 
 def prod_config(**changes: object) -> dict[str, str]:
     """The uae-prod config map with some keys replaced (objects given as Python values)."""
-    config, _ = load_stack_file("uae-prod")
-    for key, value in changes.items():
-        config[NS + key] = value if isinstance(value, str) else json.dumps(value)
-    return config
-
-
-def problems_of(config: dict[str, str]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(config)
-    return caught.value.problems
+    return config_of("uae-prod", **changes)
 
 
 def test_shipped_stack_parses() -> None:

@@ -11,20 +11,9 @@ from stacks.config import StackConfig, parse_stack_config
 from stacks.config_parsing import ConfigError
 from stacks.cost import price_problems
 from stacks.fleet import fleet_problems
-from stacks.offline_plan import PlanError, load_stack_file, plan_registrations
+from stacks.offline_plan import PlanError, plan_registrations
 from stacks.pricing import load_snapshot
-
-NS = "uae-gpu-platform:"
-
-
-def config_of(stack: str, **changes: object) -> dict[str, str]:
-    config, _ = load_stack_file(stack)
-    for key, value in changes.items():
-        if value is None:
-            config.pop(NS + key, None)
-        else:
-            config[NS + key] = value if isinstance(value, str) else json.dumps(value)
-    return config
+from tests.stacks.configs import NS, config_of
 
 
 def parsed(stack: str, **changes: object) -> StackConfig:

@@ -8,26 +8,8 @@ import json
 import pytest
 
 from stacks.config import parse_stack_config
-from stacks.config_parsing import ConfigError
 from stacks.offline_plan import PlanError, load_stack_file, plan_registrations
-
-NS = "uae-gpu-platform:"
-
-
-def config_of(stack: str, **changes: object) -> dict[str, str]:
-    config, _ = load_stack_file(stack)
-    for key, value in changes.items():
-        if value is None:
-            config.pop(NS + key, None)
-        else:
-            config[NS + key] = value if isinstance(value, str) else json.dumps(value)
-    return config
-
-
-def problems_of(config: dict[str, str]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(config)
-    return caught.value.problems
+from tests.stacks.configs import NS, config_of, problems_of
 
 
 def test_every_shipped_stack_enables_serving_with_a_held_example() -> None:

@@ -28,6 +28,7 @@ from modules.aws.private_data_store import (
     PrivateDataStoreNetworkArgs,
     private_data_store_network,
 )
+from modules.component_base import AwsComponent, Outputs
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,12 @@ class OnlineStoreArgs:
     auth_token: pulumi.Input[str]
 
 
-class OnlineStore(pulumi.ComponentResource):
+class OnlineStore(AwsComponent[OnlineStoreArgs]):
     """ElastiCache for Redis OSS for Feast's online store."""
 
     group: aws.elasticache.ReplicationGroup
 
-    def __init__(
-        self, name: str, args: OnlineStoreArgs, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
-        super().__init__("gpuplatform:aws:OnlineStore", name, None, opts)
+    def declare(self, name: str, args: OnlineStoreArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
         identifier = f"{args.name_prefix}-features"
         spec = args.spec
@@ -127,4 +125,4 @@ class OnlineStore(pulumi.ComponentResource):
                 parent=self, protect=True, additional_secret_outputs=["authToken"]
             ),
         )
-        self.register_outputs({"primary_endpoint": self.group.primary_endpoint_address})
+        return {"primary_endpoint": self.group.primary_endpoint_address}

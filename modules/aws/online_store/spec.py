@@ -8,10 +8,9 @@ automatic failover across zones, and daily snapshots kept in the region.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 REDIS_PORT = 6379
 #: Redis OSS 7.1, the newest Redis OSS engine ElastiCache offers; its parameter family.
@@ -20,7 +19,10 @@ ENGINE_VERSION = "7.1"
 PARAMETER_FAMILY = "redis7"
 #: ElastiCache node types of the burstable and general-purpose families
 #: (``cache.t4g.small``, ``cache.m7g.large`` ...).
-_NODE_TYPE = re.compile(r"^cache\.[a-z][a-z0-9]*\.[a-z0-9]+$")
+_NODE_TYPE = TextFormat(
+    r"^cache\.[a-z][a-z0-9]*\.[a-z0-9]+$",
+    "an ElastiCache node type such as cache.t4g.small",
+)
 #: The daily snapshot and weekly maintenance windows (UTC; 23:00-00:00 is 03:00-04:00 in
 #: the UAE, outside business hours), kept apart as ElastiCache requires.
 SNAPSHOT_WINDOW = "23:00-00:00"
@@ -45,20 +47,16 @@ class OnlineStoreSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_NODE_TYPE.match(self.node_type)),
-            "node_type",
-            self.node_type,
-            "an ElastiCache node type such as cache.t4g.small",
-        )
+        check.matches("node_type", self.node_type, _NODE_TYPE)
         check.require(
             0 <= self.replicas <= 5, "replicas", self.replicas, "use 0 to 5 read replicas"
         )
-        check.require(
-            1 <= self.snapshot_retention_days <= 35,
+        check.within(
             "snapshot_retention_days",
             self.snapshot_retention_days,
-            "use 1 to 35 (0 would turn snapshots off)",
+            1,
+            35,
+            "0 would turn snapshots off",
         )
         check.done()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.autoscaler.spec import cluster_autoscaler_values
 from modules.k8s.common import helm_release
 from modules.k8s.names import KUBE_SYSTEM
@@ -11,16 +12,10 @@ from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import CLUSTER_AUTOSCALER
 
 
-class Autoscaler(pulumi.ComponentResource):
+class Autoscaler(KubernetesComponent[KubernetesPlatformArgs]):
     """The Cluster Autoscaler in ``kube-system``."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Autoscaler", name, None, opts)
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         if args.eks is None:
             raise ValueError("the Cluster Autoscaler is for EKS only")
         version = args.kubernetes_version
@@ -35,4 +30,4 @@ class Autoscaler(pulumi.ComponentResource):
             parent=self,
             provider=args.provider,
         )
-        self.register_outputs({"chartVersion": CLUSTER_AUTOSCALER.version})
+        return {"chartVersion": CLUSTER_AUTOSCALER.version}

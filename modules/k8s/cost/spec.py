@@ -25,14 +25,13 @@ node) were read in opencost's ``pkg/costmodel/metrics.go``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, system_node_selector
-from modules.k8s.monitoring.dashboards import DASHBOARD_LABEL
+from modules.k8s.monitoring.dashboards import dashboard_configmap
 from modules.k8s.monitoring.spec import PROMETHEUS_POD_LABELS, PROMETHEUS_PORT, PROMETHEUS_URL
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
 from modules.k8s.pki.spec import CA_KEY, ca_volume
@@ -304,11 +303,4 @@ def cost_dashboard() -> dict[str, Any]:
 
 
 def cost_dashboard_configmap() -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(
-            COST_DASHBOARD_CONFIGMAP, MONITORING_NAMESPACE, labels={DASHBOARD_LABEL: "1"}
-        ),
-        "data": {COST_DASHBOARD_FILE: json.dumps(cost_dashboard(), indent=1, sort_keys=True)},
-    }
+    return dashboard_configmap(COST_DASHBOARD_CONFIGMAP, COST_DASHBOARD_FILE, cost_dashboard())

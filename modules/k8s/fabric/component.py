@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.fabric.spec import (
     efa_device_plugin_values,
     ib_ip_pool,
@@ -47,11 +47,12 @@ class Fabric(pulumi.ComponentResource):
             )
         spec = args.infiniband
         if spec is not None and args.pools_with_fabric("infiniband"):
-            ns = register(network_operator_namespace(args.kubernetes_version), self, provider)
-            fences = [
-                register(m, self, provider, depends_on=[ns])
-                for m in network_operator_network_policies(args.network)
-            ]
+            fenced = register_namespace(
+                network_operator_namespace(args.kubernetes_version),
+                network_operator_network_policies(args.network),
+                self,
+                provider,
+            )
             release = helm_release(
                 "network-operator",
                 NETWORK_OPERATOR,
@@ -59,7 +60,7 @@ class Fabric(pulumi.ComponentResource):
                 values=network_operator_values(),
                 parent=self,
                 provider=provider,
-                depends_on=[ns, *fences],
+                depends_on=fenced,
             )
             self.releases.append(release)
             register(nic_cluster_policy(spec), self, provider, depends_on=[release])

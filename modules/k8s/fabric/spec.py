@@ -39,11 +39,16 @@ from modules.k8s.versions import (
     NETWORK_OPERATOR_IMAGE_REPOSITORY,
 )
 from modules.pools import FABRIC_LABEL, NodePoolProfile
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
-_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-_a-zA-Z0-9]*)$")
-_HEX_ID = re.compile(r"^[0-9a-f]{4}$")
+_RESOURCE_NAME = TextFormat(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-zA-Z0-9]([-_a-zA-Z0-9]*)$",
+    "use <prefix>/<name>, e.g. rdma/ib",
+)
+_HEX_ID = TextFormat(r"^[0-9a-f]{4}$", "4 lowercase hex digits")
 _INTERFACE = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
+_INTERFACE_NAME = TextFormat(_INTERFACE.pattern, "an interface name")
+_SECONDARY_INTERFACE = TextFormat(_INTERFACE.pattern, "an interface name such as ib0")
 
 IB_POOL_NAME = "ib-pool"
 MELLANOX_API = "mellanox.com/v1alpha1"
@@ -84,35 +89,20 @@ class InfinibandSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_RESOURCE_NAME.match(self.resource_name)),
-            "resource_name",
-            self.resource_name,
-            "use <prefix>/<name>, e.g. rdma/ib",
-        )
+        check.matches("resource_name", self.resource_name, _RESOURCE_NAME)
         check.require(
             bool(self.hca_vendor_ids), "hca_vendor_ids", self.hca_vendor_ids, "name a vendor"
         )
         for field in ("hca_vendor_ids", "hca_device_ids"):
             for i, value in enumerate(getattr(self, field)):
-                check.require(
-                    bool(_HEX_ID.match(value)), f"{field}[{i}]", value, "4 lowercase hex digits"
-                )
+                check.matches(f"{field}[{i}]", value, _HEX_ID)
         for i, value in enumerate(self.interface_names):
-            check.require(
-                bool(_INTERFACE.match(value)), f"interface_names[{i}]", value, "an interface name"
-            )
-        check.require(
-            1 <= self.max_pods_per_hca <= 1000,
-            "max_pods_per_hca",
-            self.max_pods_per_hca,
-            "use 1 to 1000",
-        )
-        check.require(
-            bool(_INTERFACE.match(self.secondary_network_interface)),
+            check.matches(f"interface_names[{i}]", value, _INTERFACE_NAME)
+        check.within("max_pods_per_hca", self.max_pods_per_hca, 1, 1000)
+        check.matches(
             "secondary_network_interface",
             self.secondary_network_interface,
-            "an interface name such as ib0",
+            _SECONDARY_INTERFACE,
         )
         try:
             network = ipaddress.IPv4Network(self.secondary_network_cidr, strict=True)

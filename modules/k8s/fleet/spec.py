@@ -46,7 +46,8 @@ import pulumi
 import yaml
 
 from modules.k8s.common import Manifest, metadata
-from modules.k8s.names import COHORT_NAME, KUEUE_NAMESPACE, team_cluster_queue, team_namespace
+from modules.k8s.names import KUEUE_NAMESPACE, team_cluster_queue, team_namespace
+from modules.k8s.queueing.spec import team_queue
 from modules.k8s.site.spec import SiteSpec
 from modules.k8s.tenancy.quotas import COVERED_RESOURCES
 from modules.validation import Checker
@@ -316,38 +317,19 @@ def burst_queue(quota: TeamBurstQuota) -> Manifest:
     queues) but neither lends nor borrows: its flavor exists on no node here."""
     values = {"cpu": str(quota.cpu), "memory": f"{quota.memory_gib}Gi"}
     values[COVERED_RESOURCES[2]] = str(quota.gpus)
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "ClusterQueue",
-        "metadata": metadata(burst_cluster_queue(quota.team)),
-        "spec": {
-            "cohortName": COHORT_NAME,
-            "namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": team_namespace(quota.team)}
-            },
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {
-                    "coveredResources": list(COVERED_RESOURCES),
-                    "flavors": [
-                        {
-                            "name": BURST_FLAVOR,
-                            "resources": [
-                                {
-                                    "name": r,
-                                    "nominalQuota": values[r],
-                                    "borrowingLimit": "0",
-                                    "lendingLimit": "0",
-                                }
-                                for r in COVERED_RESOURCES
-                            ],
-                        }
-                    ],
-                }
-            ],
-            "admissionChecksStrategy": {"admissionChecks": [{"name": ADMISSION_CHECK_NAME}]},
-        },
+    flavor = {
+        "name": BURST_FLAVOR,
+        "resources": [
+            {"name": r, "nominalQuota": values[r], "borrowingLimit": "0", "lendingLimit": "0"}
+            for r in COVERED_RESOURCES
+        ],
     }
+    return team_queue(
+        burst_cluster_queue(quota.team),
+        quota.team,
+        [flavor],
+        {"admissionChecksStrategy": {"admissionChecks": [{"name": ADMISSION_CHECK_NAME}]}},
+    )
 
 
 def burst_local_queue(team: str) -> Manifest:

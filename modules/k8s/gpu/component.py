@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register_namespace
 from modules.k8s.gpu.spec import (
     gpu_configmaps,
     gpu_operator_namespace,
@@ -32,12 +32,12 @@ class GpuEnablement(pulumi.ComponentResource):
         super().__init__("gpuplatform:k8s:GpuEnablement", name, None, opts)
         provider = args.provider
         onprem = args.onprem
-        ns = register(gpu_operator_namespace(args.kubernetes_version), self, provider)
-        configs = [register(m, self, provider, depends_on=[ns]) for m in gpu_configmaps(args.pools)]
-        configs += [
-            register(m, self, provider, depends_on=[ns])
-            for m in gpu_operator_network_policies(args.network)
-        ]
+        configured = register_namespace(
+            gpu_operator_namespace(args.kubernetes_version),
+            [*gpu_configmaps(args.pools), *gpu_operator_network_policies(args.network)],
+            self,
+            provider,
+        )
         self.release = helm_release(
             "gpu-operator",
             GPU_OPERATOR,
@@ -51,6 +51,6 @@ class GpuEnablement(pulumi.ComponentResource):
             parent=self,
             provider=provider,
             # The ServiceMonitor CRD comes with the monitoring stack.
-            depends_on=[ns, *configs, *depends_on],
+            depends_on=[*configured, *depends_on],
         )
         self.register_outputs({"chartVersion": GPU_OPERATOR.version})

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.cost.spec import OPENCOST_NAMESPACE
 from modules.k8s.monitoring.alerts import prometheus_rule
 from modules.k8s.monitoring.dashboards import dashboards_configmap
@@ -39,17 +39,22 @@ class Monitoring(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpuplatform:k8s:Monitoring", name, None, opts)
         provider = args.provider
-        ns = register(monitoring_namespace(args.kubernetes_version), self, provider)
-        dashboards = register(dashboards_configmap(), self, provider, depends_on=[ns])
-        fences = [
-            register(m, self, provider, depends_on=[ns])
-            for m in monitoring_network_policies(
-                args.network,
-                args.monitoring.grafana_access,
-                OPENCOST_NAMESPACE if args.cost is not None else None,
-                managed_control_plane=args.eks is not None,
-            )
-        ]
+        # Grafana's dashboards and the namespace's fences exist before the release.
+        configured = register_namespace(
+            monitoring_namespace(args.kubernetes_version),
+            [
+                dashboards_configmap(),
+                *monitoring_network_policies(
+                    args.network,
+                    args.monitoring.grafana_access,
+                    OPENCOST_NAMESPACE if args.cost is not None else None,
+                    managed_control_plane=args.eks is not None,
+                ),
+            ],
+            self,
+            provider,
+        )
+        ns = configured[0]
         # The servers' certificates (``depends_on`` carries the cluster CA's issuer):
         # their pods mount the Secrets, so they exist before the release waits on them.
         certificates = [
@@ -65,7 +70,7 @@ class Monitoring(pulumi.ComponentResource):
             ),
             parent=self,
             provider=provider,
-            depends_on=[ns, dashboards, *fences, *certificates, *depends_on],
+            depends_on=[*configured, *certificates, *depends_on],
         )
         register(prometheus_rule(args.monitoring), self, provider, depends_on=[self.release])
         register(cert_manager_pod_monitor(), self, provider, depends_on=[self.release])

@@ -357,16 +357,20 @@ def gpu_dashboard() -> dict[str, Any]:
     )
 
 
-def dashboards_configmap() -> Manifest:
-    """The ConfigMap Grafana's sidecar loads dashboards from."""
+def dashboard_configmap(name: str, file_name: str, dashboard: dict[str, Any]) -> Manifest:
+    """A ConfigMap in the monitoring namespace that Grafana's sidecar loads
+    ``dashboard`` from (it watches the ``grafana_dashboard`` label), as ``file_name``."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(
-            DASHBOARD_CONFIGMAP, MONITORING_NAMESPACE, labels={DASHBOARD_LABEL: "1"}
-        ),
-        "data": {GPU_DASHBOARD_FILE: json.dumps(gpu_dashboard(), indent=1, sort_keys=True)},
+        "metadata": metadata(name, MONITORING_NAMESPACE, labels={DASHBOARD_LABEL: "1"}),
+        "data": {file_name: json.dumps(dashboard, indent=1, sort_keys=True)},
     }
+
+
+def dashboards_configmap() -> Manifest:
+    """The GPU fleet dashboard's ConfigMap."""
+    return dashboard_configmap(DASHBOARD_CONFIGMAP, GPU_DASHBOARD_FILE, gpu_dashboard())
 
 
 def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:

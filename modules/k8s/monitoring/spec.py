@@ -139,25 +139,25 @@ class MonitoringSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        ranges = {
-            "retention_days": (1, 3650),
-            "prometheus_storage_gib": (10, 65_536),
-            "alertmanager_storage_gib": (1, 1024),
-            "scrape_interval_seconds": (5, 300),
-            "idle_gpu_utilization_percent": (1, 100),
-            "idle_gpu_minutes": (5, 1440),
-            "training_stall_minutes": (2, 1440),
-            "gpu_temperature_alert_celsius": (50, 110),
-            "node_not_ready_minutes": (1, 120),
-        }
-        for field, (low, high) in ranges.items():
-            value = getattr(self, field)
-            check.require(low <= value <= high, field, value, f"use {low} to {high}")
-        check.require(
-            self.grafana_access in ("port-forward", "internal-load-balancer"),
+        check.ranges(
+            self,
+            {
+                "retention_days": (1, 3650),
+                "prometheus_storage_gib": (10, 65_536),
+                "alertmanager_storage_gib": (1, 1024),
+                "scrape_interval_seconds": (5, 300),
+                "idle_gpu_utilization_percent": (1, 100),
+                "idle_gpu_minutes": (5, 1440),
+                "training_stall_minutes": (2, 1440),
+                "gpu_temperature_alert_celsius": (50, 110),
+                "node_not_ready_minutes": (1, 120),
+            },
+        )
+        check.one_of(
             "grafana_access",
             self.grafana_access,
-            "one of 'port-forward', 'internal-load-balancer' (never public)",
+            ("port-forward", "internal-load-balancer"),
+            "never public",
         )
         check.done()
 

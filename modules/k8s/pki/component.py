@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.component_base import KubernetesComponent, Outputs
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.pki.spec import (
     CERT_MANAGER,
     CERT_MANAGER_NAMESPACE,
@@ -17,25 +18,21 @@ from modules.k8s.pki.spec import (
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 
 
-class Pki(pulumi.ComponentResource):
+class Pki(KubernetesComponent[KubernetesPlatformArgs]):
     """cert-manager, its fences, and the cluster CA.
 
     Attributes:
         issuer: the CA ClusterIssuer; every Certificate ``depends_on`` it.
     """
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Pki", name, None, opts)
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         provider = args.provider
-        ns = register(cert_manager_namespace(args.kubernetes_version), self, provider)
-        fences = [
-            register(m, self, provider, depends_on=[ns]) for m in network_policies(args.network)
-        ]
+        fenced = register_namespace(
+            cert_manager_namespace(args.kubernetes_version),
+            network_policies(args.network),
+            self,
+            provider,
+        )
         registry = args.serving.registry if args.serving is not None else None
         release = helm_release(
             RELEASE,
@@ -44,10 +41,10 @@ class Pki(pulumi.ComponentResource):
             values=cert_manager_values(registry),
             parent=self,
             provider=provider,
-            depends_on=[ns, *fences],
+            depends_on=fenced,
         )
         issued: list[pulumi.Resource] = [release]
         for manifest in certificate_authority():
             issued = [register(manifest, self, provider, depends_on=issued)]
         self.issuer: pulumi.Resource = issued[0]
-        self.register_outputs({"certManager": CERT_MANAGER.version})
+        return {"certManager": CERT_MANAGER.version}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pulumi
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.autoscaler.component import Autoscaler
 from modules.k8s.cost.component import CostAllocation
 from modules.k8s.fabric.component import Fabric
@@ -38,7 +39,7 @@ from modules.k8s.trainer.component import KubeflowTrainer
 from modules.k8s.trainer.runtimes import RuntimeSite
 
 
-class KubernetesPlatform(pulumi.ComponentResource):
+class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
     """GPU and fabric enablement, monitoring, queueing and tenancy on one cluster.
 
     Attributes:
@@ -52,13 +53,7 @@ class KubernetesPlatform(pulumi.ComponentResource):
             its runtimes, the inference ServiceAccounts); empty without serving.
     """
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:KubernetesPlatform", name, None, opts)
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         child = pulumi.ResourceOptions(parent=self)
 
         oidc = args.onprem.oidc if args.onprem is not None else None
@@ -191,12 +186,10 @@ class KubernetesPlatform(pulumi.ComponentResource):
                 queueing.local_queues[team.name],
             ]
 
-        self.register_outputs(
-            {
-                "teamNamespaces": {t: p.namespace for t, p in self.placements.items()},
-                "localQueues": {t: p.local_queue for t, p in self.placements.items()},
-                "checkpointClaims": {t: p.checkpoint_claim for t, p in self.placements.items()},
-                "charts": {n: c.version for n, c in installed_charts(args).items()},
-                "poolPlugins": pool_plugins(args),
-            }
-        )
+        return {
+            "teamNamespaces": {t: p.namespace for t, p in self.placements.items()},
+            "localQueues": {t: p.local_queue for t, p in self.placements.items()},
+            "checkpointClaims": {t: p.checkpoint_claim for t, p in self.placements.items()},
+            "charts": {n: c.version for n, c in installed_charts(args).items()},
+            "poolPlugins": pool_plugins(args),
+        }

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pulumi
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.names import KUEUE_NAMESPACE, LOCAL_QUEUE_NAME, PRIORITY_CLASSES
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.queueing.spec import (
@@ -37,13 +37,14 @@ class Queueing(pulumi.ComponentResource):
         super().__init__("gpuplatform:k8s:Queueing", name, None, opts)
         provider = args.provider
         self.priority_classes = [register(m, self, provider) for m in priority_classes()]
-        ns = register(kueue_namespace(args.kubernetes_version), self, provider)
         manager = args.fleet.manager if args.fleet is not None else None
         workers = [c for w in manager.workers for c in w.api_server_cidrs] if manager else []
-        fences = [
-            register(m, self, provider, depends_on=[ns])
-            for m in kueue_network_policies(args.network, workers)
-        ]
+        fenced = register_namespace(
+            kueue_namespace(args.kubernetes_version),
+            kueue_network_policies(args.network, workers),
+            self,
+            provider,
+        )
         self.release = helm_release(
             "kueue",
             KUEUE,
@@ -55,7 +56,7 @@ class Queueing(pulumi.ComponentResource):
             ),
             parent=self,
             provider=provider,
-            depends_on=[ns, *fences, *depends_on],
+            depends_on=[*fenced, *depends_on],
         )
         flavors = [
             register(resource_flavor(p), self, provider, depends_on=[self.release])

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,24 +80,15 @@ class QueueingSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            self.reclaim_within_cohort in ("Any", "LowerPriority", "Never"),
-            "reclaim_within_cohort",
-            self.reclaim_within_cohort,
-            "one of 'Any', 'LowerPriority', 'Never'",
+        check.one_of(
+            "reclaim_within_cohort", self.reclaim_within_cohort, ("Any", "LowerPriority", "Never")
         )
-        check.require(
-            self.preemption_within_team in ("LowerPriority", "LowerOrNewerEqualPriority", "Never"),
+        check.one_of(
             "preemption_within_team",
             self.preemption_within_team,
-            "one of 'LowerPriority', 'LowerOrNewerEqualPriority', 'Never'",
+            ("LowerPriority", "LowerOrNewerEqualPriority", "Never"),
         )
-        check.require(
-            5 <= self.wait_for_pods_ready_minutes <= 240,
-            "wait_for_pods_ready_minutes",
-            self.wait_for_pods_ready_minutes,
-            "use 5 to 240",
-        )
+        check.within("wait_for_pods_ready_minutes", self.wait_for_pods_ready_minutes, 5, 240)
         check.done()
 
 
@@ -204,22 +195,39 @@ def cluster_queue(team: TeamSpec, pools: Sequence[NodePoolProfile], spec: Queuei
         }
         for q in team_flavor_quotas(team, pools)
     ]
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "ClusterQueue",
-        "metadata": metadata(team_cluster_queue(team.name)),
-        "spec": {
-            "cohortName": COHORT_NAME,
-            "namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": team_namespace(team.name)}
-            },
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+    return team_queue(
+        team_cluster_queue(team.name),
+        team.name,
+        flavors,
+        {
             "preemption": {
                 "reclaimWithinCohort": spec.reclaim_within_cohort,
                 "withinClusterQueue": spec.preemption_within_team,
             },
             "fairSharing": {"weight": str(team.fair_share_weight)},
+        },
+    )
+
+
+def team_queue(
+    name: str, team: str, flavors: list[Manifest], settings: Mapping[str, Any]
+) -> Manifest:
+    """A ClusterQueue ``name`` in the platform cohort that admits the workloads of
+    ``team``'s namespace on ``flavors`` (each with its quota of every covered resource),
+    in order of arrival but without head-of-line blocking, with ``settings`` besides
+    (preemption, fair sharing, admission checks)."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": metadata(name),
+        "spec": {
+            "cohortName": COHORT_NAME,
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": team_namespace(team)}
+            },
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+            **settings,
         },
     }
 

@@ -29,7 +29,6 @@ Validation is in two parts:
 
 from __future__ import annotations
 
-import hashlib
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -39,8 +38,7 @@ from typing import Any
 import yaml
 from cryptography import x509
 
-from modules.k8s.common import Manifest, metadata
-from modules.k8s.names import KUBE_SYSTEM
+from modules.k8s.common import APISERVER_FLAGS_KEY, Manifest, control_plane_file
 from modules.validation import Checker
 
 #: The file the kube-apiserver reads (``--authentication-config``) on each
@@ -48,7 +46,7 @@ from modules.validation import Checker
 DEFAULT_CONFIG_PATH = "/etc/kubernetes/auth/authentication-config.yaml"
 CONFIGMAP_NAME = "gpuplatform-authentication-config"
 CONFIG_KEY = "authentication-config.yaml"
-FLAGS_KEY = "kube-apiserver-flags"
+FLAGS_KEY = APISERVER_FLAGS_KEY
 #: The configuration's digest: a control-plane node's copy is current when it matches.
 DIGEST_ANNOTATION = "gpuplatform.ae/authentication-config-sha256"
 _GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/ -]{0,253}$")
@@ -272,13 +270,6 @@ def oidc_configmap(spec: OidcSpec, kubernetes_version: str) -> Manifest:
     """The ConfigMap the control-plane nodes' configuration file is copied from: the
     ``AuthenticationConfiguration`` and the kube-apiserver flag that reads it."""
     text = yaml.safe_dump(spec.document(kubernetes_version), sort_keys=False)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(
-            CONFIGMAP_NAME,
-            KUBE_SYSTEM,
-            annotations={DIGEST_ANNOTATION: hashlib.sha256(text.encode()).hexdigest()},
-        ),
-        "data": {CONFIG_KEY: text, FLAGS_KEY: "\n".join(spec.apiserver_flags()) + "\n"},
-    }
+    return control_plane_file(
+        CONFIGMAP_NAME, CONFIG_KEY, text, spec.apiserver_flags(), DIGEST_ANNOTATION
+    )

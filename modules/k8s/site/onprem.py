@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -71,22 +70,14 @@ class OnPremSpec:
             self.checkpoint_storage_class,
             "name an existing StorageClass (lowercase DNS name), or leave empty",
         )
-        check.require(
-            self.checkpoint_access_mode in ("ReadWriteOnce", "ReadWriteMany"),
+        check.one_of(
             "checkpoint_access_mode",
             self.checkpoint_access_mode,
-            "one of 'ReadWriteOnce', 'ReadWriteMany'",
+            ("ReadWriteOnce", "ReadWriteMany"),
         )
         for name in ("egress_cidrs", "api_server_cidrs", "node_cidrs"):
-            for i, cidr in enumerate(getattr(self, name)):
-                try:
-                    network = ipaddress.IPv4Network(cidr, strict=True)
-                except ValueError:
-                    check.require(False, f"{name}[{i}]", cidr, "expected an IPv4 CIDR")
-                    continue
-                check.require(
-                    network.prefixlen > 0, f"{name}[{i}]", cidr, "0.0.0.0/0 is not allowed"
-                )
+            for key, cidr, network in check.ipv4_networks(name, getattr(self, name)):
+                check.require(network.prefixlen > 0, key, cidr, "0.0.0.0/0 is not allowed")
         check.require(
             bool(self.api_server_cidrs),
             "api_server_cidrs",

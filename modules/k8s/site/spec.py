@@ -7,16 +7,23 @@ reports show it, so an on-premises cluster's location is as visible as an AWS re
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.names import KUBE_SYSTEM, SITE_CONFIGMAP_NAME
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
-_SITE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_SITE_NAME = TextFormat(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
+)
+# \Z, not $: the whole value, no trailing newline.
+_COUNTRY = TextFormat(r"^[A-Z]{2}\Z", "use an ISO 3166-1 alpha-2 code such as AE")
+_REGION = TextFormat(
+    r"^[a-z]{2}(-[a-z]+)+-\d$",
+    "an AWS region such as me-central-1 is required for aws-eks sites",
+)
 
 
 @dataclass(frozen=True)
@@ -38,31 +45,11 @@ class SiteSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_SITE_NAME.match(self.name)),
-            "name",
-            self.name,
-            "use lowercase letters, digits and dashes, e.g. ae-abudhabi-dc1",
-        )
-        check.require(
-            bool(re.fullmatch(r"[A-Z]{2}", self.country)),
-            "country",
-            self.country,
-            "use an ISO 3166-1 alpha-2 code such as AE",
-        )
-        check.require(
-            self.kind in ("aws-eks", "on-premises"),
-            "kind",
-            self.kind,
-            "one of 'aws-eks', 'on-premises'",
-        )
+        check.matches("name", self.name, _SITE_NAME)
+        check.matches("country", self.country, _COUNTRY)
+        check.one_of("kind", self.kind, ("aws-eks", "on-premises"))
         if self.kind == "aws-eks":
-            check.require(
-                bool(_REGION.match(self.region)),
-                "region",
-                self.region,
-                "an AWS region such as me-central-1 is required for aws-eks sites",
-            )
+            check.matches("region", self.region, _REGION)
         else:
             check.require(
                 self.region == "", "region", self.region, "on-premises sites have no AWS region"

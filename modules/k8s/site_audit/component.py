@@ -4,20 +4,18 @@ that apply it (docs/fleet.md, "The site's API audit log")."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from modules.k8s.common import Manifest, metadata, register
+from modules.k8s.common import APISERVER_FLAGS_KEY, Manifest, control_plane_file, register
 from modules.k8s.names import KUBE_SYSTEM
 
 from .spec import ApiAuditSpec
 
 CONFIGMAP_NAME = "gpuplatform-audit-policy"
 POLICY_KEY = "policy.yaml"
-FLAGS_KEY = "kube-apiserver-flags"
+FLAGS_KEY = APISERVER_FLAGS_KEY
 #: The policy's digest: a control-plane node's copy is current when its sha256 matches.
 DIGEST_ANNOTATION = "gpuplatform.ae/policy-sha256"
 
@@ -28,17 +26,9 @@ def policy_yaml(spec: ApiAuditSpec) -> str:
 
 def audit_policy_configmap(spec: ApiAuditSpec) -> Manifest:
     """The ConfigMap the control-plane nodes' policy file is copied from."""
-    text = policy_yaml(spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(
-            CONFIGMAP_NAME,
-            KUBE_SYSTEM,
-            annotations={DIGEST_ANNOTATION: hashlib.sha256(text.encode()).hexdigest()},
-        ),
-        "data": {POLICY_KEY: text, FLAGS_KEY: "\n".join(spec.apiserver_flags()) + "\n"},
-    }
+    return control_plane_file(
+        CONFIGMAP_NAME, POLICY_KEY, policy_yaml(spec), spec.apiserver_flags(), DIGEST_ANNOTATION
+    )
 
 
 class SiteAuditPolicy(pulumi.ComponentResource):

@@ -306,13 +306,9 @@ class ApiAuditSpec:
                 value,
                 "an absolute path on the control-plane nodes",
             )
-        for name, low, high in (
-            ("max_age_days", 1, 3650),
-            ("max_backups", 1, 1000),
-            ("max_size_mib", 1, 10_000),
-        ):
-            value = getattr(self, name)
-            check.require(low <= value <= high, name, value, f"use {low} to {high}")
+        check.ranges(
+            self, {"max_age_days": (1, 3650), "max_backups": (1, 1000), "max_size_mib": (1, 10_000)}
+        )
         check.done()
 
     def document(self) -> dict[str, Any]:

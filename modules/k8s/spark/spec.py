@@ -51,7 +51,7 @@ Versions read at tag v2.5.2 (commit 43afb8bb) of github.com/kubeflow/spark-opera
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -61,7 +61,7 @@ from modules.k8s.common import Manifest, metadata, toleration
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
 from modules.pools import POOL_LABEL, NodePoolProfile
-from modules.validation import Checker, Problem
+from modules.validation import Checker, Problem, TextFormat
 
 #: The upstream chart (kubeflow/spark-operator ``charts/spark-operator-chart``).
 SPARK_OPERATOR = Chart("spark-operator", "2.5.2", "https://kubeflow.github.io/spark-operator")
@@ -105,11 +105,22 @@ POD_IDENTITY_AGENT_CIDR = "169.254.170.23/32"
 POD_IDENTITY_AGENT_PORT = 80
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_JOB_NAME = TextFormat(
+    _NAME.pattern, "a DNS label of at most 40 characters (lowercase letters, digits, '-')"
+)
+_TEAM = TextFormat(_NAME.pattern, "a team name")
 # A key prefix below the team's raw/ or a dataset name: path segments of safe characters.
 _KEY_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,127}$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_BUCKET = TextFormat(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "a bucket name")
+# \Z, not $: the whole value, no trailing newline.
+_STORE_REGION = TextFormat(
+    r"^[a-z0-9][a-z0-9-]{0,62}\Z", "the store's region name (lowercase letters, digits, '-')"
+)
+_SECRET = TextFormat(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+    "a Secret name prefix (lowercase DNS name)",
+)
 CPU_ROLES = ("preprocess", "cpu-training")
 
 
@@ -165,13 +176,8 @@ class SparkJobSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_NAME.match(self.name)),
-            "name",
-            self.name,
-            "a DNS label of at most 40 characters (lowercase letters, digits, '-')",
-        )
-        check.require(bool(_NAME.match(self.team)), "team", self.team, "a team name")
+        check.matches("name", self.name, _JOB_NAME)
+        check.matches("team", self.team, _TEAM)
         check.require(
             bool(_KEY_PATH.match(self.source)) and ".." not in self.source.split("/"),
             "source",
@@ -185,19 +191,19 @@ class SparkJobSpec:
             self.dataset,
             "a dataset name of letters, digits, '.', '_', '=', '-' such as corpus-v1",
         )
-        ranges = {
-            "executors": (1, 256),
-            "cores": (1, 192),
-            "memory_gib": (1, 1024),
-            "python_memory_gib": (1, 1024),
-            "driver_cores": (1, 192),
-            "driver_memory_gib": (1, 1024),
-            "driver_python_memory_gib": (1, 1024),
-            "scratch_gib": (1, 4096),
-        }
-        for name, (low, high) in ranges.items():
-            value = getattr(self, name)
-            check.require(low <= value <= high, name, value, f"use {low} to {high}")
+        check.ranges(
+            self,
+            {
+                "executors": (1, 256),
+                "cores": (1, 192),
+                "memory_gib": (1, 1024),
+                "python_memory_gib": (1, 1024),
+                "driver_cores": (1, 192),
+                "driver_memory_gib": (1, 1024),
+                "driver_python_memory_gib": (1, 1024),
+                "scratch_gib": (1, 4096),
+            },
+        )
         check.require(
             self.near_dup is None or 0.0 < self.near_dup < 1.0,
             "near_dup",
@@ -241,20 +247,10 @@ class ObjectStoreSpec:
             self.endpoint,
             "an https:// URL of the object store, without a path",
         )
-        check.require(bool(_BUCKET.match(self.bucket)), "bucket", self.bucket, "a bucket name")
-        check.require(
-            bool(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", self.region)),
-            "region",
-            self.region,
-            "the store's region name (lowercase letters, digits, '-')",
-        )
+        check.matches("bucket", self.bucket, _BUCKET)
+        check.matches("region", self.region, _STORE_REGION)
         check.require(bool(self.kms_key_id.strip()), "kms_key_id", self.kms_key_id, "a key id")
-        check.require(
-            bool(_SECRET.match(self.credentials_secret_prefix)),
-            "credentials_secret_prefix",
-            self.credentials_secret_prefix,
-            "a Secret name prefix (lowercase DNS name)",
-        )
+        check.matches("credentials_secret_prefix", self.credentials_secret_prefix, _SECRET)
         check.done()
 
 
@@ -594,20 +590,6 @@ def _pod_labels(job: SparkJobSpec) -> dict[str, str]:
     return {APP_LABEL: job.name, "gpuplatform.ae/team": job.team}
 
 
-def _container(
-    name: str, image: str, env: list[Manifest], amounts: Manifest, mounts: list[Manifest]
-) -> Manifest:
-    return {
-        "name": name,
-        "image": image,
-        "command": ["/bin/bash", "-c", POD_SCRIPT, "spark-pod"],
-        "env": [*env, {"name": "HOME", "value": "/tmp"}],
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "securityContext": restricted_container(),
-        "volumeMounts": mounts,
-    }
-
-
 def driver_template(job: SparkJobSpec, store: Store, pool: NodePoolProfile, image: str) -> Manifest:
     """The driver's pod template: the pod script, the store's settings, the CPU pool,
     the restricted security context, the scratch volume (the dataset before upload) and
@@ -621,30 +603,19 @@ def driver_template(job: SparkJobSpec, store: Store, pool: NodePoolProfile, imag
     memory = f"{(job.driver_memory_gib + job.driver_python_memory_gib) * 1024}Mi"
     # The scratch volume, /tmp and the event log count against the node's disk.
     disk = f"{job.scratch_gib + 4}Gi"
-    amounts = {"cpu": str(job.driver_cores), "memory": memory, "ephemeral-storage": disk}
-    mounts = [
-        {"name": "work", "mountPath": WORK_DIR},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "events", "mountPath": EVENT_LOG_DIR},
-    ]
-    return {
-        "metadata": {"labels": _pod_labels(job)},
-        "spec": {
-            "serviceAccountName": service_account_name(job.team),
-            # The driver calls the API server to run its executors (`driver_role`).
-            "automountServiceAccountToken": True,
-            "securityContext": pod_security(),
-            **_placement(pool),
-            "containers": [
-                _container(DRIVER_CONTAINER, image, store_env(store, job.team), amounts, mounts)
-            ],
-            "volumes": [
-                {"name": "work", "emptyDir": {"sizeLimit": f"{job.scratch_gib}Gi"}},
-                {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}},
-                {"name": "events", "emptyDir": {"sizeLimit": "2Gi"}},
-            ],
-        },
-    }
+    return _pod_template(
+        job,
+        pool,
+        (DRIVER_CONTAINER, image, store),
+        {"cpu": str(job.driver_cores), "memory": memory, "ephemeral-storage": disk},
+        [
+            ("work", WORK_DIR, f"{job.scratch_gib}Gi"),
+            ("tmp", "/tmp", "2Gi"),
+            ("events", EVENT_LOG_DIR, "2Gi"),
+        ],
+        # The driver calls the API server to run its executors (`driver_role`).
+        api_token=True,
+    )
 
 
 def executor_template(
@@ -656,19 +627,49 @@ def executor_template(
     which the ephemeral-storage request covers."""
     memory = f"{(job.memory_gib + job.python_memory_gib) * 1024}Mi"
     disk = f"{job.scratch_gib + 2}Gi"
-    amounts = {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk}
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    return _pod_template(
+        job,
+        pool,
+        (EXECUTOR_CONTAINER, image, store),
+        {"cpu": str(job.cores), "memory": memory, "ephemeral-storage": disk},
+        [("tmp", "/tmp", "2Gi")],
+        api_token=False,
+    )
+
+
+def _pod_template(
+    job: SparkJobSpec,
+    pool: NodePoolProfile,
+    container: tuple[str, str, Store],
+    amounts: Mapping[str, str],
+    disks: Sequence[tuple[str, str, str]],
+    *,
+    api_token: bool,
+) -> Manifest:
+    """A pod template of the job: its labels and the team's ServiceAccount, the
+    restricted security context, the CPU pool, and one container (name, image, the
+    store it reads and writes) that runs the pod script with ``amounts`` as its requests
+    and limits and an emptyDir per disk (name, mount path, size limit)."""
+    name, image, store = container
     return {
         "metadata": {"labels": _pod_labels(job)},
         "spec": {
             "serviceAccountName": service_account_name(job.team),
-            "automountServiceAccountToken": False,
+            "automountServiceAccountToken": api_token,
             "securityContext": pod_security(),
             **_placement(pool),
             "containers": [
-                _container(EXECUTOR_CONTAINER, image, store_env(store, job.team), amounts, mounts)
+                {
+                    "name": name,
+                    "image": image,
+                    "command": ["/bin/bash", "-c", POD_SCRIPT, "spark-pod"],
+                    "env": [*store_env(store, job.team), {"name": "HOME", "value": "/tmp"}],
+                    "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                    "securityContext": restricted_container(),
+                    "volumeMounts": [{"name": disk, "mountPath": path} for disk, path, _ in disks],
+                }
             ],
-            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+            "volumes": [{"name": disk, "emptyDir": {"sizeLimit": size}} for disk, _, size in disks],
         },
     }
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.common import helm_release, register
 from modules.k8s.names import KUBE_SYSTEM
 from modules.k8s.platform.spec import KubernetesPlatformArgs
@@ -30,22 +31,15 @@ class StorageResources:
     team_directories: list[pulumi.Resource]
 
 
-class Storage(pulumi.ComponentResource):
+class Storage(KubernetesComponent[KubernetesPlatformArgs]):
     """Storage classes, the FSx CSI driver and the shared file system's team directories."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Storage", name, None, opts)
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         provider = args.provider
         self.ready = StorageResources(classes=[], team_directories=[])
         if args.eks is None:
             # On premises the classes exist already; they are named in config.
-            self.register_outputs({"platformStorageClass": platform_storage_class(args)})
-            return
+            return {"platformStorageClass": platform_storage_class(args)}
         self.ready.classes = [
             register(m, self, provider) for m in ebs_storage_classes(args.eks.storage_kms_key_arn)
         ]
@@ -72,4 +66,4 @@ class Storage(pulumi.ComponentResource):
                 depends_on=[driver, *root],
             )
             self.ready.team_directories = [job]
-        self.register_outputs({"platformStorageClass": platform_storage_class(args)})
+        return {"platformStorageClass": platform_storage_class(args)}

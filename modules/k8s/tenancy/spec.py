@@ -10,7 +10,6 @@ the few allowances training needs, an edit RoleBinding for the team's group, the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -33,9 +32,12 @@ from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tenancy.quotas import GPU_RESOURCE, namespace_ceiling
 from modules.pools import NodePoolProfile
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
-_TEAM_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+_TEAM_NAME = TextFormat(
+    r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$",
+    "use up to 30 lowercase letters, digits and dashes, starting with a letter",
+)
 
 #: Link-local address of the EKS Pod Identity agent (a node daemon): pods fetch their
 #: team role's credentials from it over HTTP.
@@ -84,45 +86,27 @@ class TeamSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_TEAM_NAME.match(self.name)),
-            "name",
-            self.name,
-            "use up to 30 lowercase letters, digits and dashes, starting with a letter",
+        check.matches("name", self.name, _TEAM_NAME)
+        check.ranges(
+            self,
+            {
+                "gpu_quota": (0, 100_000),
+                "cpu_quota": (0, 100_000),
+                "memory_quota_gib": (0, 100_000),
+            },
         )
-        for field in ("gpu_quota", "cpu_quota", "memory_quota_gib"):
-            value = getattr(self, field)
-            check.require(0 <= value <= 100_000, field, value, "use 0 to 100000")
-        check.require(
-            0 <= self.borrow_limit_percent <= 1000,
-            "borrow_limit_percent",
-            self.borrow_limit_percent,
-            "use 0 to 1000 (percent of each quota)",
+        check.within(
+            "borrow_limit_percent", self.borrow_limit_percent, 0, 1000, "percent of each quota"
         )
-        check.require(
-            1 <= self.fair_share_weight <= 1000,
-            "fair_share_weight",
-            self.fair_share_weight,
-            "use 1 to 1000",
-        )
-        check.require(
-            self.max_priority in PRIORITY_CLASSES,
-            "max_priority",
-            self.max_priority,
-            f"one of {', '.join(repr(p) for p in PRIORITY_CLASSES)}",
-        )
-        check.require(
-            1 <= self.checkpoint_storage_gib <= 1_000_000,
-            "checkpoint_storage_gib",
-            self.checkpoint_storage_gib,
-            "use 1 to 1000000",
-        )
-        check.require(1 <= self.max_pods <= 10_000, "max_pods", self.max_pods, "use 1 to 10000")
-        check.require(
-            self.pod_security in ("restricted", "baseline"),
+        check.within("fair_share_weight", self.fair_share_weight, 1, 1000)
+        check.one_of("max_priority", self.max_priority, tuple(PRIORITY_CLASSES))
+        check.within("checkpoint_storage_gib", self.checkpoint_storage_gib, 1, 1_000_000)
+        check.within("max_pods", self.max_pods, 1, 10_000)
+        check.one_of(
             "pod_security",
             self.pod_security,
-            "one of 'restricted', 'baseline' (privileged is never allowed for a team)",
+            ("restricted", "baseline"),
+            "privileged is never allowed for a team",
         )
         check.done()
 

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.common import helm_release, register
+from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.tracking.manifests import (
     ADMIN_INI_SECRET,
@@ -136,11 +136,12 @@ class Tracking(pulumi.ComponentResource):
             onprem = args.onprem
             if onprem is None:  # checked by KubernetesPlatformArgs
                 raise ValueError("an on-premises tracking server needs OnPremSpec")
-            cnpg_ns = register(cnpg_namespace(args.kubernetes_version), self, provider)
-            cnpg_fences = [
-                register(m, self, provider, depends_on=[cnpg_ns])
-                for m in cnpg_network_policies(args.network)
-            ]
+            cnpg_fenced = register_namespace(
+                cnpg_namespace(args.kubernetes_version),
+                cnpg_network_policies(args.network),
+                self,
+                provider,
+            )
             operator = helm_release(
                 "cloudnative-pg",
                 CLOUDNATIVE_PG,
@@ -148,7 +149,7 @@ class Tracking(pulumi.ComponentResource):
                 values=cloudnative_pg_values(),
                 parent=self,
                 provider=provider,
-                depends_on=[cnpg_ns, *cnpg_fences, *depends_on],
+                depends_on=[*cnpg_fenced, *depends_on],
             )
             # Backups to the site's object store: its access key (secret config values)
             # and CA bundle exist before the cluster archives its first WAL file.

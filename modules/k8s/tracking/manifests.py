@@ -46,6 +46,7 @@ from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
 from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
+from modules.k8s.security import restricted_container, restricted_pod
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.spec import DatabaseBackupSpec, TrackingSpec
 from modules.k8s.tracking.users import team_username
@@ -238,23 +239,10 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         # The server needs no Kubernetes API; EKS Pod Identity mounts its own token.
         "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT, "automount": False},
         "podSecurityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SERVER_UID,
-            "runAsGroup": SERVER_UID,
-            "fsGroup": SERVER_UID,
+            **restricted_pod(SERVER_UID),
             "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "privileged": False,
-            "runAsUser": SERVER_UID,
-            "runAsGroup": SERVER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": {**restricted_container(SERVER_UID), "privileged": False},
         "resources": _resources(spec),
         "nodeSelector": system_node_selector(),
         # The chart's own Service (plain, to 5000) always exists; nothing may reach it.
@@ -320,15 +308,7 @@ def tls_proxy_container() -> dict[str, Any]:
             "requests": {"cpu": "50m", "memory": "64Mi"},
             "limits": {"cpu": "500m", "memory": "128Mi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": SERVER_UID,
-            "runAsGroup": SERVER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container(SERVER_UID),
         "volumeMounts": [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
     }
 
@@ -766,15 +746,7 @@ def user_sync_container() -> dict[str, Any]:
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"cpu": "200m", "memory": "128Mi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": SERVER_UID,
-            "runAsGroup": SERVER_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container(SERVER_UID),
         "volumeMounts": [
             {"name": "user-sync-script", "mountPath": "/scripts", "readOnly": True},
             {"name": "team-users", "mountPath": "/users", "readOnly": True},

@@ -9,30 +9,40 @@ imports these settings only.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import pulumi
 
-from modules.validation import Checker
+from modules.validation import Checker, TextFormat
 
 #: RDS instance classes of the burstable and general-purpose families MLflow's small,
 #: mostly-idle database fits (``db.t4g.medium``, ``db.m7g.large`` ...).
-_INSTANCE_CLASS = re.compile(r"^db\.[a-z][a-z0-9]*\.[a-z0-9]+$")
-_USERNAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+_INSTANCE_CLASS = TextFormat(
+    r"^db\.[a-z][a-z0-9]*\.[a-z0-9]+$",
+    "an RDS instance class such as db.t4g.medium",
+)
+_USERNAME = TextFormat(
+    r"^[a-z][a-z0-9_]{0,30}$",
+    "use up to 31 lowercase letters, digits and underscores, starting with a letter",
+)
 
 Permission = Literal["READ", "EDIT", "MANAGE", "NO_PERMISSIONS"]
 #: Server-side encryption barman-cloud asks the object store for (the values
 #: CloudNativePG's ``barmanObjectStore.data/wal.encryption`` accepts).
 BackupEncryption = Literal["AES256", "aws:kms"]
 # s3://bucket[/prefix]: a bucket name as S3 and Ceph RGW accept it, then a key prefix.
-_DESTINATION = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$")
+_DESTINATION = TextFormat(
+    r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$",
+    "s3://<bucket>[/<prefix>] in the site's object store",
+)
 # robfig/cron with seconds (CloudNativePG's ScheduledBackup): six fields.
-_SIX_FIELD_CRON = re.compile(r"^(\S+\s+){5}\S+$")
+_SIX_FIELD_CRON = TextFormat(
+    r"^(\S+\s+){5}\S+$",
+    "six cron fields, seconds first (e.g. '0 0 2 * * *' for 02:00 every day)",
+)
 #: CloudNativePG's retentionPolicy unit is days, weeks or months; the platform keeps days.
 MAX_BACKUP_RETENTION_DAYS = 3650
 
@@ -72,12 +82,7 @@ class DatabaseBackupSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_DESTINATION.match(self.destination_path)),
-            "destination_path",
-            self.destination_path,
-            "s3://<bucket>[/<prefix>] in the site's object store",
-        )
+        check.matches("destination_path", self.destination_path, _DESTINATION)
         url = urllib.parse.urlsplit(self.endpoint_url)
         check.require(
             url.scheme == "https" and bool(url.hostname) and url.path in ("", "/"),
@@ -92,15 +97,10 @@ class DatabaseBackupSpec:
             "list the object store's addresses (e.g. 10.20.8.0/24): the database may reach "
             "nothing else",
         )
-        for i, cidr in enumerate(self.endpoint_cidrs):
-            try:
-                network = ipaddress.IPv4Network(cidr, strict=True)
-            except ValueError:
-                check.require(False, f"endpoint_cidrs[{i}]", cidr, "expected an IPv4 CIDR")
-                continue
+        for key, cidr, network in check.ipv4_networks("endpoint_cidrs", self.endpoint_cidrs):
             check.require(
                 network.is_private and network.prefixlen > 0,
-                f"endpoint_cidrs[{i}]",
+                key,
                 cidr,
                 "a private address range of the site (backups stay in the site)",
             )
@@ -110,23 +110,13 @@ class DatabaseBackupSpec:
             "(given)",
             "a PEM certificate (-----BEGIN CERTIFICATE-----...) or empty",
         )
-        check.require(
-            bool(_SIX_FIELD_CRON.match(self.schedule)),
-            "schedule",
-            self.schedule,
-            "six cron fields, seconds first (e.g. '0 0 2 * * *' for 02:00 every day)",
-        )
-        check.require(
-            1 <= self.retention_days <= MAX_BACKUP_RETENTION_DAYS,
-            "retention_days",
-            self.retention_days,
-            f"use 1 to {MAX_BACKUP_RETENTION_DAYS}",
-        )
-        check.require(
-            self.encryption in ("AES256", "aws:kms"),
+        check.matches("schedule", self.schedule, _SIX_FIELD_CRON)
+        check.within("retention_days", self.retention_days, 1, MAX_BACKUP_RETENTION_DAYS)
+        check.one_of(
             "encryption",
             self.encryption,
-            "one of 'AES256', 'aws:kms' (backups are never written unencrypted)",
+            get_args(BackupEncryption),
+            "backups are never written unencrypted",
         )
         check.done()
 
@@ -183,30 +173,20 @@ class TrackingSpec:
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.require(
-            bool(_USERNAME.match(self.admin_username)),
-            "admin_username",
-            self.admin_username,
-            "use up to 31 lowercase letters, digits and underscores, starting with a letter",
+        check.matches("admin_username", self.admin_username, _USERNAME)
+        check.one_of("default_permission", self.default_permission, get_args(Permission))
+        check.ranges(
+            self,
+            {
+                "replicas": (1, 10),
+                "cpu_millicores": (250, 16_000),
+                "memory_mib": (512, 65_536),
+                "database_storage_gib": (20, 65_536),
+                "database_backup_retention_days": (1, 35),
+                "database_instances": (1, 5),
+                "artifact_storage_gib": (1, 65_536),
+            },
         )
-        check.require(
-            self.default_permission in ("READ", "EDIT", "MANAGE", "NO_PERMISSIONS"),
-            "default_permission",
-            self.default_permission,
-            "one of 'READ', 'EDIT', 'MANAGE', 'NO_PERMISSIONS'",
-        )
-        ranges = {
-            "replicas": (1, 10),
-            "cpu_millicores": (250, 16_000),
-            "memory_mib": (512, 65_536),
-            "database_storage_gib": (20, 65_536),
-            "database_backup_retention_days": (1, 35),
-            "database_instances": (1, 5),
-            "artifact_storage_gib": (1, 65_536),
-        }
-        for name, (low, high) in ranges.items():
-            value = getattr(self, name)
-            check.require(low <= value <= high, name, value, f"use {low} to {high}")
         check.require(
             self.database_max_storage_gib >= self.database_storage_gib
             and self.database_max_storage_gib <= 65_536,
@@ -214,12 +194,7 @@ class TrackingSpec:
             self.database_max_storage_gib,
             f"use {self.database_storage_gib} (databaseStorageGib) to 65536",
         )
-        check.require(
-            bool(_INSTANCE_CLASS.match(self.database_instance_class)),
-            "database_instance_class",
-            self.database_instance_class,
-            "an RDS instance class such as db.t4g.medium",
-        )
+        check.matches("database_instance_class", self.database_instance_class, _INSTANCE_CLASS)
         check.require(
             not self.database_instance_class.endswith((".micro", ".small")),
             "database_instance_class",
