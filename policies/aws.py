@@ -42,6 +42,13 @@ ENDPOINT_RE = re.compile(rf"\b({REGION_PATTERN})\.amazonaws\.com(?:\.cn)?\b")
 ECR_HOST_RE = re.compile(rf"^(\d{{12}})\.dkr\.ecr(?:-fips)?\.({REGION_PATTERN})\.amazonaws\.com$")
 
 
+def identifiers(resource: ResourceView, *keys: str) -> set[str]:
+    """The known string values of ``keys`` (``arn``, ``id``, ``name`` ...): what other
+    resources may use to name this one."""
+    values = (resource.props.get(key) for key in keys)
+    return {value for value in values if isinstance(value, str) and not is_unknown(value)}
+
+
 def type_module(type_token: str) -> str:
     """The module of an ``aws:<module>/<resource>:<Class>`` token (``s3``, ``iam`` ...)."""
     parts = type_token.split(":")

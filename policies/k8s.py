@@ -148,6 +148,16 @@ def job_images(resource: ResourceView) -> list[tuple[str, Any]]:
     return [("spec.trainer.image", trainer["image"])]
 
 
+def images(resource: ResourceView) -> list[tuple[str, Any, str]]:
+    """(who, image, path) of every image the object runs: each container's (who:
+    ``container <name>``) and each job image's (`job_images`; who: its path)."""
+    named = [
+        (f"container {c.name}", c.spec.get("image"), f"{c.path}.image")
+        for c in containers(resource)
+    ]
+    return named + [(f"`{path}`", value, path) for path, value in job_images(resource)]
+
+
 def names_images(resource: ResourceView) -> bool:
     """The object runs images: it has a pod spec, or names a job image (`job_images`)."""
     return has_pod_spec(resource) or bool(job_images(resource))

@@ -308,23 +308,10 @@ def resource_rule(
     annotation_exceptions: bool = False,
 ) -> Callable[[ResourceCheck], Rule]:
     """Turn a function ``(ResourceView, Settings) -> messages`` into a `Rule`."""
-
-    def wrap(check: ResourceCheck) -> Rule:
-        return Rule(
-            id,
-            description,
-            severity,
-            enforcement,
-            remediation,
-            tuple(controls),
-            "resource",
-            check,
-            applies_to,
-            tuple(config_keys),
-            annotation_exceptions,
-        )
-
-    return wrap
+    return lambda check: Rule(
+        id, description, severity, enforcement, remediation, tuple(controls), "resource",
+        check, applies_to, tuple(config_keys), annotation_exceptions,
+    )  # fmt: skip
 
 
 def stack_rule(
@@ -339,22 +326,10 @@ def stack_rule(
     enforcement: EnforcementLevel = EnforcementLevel.MANDATORY,
 ) -> Callable[[StackCheck], Rule]:
     """Turn a function ``(StackView, Settings) -> (urn, message) pairs`` into a `Rule`."""
-
-    def wrap(check: StackCheck) -> Rule:
-        return Rule(
-            id,
-            description,
-            severity,
-            enforcement,
-            remediation,
-            tuple(controls),
-            "stack",
-            check,
-            applies_to,
-            tuple(config_keys),
-        )
-
-    return wrap
+    return lambda check: Rule(
+        id, description, severity, enforcement, remediation, tuple(controls), "stack",
+        check, applies_to, tuple(config_keys),
+    )  # fmt: skip
 
 
 def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:

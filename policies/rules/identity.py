@@ -12,7 +12,7 @@ from policies.documents import (
     InvalidDocumentError,
     names_everything,
     statements,
-    wildcard_principal,
+    wildcard_allows,
 )
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.settings import Settings
@@ -96,15 +96,13 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
     applies_to=types_in("aws:iam/role:Role"),
 )
 def trust_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    try:
-        found = statements(resource.props.get("assumeRolePolicy"), "assumeRolePolicy")
-    except InvalidDocumentError as invalid:
-        yield str(invalid)
-        return
-    for index, statement in enumerate(found):
-        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
-            sid = statement.get("Sid") or index
-            yield f"trust statement {sid} lets any principal assume the role"
+    return wildcard_allows(
+        resource.props.get("assumeRolePolicy"),
+        "assumeRolePolicy",
+        lambda index, statement: (
+            f"trust statement {statement.get('Sid') or index} lets any principal assume the role"
+        ),
+    )
 
 
 S3_OBJECT_ACTION_PREFIXES = (

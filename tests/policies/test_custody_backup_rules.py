@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from tests.policies.builder import ACCOUNT, REGION, UNKNOWN, PlanBuilder, compliant_plan, find_step
-from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.conftest import (
+    Mutation,
+    broken_cases,
+    failing_rules,
+    fails_exactly,
+    messages,
+    passes_every_rule,
+    review,
+)
 
 Plan = dict[str, Any]
 KEY = "aws:kms/key:Key"
@@ -152,23 +160,14 @@ BACKUP_CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 
 
 def test_the_plan_with_backups_passes_every_rule() -> None:
-    result = review(plan_with_backup())
-    assert result.violations == []
-    assert [f for f in result.findings if f.unknown] == []
+    passes_every_rule(plan_with_backup())
 
 
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"),
-    [c[1:] for c in BACKUP_CASES],
-    ids=[c[0] for c in BACKUP_CASES],
-)
+@broken_cases(BACKUP_CASES)
 def test_the_broken_backup_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+    mutate: Mutation, rule_id: str, fragment: str
 ) -> None:
-    plan = plan_with_backup()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
+    fails_exactly(plan_with_backup(), mutate, rule_id, fragment)
 
 
 @pytest.mark.parametrize(
@@ -302,18 +301,11 @@ def test_a_key_in_an_existing_store_named_by_id_passes() -> None:
     assert failing_rules(plan) == set()
 
 
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"),
-    [c[1:] for c in CUSTODY_CASES],
-    ids=[c[0] for c in CUSTODY_CASES],
-)
+@broken_cases(CUSTODY_CASES)
 def test_a_key_outside_the_store_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+    mutate: Mutation, rule_id: str, fragment: str
 ) -> None:
-    plan = plan_in_key_store()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
+    fails_exactly(plan_in_key_store(), mutate, rule_id, fragment)
 
 
 def test_an_external_store_key_without_its_external_key_fails() -> None:

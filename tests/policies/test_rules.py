@@ -24,7 +24,15 @@ from tests.policies.builder import (
     find_step,
     key_arn,
 )
-from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.conftest import (
+    Mutation,
+    broken_cases,
+    failing_rules,
+    fails_exactly,
+    messages,
+    passes_every_rule,
+    review,
+)
 from tests.policies.serving_cases import SERVING_CASES
 from tests.policies.test_state_rule import residency, with_root_stack
 
@@ -730,22 +738,14 @@ CASES += SERVING_CASES
 
 
 def test_the_compliant_plan_passes_every_rule() -> None:
-    result = review(compliant_plan())
-    assert result.violations == []
-    assert result.passed
-    assert [f for f in result.findings if f.unknown] == []
+    assert passes_every_rule(compliant_plan()).passed
 
 
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
-)
+@broken_cases(CASES)
 def test_the_broken_plan_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
+    mutate: Mutation, rule_id: str, fragment: str
 ) -> None:
-    plan = compliant_plan()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in message for message in messages(plan, rule_id)), messages(plan, rule_id)
+    fails_exactly(compliant_plan(), mutate, rule_id, fragment)
 
 
 @pytest.mark.parametrize("image", [f"{ECR}/training:0.1.0", None], ids=["ecr", "runtime"])
