@@ -74,19 +74,30 @@ def wildcard_principal(principal: Any) -> bool:
     return False
 
 
-def wildcard_allows(
-    document: Any, path: str, describe: Callable[[int, Mapping[str, Any]], str]
+Statement = Mapping[str, Any]
+
+
+def allows(
+    document: Any,
+    path: str,
+    matches: Callable[[Statement], bool],
+    describe: Callable[[int, Statement], str],
 ) -> Iterator[str]:
-    """``describe(index, statement)`` of each Allow statement open to any principal
-    (`wildcard_principal`); the reason instead when the document cannot be read."""
+    """``describe(index, statement)`` of each Allow statement of ``document`` that
+    ``matches``; the reason instead when the document cannot be read."""
     try:
         found = statements(document, path)
     except InvalidDocumentError as invalid:
         yield str(invalid)
         return
     for index, statement in enumerate(found):
-        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
+        if statement.get("Effect") == "Allow" and matches(statement):
             yield describe(index, statement)
+
+
+def any_principal(statement: Statement) -> bool:
+    """The statement's principal is the wildcard (`wildcard_principal`)."""
+    return wildcard_principal(statement.get("Principal"))
 
 
 def names_everything(value: Any) -> bool:

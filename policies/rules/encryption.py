@@ -10,7 +10,7 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
-from policies.documents import wildcard_allows
+from policies.documents import Statement, allows, any_principal
 from policies.model import ResourceView, resource_rule, types_in
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
@@ -322,10 +322,7 @@ def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[
     applies_to=types_in(KEY_TYPE, "aws:kms/keyPolicy:KeyPolicy"),
 )
 def kms_policy_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    return wildcard_allows(
-        resource.props.get("policy"),
-        "policy",
-        lambda index, statement: (
-            f"statement {statement.get('Sid') or f'#{index}'} allows the wildcard principal `*`"
-        ),
-    )
+    def problem(index: int, statement: Statement) -> str:
+        return f"statement {statement.get('Sid') or f'#{index}'} allows the wildcard principal `*`"
+
+    return allows(resource.props.get("policy"), "policy", any_principal, problem)

@@ -11,15 +11,8 @@ from typing import Any
 import pytest
 
 from tests.policies.builder import ACCOUNT, REGION, UNKNOWN, PlanBuilder, compliant_plan, find_step
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    messages,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 KEY = "aws:kms/key:Key"
@@ -159,15 +152,9 @@ BACKUP_CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]
 
 
-def test_the_plan_with_backups_passes_every_rule() -> None:
-    passes_every_rule(plan_with_backup())
-
-
-@broken_cases(BACKUP_CASES)
-def test_the_broken_backup_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_with_backup(), mutate, rule_id, fragment)
+test_the_plan_with_backups_passes_every_rule, test_the_broken_backup_fails_exactly_the_rule = (
+    twin_tests(plan_with_backup, BACKUP_CASES)
+)
 
 
 @pytest.mark.parametrize(
@@ -301,11 +288,9 @@ def test_a_key_in_an_existing_store_named_by_id_passes() -> None:
     assert failing_rules(plan) == set()
 
 
-@broken_cases(CUSTODY_CASES)
-def test_a_key_outside_the_store_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_in_key_store(), mutate, rule_id, fragment)
+_, test_a_key_outside_the_store_fails_exactly_the_rule = twin_tests(
+    plan_in_key_store, CUSTODY_CASES
+)
 
 
 def test_an_external_store_key_without_its_external_key_fails() -> None:

@@ -12,14 +12,8 @@ import pytest
 
 from stacks.offline_plan import build_plan
 from tests.policies.builder import PlanBuilder, compliant_plan, find_step, key_arn
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 RDS = "aws:rds/instance:Instance"
@@ -186,15 +180,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]
 
 
-def test_the_plan_with_a_database_passes_every_rule() -> None:
-    passes_every_rule(plan_with_database())
-
-
-@broken_cases(CASES)
-def test_the_broken_database_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_with_database(), mutate, rule_id, fragment)
+test_the_plan_with_a_database_passes_every_rule, test_the_broken_database_fails_exactly_the_rule = (
+    twin_tests(plan_with_database, CASES)
+)
 
 
 def test_public_access_left_out_is_the_providers_private_default() -> None:

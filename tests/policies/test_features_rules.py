@@ -6,7 +6,6 @@ missing twins)."""
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -15,14 +14,8 @@ import pytest
 
 from stacks.offline_plan import build_plan
 from tests.policies.builder import ECR, PlanBuilder, compliant_plan, find_step, key_arn
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules
+from tests.policies.twins import breaking_caught, twin_tests
 
 Plan = dict[str, Any]
 GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
@@ -154,15 +147,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]  # fmt: skip
 
 
-def test_the_plan_with_both_stores_passes_every_rule() -> None:
-    passes_every_rule(plan_with_stores())
-
-
-@broken_cases(CASES)
-def test_the_broken_store_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_with_stores(), mutate, rule_id, fragment)
+test_the_plan_with_both_stores_passes_every_rule, test_the_broken_store_fails_exactly_the_rule = (
+    twin_tests(plan_with_stores, CASES)
+)
 
 
 def test_rbac_users_instead_of_a_token_pass() -> None:
@@ -255,9 +242,4 @@ def _valkey_open(plan: Plan) -> None:
 def test_a_broken_twin_of_a_shipped_store_is_caught(
     stack: str, mutate: Callable[[Plan], None], rule_id: str
 ) -> None:
-    before = failing_rules(_shipped(stack))
-    assert rule_id not in before
-    plan = copy.deepcopy(_shipped(stack))
-    mutate(plan)
-    assert failing_rules(plan) - before == {rule_id}
-    assert not review(plan).passed
+    breaking_caught(_shipped(stack), mutate, rule_id)

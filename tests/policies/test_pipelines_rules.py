@@ -21,15 +21,8 @@ from modules.k8s.pipelines import manifests as kfp
 from modules.k8s.pipelines import spec as ps
 from tests.conftest import shipped_plan
 from tests.policies.builder import ECR, PlanBuilder, compliant_plan, secure_pod
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    messages,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 BUCKET = "uae-data"  # the compliant plan's bucket
@@ -286,15 +279,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]  # fmt: skip
 
 
-def test_the_plan_with_kfp_passes_every_rule() -> None:
-    passes_every_rule(plan_with_kfp())
-
-
-@broken_cases(CASES)
-def test_the_broken_object_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_with_kfp(), mutate, rule_id, fragment)
+test_the_plan_with_kfp_passes_every_rule, test_the_broken_object_fails_exactly_the_rule = (
+    twin_tests(plan_with_kfp, CASES)
+)
 
 
 def test_routes_and_services_of_other_workloads_are_not_kfps() -> None:

@@ -24,17 +24,10 @@ from tests.policies.builder import (
     find_step,
     key_arn,
 )
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    messages,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules, messages, review
 from tests.policies.serving_cases import SERVING_CASES
 from tests.policies.test_state_rule import residency, with_root_stack
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 
@@ -104,26 +97,19 @@ def _admin_policy(plan: Plan) -> None:
     add_resource("aws:iam/policy:Policy", "operators", {"policy": json.dumps(doc)})(plan)
 
 
-def _bucket_wide_training(plan: Plan) -> None:
-    doc = {
-        "Statement": [
-            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::uae-data/*"}
-        ]
-    }
-    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
-        doc
-    )
+def _training_policy(action: str, resource: str) -> Callable[[Plan], None]:
+    """The training role's policy allowing only ``action`` on ``resource``."""
+    doc = {"Statement": [{"Effect": "Allow", "Action": action, "Resource": resource}]}
+
+    def mutate(plan: Plan) -> None:
+        policy = inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")
+        policy["policy"] = json.dumps(doc)
+
+    return mutate
 
 
-def _list_without_prefix(plan: Plan) -> None:
-    doc = {
-        "Statement": [
-            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::uae-data"}
-        ]
-    }
-    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
-        doc
-    )
+_bucket_wide_training = _training_policy("s3:GetObject", "arn:aws:s3:::uae-data/*")
+_list_without_prefix = _training_policy("s3:ListBucket", "arn:aws:s3:::uae-data")
 
 
 def _wildcard_trust(plan: Plan) -> None:
@@ -737,15 +723,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 CASES += SERVING_CASES
 
 
-def test_the_compliant_plan_passes_every_rule() -> None:
-    assert passes_every_rule(compliant_plan()).passed
-
-
-@broken_cases(CASES)
-def test_the_broken_plan_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(compliant_plan(), mutate, rule_id, fragment)
+test_the_compliant_plan_passes_every_rule, test_the_broken_plan_fails_exactly_the_rule = twin_tests(
+    compliant_plan, CASES
+)
 
 
 @pytest.mark.parametrize("image", [f"{ECR}/training:0.1.0", None], ids=["ecr", "runtime"])

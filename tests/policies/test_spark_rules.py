@@ -17,15 +17,8 @@ from modules.k8s.spark import spec as ss
 from modules.pools import NodePoolProfile
 from stacks.offline_plan import build_plan
 from tests.policies.builder import ECR, REGION, PlanBuilder, compliant_plan, find_step, key_arn
-from tests.policies.conftest import (
-    Mutation,
-    broken_cases,
-    failing_rules,
-    fails_exactly,
-    messages,
-    passes_every_rule,
-    review,
-)
+from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.twins import breaking_caught, twin_tests
 
 Plan = dict[str, Any]
 APP = "kubernetes:sparkoperator.k8s.io/v1beta2:SparkApplication"
@@ -296,15 +289,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]  # fmt: skip
 
 
-def test_the_plan_with_both_jobs_passes_every_rule() -> None:
-    passes_every_rule(plan_with_jobs())
-
-
-@broken_cases(CASES)
-def test_the_broken_job_fails_exactly_the_rule(
-    mutate: Mutation, rule_id: str, fragment: str
-) -> None:
-    fails_exactly(plan_with_jobs(), mutate, rule_id, fragment)
+test_the_plan_with_both_jobs_passes_every_rule, test_the_broken_job_fails_exactly_the_rule = (
+    twin_tests(plan_with_jobs, CASES)
+)
 
 
 @pytest.mark.parametrize(
@@ -435,12 +422,7 @@ def _logs_off(plan: Plan) -> None:
 def test_a_broken_twin_of_a_shipped_job_is_caught(
     stack: str, mutate: Callable[[Plan], None], rule_id: str
 ) -> None:
-    before = failing_rules(_shipped(stack))
-    assert rule_id not in before
-    plan = copy.deepcopy(_shipped(stack))
-    mutate(plan)
-    assert failing_rules(plan) - before == {rule_id}
-    assert not review(plan).passed
+    breaking_caught(_shipped(stack), mutate, rule_id)
 
 
 def test_an_onprem_stack_with_a_job_on_the_site_store_passes() -> None:
