@@ -100,6 +100,9 @@ def exception_reason(resource: ResourceView, rule_id: str) -> str | None:
     return value.strip() if isinstance(value, str) and not is_unknown(value) else None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclass(frozen=True)
 class PodSpec:
     """A pod spec found inside an object, with where it was found."""
@@ -108,28 +111,39 @@ class PodSpec:
     spec: Mapping[str, Any]
 
 
-def pod_specs(resource: ResourceView) -> list[PodSpec]:
+def pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
     """Every pod spec inside a Kubernetes object: a Pod's spec, a template's spec, and
     those nested in CronJobs or CRDs (JobSet, PyTorchJob ...): any mapping holding a
-    ``containers`` list."""
+    ``containers`` list. Found once per view: a dozen rules ask, and the search walks
+    the whole object (a CRD's schema too)."""
+    found = resource.derived.get("pod_specs")
+    if found is None:
+        found = resource.derived["pod_specs"] = _find_pod_specs(resource)
+    return found
+
+
+def _find_pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
     if not is_kubernetes_object(resource):
-        return []
+        return ()
     found: list[PodSpec] = []
 
     def visit(node: Any, path: str) -> None:
-        if isinstance(node, Mapping):
+        kind = type(node)  # plain dicts and lists first: the ABCs' checks are slow
+        if kind is dict or (kind is not list and isinstance(node, Mapping)):
             if isinstance(node.get("containers"), list):
                 found.append(PodSpec(path, node))
                 return
             for key, value in node.items():
-                if key != "metadata":
+                # Scalars hold no pod spec: not visited (most of a large object).
+                if key != "metadata" and type(value) not in _SCALARS:
                     visit(value, f"{path}.{key}" if path else str(key))
-        elif isinstance(node, list):
+        elif kind is list or isinstance(node, list):
             for index, value in enumerate(node):
-                visit(value, f"{path}[{index}]")
+                if type(value) not in _SCALARS:
+                    visit(value, f"{path}[{index}]")
 
     visit(resource.props.get("spec"), "spec")
-    return found
+    return tuple(found)
 
 
 def has_pod_spec(resource: ResourceView) -> bool:

@@ -75,6 +75,12 @@ class ResourceView:
     dependencies: tuple[str, ...] = ()
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @cached_property
+    def derived(self) -> dict[str, Any]:
+        """What helpers derived from the view once (`policies.k8s.pod_specs`), by name:
+        many rules ask the same question of one view. Not part of the view's value."""
+        return {}
+
     @property
     def package(self) -> str:
         """The provider package of the type (``aws``, ``kubernetes``, ``pulumi``)."""
@@ -108,20 +114,27 @@ class ResourceView:
 
     @classmethod
     def from_policy_resource(
-        cls, resource: PolicyResource, plain_props: dict[str, Any] | None = None
+        cls,
+        resource: PolicyResource,
+        plain_props: dict[str, Any] | None = None,
+        property_dependencies: Mapping[str, tuple[str, ...]] | None = None,
     ) -> ResourceView:
         """The view of a stack policy's resource (built once per resource object: the
         offline review hands the same objects to every stack rule); ``plain_props`` as
-        for `from_args`."""
+        for `from_args`, ``property_dependencies`` the URNs of the resource's
+        ``property_dependencies`` where the caller holds them."""
         view = _RESOURCE_VIEWS.get(resource)
         if view is None:
-            view = cls._of_policy_resource(resource, plain_props)
+            view = cls._of_policy_resource(resource, plain_props, property_dependencies)
             _RESOURCE_VIEWS[resource] = view
         return view
 
     @classmethod
     def _of_policy_resource(
-        cls, resource: PolicyResource, plain_props: dict[str, Any] | None
+        cls,
+        resource: PolicyResource,
+        plain_props: dict[str, Any] | None,
+        property_dependencies: Mapping[str, tuple[str, ...]] | None,
     ) -> ResourceView:
         return cls(
             resource.resource_type,
@@ -134,7 +147,9 @@ class ResourceView:
             {
                 key: tuple(dep.urn for dep in deps)
                 for key, deps in resource.property_dependencies.items()
-            },
+            }
+            if property_dependencies is None
+            else property_dependencies,
         )
 
 
@@ -143,6 +158,19 @@ class StackView:
     """Every resource of the stack, with look-ups the stack rules share."""
 
     resources: tuple[ResourceView, ...]
+
+    @classmethod
+    def of(cls, resources: Sequence[PolicyResource]) -> StackView:
+        """The view of a stack policy's resources, built once per list: the offline
+        review hands every stack rule the same list, so they share the view and its
+        indexes (the engine sends a new list each call, which gets a new view)."""
+        global _LAST_STACK  # noqa: PLW0603  (one entry: the stack being reviewed)
+        last = _LAST_STACK
+        if last is not None and last[0] is resources and len(resources) == len(last[1].resources):
+            return last[1]
+        view = cls(tuple(ResourceView.from_policy_resource(r) for r in resources))
+        _LAST_STACK = (resources, view)
+        return view
 
     # The indexes are built once per stack: rules and the review's evidence call these
     # look-ups once per resource, and a scan each time made a review quadratic.
@@ -289,10 +317,20 @@ class Rule:
         return check(stack, settings)
 
 
+@dataclass(frozen=True)
+class TypesIn:
+    """An `applies_to` for a fixed set of type tokens (the review looks its rules up by
+    a resource's type instead of asking each one)."""
+
+    types: frozenset[str]
+
+    def __call__(self, resource: ResourceView) -> bool:
+        return resource.type in self.types
+
+
 def types_in(*types: str) -> Applies:
     """An `applies_to` for a fixed set of type tokens."""
-    wanted = frozenset(types)
-    return lambda resource: resource.type in wanted
+    return TypesIn(frozenset(types))
 
 
 def resource_rule(
@@ -352,3 +390,5 @@ def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | No
 _ARGS_VIEWS: WeakKeyDictionary[ResourceValidationArgs, ResourceView] = WeakKeyDictionary()
 _RESOURCE_VIEWS: WeakKeyDictionary[PolicyResource, ResourceView] = WeakKeyDictionary()
 _PROVIDER_VIEWS: WeakKeyDictionary[PolicyProviderResource, ProviderView] = WeakKeyDictionary()
+# The last stack's resources and their view (`StackView.of`).
+_LAST_STACK: tuple[Sequence[PolicyResource], StackView] | None = None

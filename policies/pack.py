@@ -217,7 +217,7 @@ def validate_stack(rule: Rule) -> StackValidation:
     """The engine callback of a stack rule."""
 
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-        stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in args.resources))
+        stack = StackView.of(args.resources)
         settings = Settings.from_config(args.get_config())
         index = stack.by_urn()
         for urn, message in rule.check_stack(stack, settings):

@@ -12,7 +12,7 @@ from pulumi_policy import EnforcementLevel, StackValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
 from policies import stackconfig
-from policies.model import ResourceView, Rule, StackView
+from policies.model import ResourceView, Rule, StackView, TypesIn
 from policies.pack import (
     AppliedExemption,
     level_problem,
@@ -342,10 +342,14 @@ def _run_resource_rules(
     """
     configured = {r.rule.id: _rule_config(r.rule, config) for r in results}
     validators = {r.rule.id: validate_resource(r.rule) for r in results}
+    of_type: dict[str, list[RuleResult]] = {}
     for resource in plan.analyzable():
         args = resource_args(plan, resource, None)
         view = ResourceView.from_args(args)
-        for result in results:
+        candidates = of_type.get(resource.type)
+        if candidates is None:
+            candidates = of_type[resource.type] = _may_apply(results, resource.type)
+        for result in candidates:
             rule = result.rule
             if not rule.applies_to(view):
                 continue
@@ -379,6 +383,16 @@ def _run_resource_rules(
                 )
 
 
+def _may_apply(results: list[RuleResult], kind: str) -> list[RuleResult]:
+    """The rules that may judge a resource of type ``kind``: those whose `applies_to`
+    names types only when ``kind`` is one, and every other (asked per resource)."""
+    return [
+        result
+        for result in results
+        if not isinstance(result.rule.applies_to, TypesIn) or kind in result.rule.applies_to.types
+    ]
+
+
 def _run_stack_rule(
     plan: Plan,
     rule: Rule,
@@ -388,8 +402,13 @@ def _run_stack_rule(
 ) -> None:
     findings = findings_of[rule.id]
     resources = stack_resources(plan)
-    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in resources))
-    result.evaluated = sum(1 for view in stack.resources if rule.applies_to(view))
+    stack = StackView.of(resources)
+    subjects = (
+        stack.of_type(*rule.applies_to.types)
+        if isinstance(rule.applies_to, TypesIn)
+        else (view for view in stack.resources if rule.applies_to(view))
+    )
+    result.evaluated = sum(1 for _ in subjects)
 
     def report(message: str, urn: str | None = None) -> None:
         if urn:

@@ -140,7 +140,7 @@ def state_rows(plan: Plan) -> list[EvidenceRow]:
 def evidence_rows(plan: Plan) -> list[EvidenceRow]:
     """The stack's state, secrets and trail (`state_rows`), then a row for every custom
     resource of the plan (providers excluded)."""
-    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in stack_resources(plan)))
+    stack = StackView.of(stack_resources(plan))
     sites = _sites(stack)
     rows = state_rows(plan)
     for resource in stack.resources:

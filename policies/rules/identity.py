@@ -175,7 +175,7 @@ def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[
         "S3 policies to training roles."
     ),
     controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_3, controls.PDPL_20_SECURITY),
-    applies_to=lambda r: r.type == "aws:iam/role:Role",
+    applies_to=types_in("aws:iam/role:Role"),
     config_keys=("trainingRolePattern",),
 )
 def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:

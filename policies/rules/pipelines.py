@@ -32,7 +32,7 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.rules.checks import (
     aws_endpoint_problem,
     aws_region,
@@ -214,7 +214,7 @@ def _namespace(resource: ResourceView) -> Any:
     ),
     # dict.fromkeys: CBUAE 6.3 is in both sets; a rule names each control once.
     controls=tuple(dict.fromkeys((*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12))),
-    applies_to=lambda r: r.type in (CONFIGMAP, DEPLOYMENT),
+    applies_to=types_in(CONFIGMAP, DEPLOYMENT),
     config_keys=("allowedRegions",),
 )
 def pipelines_artifact_store(
@@ -313,7 +313,7 @@ def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
         "instance (or the CloudNativePG Service) with `server_tls_sslmode = require`."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_24),
-    applies_to=lambda r: r.type == CONFIGMAP,
+    applies_to=types_in(CONFIGMAP),
     config_keys=("allowedRegions",),
 )
 def pipelines_database_in_region(

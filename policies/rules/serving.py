@@ -21,7 +21,7 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.rules.checks import not_a_stack_bucket, stack_buckets, uri_bucket
 from policies.rules.residency import registry_allowed
 from policies.settings import Settings
@@ -121,7 +121,7 @@ def storage_problem(uri: Any, buckets: Collection[str]) -> str | None:
         "elsewhere into the stack's store first."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=lambda r: r.type == ISVC_TYPE,
+    applies_to=types_in(ISVC_TYPE),
 )
 def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
     buckets = stack_buckets(stack)
@@ -152,7 +152,7 @@ def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tupl
         "or digest and reference it there in the runtime."
     ),
     controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=lambda r: r.type == ISVC_TYPE or r.type in RUNTIME_TYPES,
+    applies_to=types_in(ISVC_TYPE, *RUNTIME_TYPES),
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )
 def serving_images(resource: ResourceView, settings: Settings) -> Iterator[str]:

@@ -44,7 +44,7 @@ from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.k8s import metadata
-from policies.model import ResourceView, StackView, stack_rule
+from policies.model import ResourceView, StackView, stack_rule, types_in
 from policies.rules.checks import (
     aws_region,
     endpoint,
@@ -73,10 +73,6 @@ SDK_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 EVENT_LOG_ARGUMENT = "--event-log-uri"
 KMS_KEY_ARGUMENT = "--kms-key"
 _URI = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://[^\s\"'`<>()\[\]{},;|]*")
-
-
-def _is_spark(resource: ResourceView) -> bool:
-    return resource.type in SPARK_TYPES
 
 
 def application(resource: ResourceView) -> tuple[str, Mapping[str, Any]]:
@@ -355,7 +351,7 @@ def store_problems(
         "variables as plain env values, not ConfigMaps, Secrets, valueFrom or envFrom."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=_is_spark,
+    applies_to=types_in(*SPARK_TYPES),
     config_keys=("allowedRegions", "allowedObjectStores"),
 )
 def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
@@ -579,7 +575,7 @@ def _key_problems(
         "the site store's key id)."
     ),
     controls=(*controls.CRYPTO, controls.ISO_8_9, controls.PDPL_22_TRANSFER),
-    applies_to=_is_spark,
+    applies_to=types_in(*SPARK_TYPES),
     config_keys=("allowedRegions",),
 )
 def spark_event_logs_encrypted(
