@@ -61,6 +61,7 @@ def is_aws_resource(resource: ResourceView) -> bool:
     return resource.type.startswith("aws:")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_global_service(type_token: str) -> bool:
     """True for resources of a global service (IAM, Route 53 zones, CloudFront ...)."""
     module = type_token.split(":")[1] if type_token.count(":") == 2 else ""

@@ -12,6 +12,7 @@ from policies.values import dig, is_unknown
 K8S_PROVIDER_TYPE = "pulumi:providers:kubernetes"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 # The annotation a system component uses to opt out of one k8s-* rule, with its reason:
 #   policy-exception.gpuplatform.ae/k8s-no-host-path: "device plugins register through
@@ -123,7 +124,9 @@ def pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
 
 
 def _find_pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
-    if not is_kubernetes_object(resource):
+    # A CustomResourceDefinition runs nothing: a `containers` list in its schema (a
+    # default, an example) is no workload's. Its schema is most of a plan's size.
+    if not is_kubernetes_object(resource) or resource.type == CRD_TYPE:
         return ()
     found: list[PodSpec] = []
 

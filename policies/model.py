@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
-from weakref import WeakKeyDictionary
+from typing import Any, Literal, NamedTuple
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -99,7 +98,7 @@ class ResourceView:
                 offline review holds the plan's decoded inputs, which `plain` returns
                 unchanged), so the inputs are not unwrapped and copied again.
         """
-        view = _ARGS_VIEWS.get(args)
+        view = vars(args).get(_VIEW)
         if view is None:
             view = cls(
                 args.resource_type,
@@ -109,7 +108,7 @@ class ResourceView:
                 _provider_view(args.provider),
                 args.opts.parent if args.opts is not None else None,
             )
-            _ARGS_VIEWS[args] = view
+            vars(args)[_VIEW] = view
         return view
 
     @classmethod
@@ -117,40 +116,47 @@ class ResourceView:
         cls,
         resource: PolicyResource,
         plain_props: dict[str, Any] | None = None,
-        property_dependencies: Mapping[str, tuple[str, ...]] | None = None,
+        links: Links | None = None,
     ) -> ResourceView:
         """The view of a stack policy's resource (built once per resource object: the
         offline review hands the same objects to every stack rule); ``plain_props`` as
-        for `from_args`, ``property_dependencies`` the URNs of the resource's
-        ``property_dependencies`` where the caller holds them."""
-        view = _RESOURCE_VIEWS.get(resource)
+        for `from_args`, ``links`` the URNs of the resource's parent, dependencies and
+        property dependencies where the caller holds them."""
+        view = vars(resource).get(_VIEW)
         if view is None:
-            view = cls._of_policy_resource(resource, plain_props, property_dependencies)
-            _RESOURCE_VIEWS[resource] = view
+            view = cls._of_policy_resource(resource, plain_props, links)
+            vars(resource)[_VIEW] = view
         return view
 
     @classmethod
     def _of_policy_resource(
-        cls,
-        resource: PolicyResource,
-        plain_props: dict[str, Any] | None,
-        property_dependencies: Mapping[str, tuple[str, ...]] | None,
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None, links: Links | None
     ) -> ResourceView:
+        if links is None:
+            links = Links(
+                resource.parent.urn if resource.parent is not None else resource.opts.parent,
+                tuple(dep.urn for dep in resource.dependencies),
+                {
+                    key: tuple(dep.urn for dep in deps)
+                    for key, deps in resource.property_dependencies.items()
+                },
+            )
         return cls(
             resource.resource_type,
             resource.urn,
             resource.name,
             plain(resource.props) if plain_props is None else plain_props,
             _provider_view(resource.provider),
-            resource.parent.urn if resource.parent is not None else resource.opts.parent,
-            tuple(dep.urn for dep in resource.dependencies),
-            {
-                key: tuple(dep.urn for dep in deps)
-                for key, deps in resource.property_dependencies.items()
-            }
-            if property_dependencies is None
-            else property_dependencies,
+            *links,
         )
+
+
+class Links(NamedTuple):
+    """A resource's place in the stack's graph, as URNs."""
+
+    parent: str | None
+    dependencies: tuple[str, ...]
+    property_dependencies: Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -375,20 +381,19 @@ def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | No
     once per provider object, which the offline review shares between its resources."""
     if provider is None:
         return None
-    view = _PROVIDER_VIEWS.get(provider)
+    view = vars(provider).get(_VIEW)
     if view is None:
         view = ProviderView(
             provider.resource_type, provider.urn, provider.name, plain(provider.props)
         )
-        _PROVIDER_VIEWS[provider] = view
+        vars(provider)[_VIEW] = view
     return view
 
 
-# Views of the engine's argument objects, kept as long as the objects live. The engine
-# sends new objects for every call, so these only save work where one caller hands the
-# same objects to many rules (the offline review); the views are never changed.
-_ARGS_VIEWS: WeakKeyDictionary[ResourceValidationArgs, ResourceView] = WeakKeyDictionary()
-_RESOURCE_VIEWS: WeakKeyDictionary[PolicyResource, ResourceView] = WeakKeyDictionary()
-_PROVIDER_VIEWS: WeakKeyDictionary[PolicyProviderResource, ProviderView] = WeakKeyDictionary()
+# Each view is kept on the engine's object it was made from (under this attribute), as
+# long as the object lives. The engine sends new objects for every call, so this only
+# saves work where one caller hands the same objects to many rules (the offline
+# review); the views are never changed.
+_VIEW = "_policies_view"
 # The last stack's resources and their view (`StackView.of`).
 _LAST_STACK: tuple[Sequence[PolicyResource], StackView] | None = None

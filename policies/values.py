@@ -155,56 +155,71 @@ class SharedValues:
         self._shared: dict[tuple[Any, ...], Any] = {}
 
     def decode(self, value: Any) -> Any:
+        """``value`` decoded and shared. The parsed objects and arrays of ``value``
+        are taken over (changed in place, kept as the shared ones)."""
         kind = type(value)
         if kind is str:
             return self._strings.setdefault(value, value)
         if kind is dict:
-            if value.get(SPECIAL_SIG_KEY) == SECRET_SIG:
-                return self.decode(value["value"]) if "value" in value else SECRET_PLACEHOLDER
             return self._object(value)
         if kind is list:
             return self._array(value)
         return value
 
+    def strings(self, values: list[Any]) -> tuple[str, ...]:
+        """``values`` as strings, each one shared."""
+        strings = list(map(str, values))
+        return tuple(map(self._strings.setdefault, strings, strings))
+
     def _object(self, value: dict[str, Any]) -> Any:
+        if value.get(SPECIAL_SIG_KEY) == SECRET_SIG:
+            return self.decode(value["value"]) if "value" in value else SECRET_PLACEHOLDER
+        intern = self._strings.setdefault
         # The parsed object itself becomes the shared one when it is the first of its
         # kind (its values replaced by the shared ones): no second dict is made.
-        strings = self._strings
         marks: list[Any] = [dict]
+        add = marks.append
         for key, raw in value.items():
             kind = type(raw)
             if kind is str:
-                item = strings.setdefault(raw, raw)
+                item: Any = intern(raw, raw)
                 mark: Any = item
-            elif kind is dict or kind is list:
-                item = self.decode(raw)
+            elif kind is dict:
+                item = self._object(raw)
+                mark = id(item)
+            elif kind is list:
+                item = self._array(raw)
                 mark = id(item)
             else:
                 item = raw
                 mark = _mark(raw)
             if item is not raw:
                 value[key] = item
-            marks.append(strings.setdefault(key, key))
-            marks.append(mark)
+            add(intern(key, key))
+            add(mark)
         return self._shared.setdefault(tuple(marks), value)
 
     def _array(self, value: list[Any]) -> Any:
-        strings = self._strings
+        intern = self._strings.setdefault
         marks: list[Any] = [list]
+        add = marks.append
         for index, raw in enumerate(value):
             kind = type(raw)
             if kind is str:
-                item = strings.setdefault(raw, raw)
+                item: Any = intern(raw, raw)
                 mark: Any = item
-            elif kind is dict or kind is list:
-                item = self.decode(raw)
+            elif kind is dict:
+                item = self._object(raw)
+                mark = id(item)
+            elif kind is list:
+                item = self._array(raw)
                 mark = id(item)
             else:
                 item = raw
                 mark = _mark(raw)
             if item is not raw:
                 value[index] = item
-            marks.append(mark)
+            add(mark)
         return self._shared.setdefault(tuple(marks), value)
 
 

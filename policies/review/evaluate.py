@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,8 +342,23 @@ def _run_resource_rules(
     """
     configured = {r.rule.id: _rule_config(r.rule, config) for r in results}
     validators = {r.rule.id: validate_resource(r.rule) for r in results}
+    # The resource whose turn it is: each rule's report function (made once) files
+    # what the engine reports under it.
+    current = [""]
+
+    def reporter(result: RuleResult) -> Callable[[str, str | None], None]:
+        found = findings_of[result.rule.id]
+
+        def report(message: str, urn: str | None = None) -> None:
+            result.failed.add(current[0])
+            found.append(Finding(result.rule.id, current[0], message, result.enforcement))
+
+        return report
+
+    reports = {r.rule.id: reporter(r) for r in results}
     of_type: dict[str, list[RuleResult]] = {}
     for resource in plan.analyzable():
+        current[0] = resource.urn
         args = resource_args(plan, resource, None)
         view = ResourceView.from_args(args)
         candidates = of_type.get(resource.type)
@@ -356,23 +371,11 @@ def _run_resource_rules(
             result.evaluated += 1
             rule_config = configured[rule.id]
             rule_args = args if rule_config is None else resource_args(plan, resource, rule_config)
-            found = findings_of[rule.id]
-
-            def report(
-                message: str,
-                urn: str | None = None,
-                _urn: str = resource.urn,
-                _result: RuleResult = result,
-                _found: list[Finding] = found,
-            ) -> None:
-                _result.failed.add(_urn)
-                _found.append(Finding(_result.rule.id, _urn, message, _result.enforcement))
-
             try:
-                validators[rule.id](rule_args, report)
+                validators[rule.id](rule_args, reports[rule.id])
             except UnknownValueError as err:
                 result.unknown.add(resource.urn)
-                found.append(
+                findings_of[rule.id].append(
                     Finding(
                         rule.id,
                         resource.urn,

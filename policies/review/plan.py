@@ -11,7 +11,7 @@ policies, as in the engine.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,7 +26,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from policies.model import ResourceView, provider_urn, urn_name
+from policies.model import Links, ResourceView, provider_urn, urn_name
 from policies.review.jsonstream import NotStreamableError, members
 from policies.values import SharedValues, decode_plan_value
 
@@ -159,7 +159,7 @@ def _streamed(file: IO[str], path: Path) -> Plan:
     problems: list[str] = []
 
     def each(index: int, step: Any) -> None:
-        _read_step(index, step, decoder.decode, resources, problems)
+        _read_step(index, step, decoder, resources, problems)
 
     found = dict(members(file, "steps", each))
     # Anything parse_plan would refuse, it refuses in its own words.
@@ -204,9 +204,19 @@ def _type_problems(index: int, step: Mapping[str, Any], state: Mapping[str, Any]
     return problems
 
 
-def _strings(value: Any, decode: Callable[[Any], Any]) -> tuple[str, ...]:
-    """A list of URNs as a tuple of strings (through ``decode``, which may share them)."""
-    return tuple(decode(str(v)) for v in value) if isinstance(value, list) else ()
+class _Decoded:
+    """Plan values decoded (`decode_plan_value`), each resource's its own."""
+
+    decode = staticmethod(decode_plan_value)
+
+    @staticmethod
+    def strings(values: list[Any]) -> tuple[str, ...]:
+        return tuple(str(v) for v in values)
+
+
+def _strings(value: Any, decoder: _Decoded | SharedValues) -> tuple[str, ...]:
+    """A list of URNs as a tuple of strings (shared by a `SharedValues` decoder)."""
+    return decoder.strings(value) if isinstance(value, list) else ()
 
 
 _HINT = "expected the output of `pulumi preview --json` or `make plan`"
@@ -234,7 +244,7 @@ def parse_plan(document: Any, path: Path) -> Plan:
     resources: list[PlanResource] = []
     problems: list[str] = []
     for index, step in enumerate(steps):
-        _read_step(index, step, decode_plan_value, resources, problems)
+        _read_step(index, step, _Decoded(), resources, problems)
     return _plan(path, document.get("config"), resources, problems)
 
 
@@ -253,12 +263,12 @@ def _plan(path: Path, config: Any, resources: list[PlanResource], problems: list
 def _read_step(
     index: int,
     step: Any,
-    decode: Callable[[Any], Any],
+    decoder: _Decoded | SharedValues,
     resources: list[PlanResource],
     problems: list[str],
 ) -> None:
     """Add the resource step ``index`` leaves in the stack to ``resources`` (its values
-    decoded by ``decode``), or what is wrong with the step to ``problems``."""
+    decoded by ``decoder``), or what is wrong with the step to ``problems``."""
     if not isinstance(step, Mapping):
         problems.append(f"steps[{index}] is not an object")
         return
@@ -289,6 +299,7 @@ def _read_step(
     if problems:
         return  # the plan is refused: nothing more of it is kept
     prop_deps = state.get("propertyDependencies") or {}
+    decode = decoder.decode
     decoded_inputs = decode(dict(inputs))
     resources.append(
         PlanResource(
@@ -301,8 +312,8 @@ def _read_step(
             state=decode({**inputs, **outputs}) if outputs else decoded_inputs,
             provider=provider_urn(state.get("provider") or step.get("provider")),
             parent=state.get("parent") or None,
-            dependencies=_strings(state.get("dependencies"), decode),
-            property_dependencies={str(k): _strings(v, decode) for k, v in prop_deps.items()}
+            dependencies=_strings(state.get("dependencies"), decoder),
+            property_dependencies={str(k): _strings(v, decoder) for k, v in prop_deps.items()}
             if isinstance(prop_deps, Mapping)
             else {},
             protect=bool(state.get("protect", False)),
@@ -333,7 +344,53 @@ class _LazyArgs(_LazyProps, ResourceValidationArgs):
 
 
 class _LazyPolicyResource(_LazyProps, PolicyResource):
-    """`PolicyResource` whose state is wrapped when first read (`_LazyProps`)."""
+    """`PolicyResource` whose state is wrapped when first read (`_LazyProps`), and whose
+    parent and dependencies are looked up when first read (the rules read the URNs of
+    their views; only a program that reads the objects needs them)."""
+
+    links: tuple[PlanResource, Mapping[str, PolicyResource]] | None = None
+
+    def _resolve(self) -> None:
+        if self.links is None:
+            return
+        resource, objects = self.links
+        self.links = None
+        self._parent = objects.get(resource.parent) if resource.parent else None
+        self._dependencies = [objects[u] for u in resource.dependencies if u in objects]
+        self._property_dependencies = {
+            key: [objects[u] for u in urns if u in objects]
+            for key, urns in resource.property_dependencies.items()
+        }
+
+    @property
+    def parent(self) -> PolicyResource | None:
+        self._resolve()
+        return self._parent
+
+    @parent.setter
+    def parent(self, value: PolicyResource | None) -> None:
+        self._resolve()
+        self._parent = value
+
+    @property
+    def dependencies(self) -> list[PolicyResource]:
+        self._resolve()
+        return self._dependencies
+
+    @dependencies.setter
+    def dependencies(self, value: list[PolicyResource]) -> None:
+        self._resolve()
+        self._dependencies = value
+
+    @property
+    def property_dependencies(self) -> dict[str, list[PolicyResource]]:
+        self._resolve()
+        return self._property_dependencies
+
+    @property_dependencies.setter
+    def property_dependencies(self, value: dict[str, list[PolicyResource]]) -> None:
+        self._resolve()
+        self._property_dependencies = value
 
 
 def _options(resource: PlanResource) -> PolicyResourceOptions:
@@ -402,7 +459,7 @@ def stack_resources(plan: Plan) -> list[PolicyResource]:
 
 
 def _stack_resources(plan: Plan) -> list[PolicyResource]:
-    objects: dict[str, PolicyResource] = {}
+    objects: dict[str, _LazyPolicyResource] = {}
     for resource in plan.resources:
         objects[resource.urn] = _LazyPolicyResource(
             resource.type,
@@ -417,18 +474,15 @@ def _stack_resources(plan: Plan) -> list[PolicyResource]:
         )
     for resource in plan.resources:
         target = objects[resource.urn]
-        if resource.parent in objects:
-            target.parent = objects[resource.parent]
-        target.dependencies = [objects[u] for u in resource.dependencies if u in objects]
-        target.property_dependencies = {
-            key: [objects[u] for u in urns if u in objects]
-            for key, urns in resource.property_dependencies.items()
-        }
+        target.links = (resource, objects)
         # The view rules read: the decoded state itself, not a copy of its proxy, and
         # the plan's URNs where every one is of the stack (as the engine's are).
         graph = (resource.dependencies, *resource.property_dependencies.values())
         whole = all(u in objects for urns in graph for u in urns)
-        ResourceView.from_policy_resource(
-            target, resource.state, resource.property_dependencies if whole else None
+        links = (
+            Links(resource.parent, resource.dependencies, resource.property_dependencies)
+            if whole
+            else None
         )
-    return list(objects.values())
+        ResourceView.from_policy_resource(target, resource.state, links)
+    return list[PolicyResource](objects.values())

@@ -32,23 +32,29 @@ class KeyRef:
     value: Any
 
 
+#: ElastiCache (Redis OSS) replication groups: the feature store's online store.
+REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
+#: Types whose one key reference is one top-level property.
+_KEY_PROPERTY = {
+    "aws:ebs/volume:Volume": "kmsKeyId",
+    "aws:fsx/lustreFileSystem:LustreFileSystem": "kmsKeyId",
+    "aws:efs/fileSystem:FileSystem": "kmsKeyId",
+    "aws:cloudwatch/logGroup:LogGroup": "kmsKeyId",
+    "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
+    "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
+    "aws:cloudtrail/trail:Trail": "kmsKeyId",
+    # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
+    "aws:secretsmanager/secret:Secret": "kmsKeyId",
+    "aws:backup/vault:Vault": "kmsKeyArn",
+    # The feature store's online store (its other rules: policies/rules/features.py).
+    REPLICATION_GROUP: "kmsKeyId",
+}
+
+
 def key_refs(resource: ResourceView) -> list[KeyRef]:
     """Every KMS key reference of the resource types this pack knows to encrypt data."""
     props, kind = resource.props, resource.type
-    simple = {
-        "aws:ebs/volume:Volume": "kmsKeyId",
-        "aws:fsx/lustreFileSystem:LustreFileSystem": "kmsKeyId",
-        "aws:efs/fileSystem:FileSystem": "kmsKeyId",
-        "aws:cloudwatch/logGroup:LogGroup": "kmsKeyId",
-        "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
-        "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
-        "aws:cloudtrail/trail:Trail": "kmsKeyId",
-        # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
-        "aws:secretsmanager/secret:Secret": "kmsKeyId",
-        "aws:backup/vault:Vault": "kmsKeyArn",
-        # The feature store's online store (its other rules: policies/rules/features.py).
-        REPLICATION_GROUP: "kmsKeyId",
-    }
+    simple = _KEY_PROPERTY
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
     refs: list[KeyRef] = []
@@ -108,8 +114,6 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
 
 #: RDS resources that store data: DB instances and Aurora clusters.
 RDS_STORAGE_TYPES = ("aws:rds/instance:Instance", "aws:rds/cluster:Cluster")
-#: ElastiCache (Redis OSS) replication groups: the feature store's online store.
-REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
 
 #: Types with a switch for encryption at rest: the property, and what is left
 #: unencrypted without it ("" where the property says it all).

@@ -18,7 +18,7 @@ from policies.review.__main__ import main
 from policies.review.bench import copies, generate
 from policies.review.evaluate import review_plan
 from policies.review.jsontext import write_json
-from policies.review.plan import load_plan, parse_plan, resource_args
+from policies.review.plan import load_plan, parse_plan, resource_args, stack_resources
 from policies.values import (
     SECRET_SIG,
     SPECIAL_SIG_KEY,
@@ -203,3 +203,22 @@ def test_taggable_types_read_from_the_sdks_source_are_those_of_its_classes() -> 
     aws = sorted(t for t in types if t.startswith("aws:"))
     assert len(aws) > 30
     assert [t for t in aws if sdk_taggable(t) != sdk_taggable_by_import(t)] == []
+
+
+def test_stack_resources_and_their_views_are_those_the_engine_would_send() -> None:
+    """The stack's resources resolve their parent and dependencies when first read,
+    and the review builds their views from the plan's URNs: both as the objects say."""
+    plan = load_plan(GOLDEN_PLAN)
+    resources = stack_resources(plan)
+    urns = {r.urn for r in resources}
+    for resource, planned in zip(resources, plan.resources, strict=True):
+        view = ResourceView.from_policy_resource(resource)
+        assert view == ResourceView._of_policy_resource(resource, planned.state, None)
+        assert resource.parent is None or resource.parent.urn == planned.parent
+        assert resource.parent is not None or planned.parent not in urns
+        assert [d.urn for d in resource.dependencies] == [
+            u for u in planned.dependencies if u in urns
+        ]
+        assert {k: [d.urn for d in v] for k, v in resource.property_dependencies.items()} == {
+            k: [u for u in v if u in urns] for k, v in planned.property_dependencies.items()
+        }
