@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Required, TypedDict, Unpack
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -339,41 +339,51 @@ def types_in(*types: str) -> Applies:
     return TypesIn(frozenset(types))
 
 
+class RuleMetadata(TypedDict, total=False):
+    """What `resource_rule` and `stack_rule` take besides the check (`Rule`'s fields);
+    all required but ``config_keys`` (default none) and ``enforcement`` (mandatory)."""
+
+    id: Required[str]
+    description: Required[str]
+    severity: Required[Severity]
+    remediation: Required[str]
+    controls: Required[Sequence[str]]
+    applies_to: Required[Applies]
+    config_keys: Sequence[str]
+    enforcement: EnforcementLevel
+
+
 def resource_rule(
-    *,
-    id: str,
-    description: str,
-    severity: Severity,
-    remediation: str,
-    controls: Sequence[str],
-    applies_to: Applies,
-    config_keys: Sequence[str] = (),
-    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY,
-    annotation_exceptions: bool = False,
+    *, annotation_exceptions: bool = False, **metadata: Unpack[RuleMetadata]
 ) -> Callable[[ResourceCheck], Rule]:
     """Turn a function ``(ResourceView, Settings) -> messages`` into a `Rule`."""
-    return lambda check: Rule(
-        id, description, severity, enforcement, remediation, tuple(controls), "resource",
-        check, applies_to, tuple(config_keys), annotation_exceptions,
-    )  # fmt: skip
+    return lambda check: _rule(metadata, "resource", check, annotation_exceptions)
 
 
-def stack_rule(
-    *,
-    id: str,
-    description: str,
-    severity: Severity,
-    remediation: str,
-    controls: Sequence[str],
-    applies_to: Applies,
-    config_keys: Sequence[str] = (),
-    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY,
-) -> Callable[[StackCheck], Rule]:
+def stack_rule(**metadata: Unpack[RuleMetadata]) -> Callable[[StackCheck], Rule]:
     """Turn a function ``(StackView, Settings) -> (urn, message) pairs`` into a `Rule`."""
-    return lambda check: Rule(
-        id, description, severity, enforcement, remediation, tuple(controls), "stack",
-        check, applies_to, tuple(config_keys),
-    )  # fmt: skip
+    return lambda check: _rule(metadata, "stack", check, False)
+
+
+def _rule(
+    metadata: RuleMetadata,
+    kind: Literal["resource", "stack"],
+    check: ResourceCheck | StackCheck,
+    annotation_exceptions: bool,
+) -> Rule:
+    return Rule(
+        metadata["id"],
+        metadata["description"],
+        metadata["severity"],
+        metadata.get("enforcement", EnforcementLevel.MANDATORY),
+        metadata["remediation"],
+        tuple(metadata["controls"]),
+        kind,
+        check,
+        metadata["applies_to"],
+        tuple(metadata.get("config_keys", ())),
+        annotation_exceptions,
+    )
 
 
 def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:

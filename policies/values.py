@@ -12,7 +12,7 @@ a decision needs the actual value: the same `UnknownValueError` then reaches the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -174,51 +174,35 @@ class SharedValues:
     def _object(self, value: dict[str, Any]) -> Any:
         if value.get(SPECIAL_SIG_KEY) == SECRET_SIG:
             return self.decode(value["value"]) if "value" in value else SECRET_PLACEHOLDER
-        intern = self._strings.setdefault
-        # The parsed object itself becomes the shared one when it is the first of its
-        # kind (its values replaced by the shared ones): no second dict is made.
-        marks: list[Any] = [dict]
-        add = marks.append
-        for key, raw in value.items():
-            kind = type(raw)
-            if kind is str:
-                item: Any = intern(raw, raw)
-                mark: Any = item
-            elif kind is dict:
-                item = self._object(raw)
-                mark = id(item)
-            elif kind is list:
-                item = self._array(raw)
-                mark = id(item)
-            else:
-                item = raw
-                mark = _mark(raw)
-            if item is not raw:
-                value[key] = item
-            add(intern(key, key))
-            add(mark)
-        return self._shared.setdefault(tuple(marks), value)
+        return self._share(value, value.items(), [dict], keys=True)
 
     def _array(self, value: list[Any]) -> Any:
+        return self._share(value, enumerate(value), [list], keys=False)
+
+    def _share(
+        self, value: Any, items: Iterable[tuple[Any, Any]], marks: list[Any], *, keys: bool
+    ) -> Any:
+        """The shared object or array equal to ``value`` (its ``items``: (key or index,
+        value)). The parsed one itself becomes the shared one when it is the first of
+        its kind (its values replaced by the shared ones): no second one is made."""
         intern = self._strings.setdefault
-        marks: list[Any] = [list]
         add = marks.append
-        for index, raw in enumerate(value):
+        for key, raw in items:
             kind = type(raw)
             if kind is str:
-                item: Any = intern(raw, raw)
-                mark: Any = item
-            elif kind is dict:
-                item = self._object(raw)
-                mark = id(item)
-            elif kind is list:
-                item = self._array(raw)
-                mark = id(item)
+                item = mark = intern(raw, raw)
             else:
-                item = raw
-                mark = _mark(raw)
+                if kind is dict:
+                    item = self._object(raw)
+                elif kind is list:
+                    item = self._array(raw)
+                else:
+                    item = raw
+                mark = _mark(item)
             if item is not raw:
-                value[index] = item
+                value[key] = item
+            if keys:
+                add(intern(key, key))
             add(mark)
         return self._shared.setdefault(tuple(marks), value)
 

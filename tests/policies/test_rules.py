@@ -23,6 +23,7 @@ from tests.policies.builder import (
     compliant_plan,
     find_step,
     key_arn,
+    only_resource,
 )
 from tests.policies.conftest import failing_rules, messages, review
 from tests.policies.serving_cases import SERVING_CASES
@@ -886,3 +887,20 @@ def test_a_hidden_secret_policy_document_cannot_be_checked_offline() -> None:
         "aws-iam-training-role-scoped",
     }
     assert all("hidden" in f.message for f in result.findings if f.unknown)
+
+
+def test_a_crds_schema_is_no_workload() -> None:
+    """A CustomResourceDefinition runs nothing: a pod spec in its schema (a default) is
+    not judged by the pod rules, while the same spec in a workload is."""
+    pod = {"containers": [{"name": "x", "image": "busybox:latest"}], "hostNetwork": True}
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobs.example.com"},
+        "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"default": pod}}}]},
+    }
+    crd_type = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+    assert {r for r in failing_rules(only_resource(crd_type, crd)) if r.startswith("k8s-")} == set()
+    job = {**crd, "kind": "Job", "metadata": {"name": "j", "namespace": "team-a"}}
+    found = failing_rules(only_resource("kubernetes:batch/v1:Job", job))
+    assert {"k8s-no-host-namespaces", "k8s-no-latest-tag"} <= found
