@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from policies.model import ResourceView
@@ -42,6 +44,13 @@ ENDPOINT_RE = re.compile(rf"\b({REGION_PATTERN})\.amazonaws\.com(?:\.cn)?\b")
 ECR_HOST_RE = re.compile(rf"^(\d{{12}})\.dkr\.ecr(?:-fips)?\.({REGION_PATTERN})\.amazonaws\.com$")
 
 
+def identifiers(resource: ResourceView, *keys: str) -> set[str]:
+    """The known string values of ``keys`` (``arn``, ``id``, ``name`` ...): what other
+    resources may use to name this one."""
+    values = (resource.props.get(key) for key in keys)
+    return {value for value in values if isinstance(value, str) and not is_unknown(value)}
+
+
 def type_module(type_token: str) -> str:
     """The module of an ``aws:<module>/<resource>:<Class>`` token (``s3``, ``iam`` ...)."""
     parts = type_token.split(":")
@@ -52,6 +61,7 @@ def is_aws_resource(resource: ResourceView) -> bool:
     return resource.type.startswith("aws:")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_global_service(type_token: str) -> bool:
     """True for resources of a global service (IAM, Route 53 zones, CloudFront ...)."""
     module = type_token.split(":")[1] if type_token.count(":") == 2 else ""
@@ -105,7 +115,46 @@ def effective_tags(resource: ResourceView) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=512)
 def sdk_taggable(type_token: str) -> bool | None:
-    """Whether pulumi-aws declares tags for this type (None when the SDK does not know it)."""
+    """Whether pulumi-aws declares tags for this type (None when the SDK does not know it).
+
+    Read from the class's source file where it is where the SDK's generator puts it
+    (``pulumi_aws/<module>/<file_name>.py``): importing an SDK module takes a large part
+    of a second, once per module a plan uses. Else from the class itself."""
+    parts = type_token.split(":")
+    if len(parts) != 3 or parts[0] != "aws" or "/" not in parts[1]:
+        return None
+    module, file = parts[1].split("/", 1)
+    from_source = _taggable_in_source(module, file, parts[2])
+    return from_source if from_source is not None else sdk_taggable_by_import(type_token)
+
+
+@functools.cache
+def _sdk_root() -> Path | None:
+    spec = importlib.util.find_spec("pulumi_aws")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(locations))) if locations else None
+
+
+def _taggable_in_source(module: str, file: str, cls: str) -> bool | None:
+    """Whether the resource class ``cls`` in its generated source file has the
+    ``tags_all`` output; None when the file or the class is not where expected."""
+    root = _sdk_root()
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", file).lower()
+    try:
+        source = (root / module / f"{name}.py").read_text(encoding="utf-8") if root else ""
+    except OSError:
+        return None
+    start = source.find(f"\nclass {cls}(pulumi.CustomResource):")
+    if start < 0:
+        return None
+    end = source.find("\nclass ", start + 1)
+    body = source[start : end if end >= 0 else len(source)]
+    return "\n    def tags_all(self) -> pulumi.Output[" in body
+
+
+@functools.lru_cache(maxsize=512)
+def sdk_taggable_by_import(type_token: str) -> bool | None:
+    """`sdk_taggable` from the SDK's class itself (its module imported)."""
     parts = type_token.split(":")
     if len(parts) != 3 or parts[0] != "aws" or "/" not in parts[1]:
         return None

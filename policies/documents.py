@@ -11,7 +11,7 @@ preview's unknown sentinel) raises `UnknownValueError`, as every other unknown d
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
@@ -72,6 +72,32 @@ def wildcard_principal(principal: Any) -> bool:
     if isinstance(principal, dict):
         return any("*" in as_list(value) for value in principal.values())
     return False
+
+
+Statement = Mapping[str, Any]
+
+
+def allows(
+    document: Any,
+    path: str,
+    matches: Callable[[Statement], bool],
+    describe: Callable[[int, Statement], str],
+) -> Iterator[str]:
+    """``describe(index, statement)`` of each Allow statement of ``document`` that
+    ``matches``; the reason instead when the document cannot be read."""
+    try:
+        found = statements(document, path)
+    except InvalidDocumentError as invalid:
+        yield str(invalid)
+        return
+    for index, statement in enumerate(found):
+        if statement.get("Effect") == "Allow" and matches(statement):
+            yield describe(index, statement)
+
+
+def any_principal(statement: Statement) -> bool:
+    """The statement's principal is the wildcard (`wildcard_principal`)."""
+    return wildcard_principal(statement.get("Principal"))
 
 
 def names_everything(value: Any) -> bool:

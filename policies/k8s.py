@@ -12,6 +12,7 @@ from policies.values import dig, is_unknown
 K8S_PROVIDER_TYPE = "pulumi:providers:kubernetes"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 # The annotation a system component uses to opt out of one k8s-* rule, with its reason:
 #   policy-exception.gpuplatform.ae/k8s-no-host-path: "device plugins register through
@@ -100,6 +101,9 @@ def exception_reason(resource: ResourceView, rule_id: str) -> str | None:
     return value.strip() if isinstance(value, str) and not is_unknown(value) else None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclass(frozen=True)
 class PodSpec:
     """A pod spec found inside an object, with where it was found."""
@@ -108,28 +112,41 @@ class PodSpec:
     spec: Mapping[str, Any]
 
 
-def pod_specs(resource: ResourceView) -> list[PodSpec]:
+def pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
     """Every pod spec inside a Kubernetes object: a Pod's spec, a template's spec, and
     those nested in CronJobs or CRDs (JobSet, PyTorchJob ...): any mapping holding a
-    ``containers`` list."""
-    if not is_kubernetes_object(resource):
-        return []
+    ``containers`` list. Found once per view: a dozen rules ask, and the search walks
+    the whole object (a CRD's schema too)."""
+    found = resource.derived.get("pod_specs")
+    if found is None:
+        found = resource.derived["pod_specs"] = _find_pod_specs(resource)
+    return found
+
+
+def _find_pod_specs(resource: ResourceView) -> tuple[PodSpec, ...]:
+    # A CustomResourceDefinition runs nothing: a `containers` list in its schema (a
+    # default, an example) is no workload's. Its schema is most of a plan's size.
+    if not is_kubernetes_object(resource) or resource.type == CRD_TYPE:
+        return ()
     found: list[PodSpec] = []
 
     def visit(node: Any, path: str) -> None:
-        if isinstance(node, Mapping):
+        kind = type(node)  # plain dicts and lists first: the ABCs' checks are slow
+        if kind is dict or (kind is not list and isinstance(node, Mapping)):
             if isinstance(node.get("containers"), list):
                 found.append(PodSpec(path, node))
                 return
             for key, value in node.items():
-                if key != "metadata":
+                # Scalars hold no pod spec: not visited (most of a large object).
+                if key != "metadata" and type(value) not in _SCALARS:
                     visit(value, f"{path}.{key}" if path else str(key))
-        elif isinstance(node, list):
+        elif kind is list or isinstance(node, list):
             for index, value in enumerate(node):
-                visit(value, f"{path}[{index}]")
+                if type(value) not in _SCALARS:
+                    visit(value, f"{path}[{index}]")
 
     visit(resource.props.get("spec"), "spec")
-    return found
+    return tuple(found)
 
 
 def has_pod_spec(resource: ResourceView) -> bool:
@@ -146,6 +163,16 @@ def job_images(resource: ResourceView) -> list[tuple[str, Any]]:
     if not isinstance(trainer, Mapping) or "image" not in trainer:
         return []
     return [("spec.trainer.image", trainer["image"])]
+
+
+def images(resource: ResourceView) -> list[tuple[str, Any, str]]:
+    """(who, image, path) of every image the object runs: each container's (who:
+    ``container <name>``) and each job image's (`job_images`; who: its path)."""
+    named = [
+        (f"container {c.name}", c.spec.get("image"), f"{c.path}.image")
+        for c in containers(resource)
+    ]
+    return named + [(f"`{path}`", value, path) for path, value in job_images(resource)]
 
 
 def names_images(resource: ResourceView) -> bool:

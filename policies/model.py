@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
-from weakref import WeakKeyDictionary
+from typing import Any, Literal, NamedTuple, Required, TypedDict, Unpack
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -75,6 +74,12 @@ class ResourceView:
     dependencies: tuple[str, ...] = ()
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @cached_property
+    def derived(self) -> dict[str, Any]:
+        """What helpers derived from the view once (`policies.k8s.pod_specs`), by name:
+        many rules ask the same question of one view. Not part of the view's value."""
+        return {}
+
     @property
     def package(self) -> str:
         """The provider package of the type (``aws``, ``kubernetes``, ``pulumi``)."""
@@ -93,7 +98,7 @@ class ResourceView:
                 offline review holds the plan's decoded inputs, which `plain` returns
                 unchanged), so the inputs are not unwrapped and copied again.
         """
-        view = _ARGS_VIEWS.get(args)
+        view = vars(args).get(_VIEW)
         if view is None:
             view = cls(
                 args.resource_type,
@@ -103,39 +108,55 @@ class ResourceView:
                 _provider_view(args.provider),
                 args.opts.parent if args.opts is not None else None,
             )
-            _ARGS_VIEWS[args] = view
+            vars(args)[_VIEW] = view
         return view
 
     @classmethod
     def from_policy_resource(
-        cls, resource: PolicyResource, plain_props: dict[str, Any] | None = None
+        cls,
+        resource: PolicyResource,
+        plain_props: dict[str, Any] | None = None,
+        links: Links | None = None,
     ) -> ResourceView:
         """The view of a stack policy's resource (built once per resource object: the
         offline review hands the same objects to every stack rule); ``plain_props`` as
-        for `from_args`."""
-        view = _RESOURCE_VIEWS.get(resource)
+        for `from_args`, ``links`` the URNs of the resource's parent, dependencies and
+        property dependencies where the caller holds them."""
+        view = vars(resource).get(_VIEW)
         if view is None:
-            view = cls._of_policy_resource(resource, plain_props)
-            _RESOURCE_VIEWS[resource] = view
+            view = cls._of_policy_resource(resource, plain_props, links)
+            vars(resource)[_VIEW] = view
         return view
 
     @classmethod
     def _of_policy_resource(
-        cls, resource: PolicyResource, plain_props: dict[str, Any] | None
+        cls, resource: PolicyResource, plain_props: dict[str, Any] | None, links: Links | None
     ) -> ResourceView:
+        if links is None:
+            links = Links(
+                resource.parent.urn if resource.parent is not None else resource.opts.parent,
+                tuple(dep.urn for dep in resource.dependencies),
+                {
+                    key: tuple(dep.urn for dep in deps)
+                    for key, deps in resource.property_dependencies.items()
+                },
+            )
         return cls(
             resource.resource_type,
             resource.urn,
             resource.name,
             plain(resource.props) if plain_props is None else plain_props,
             _provider_view(resource.provider),
-            resource.parent.urn if resource.parent is not None else resource.opts.parent,
-            tuple(dep.urn for dep in resource.dependencies),
-            {
-                key: tuple(dep.urn for dep in deps)
-                for key, deps in resource.property_dependencies.items()
-            },
+            *links,
         )
+
+
+class Links(NamedTuple):
+    """A resource's place in the stack's graph, as URNs."""
+
+    parent: str | None
+    dependencies: tuple[str, ...]
+    property_dependencies: Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,19 @@ class StackView:
     """Every resource of the stack, with look-ups the stack rules share."""
 
     resources: tuple[ResourceView, ...]
+
+    @classmethod
+    def of(cls, resources: Sequence[PolicyResource]) -> StackView:
+        """The view of a stack policy's resources, built once per list: the offline
+        review hands every stack rule the same list, so they share the view and its
+        indexes (the engine sends a new list each call, which gets a new view)."""
+        global _LAST_STACK  # noqa: PLW0603  (one entry: the stack being reviewed)
+        last = _LAST_STACK
+        if last is not None and last[0] is resources and len(resources) == len(last[1].resources):
+            return last[1]
+        view = cls(tuple(ResourceView.from_policy_resource(r) for r in resources))
+        _LAST_STACK = (resources, view)
+        return view
 
     # The indexes are built once per stack: rules and the review's evidence call these
     # look-ups once per resource, and a scan each time made a review quadratic.
@@ -289,72 +323,67 @@ class Rule:
         return check(stack, settings)
 
 
+@dataclass(frozen=True)
+class TypesIn:
+    """An `applies_to` for a fixed set of type tokens (the review looks its rules up by
+    a resource's type instead of asking each one)."""
+
+    types: frozenset[str]
+
+    def __call__(self, resource: ResourceView) -> bool:
+        return resource.type in self.types
+
+
 def types_in(*types: str) -> Applies:
     """An `applies_to` for a fixed set of type tokens."""
-    wanted = frozenset(types)
-    return lambda resource: resource.type in wanted
+    return TypesIn(frozenset(types))
+
+
+class RuleMetadata(TypedDict, total=False):
+    """What `resource_rule` and `stack_rule` take besides the check (`Rule`'s fields);
+    all required but ``config_keys`` (default none) and ``enforcement`` (mandatory)."""
+
+    id: Required[str]
+    description: Required[str]
+    severity: Required[Severity]
+    remediation: Required[str]
+    controls: Required[Sequence[str]]
+    applies_to: Required[Applies]
+    config_keys: Sequence[str]
+    enforcement: EnforcementLevel
 
 
 def resource_rule(
-    *,
-    id: str,
-    description: str,
-    severity: Severity,
-    remediation: str,
-    controls: Sequence[str],
-    applies_to: Applies,
-    config_keys: Sequence[str] = (),
-    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY,
-    annotation_exceptions: bool = False,
+    *, annotation_exceptions: bool = False, **metadata: Unpack[RuleMetadata]
 ) -> Callable[[ResourceCheck], Rule]:
     """Turn a function ``(ResourceView, Settings) -> messages`` into a `Rule`."""
-
-    def wrap(check: ResourceCheck) -> Rule:
-        return Rule(
-            id,
-            description,
-            severity,
-            enforcement,
-            remediation,
-            tuple(controls),
-            "resource",
-            check,
-            applies_to,
-            tuple(config_keys),
-            annotation_exceptions,
-        )
-
-    return wrap
+    return lambda check: _rule(metadata, "resource", check, annotation_exceptions)
 
 
-def stack_rule(
-    *,
-    id: str,
-    description: str,
-    severity: Severity,
-    remediation: str,
-    controls: Sequence[str],
-    applies_to: Applies,
-    config_keys: Sequence[str] = (),
-    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY,
-) -> Callable[[StackCheck], Rule]:
+def stack_rule(**metadata: Unpack[RuleMetadata]) -> Callable[[StackCheck], Rule]:
     """Turn a function ``(StackView, Settings) -> (urn, message) pairs`` into a `Rule`."""
+    return lambda check: _rule(metadata, "stack", check, False)
 
-    def wrap(check: StackCheck) -> Rule:
-        return Rule(
-            id,
-            description,
-            severity,
-            enforcement,
-            remediation,
-            tuple(controls),
-            "stack",
-            check,
-            applies_to,
-            tuple(config_keys),
-        )
 
-    return wrap
+def _rule(
+    metadata: RuleMetadata,
+    kind: Literal["resource", "stack"],
+    check: ResourceCheck | StackCheck,
+    annotation_exceptions: bool,
+) -> Rule:
+    return Rule(
+        metadata["id"],
+        metadata["description"],
+        metadata["severity"],
+        metadata.get("enforcement", EnforcementLevel.MANDATORY),
+        metadata["remediation"],
+        tuple(metadata["controls"]),
+        kind,
+        check,
+        metadata["applies_to"],
+        tuple(metadata.get("config_keys", ())),
+        annotation_exceptions,
+    )
 
 
 def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:
@@ -362,18 +391,19 @@ def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | No
     once per provider object, which the offline review shares between its resources."""
     if provider is None:
         return None
-    view = _PROVIDER_VIEWS.get(provider)
+    view = vars(provider).get(_VIEW)
     if view is None:
         view = ProviderView(
             provider.resource_type, provider.urn, provider.name, plain(provider.props)
         )
-        _PROVIDER_VIEWS[provider] = view
+        vars(provider)[_VIEW] = view
     return view
 
 
-# Views of the engine's argument objects, kept as long as the objects live. The engine
-# sends new objects for every call, so these only save work where one caller hands the
-# same objects to many rules (the offline review); the views are never changed.
-_ARGS_VIEWS: WeakKeyDictionary[ResourceValidationArgs, ResourceView] = WeakKeyDictionary()
-_RESOURCE_VIEWS: WeakKeyDictionary[PolicyResource, ResourceView] = WeakKeyDictionary()
-_PROVIDER_VIEWS: WeakKeyDictionary[PolicyProviderResource, ProviderView] = WeakKeyDictionary()
+# Each view is kept on the engine's object it was made from (under this attribute), as
+# long as the object lives. The engine sends new objects for every call, so this only
+# saves work where one caller hands the same objects to many rules (the offline
+# review); the views are never changed.
+_VIEW = "_policies_view"
+# The last stack's resources and their view (`StackView.of`).
+_LAST_STACK: tuple[Sequence[PolicyResource], StackView] | None = None

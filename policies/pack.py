@@ -217,7 +217,7 @@ def validate_stack(rule: Rule) -> StackValidation:
     """The engine callback of a stack rule."""
 
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-        stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in args.resources))
+        stack = StackView.of(args.resources)
         settings = Settings.from_config(args.get_config())
         index = stack.by_urn()
         for urn, message in rule.check_stack(stack, settings):
@@ -246,29 +246,19 @@ def _framework(rule: Rule) -> PolicyComplianceFramework:
 
 def to_policy(rule: Rule) -> Policy:
     """The `pulumi_policy` policy of one rule, with all its metadata."""
+    metadata: dict[str, Any] = {
+        "name": rule.id,
+        "description": rule.description,
+        "enforcement_level": rule.enforcement,
+        "config_schema": config_schema(rule),
+        "severity": rule.severity,
+        "framework": _framework(rule),
+        "tags": list(rule.controls),
+        "remediation_steps": rule.remediation,
+    }
     if rule.kind == "resource":
-        return ResourceValidationPolicy(
-            name=rule.id,
-            description=rule.description,
-            validate=validate_resource(rule),
-            enforcement_level=rule.enforcement,
-            config_schema=config_schema(rule),
-            severity=rule.severity,
-            framework=_framework(rule),
-            tags=list(rule.controls),
-            remediation_steps=rule.remediation,
-        )
-    return StackValidationPolicy(
-        name=rule.id,
-        description=rule.description,
-        validate=validate_stack(rule),
-        enforcement_level=rule.enforcement,
-        config_schema=config_schema(rule),
-        severity=rule.severity,
-        framework=_framework(rule),
-        tags=list(rule.controls),
-        remediation_steps=rule.remediation,
-    )
+        return ResourceValidationPolicy(validate=validate_resource(rule), **metadata)
+    return StackValidationPolicy(validate=validate_stack(rule), **metadata)
 
 
 def all_policies() -> list[Policy]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,8 +170,15 @@ class Settings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Settings:
-        """Settings from one rule's pack config; `PackConfigError` lists every problem."""
-        config = dict(config or {})
+        """Settings from one rule's pack config; `PackConfigError` lists every problem.
+        No config (every rule of a review without one, for every resource) is read once."""
+        if not config:
+            return _unconfigured()
+        return cls._read(config)
+
+    @classmethod
+    def _read(cls, config: Mapping[str, Any]) -> Settings:
+        config = dict(config)
         config.pop("enforcementLevel", None)
         checker = Checker()
         unknown = sorted(set(config) - set(CONFIG_SCHEMAS))
@@ -267,3 +275,9 @@ def _exemptions(value: Any, checker: Checker) -> tuple[Exemption, ...]:
         if isinstance(resource, str) and isinstance(reason, str) and expiry is not None:
             result.append(Exemption(resource.strip(), reason.strip(), expiry))
     return tuple(result)
+
+
+@functools.cache
+def _unconfigured() -> Settings:
+    """The settings of a rule without config (frozen: one object serves every call)."""
+    return Settings._read({})

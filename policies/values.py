@@ -12,7 +12,7 @@ a decision needs the actual value: the same `UnknownValueError` then reaches the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -135,6 +135,91 @@ def decode_plan_value(value: Any) -> Any:
             return decode_plan_value(value["value"]) if "value" in value else SECRET_PLACEHOLDER
         return {str(key): decode_plan_value(item) for key, item in value.items()}
     return value
+
+
+class SharedValues:
+    """Decodes plan values as `decode_plan_value` does, sharing what repeats: equal
+    strings, and equal objects and arrays, are one object each.
+
+    A plan of many resources repeats most of what it says (keys, labels, security
+    contexts, policy statements, whole resources made by one loop), so a large plan
+    takes a fraction of the memory. The values are read-only from then on: nothing in
+    the review changes a plan's values (a change to one would change every resource
+    that shares it).
+    """
+
+    def __init__(self) -> None:
+        self._strings: dict[str, str] = {}
+        # An object or array by what it holds: its items' keys, and each value as
+        # `_mark` gives it.
+        self._shared: dict[tuple[Any, ...], Any] = {}
+
+    def decode(self, value: Any) -> Any:
+        """``value`` decoded and shared. The parsed objects and arrays of ``value``
+        are taken over (changed in place, kept as the shared ones)."""
+        kind = type(value)
+        if kind is str:
+            return self._strings.setdefault(value, value)
+        if kind is dict:
+            return self._object(value)
+        if kind is list:
+            return self._array(value)
+        return value
+
+    def strings(self, values: list[Any]) -> tuple[str, ...]:
+        """``values`` as strings, each one shared."""
+        strings = list(map(str, values))
+        return tuple(map(self._strings.setdefault, strings, strings))
+
+    def _object(self, value: dict[str, Any]) -> Any:
+        if value.get(SPECIAL_SIG_KEY) == SECRET_SIG:
+            return self.decode(value["value"]) if "value" in value else SECRET_PLACEHOLDER
+        return self._share(value, value.items(), [dict], keys=True)
+
+    def _array(self, value: list[Any]) -> Any:
+        return self._share(value, enumerate(value), [list], keys=False)
+
+    def _share(
+        self, value: Any, items: Iterable[tuple[Any, Any]], marks: list[Any], *, keys: bool
+    ) -> Any:
+        """The shared object or array equal to ``value`` (its ``items``: (key or index,
+        value)). The parsed one itself becomes the shared one when it is the first of
+        its kind (its values replaced by the shared ones): no second one is made."""
+        intern = self._strings.setdefault
+        add = marks.append
+        for key, raw in items:
+            kind = type(raw)
+            if kind is str:
+                item = mark = intern(raw, raw)
+            else:
+                if kind is dict:
+                    item = self._object(raw)
+                elif kind is list:
+                    item = self._array(raw)
+                else:
+                    item = raw
+                mark = _mark(item)
+            if item is not raw:
+                value[key] = item
+            if keys:
+                add(intern(key, key))
+            add(mark)
+        return self._shared.setdefault(tuple(marks), value)
+
+
+def _mark(value: Any) -> Any:
+    """What stands for a value that is not a string in `SharedValues`' keys, equal only
+    for equal values of one type: None and booleans themselves (no key holds 0 or 1
+    bare), a shared object or array by its identity, a number with its type (1, 1.0 and
+    True are equal in Python), a float by its exact bits (-0.0 == 0.0)."""
+    if value is None or value is True or value is False:
+        return value
+    kind = type(value)
+    if kind is dict or kind is list:
+        return id(value)
+    if kind is float:
+        return (float, value.hex())
+    return (kind, value)
 
 
 class Deferred:

@@ -12,6 +12,8 @@ cannot be used.
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +53,19 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="report directory (default build/review/<plan stem>)"
     )
     args = parser.parse_args(argv)
+    # A review makes millions of objects that live until it ends and form no cycles:
+    # the cycle collector would walk them again and again (a third of the time of a
+    # review of 100,000 resources), for a few MB of garbage it could free.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _review(args)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _review(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan)
         if args.rendered is not None:
@@ -71,4 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The review's objects go with the process: freeing them one by one first would
+    # take another second of a review of 100,000 resources.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from pulumi_policy import EnforcementLevel, StackValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
 from policies import stackconfig
-from policies.model import ResourceView, Rule, StackView
+from policies.model import ResourceView, Rule, StackView, TypesIn
 from policies.pack import (
     AppliedExemption,
     level_problem,
@@ -342,33 +342,40 @@ def _run_resource_rules(
     """
     configured = {r.rule.id: _rule_config(r.rule, config) for r in results}
     validators = {r.rule.id: validate_resource(r.rule) for r in results}
+    # The resource whose turn it is: each rule's report function (made once) files
+    # what the engine reports under it.
+    current = [""]
+
+    def reporter(result: RuleResult) -> Callable[[str, str | None], None]:
+        found = findings_of[result.rule.id]
+
+        def report(message: str, urn: str | None = None) -> None:
+            result.failed.add(current[0])
+            found.append(Finding(result.rule.id, current[0], message, result.enforcement))
+
+        return report
+
+    reports = {r.rule.id: reporter(r) for r in results}
+    of_type: dict[str, list[RuleResult]] = {}
     for resource in plan.analyzable():
+        current[0] = resource.urn
         args = resource_args(plan, resource, None)
         view = ResourceView.from_args(args)
-        for result in results:
+        candidates = of_type.get(resource.type)
+        if candidates is None:
+            candidates = of_type[resource.type] = _may_apply(results, resource.type)
+        for result in candidates:
             rule = result.rule
             if not rule.applies_to(view):
                 continue
             result.evaluated += 1
             rule_config = configured[rule.id]
             rule_args = args if rule_config is None else resource_args(plan, resource, rule_config)
-            found = findings_of[rule.id]
-
-            def report(
-                message: str,
-                urn: str | None = None,
-                _urn: str = resource.urn,
-                _result: RuleResult = result,
-                _found: list[Finding] = found,
-            ) -> None:
-                _result.failed.add(_urn)
-                _found.append(Finding(_result.rule.id, _urn, message, _result.enforcement))
-
             try:
-                validators[rule.id](rule_args, report)
+                validators[rule.id](rule_args, reports[rule.id])
             except UnknownValueError as err:
                 result.unknown.add(resource.urn)
-                found.append(
+                findings_of[rule.id].append(
                     Finding(
                         rule.id,
                         resource.urn,
@@ -377,6 +384,16 @@ def _run_resource_rules(
                         unknown=True,
                     )
                 )
+
+
+def _may_apply(results: list[RuleResult], kind: str) -> list[RuleResult]:
+    """The rules that may judge a resource of type ``kind``: those whose `applies_to`
+    names types only when ``kind`` is one, and every other (asked per resource)."""
+    return [
+        result
+        for result in results
+        if not isinstance(result.rule.applies_to, TypesIn) or kind in result.rule.applies_to.types
+    ]
 
 
 def _run_stack_rule(
@@ -388,8 +405,13 @@ def _run_stack_rule(
 ) -> None:
     findings = findings_of[rule.id]
     resources = stack_resources(plan)
-    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in resources))
-    result.evaluated = sum(1 for view in stack.resources if rule.applies_to(view))
+    stack = StackView.of(resources)
+    subjects = (
+        stack.of_type(*rule.applies_to.types)
+        if isinstance(rule.applies_to, TypesIn)
+        else (view for view in stack.resources if rule.applies_to(view))
+    )
+    result.evaluated = sum(1 for _ in subjects)
 
     def report(message: str, urn: str | None = None) -> None:
         if urn:

@@ -12,7 +12,7 @@ from policies.model import ResourceView, StackView
 from policies.review.plan import Plan, stack_resources
 from policies.rules.encryption import key_refs
 from policies.rules.residency import SITE_CONFIGMAP, SITE_NAMESPACE
-from policies.rules.stack import BUCKET, SSE_CONFIG, bucket_ids, refers_to, stack_key_for
+from policies.rules.stack import BUCKET, SSE_CONFIG, bucket_ids, stack_key_for
 from policies.values import dig, is_unknown
 
 UNKNOWN_TEXT = "(known after apply)"
@@ -65,6 +65,9 @@ def _zones(stack: StackView, resource: ResourceView) -> str:
     own = resource.props.get("availabilityZone")
     if own not in (None, ""):
         return _text(own)
+    subnets = resource.property_dependencies
+    if "subnetIds" not in subnets and "subnetId" not in subnets:
+        return "-"
     index = stack.by_urn()
     zones = {
         _text(index[urn].props.get("availabilityZone"))
@@ -78,12 +81,12 @@ def _zones(stack: StackView, resource: ResourceView) -> str:
 def _key(stack: StackView, resource: ResourceView) -> str:
     refs = key_refs(resource)
     if resource.type == BUCKET:
-        ids = bucket_ids(resource)
-        for config in stack.of_type(SSE_CONFIG):
-            if refers_to(config, "bucket", resource, ids):
-                refs = key_refs(config)
-                resource = config
-                break
+        configs = stack.referrers((SSE_CONFIG,), "bucket").naming(
+            resource.urn, bucket_ids(resource)
+        )
+        if configs:  # the first in stack order, as `refers_to` finds it
+            refs = key_refs(configs[0])
+            resource = configs[0]
     names = []
     for ref in refs:
         key = stack_key_for(stack, resource, ref.top, ref.value)
@@ -140,7 +143,7 @@ def state_rows(plan: Plan) -> list[EvidenceRow]:
 def evidence_rows(plan: Plan) -> list[EvidenceRow]:
     """The stack's state, secrets and trail (`state_rows`), then a row for every custom
     resource of the plan (providers excluded)."""
-    stack = StackView(tuple(ResourceView.from_policy_resource(r) for r in stack_resources(plan)))
+    stack = StackView.of(stack_resources(plan))
     sites = _sites(stack)
     rows = state_rows(plan)
     for resource in stack.resources:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pulumi_policy import (
     PolicyCustomTimeouts,
@@ -26,8 +26,9 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import unknown_checking_proxy
 
-from policies.model import ResourceView, provider_urn, urn_name
-from policies.values import decode_plan_value
+from policies.model import Links, ResourceView, provider_urn, urn_name
+from policies.review.jsonstream import NotStreamableError, members
+from policies.values import SharedValues, decode_plan_value
 
 # Steps whose resource no longer exists after the update.
 GONE_OPS = frozenset(
@@ -130,6 +131,13 @@ def load_plan(path: Path) -> Plan:
     if not path.is_file():
         raise PlanError(f"{path}: no such file (run `make plan STACK=<stack>` to write one)")
     try:
+        with path.open(encoding="utf-8") as file:
+            return _streamed(file, path)
+    except (NotStreamableError, UnicodeDecodeError):
+        pass  # read again whole below: its error names the place
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read it ({err.strerror or err})") from err
+    try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise PlanError(f"{path}: cannot read it ({err.strerror or err})") from err
@@ -139,9 +147,25 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(
             f"{path}: not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from err
-    # The document is ours alone: let the parser drop each step once it is decoded, so
-    # a large plan is not held twice (raw and decoded) at the peak.
-    return parse_plan(document, path, consume=True)
+    return parse_plan(document, path)
+
+
+def _streamed(file: IO[str], path: Path) -> Plan:
+    """The plan of a file read a step at a time (`policies.review.jsonstream`): each
+    step is decoded into values shared with the steps before it (`SharedValues`) and
+    dropped, so the peak holds little more than the decoded plan."""
+    decoder = SharedValues()
+    resources: list[PlanResource] = []
+    problems: list[str] = []
+
+    def each(index: int, step: Any) -> None:
+        _read_step(index, step, decoder, resources, problems)
+
+    found = dict(members(file, "steps", each))
+    # Anything parse_plan would refuse, it refuses in its own words.
+    if not isinstance(found.get("steps"), int) or not found["steps"]:
+        raise NotStreamableError("no steps")
+    return _plan(path, found.get("config"), resources, problems)
 
 
 def _json_kind(value: Any) -> str:
@@ -180,20 +204,32 @@ def _type_problems(index: int, step: Mapping[str, Any], state: Mapping[str, Any]
     return problems
 
 
-def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+class _Decoded:
+    """Plan values decoded (`decode_plan_value`), each resource's its own."""
+
+    decode = staticmethod(decode_plan_value)
+
+    @staticmethod
+    def strings(values: list[Any]) -> tuple[str, ...]:
+        return tuple(str(v) for v in values)
 
 
-def parse_plan(document: Any, path: Path, *, consume: bool = False) -> Plan:
+def _strings(value: Any, decoder: _Decoded | SharedValues) -> tuple[str, ...]:
+    """A list of URNs as a tuple of strings (shared by a `SharedValues` decoder)."""
+    return decoder.strings(value) if isinstance(value, list) else ()
+
+
+_HINT = "expected the output of `pulumi preview --json` or `make plan`"
+
+
+def parse_plan(document: Any, path: Path) -> Plan:
     """The `Plan` of an already parsed plan document.
 
     Args:
         document: the parsed JSON.
         path: where it came from (for messages and the plan's name).
-        consume: empty ``document["steps"]`` while decoding (the caller no longer needs
-            it), which keeps the peak memory of a large plan near one copy.
     """
-    hint = "expected the output of `pulumi preview --json` or `make plan`"
+    hint = _HINT
     if not isinstance(document, Mapping):
         raise PlanError(
             f"{path}: the top level is a {type(document).__name__}, not an object; {hint}"
@@ -205,67 +241,84 @@ def parse_plan(document: Any, path: Path, *, consume: bool = False) -> Plan:
         raise PlanError(
             f"{path}: the plan has no resources: is this the output of pulumi preview --json?"
         )
-    config = document.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise PlanError(f"{path}: `config` is not an object; {hint}")
     resources: list[PlanResource] = []
     problems: list[str] = []
     for index, step in enumerate(steps):
-        if consume:
-            steps[index] = None
-        if not isinstance(step, Mapping):
-            problems.append(f"steps[{index}] is not an object")
-            continue
-        op = str(step.get("op", "create"))
-        if op in GONE_OPS:
-            continue
-        state = step.get("newState")
-        if not isinstance(state, Mapping):
-            problems.append(f"steps[{index}] ({op}) has no `newState` object")
-            continue
-        wrong_types = _type_problems(index, step, state)
-        if wrong_types:
-            problems.extend(wrong_types)
-            continue
-        urn = state.get("urn") or step.get("urn")
-        kind = state.get("type")
-        if not isinstance(urn, str) or not urn.startswith("urn:pulumi:"):
-            problems.append(f"steps[{index}].newState.urn is missing or not a URN")
-            continue
-        if not isinstance(kind, str) or not kind:
-            problems.append(f"steps[{index}].newState.type is missing")
-            continue
-        inputs = state.get("inputs") or {}
-        outputs = state.get("outputs") or {}
-        if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
-            problems.append(f"steps[{index}]: inputs/outputs are not objects")
-            continue
-        prop_deps = state.get("propertyDependencies") or {}
-        decoded_inputs = decode_plan_value(dict(inputs))
-        resources.append(
-            PlanResource(
-                urn=urn,
-                type=kind,
-                name=urn_name(urn),
-                custom=bool(state.get("custom", True)),
-                op=op,
-                inputs=decoded_inputs,
-                state=decode_plan_value({**inputs, **outputs}) if outputs else decoded_inputs,
-                provider=provider_urn(state.get("provider") or step.get("provider")),
-                parent=state.get("parent") or None,
-                dependencies=_strings(state.get("dependencies")),
-                property_dependencies={str(k): _strings(v) for k, v in prop_deps.items()}
-                if isinstance(prop_deps, Mapping)
-                else {},
-                protect=bool(state.get("protect", False)),
-            )
-        )
+        _read_step(index, step, _Decoded(), resources, problems)
+    return _plan(path, document.get("config"), resources, problems)
+
+
+def _plan(path: Path, config: Any, resources: list[PlanResource], problems: list[str]) -> Plan:
+    config = config or {}
+    if not isinstance(config, Mapping):
+        raise PlanError(f"{path}: `config` is not an object; {_HINT}")
     if problems:
         shown = "; ".join(problems[:5]) + (
             f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         )
-        raise PlanError(f"{path}: {shown}; {hint}")
+        raise PlanError(f"{path}: {shown}; {_HINT}")
     return Plan(path, dict(config), tuple(resources))
+
+
+def _read_step(
+    index: int,
+    step: Any,
+    decoder: _Decoded | SharedValues,
+    resources: list[PlanResource],
+    problems: list[str],
+) -> None:
+    """Add the resource step ``index`` leaves in the stack to ``resources`` (its values
+    decoded by ``decoder``), or what is wrong with the step to ``problems``."""
+    if not isinstance(step, Mapping):
+        problems.append(f"steps[{index}] is not an object")
+        return
+    op = str(step.get("op", "create"))
+    if op in GONE_OPS:
+        return
+    state = step.get("newState")
+    if not isinstance(state, Mapping):
+        problems.append(f"steps[{index}] ({op}) has no `newState` object")
+        return
+    wrong_types = _type_problems(index, step, state)
+    if wrong_types:
+        problems.extend(wrong_types)
+        return
+    urn = state.get("urn") or step.get("urn")
+    kind = state.get("type")
+    if not isinstance(urn, str) or not urn.startswith("urn:pulumi:"):
+        problems.append(f"steps[{index}].newState.urn is missing or not a URN")
+        return
+    if not isinstance(kind, str) or not kind:
+        problems.append(f"steps[{index}].newState.type is missing")
+        return
+    inputs = state.get("inputs") or {}
+    outputs = state.get("outputs") or {}
+    if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
+        problems.append(f"steps[{index}]: inputs/outputs are not objects")
+        return
+    if problems:
+        return  # the plan is refused: nothing more of it is kept
+    prop_deps = state.get("propertyDependencies") or {}
+    decode = decoder.decode
+    decoded_inputs = decode(dict(inputs))
+    resources.append(
+        PlanResource(
+            urn=urn,
+            type=kind,
+            name=urn_name(urn),
+            custom=bool(state.get("custom", True)),
+            op=op,
+            inputs=decoded_inputs,
+            state=decode({**inputs, **outputs}) if outputs else decoded_inputs,
+            provider=provider_urn(state.get("provider") or step.get("provider")),
+            parent=state.get("parent") or None,
+            dependencies=_strings(state.get("dependencies"), decoder),
+            property_dependencies={str(k): _strings(v, decoder) for k, v in prop_deps.items()}
+            if isinstance(prop_deps, Mapping)
+            else {},
+            protect=bool(state.get("protect", False)),
+        )
+    )
 
 
 class _LazyProps:
@@ -291,19 +344,74 @@ class _LazyArgs(_LazyProps, ResourceValidationArgs):
 
 
 class _LazyPolicyResource(_LazyProps, PolicyResource):
-    """`PolicyResource` whose state is wrapped when first read (`_LazyProps`)."""
+    """`PolicyResource` whose state is wrapped when first read (`_LazyProps`), and whose
+    parent and dependencies are looked up when first read (the rules read the URNs of
+    their views; only a program that reads the objects needs them)."""
+
+    links: tuple[PlanResource, Mapping[str, PolicyResource]] | None = None
+
+    def _resolve(self) -> None:
+        if self.links is None:
+            return
+        resource, objects = self.links
+        self.links = None
+        self._parent = objects.get(resource.parent) if resource.parent else None
+        self._dependencies = [objects[u] for u in resource.dependencies if u in objects]
+        self._property_dependencies = {
+            key: [objects[u] for u in urns if u in objects]
+            for key, urns in resource.property_dependencies.items()
+        }
+
+    @property
+    def parent(self) -> PolicyResource | None:
+        self._resolve()
+        return self._parent
+
+    @parent.setter
+    def parent(self, value: PolicyResource | None) -> None:
+        self._resolve()
+        self._parent = value
+
+    @property
+    def dependencies(self) -> list[PolicyResource]:
+        self._resolve()
+        return self._dependencies
+
+    @dependencies.setter
+    def dependencies(self, value: list[PolicyResource]) -> None:
+        self._resolve()
+        self._dependencies = value
+
+    @property
+    def property_dependencies(self) -> dict[str, list[PolicyResource]]:
+        self._resolve()
+        return self._property_dependencies
+
+    @property_dependencies.setter
+    def property_dependencies(self, value: dict[str, list[PolicyResource]]) -> None:
+        self._resolve()
+        self._property_dependencies = value
 
 
 def _options(resource: PlanResource) -> PolicyResourceOptions:
-    return PolicyResourceOptions(
-        protect=resource.protect,
-        ignore_changes=[],
-        delete_before_replace=None,
-        aliases=[],
-        custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
-        additional_secret_outputs=[],
-        parent=resource.parent,
-    )
+    """The resource's options; one object per (protect, parent), shared by the
+    resources that have them (nothing changes a resource's options)."""
+    key = (resource.protect, resource.parent)
+    options = _OPTIONS.get(key)
+    if options is None:
+        options = _OPTIONS[key] = PolicyResourceOptions(
+            protect=resource.protect,
+            ignore_changes=[],
+            delete_before_replace=None,
+            aliases=[],
+            custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
+            additional_secret_outputs=[],
+            parent=resource.parent,
+        )
+    return options
+
+
+_OPTIONS: dict[tuple[bool, str | None], PolicyResourceOptions] = {}
 
 
 def _provider(plan: Plan, urn: str | None) -> PolicyProviderResource | None:
@@ -351,7 +459,7 @@ def stack_resources(plan: Plan) -> list[PolicyResource]:
 
 
 def _stack_resources(plan: Plan) -> list[PolicyResource]:
-    objects: dict[str, PolicyResource] = {}
+    objects: dict[str, _LazyPolicyResource] = {}
     for resource in plan.resources:
         objects[resource.urn] = _LazyPolicyResource(
             resource.type,
@@ -366,14 +474,15 @@ def _stack_resources(plan: Plan) -> list[PolicyResource]:
         )
     for resource in plan.resources:
         target = objects[resource.urn]
-        if resource.parent in objects:
-            target.parent = objects[resource.parent]
-        target.dependencies = [objects[u] for u in resource.dependencies if u in objects]
-        target.property_dependencies = {
-            key: [objects[u] for u in urns if u in objects]
-            for key, urns in resource.property_dependencies.items()
-        }
-    for resource in plan.resources:
-        # The view rules read: the decoded state itself, not a copy of its proxy.
-        ResourceView.from_policy_resource(objects[resource.urn], resource.state)
-    return list(objects.values())
+        target.links = (resource, objects)
+        # The view rules read: the decoded state itself, not a copy of its proxy, and
+        # the plan's URNs where every one is of the stack (as the engine's are).
+        graph = (resource.dependencies, *resource.property_dependencies.values())
+        whole = all(u in objects for urns in graph for u in urns)
+        links = (
+            Links(resource.parent, resource.dependencies, resource.property_dependencies)
+            if whole
+            else None
+        )
+        ResourceView.from_policy_resource(target, resource.state, links)
+    return list[PolicyResource](objects.values())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from pulumi_policy import EnforcementLevel
 
 from policies.model import Rule, urn_name
 from policies.review.evaluate import Finding, Review
+from policies.review.jsontext import write_json
 
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -440,6 +440,6 @@ def write_reports(review: Review, out_dir: Path, source_uri: str) -> list[Path]:
     paths = [out_dir / "report.md", out_dir / "report.json", out_dir / "report.sarif"]
     data = to_json(review)
     paths[0].write_text(to_markdown(review, data), encoding="utf-8")
-    paths[1].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    paths[2].write_text(json.dumps(to_sarif(review, source_uri), indent=2) + "\n", encoding="utf-8")
+    write_json(paths[1], data)
+    write_json(paths[2], to_sarif(review, source_uri))
     return paths

@@ -25,7 +25,15 @@ from policies.rules import (
 
 
 def _rules_of(module: object) -> list[Rule]:
-    return [value for value in vars(module).values() if isinstance(value, Rule)]
+    """A module's rules in the order it defines them: each `Rule`, and each tuple of
+    rules (a table's, e.g. `kubernetes.POD_SPEC_RULES`) in its place."""
+    found: list[Rule] = []
+    for value in vars(module).values():
+        if isinstance(value, Rule):
+            found.append(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, Rule) for v in value):
+            found.extend(value)
+    return found
 
 
 ALL_RULES: tuple[Rule, ...] = tuple(

@@ -10,7 +10,6 @@ S3 replication, the other way a stack copies its data to a second place, is
 from __future__ import annotations
 
 import ipaddress
-import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -18,8 +17,9 @@ from typing import Any
 from pulumi_policy import Severity
 
 from policies import controls
-from policies.aws import parse_arn, region_of
+from policies.aws import identifiers, parse_arn, region_of
 from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.rules.checks import GLOBAL_REGION, aws_region
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
 
@@ -28,14 +28,6 @@ VAULT_TYPES = (
     "aws:backup/vault:Vault",
     "aws:backup/logicallyAirGappedVault:LogicallyAirGappedVault",
 )
-
-
-def _vault_ids(vault: ResourceView) -> set[str]:
-    return {
-        str(vault.props[k])
-        for k in ("arn", "id", "name")
-        if isinstance(vault.props.get(k), str) and not is_unknown(vault.props[k])
-    }
 
 
 def _destination_problem(
@@ -57,7 +49,7 @@ def _destination_problem(
                 return f"`{path}` copies to vault {vault.name} in {region}"
         return None
     text = str(value)
-    mine = next((v for v in vaults if text in _vault_ids(v)), None)
+    mine = next((v for v in vaults if text in identifiers(v, "arn", "id", "name")), None)
     if mine is not None:
         region = known(region_of(mine), f"{mine.name}.region")
         if region not in settings.allowed_regions:
@@ -130,24 +122,6 @@ PUBLIC_OBJECT_STORES = (
     "oraclecloud.com",
     "appdomain.cloud",
 )
-# An AWS region inside a host name (s3.me-central-1.amazonaws.com, bucket.s3.me-central-1...).
-_AWS_REGION = re.compile(r"^[a-z]{2}(?:-gov|-iso[a-z]*)?-[a-z]+-\d$")
-
-
-def _aws_region(host: str) -> str | None:
-    """The region an AWS endpoint host names; ``""`` for a global endpoint (us-east-1);
-    None when the host is not AWS's."""
-    if not host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
-        return None
-    regions = [label for label in host.split(".") if _AWS_REGION.match(label)]
-    if not regions:
-        # s3-<region>.amazonaws.com, the legacy dash form.
-        regions = [
-            label.split("-", 1)[1]
-            for label in host.split(".")
-            if label.startswith("s3-") and _AWS_REGION.match(label.split("-", 1)[1])
-        ]
-    return regions[0] if regions else ""
 
 
 def _selects(selector: Any, labels: dict[str, str]) -> bool:
@@ -223,10 +197,10 @@ def _target_problems(
     host = (url.hostname or "").lower()
     if url.scheme != "https":
         yield f"`{path}.endpointURL` is {endpoint!r}: backups would travel without TLS"
-    region = _aws_region(host)
+    region = aws_region(host)
     if region is not None:
         if region not in settings.allowed_regions:
-            where = region or "AWS's global endpoint (us-east-1)"
+            where = region or f"AWS's global endpoint ({GLOBAL_REGION})"
             yield f"`{path}.endpointURL` is {endpoint!r}, in {where}: outside the allowed regions"
         return
     if host.endswith(PUBLIC_OBJECT_STORES):

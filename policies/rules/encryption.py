@@ -10,7 +10,7 @@ from pulumi_policy import Severity
 
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
-from policies.documents import InvalidDocumentError, statements, wildcard_principal
+from policies.documents import Statement, allows, any_principal
 from policies.model import ResourceView, resource_rule, types_in
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
@@ -32,23 +32,29 @@ class KeyRef:
     value: Any
 
 
+#: ElastiCache (Redis OSS) replication groups: the feature store's online store.
+REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
+#: Types whose one key reference is one top-level property.
+_KEY_PROPERTY = {
+    "aws:ebs/volume:Volume": "kmsKeyId",
+    "aws:fsx/lustreFileSystem:LustreFileSystem": "kmsKeyId",
+    "aws:efs/fileSystem:FileSystem": "kmsKeyId",
+    "aws:cloudwatch/logGroup:LogGroup": "kmsKeyId",
+    "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
+    "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
+    "aws:cloudtrail/trail:Trail": "kmsKeyId",
+    # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
+    "aws:secretsmanager/secret:Secret": "kmsKeyId",
+    "aws:backup/vault:Vault": "kmsKeyArn",
+    # The feature store's online store (its other rules: policies/rules/features.py).
+    REPLICATION_GROUP: "kmsKeyId",
+}
+
+
 def key_refs(resource: ResourceView) -> list[KeyRef]:
     """Every KMS key reference of the resource types this pack knows to encrypt data."""
     props, kind = resource.props, resource.type
-    simple = {
-        "aws:ebs/volume:Volume": "kmsKeyId",
-        "aws:fsx/lustreFileSystem:LustreFileSystem": "kmsKeyId",
-        "aws:efs/fileSystem:FileSystem": "kmsKeyId",
-        "aws:cloudwatch/logGroup:LogGroup": "kmsKeyId",
-        "aws:ebs/snapshotCopy:SnapshotCopy": "kmsKeyId",
-        "aws:ec2/amiCopy:AmiCopy": "kmsKeyId",
-        "aws:cloudtrail/trail:Trail": "kmsKeyId",
-        # Without a key, Secrets Manager encrypts with the AWS-managed aws/secretsmanager.
-        "aws:secretsmanager/secret:Secret": "kmsKeyId",
-        "aws:backup/vault:Vault": "kmsKeyArn",
-        # The feature store's online store (its other rules: policies/rules/features.py).
-        REPLICATION_GROUP: "kmsKeyId",
-    }
+    simple = _KEY_PROPERTY
     if kind in simple:
         return [KeyRef(simple[kind], simple[kind], props.get(simple[kind]))]
     refs: list[KeyRef] = []
@@ -108,8 +114,6 @@ def key_refs(resource: ResourceView) -> list[KeyRef]:
 
 #: RDS resources that store data: DB instances and Aurora clusters.
 RDS_STORAGE_TYPES = ("aws:rds/instance:Instance", "aws:rds/cluster:Cluster")
-#: ElastiCache (Redis OSS) replication groups: the feature store's online store.
-REPLICATION_GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
 
 #: Types with a switch for encryption at rest: the property, and what is left
 #: unencrypted without it ("" where the property says it all).
@@ -322,12 +326,7 @@ def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[
     applies_to=types_in(KEY_TYPE, "aws:kms/keyPolicy:KeyPolicy"),
 )
 def kms_policy_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    try:
-        found = statements(resource.props.get("policy"), "policy")
-    except InvalidDocumentError as invalid:
-        yield str(invalid)
-        return
-    for index, statement in enumerate(found):
-        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
-            sid = statement.get("Sid") or f"#{index}"
-            yield f"statement {sid} allows the wildcard principal `*`"
+    def problem(index: int, statement: Statement) -> str:
+        return f"statement {statement.get('Sid') or f'#{index}'} allows the wildcard principal `*`"
+
+    return allows(resource.props.get("policy"), "policy", any_principal, problem)

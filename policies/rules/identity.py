@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from pulumi_policy import Severity
@@ -10,9 +11,11 @@ from pulumi_policy import Severity
 from policies import controls, stackconfig
 from policies.documents import (
     InvalidDocumentError,
+    Statement,
+    allows,
+    any_principal,
     names_everything,
     statements,
-    wildcard_principal,
 )
 from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
 from policies.settings import Settings
@@ -70,18 +73,15 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
             if arn in ADMIN_POLICY_ARNS:
                 yield f"attaches {arn}"
     for path, document in policy_documents(resource):
-        try:
-            found = statements(document, path)
-        except InvalidDocumentError as invalid:
-            yield str(invalid)
-            continue
-        for index, statement in enumerate(found):
-            if (
-                statement.get("Effect") == "Allow"
-                and names_everything(statement.get("Action"))
-                and names_everything(statement.get("Resource"))
-            ):
-                yield f"`{path}` statement {statement.get('Sid') or index} allows `*` on `*`"
+        yield from allows(document, path, _everything_on_everything, partial(_admin, path))
+
+
+def _everything_on_everything(statement: Statement) -> bool:
+    return names_everything(statement.get("Action")) and names_everything(statement.get("Resource"))
+
+
+def _admin(path: str, index: int, statement: Statement) -> str:
+    return f"`{path}` statement {statement.get('Sid') or index} allows `*` on `*`"
 
 
 @resource_rule(
@@ -96,15 +96,12 @@ def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[st
     applies_to=types_in("aws:iam/role:Role"),
 )
 def trust_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    try:
-        found = statements(resource.props.get("assumeRolePolicy"), "assumeRolePolicy")
-    except InvalidDocumentError as invalid:
-        yield str(invalid)
-        return
-    for index, statement in enumerate(found):
-        if statement.get("Effect") == "Allow" and wildcard_principal(statement.get("Principal")):
-            sid = statement.get("Sid") or index
-            yield f"trust statement {sid} lets any principal assume the role"
+    document = resource.props.get("assumeRolePolicy")
+    return allows(document, "assumeRolePolicy", any_principal, _assumed_by_anyone)
+
+
+def _assumed_by_anyone(index: int, statement: Statement) -> str:
+    return f"trust statement {statement.get('Sid') or index} lets any principal assume the role"
 
 
 S3_OBJECT_ACTION_PREFIXES = (
@@ -178,7 +175,7 @@ def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[
         "S3 policies to training roles."
     ),
     controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_3, controls.PDPL_20_SECURITY),
-    applies_to=lambda r: r.type == "aws:iam/role:Role",
+    applies_to=types_in("aws:iam/role:Role"),
     config_keys=("trainingRolePattern",),
 )
 def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:

@@ -8,6 +8,7 @@ opts out of one rule with an annotation on the object, naming the rule and the r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pulumi_policy import EnforcementLevel, Severity
 
@@ -18,66 +19,46 @@ from policies.k8s import (
     K8S_PROVIDER_TYPE,
     containers,
     has_pod_spec,
+    images,
     is_kubernetes_object,
-    job_images,
     kind_of,
     metadata,
     names_images,
     parse_image,
     pod_specs,
 )
-from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.model import (
+    Applies,
+    ResourceCheck,
+    ResourceView,
+    Rule,
+    StackView,
+    resource_rule,
+    stack_rule,
+    types_in,
+)
+from policies.rules.checks import (
+    NO_PRIVILEGE_ESCALATION,
+    NON_ROOT,
+    NOT_PRIVILEGED,
+    NOT_UID_0,
+    READ_ONLY_ROOT,
+    SECCOMP,
+    SecuritySetting,
+    security_problems,
+)
 from policies.settings import Settings
 from policies.values import Deferred, dig, known
 
 
-@resource_rule(
-    id="k8s-no-privileged",
-    description="No container runs privileged.",
-    severity=Severity.CRITICAL,
-    remediation="Remove `securityContext.privileged: true`; grant the one capability needed.",
-    controls=(controls.CIS_EKS_4_2_1, controls.ISO_8_2),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def no_privileged(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        path = f"{container.path}.securityContext.privileged"
-        if known(dig(container.spec, "securityContext", "privileged"), path) is True:
-            yield f"container {container.name} is privileged"
-
-
-@resource_rule(
-    id="k8s-no-host-namespaces",
-    description="No pod shares the host's network, PID or IPC namespace.",
-    severity=Severity.HIGH,
-    remediation="Remove hostNetwork, hostPID and hostIPC from the pod spec.",
-    controls=(
-        controls.CIS_EKS_4_2_2,
-        controls.CIS_EKS_4_2_3,
-        controls.CIS_EKS_4_2_4,
-        controls.ISO_8_22,
-    ),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def no_host_namespaces(resource: ResourceView, settings: Settings) -> Iterator[str]:
+def _host_namespaces(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for pod in pod_specs(resource):
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if known(pod.spec.get(key), f"{pod.path}.{key}") is True:
                 yield f"`{pod.path}.{key}` is true"
 
 
-@resource_rule(
-    id="k8s-no-host-path",
-    description="No pod mounts a hostPath volume.",
-    severity=Severity.HIGH,
-    remediation="Use a PersistentVolumeClaim, emptyDir or CSI volume instead of hostPath.",
-    controls=(controls.CIS_EKS_4_6_2, controls.ISO_8_2),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def no_host_path(resource: ResourceView, settings: Settings) -> Iterator[str]:
+def _host_paths(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for pod in pod_specs(resource):
         volumes = known(pod.spec.get("volumes"), f"{pod.path}.volumes")
         for volume in volumes if isinstance(volumes, list) else []:
@@ -86,64 +67,7 @@ def no_host_path(resource: ResourceView, settings: Settings) -> Iterator[str]:
                 yield f"volume {dig(volume, 'name')} mounts host path {path}"
 
 
-@resource_rule(
-    id="k8s-no-privilege-escalation",
-    description="Every container sets `allowPrivilegeEscalation: false`.",
-    severity=Severity.HIGH,
-    remediation="Set `securityContext.allowPrivilegeEscalation: false` on every container.",
-    controls=(controls.CIS_EKS_4_2_5, controls.ISO_8_2),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def no_privilege_escalation(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        path = f"{container.path}.securityContext.allowPrivilegeEscalation"
-        # Unset means allowed (the kernel's no_new_privs stays off).
-        if (
-            known(dig(container.spec, "securityContext", "allowPrivilegeEscalation"), path)
-            is not False
-        ):
-            yield f"container {container.name} does not set allowPrivilegeEscalation: false"
-
-
-@resource_rule(
-    id="k8s-run-as-non-root",
-    description="Every container runs as a non-root user (`runAsNonRoot: true`, no UID 0).",
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `securityContext.runAsNonRoot: true` (pod or container) and a non-zero "
-        "`runAsUser`; build images with a USER that is not root."
-    ),
-    controls=(controls.CIS_EKS_4_2_6, controls.ISO_8_2),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def run_as_non_root(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        if (
-            known(
-                container.security("runAsNonRoot"), f"{container.path}.securityContext.runAsNonRoot"
-            )
-            is not True
-        ):
-            yield f"container {container.name} does not set runAsNonRoot: true"
-        if (
-            known(container.security("runAsUser"), f"{container.path}.securityContext.runAsUser")
-            == 0
-        ):
-            yield f"container {container.name} runs as UID 0"
-
-
-@resource_rule(
-    id="k8s-resource-limits",
-    description="Every container declares CPU and memory limits.",
-    severity=Severity.MEDIUM,
-    remediation="Set `resources.limits.cpu` and `resources.limits.memory` on every container.",
-    controls=(controls.ISO_8_9, controls.CIS_EKS_4_6_1),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def resource_limits(resource: ResourceView, settings: Settings) -> Iterator[str]:
+def _limits(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for container in containers(resource):
         limits = known(
             dig(container.spec, "resources", "limits"), f"{container.path}.resources.limits"
@@ -153,22 +77,8 @@ def resource_limits(resource: ResourceView, settings: Settings) -> Iterator[str]
             yield f"container {container.name} has no {' or '.join(missing)} limit"
 
 
-@resource_rule(
-    id="k8s-no-latest-tag",
-    description="Every image is pinned by a tag other than `latest`, or by digest.",
-    severity=Severity.MEDIUM,
-    remediation="Reference images as repository:version or repository@sha256:digest.",
-    controls=(controls.ISO_8_9, controls.ISO_8_19),
-    applies_to=names_images,
-    annotation_exceptions=True,
-)
-def no_latest_tag(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    named = [
-        (f"container {c.name}", c.spec.get("image"), f"{c.path}.image")
-        for c in containers(resource)
-    ]
-    named += [(f"`{path}`", value, path) for path, value in job_images(resource)]
-    for who, value, path in named:
+def _floating_images(resource: ResourceView, settings: Settings) -> Iterator[str]:
+    for who, value, path in images(resource):
         image = known(value, path)
         if not isinstance(image, str):
             continue
@@ -177,46 +87,79 @@ def no_latest_tag(resource: ResourceView, settings: Settings) -> Iterator[str]:
             yield f"{who} uses {image}, which floats with `latest`"
 
 
-@resource_rule(
-    id="k8s-read-only-root-filesystem",
-    description="Containers mount their root file system read-only where possible.",
-    severity=Severity.LOW,
-    enforcement=EnforcementLevel.ADVISORY,
-    remediation=(
-        "Set `securityContext.readOnlyRootFilesystem: true` and mount emptyDir volumes where "
-        "the program writes (/tmp, caches)."
-    ),
-    controls=(controls.CIS_EKS_4_6_2, controls.ISO_8_9),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def read_only_root_filesystem(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        path = f"{container.path}.securityContext.readOnlyRootFilesystem"
-        if (
-            known(dig(container.spec, "securityContext", "readOnlyRootFilesystem"), path)
-            is not True
-        ):
-            yield f"container {container.name} has a writable root file system"
+def _settings(*wanted: SecuritySetting) -> ResourceCheck:
+    """The check that every container has the ``wanted`` security settings."""
+    return lambda resource, settings: security_problems(resource, wanted)
 
 
-@resource_rule(
-    id="k8s-seccomp-runtime-default",
-    description="Every container runs under the RuntimeDefault (or a Localhost) seccomp profile.",
-    severity=Severity.MEDIUM,
-    remediation="Set `securityContext.seccompProfile.type: RuntimeDefault` on the pod.",
-    controls=(controls.CIS_EKS_4_6_2, controls.ISO_8_9),
-    applies_to=has_pod_spec,
-    annotation_exceptions=True,
-)
-def seccomp_runtime_default(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        profile = known(
-            container.security("seccompProfile"), f"{container.path}.securityContext.seccompProfile"
-        )
-        kind = dig(profile, "type")
-        if kind not in ("RuntimeDefault", "Localhost"):
-            yield f"container {container.name} runs with seccomp profile {kind or 'Unconfined'}"
+@dataclass(frozen=True)
+class _Row:
+    """One rule of the pod spec table (`POD_SPEC_RULES`): its metadata and check."""
+
+    id: str
+    description: str
+    severity: Severity
+    remediation: str
+    controls: tuple[str, ...]
+    check: ResourceCheck
+    applies_to: Applies = has_pod_spec
+    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY
+
+    def rule(self) -> Rule:
+        """The row's rule: a resource rule a system component may opt out of with its
+        annotation (the module's docstring)."""
+        return Rule(
+            self.id, self.description, self.severity, self.enforcement, self.remediation,
+            self.controls, "resource", self.check, self.applies_to, annotation_exceptions=True,
+        )  # fmt: skip
+
+
+#: The rules of what runs in a pod, one row each (in the order the reports list them).
+POD_SPEC_RULES: tuple[Rule, ...] = tuple(
+    row.rule()
+    for row in (
+        _Row("k8s-no-privileged", "No container runs privileged.", Severity.CRITICAL,
+             "Remove `securityContext.privileged: true`; grant the one capability needed.",
+             (controls.CIS_EKS_4_2_1, controls.ISO_8_2), _settings(NOT_PRIVILEGED)),
+        _Row("k8s-no-host-namespaces", "No pod shares the host's network, PID or IPC namespace.",
+             Severity.HIGH, "Remove hostNetwork, hostPID and hostIPC from the pod spec.",
+             (controls.CIS_EKS_4_2_2, controls.CIS_EKS_4_2_3, controls.CIS_EKS_4_2_4,
+              controls.ISO_8_22), _host_namespaces),
+        _Row("k8s-no-host-path", "No pod mounts a hostPath volume.", Severity.HIGH,
+             "Use a PersistentVolumeClaim, emptyDir or CSI volume instead of hostPath.",
+             (controls.CIS_EKS_4_6_2, controls.ISO_8_2), _host_paths),
+        _Row("k8s-no-privilege-escalation",
+             "Every container sets `allowPrivilegeEscalation: false`.", Severity.HIGH,
+             "Set `securityContext.allowPrivilegeEscalation: false` on every container.",
+             (controls.CIS_EKS_4_2_5, controls.ISO_8_2), _settings(NO_PRIVILEGE_ESCALATION)),
+        _Row("k8s-run-as-non-root",
+             "Every container runs as a non-root user (`runAsNonRoot: true`, no UID 0).",
+             Severity.HIGH,
+             "Set `securityContext.runAsNonRoot: true` (pod or container) and a non-zero "
+             "`runAsUser`; build images with a USER that is not root.",
+             (controls.CIS_EKS_4_2_6, controls.ISO_8_2), _settings(NON_ROOT, NOT_UID_0)),
+        _Row("k8s-resource-limits", "Every container declares CPU and memory limits.",
+             Severity.MEDIUM,
+             "Set `resources.limits.cpu` and `resources.limits.memory` on every container.",
+             (controls.ISO_8_9, controls.CIS_EKS_4_6_1), _limits),
+        _Row("k8s-no-latest-tag",
+             "Every image is pinned by a tag other than `latest`, or by digest.",
+             Severity.MEDIUM,
+             "Reference images as repository:version or repository@sha256:digest.",
+             (controls.ISO_8_9, controls.ISO_8_19), _floating_images, applies_to=names_images),
+        _Row("k8s-read-only-root-filesystem",
+             "Containers mount their root file system read-only where possible.", Severity.LOW,
+             "Set `securityContext.readOnlyRootFilesystem: true` and mount emptyDir volumes "
+             "where the program writes (/tmp, caches).",
+             (controls.CIS_EKS_4_6_2, controls.ISO_8_9), _settings(READ_ONLY_ROOT),
+             enforcement=EnforcementLevel.ADVISORY),
+        _Row("k8s-seccomp-runtime-default",
+             "Every container runs under the RuntimeDefault (or a Localhost) seccomp profile.",
+             Severity.MEDIUM,
+             "Set `securityContext.seccompProfile.type: RuntimeDefault` on the pod.",
+             (controls.CIS_EKS_4_6_2, controls.ISO_8_9), _settings(SECCOMP)),
+    )
+)  # fmt: skip
 
 
 def _namespaced(resource: ResourceView) -> bool:

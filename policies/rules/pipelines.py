@@ -23,18 +23,26 @@ platform's database proxy configuration ``kfp-database-proxy``.
 from __future__ import annotations
 
 import configparser
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from pulumi_policy import Severity
 
 from policies import controls
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule
-from policies.rules.serving import stack_buckets
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.rules.checks import (
+    aws_endpoint_problem,
+    aws_region,
+    endpoint,
+    in_cluster_host,
+    in_cluster_url,
+    not_a_stack_bucket,
+    stack_buckets,
+    uri_bucket,
+)
 from policies.settings import Settings
 from policies.values import Deferred, dig, is_unknown, known
 
@@ -55,64 +63,77 @@ ROUTE_KINDS = ("Ingress", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute")
 BUNDLED_STORES = ("seaweedfs", "minio")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TLS_MODES = ("require", "verify-ca", "verify-full")
-_AWS_ENDPOINT = re.compile(r"(?:^|\.)s3[.-](?:fips\.)?([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com$")
-_RDS = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d)\.rds\.amazonaws\.com$")
-_IN_CLUSTER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?$")
+RDS_DOMAINS = (".rds.amazonaws.com", ".rds.amazonaws.com.cn")
 
 
 def _named(resource: ResourceView, kind: str, names: tuple[str, ...]) -> bool:
     return kind_of(resource) == kind and metadata(resource).get("name") in names
 
 
-def _host(endpoint: str) -> str:
-    """The host of ``host[:port]`` or of a URL."""
-    text = endpoint if "://" in endpoint else f"//{endpoint}"
-    return (urlsplit(text).hostname or "").lower()
-
-
-def endpoint_problem(endpoint: Any, settings: Settings) -> str | None:
+def endpoint_problem(text: Any, settings: Settings) -> str | None:
     """Why an S3 endpoint is outside the allowed regions (None when it is not AWS, or
     AWS in an allowed region). AWS's global endpoint lands in us-east-1."""
-    if not isinstance(endpoint, str) or not endpoint:
+    if not isinstance(text, str) or not text:
         return None
-    host = _host(endpoint)
-    if host in ("s3.amazonaws.com", "s3-external-1.amazonaws.com"):
-        return f"endpoint {endpoint} is S3's global endpoint (us-east-1)"
-    match = _AWS_ENDPOINT.search(host)
-    if match and match.group(1) not in settings.allowed_regions:
-        return f"endpoint {endpoint} is S3 in {match.group(1)}, outside the allowed regions"
-    if host.endswith("amazonaws.com") and not match:
-        return f"endpoint {endpoint} is an AWS endpoint whose region cannot be read"
-    return None
+    return aws_endpoint_problem(text, settings.allowed_regions)
 
 
-def root_problem(root: Any, buckets: set[str]) -> str | None:
-    """Why a pipeline root is not in the stack's store (None when it is)."""
+def on_site_store(text: Any) -> bool:
+    """Whether an object store endpoint is the site's (set, and not AWS's): its buckets
+    are the site's to name. Unset, KFP's S3 client goes to AWS."""
+    return isinstance(text, str) and bool(text) and aws_region(endpoint(text).host) is None
+
+
+def root_problem(root: Any, buckets: Collection[str], on_site: Callable[[str], bool]) -> str | None:
+    """Why a pipeline root is not in the stack's store (None when it is): ``s3://`` of a
+    bucket the stack creates or, where the stack creates none, of a bucket ``on_site``
+    says KFP reaches on the site's store."""
     if not isinstance(root, str) or not root:
         return (
             "no `defaultPipelineRoot`: KFP falls back to minio://mlpipeline, the bundled "
             "object store"
         )
-    scheme, sep, rest = root.partition("://")
+    scheme, sep, _ = root.partition("://")
     if not sep or scheme != "s3":
         return f"pipeline root {root} is not s3:// (the stack's bucket or the site's store)"
-    bucket = rest.split("/", 1)[0]
-    if buckets and bucket not in buckets:
-        known_buckets = ", ".join(sorted(buckets))
-        return (
-            f"pipeline root {root} is bucket {bucket!r}, not one this stack creates "
-            f"({known_buckets})"
-        )
+    bucket = uri_bucket(root)
+    if bucket not in buckets and (buckets or not on_site(bucket)):
+        return not_a_stack_bucket(f"pipeline root {root}", bucket, buckets)
     return None
 
 
-def _provider_problems(providers: Any, settings: Settings) -> Iterator[str]:
+def _providers(providers: Any) -> Any:
+    """``data.providers`` parsed (YAML in a string), as KFP reads it; None where unset."""
     if is_unknown(providers):
         known(providers, "data.providers")
     if providers in (None, ""):
+        return None
+    return yaml.safe_load(providers) if isinstance(providers, str) else providers
+
+
+def _root_on_site(data: Any, bucket: str) -> bool:
+    """Whether KFP reaches ``bucket`` on the site's store: the S3 provider of
+    ``kfp-launcher`` that names the bucket (else its default) has a site endpoint.
+    Providers that cannot be read are `_provider_problems`'."""
+    try:
+        providers = _providers(dig(data, "providers"))
+    except yaml.YAMLError:
+        return False
+    s3 = dig(providers, "s3")
+    if not isinstance(s3, Mapping):
+        return False
+    chosen = s3.get("default")
+    for override in s3.get("Overrides") or []:
+        if isinstance(override, Mapping) and override.get("bucketName") == bucket:
+            chosen = override
+    return on_site_store(known(dig(chosen, "endpoint"), "data.providers.s3.endpoint"))
+
+
+def _provider_problems(providers: Any, settings: Settings) -> Iterator[str]:
+    if providers in (None, ""):
         return
     try:
-        parsed = yaml.safe_load(providers) if isinstance(providers, str) else providers
+        parsed = _providers(providers)
     except yaml.YAMLError:
         yield "`data.providers` is not YAML"
         return
@@ -148,7 +169,7 @@ def _env(container: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _api_server_problems(
-    deployment: ResourceView, buckets: set[str], settings: Settings
+    deployment: ResourceView, buckets: Collection[str], settings: Settings
 ) -> Iterator[str]:
     for container in containers(deployment):
         env = _env(container.spec)
@@ -158,7 +179,10 @@ def _api_server_problems(
         if str(secure).lower() != "true":
             yield f"container {container.name}: `OBJECTSTORECONFIG_SECURE` is not true"
         bucket = known(env.get("OBJECTSTORECONFIG_BUCKETNAME"), "OBJECTSTORECONFIG_BUCKETNAME")
-        if buckets and bucket not in buckets:
+        if bucket not in buckets and (
+            buckets
+            or not on_site_store(known(env.get("OBJECTSTORECONFIG_HOST"), "OBJECTSTORECONFIG_HOST"))
+        ):
             yield (
                 f"container {container.name}: `OBJECTSTORECONFIG_BUCKETNAME` {bucket!r} is "
                 "not a bucket this stack creates"
@@ -190,7 +214,7 @@ def _namespace(resource: ResourceView) -> Any:
     ),
     # dict.fromkeys: CBUAE 6.3 is in both sets; a rule names each control once.
     controls=tuple(dict.fromkeys((*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12))),
-    applies_to=lambda r: r.type in (CONFIGMAP, DEPLOYMENT),
+    applies_to=types_in(CONFIGMAP, DEPLOYMENT),
     config_keys=("allowedRegions",),
 )
 def pipelines_artifact_store(
@@ -206,7 +230,7 @@ def pipelines_artifact_store(
         data = config.props.get("data") or {}
         with deferred.each():
             root = known(dig(data, "defaultPipelineRoot"), "data.defaultPipelineRoot")
-            problem = root_problem(root, buckets)
+            problem = root_problem(root, buckets, partial(_root_on_site, data))
             if problem:
                 yield config.urn, f"{LAUNCHER_CONFIG}: {problem}"
         with deferred.each():
@@ -240,13 +264,12 @@ def database_host_problem(host: Any, settings: Settings) -> str | None:
     host = host.strip().lower()
     if host in LOOPBACK:
         return None
-    match = _RDS.search(host)
-    if match:
-        region = match.group(1)
-        if region in settings.allowed_regions:
-            return None
+    region = aws_region(host) if host.endswith(RDS_DOMAINS) else None
+    if region in settings.allowed_regions:
+        return None
+    if region:
         return f"database {host} is RDS in {region}, outside the allowed regions"
-    if _IN_CLUSTER.match(host):
+    if in_cluster_host(host):
         return None
     return f"database {host} is neither in the cluster nor RDS in an allowed region"
 
@@ -290,7 +313,7 @@ def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
         "instance (or the CloudNativePG Service) with `server_tls_sslmode = require`."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_24),
-    applies_to=lambda r: r.type == CONFIGMAP,
+    applies_to=types_in(CONFIGMAP),
     config_keys=("allowedRegions",),
 )
 def pipelines_database_in_region(
@@ -404,15 +427,6 @@ def _webhooks(resource: ResourceView) -> Iterator[tuple[str, Mapping[str, Any]]]
             yield f"spec.receivers[{index}].webhookConfigs[{hook}]", config
 
 
-def in_cluster_url(url: str) -> bool:
-    """True for ``http(s)://<service>.<namespace>.svc[.cluster.local][:port]/...``."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    return parts.scheme in ("http", "https") and bool(
-        re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+\.svc(\.cluster\.local)?", host)
-    )
-
-
 @resource_rule(
     id="k8s-alert-webhooks-in-cluster",
     description=(
@@ -441,7 +455,7 @@ def alert_webhooks_in_cluster(resource: ResourceView, settings: Settings) -> Ite
         if not isinstance(url, str) or not in_cluster_url(url):
             yield f"`{path}.url` is {url!r}, not a Service in the cluster"
             continue
-        if urlsplit(url).scheme != "https":
+        if endpoint(url).scheme != "https":
             yield f"`{path}.url` is {url!r}: alerts would cross the cluster in clear text"
             continue
         tls = known(dig(config, "httpConfig", "tlsConfig"), f"{path}.httpConfig.tlsConfig") or {}

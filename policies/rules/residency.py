@@ -20,9 +20,8 @@ from policies.k8s import (
     CONFIGMAP_TYPE,
     HELM_RELEASE_TYPE,
     K8S_PROVIDER_TYPE,
-    containers,
+    images,
     is_kubernetes_object,
-    job_images,
     names_images,
     parse_image,
 )
@@ -261,22 +260,13 @@ def _allowed_summary(settings: Settings) -> str:
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )
 def container_image_registry(resource: ResourceView, settings: Settings) -> Iterator[str]:
-    for container in containers(resource):
-        image = known(container.spec.get("image"), f"{container.path}.image")
-        if not isinstance(image, str) or not image:
-            yield f"container {container.name} names no image"
-        elif not registry_allowed(image, settings):
-            yield (
-                f"container {container.name} pulls {image} from {parse_image(image).registry}, "
-                f"not from {_allowed_summary(settings)}"
-            )
-    for path, value in job_images(resource):
+    for who, value, path in images(resource):
         image = known(value, path)
         if not isinstance(image, str) or not image:
-            yield f"`{path}` names no image"
+            yield f"{who} names no image"
         elif not registry_allowed(image, settings):
             yield (
-                f"`{path}` pulls {image} from {parse_image(image).registry}, "
+                f"{who} pulls {image} from {parse_image(image).registry}, "
                 f"not from {_allowed_summary(settings)}"
             )
 

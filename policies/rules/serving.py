@@ -14,18 +14,18 @@ UAE (KServe ``InferenceService``, ``ServingRuntime``, ``ClusterServingRuntime``)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import Severity
 
 from policies import controls
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule
+from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.rules.checks import not_a_stack_bucket, stack_buckets, uri_bucket
 from policies.rules.residency import registry_allowed
-from policies.rules.stack import BUCKET
 from policies.settings import Settings
-from policies.values import Deferred, is_unknown, known
+from policies.values import Deferred, known
 
 ISVC_TYPE = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
 RUNTIME_TYPES = (
@@ -91,17 +91,7 @@ def model_images(resource: ResourceView) -> Iterator[tuple[str, Any]]:
                 yield f"{path}.{implementation}.image", body["image"]
 
 
-def stack_buckets(stack: StackView) -> set[str]:
-    """Names of the buckets the stack creates (known ones)."""
-    names: set[str] = set()
-    for bucket in stack.of_type(BUCKET):
-        name = bucket.props.get("bucket")
-        if isinstance(name, str) and not is_unknown(name):
-            names.add(name)
-    return names
-
-
-def storage_problem(uri: Any, buckets: set[str]) -> str | None:
+def storage_problem(uri: Any, buckets: Collection[str]) -> str | None:
     """Why a storage URI is not in the stack's stores (None when it is)."""
     if not isinstance(uri, str) or not uri:
         return "names no storage URI"
@@ -111,11 +101,8 @@ def storage_problem(uri: Any, buckets: set[str]) -> str | None:
     if scheme == "pvc":
         return None if rest.split("/", 1)[0] else f"storage {uri!r} names no volume claim"
     if scheme == "s3":
-        bucket = rest.split("/", 1)[0]
-        if bucket in buckets:
-            return None
-        known_buckets = ", ".join(sorted(buckets)) or "none"
-        return f"storage {uri} is bucket {bucket!r}, not one this stack creates ({known_buckets})"
+        bucket = uri_bucket(uri)
+        return None if bucket in buckets else not_a_stack_bucket(f"storage {uri}", bucket, buckets)
     return f"storage {uri} uses {scheme}://, outside the stack's stores (s3 of its buckets, pvc)"
 
 
@@ -134,7 +121,7 @@ def storage_problem(uri: Any, buckets: set[str]) -> str | None:
         "elsewhere into the stack's store first."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=lambda r: r.type == ISVC_TYPE,
+    applies_to=types_in(ISVC_TYPE),
 )
 def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
     buckets = stack_buckets(stack)
@@ -165,7 +152,7 @@ def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tupl
         "or digest and reference it there in the runtime."
     ),
     controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=lambda r: r.type == ISVC_TYPE or r.type in RUNTIME_TYPES,
+    applies_to=types_in(ISVC_TYPE, *RUNTIME_TYPES),
     config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
 )
 def serving_images(resource: ResourceView, settings: Settings) -> Iterator[str]:

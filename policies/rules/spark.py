@@ -37,7 +37,6 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlparse
 
 from pulumi_policy import Severity
 
@@ -45,8 +44,16 @@ from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
 from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.k8s import metadata
-from policies.model import ResourceView, StackView, stack_rule
-from policies.rules.stack import BUCKET, KEY, bucket_ids, stack_key_for
+from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.rules.checks import (
+    aws_region,
+    endpoint,
+    not_a_stack_bucket,
+    site_store_problems,
+    stack_buckets,
+    uri_bucket,
+)
+from policies.rules.stack import KEY, stack_key_for
 from policies.settings import Settings
 from policies.values import Deferred, dig, is_unknown, known, walk_strings
 
@@ -66,13 +73,6 @@ SDK_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 EVENT_LOG_ARGUMENT = "--event-log-uri"
 KMS_KEY_ARGUMENT = "--kms-key"
 _URI = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://[^\s\"'`<>()\[\]{},;|]*")
-_AWS_S3_HOST = re.compile(
-    r"^(?:[a-z0-9.-]+\.)?s3(?:[.-]dualstack|[.-]fips)?[.-]([a-z]{2}(?:-[a-z]+)+-\d+)\.amazonaws\.com$"
-)
-
-
-def _is_spark(resource: ResourceView) -> bool:
-    return resource.type in SPARK_TYPES
 
 
 def application(resource: ResourceView) -> tuple[str, Mapping[str, Any]]:
@@ -264,31 +264,6 @@ def locations(path: str, spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield where, match.group(0)
 
 
-def stack_buckets(stack: StackView) -> dict[str, ResourceView]:
-    """The buckets this stack creates, by every name other resources may use."""
-    buckets: dict[str, ResourceView] = {}
-    for bucket in stack.of_type(BUCKET):
-        for name in bucket_ids(bucket):
-            buckets[name] = bucket
-    return buckets
-
-
-def _host(endpoint: str) -> tuple[str, str]:
-    """(scheme, host[:port]) of an endpoint given as a URL or a bare host."""
-    parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-    return parsed.scheme, parsed.netloc.lower()
-
-
-def aws_region_of_endpoint(host: str) -> str | None:
-    match = _AWS_S3_HOST.match(host.split(":", 1)[0])
-    return match.group(1) if match else None
-
-
-def _in_cluster(host: str) -> bool:
-    name = host.split(":", 1)[0]
-    return name.endswith(".svc") or name.endswith(".svc.cluster.local")
-
-
 def _one(values: list[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
     for where, value in values:
         yield where, known(value, where)
@@ -307,54 +282,40 @@ def store_problems(
     if scheme not in S3_SCHEMES:
         yield f"{uri} uses {scheme}://, outside the stack's stores (s3a:// of its buckets)"
         return
-    bucket = urlparse(uri).netloc
+    bucket = uri_bucket(uri)
     if not bucket:
         yield f"{uri} names no bucket"
         return
-    endpoints = list(_one(s3a_values(settings, bucket, "endpoint")))
+    endpoints = [(w, str(e)) for w, e in _one(s3a_values(settings, bucket, "endpoint"))]
     regions = list(_one(s3a_values(settings, bucket, "endpoint.region")))
     for where, value in _one(s3a_values(settings, bucket, "connection.ssl.enabled")):
         if str(value).lower() == "false":
             yield f"{uri}: `{where}` turns TLS off: the data crosses the network in clear text"
-    site = [(w, e) for w, e in endpoints if not _host(str(e))[1].endswith("amazonaws.com")]
-    if site:
-        for where, endpoint in site:
-            scheme_of, host = _host(str(endpoint))
-            if scheme_of != "https":
-                yield f"{uri}: `{where}` {endpoint} is not HTTPS"
-            if not (_in_cluster(host) or host in policy.allowed_object_stores):
-                allowed = ", ".join(policy.allowed_object_stores) or "none configured"
-                yield (
-                    f"{uri}: `{where}` {endpoint} is neither a Service of the cluster nor an "
-                    f"allowed object store ({allowed})"
-                )
+    # Each endpoint's region: None for the site's store (not AWS), "" for S3's global one.
+    by_region = [(where, text, aws_region(endpoint(text).host)) for where, text in endpoints]
+    if any(region is None for _, _, region in by_region):
+        for where, text, region in by_region:
+            if region is None:
+                for problem in site_store_problems(text, policy.allowed_object_stores):
+                    yield f"{uri}: `{where}` {problem}"
         # One pod on the site's store, another on AWS S3: that one is judged by region.
-        for where, endpoint in endpoints:
-            if (where, endpoint) in site:
-                continue
-            region = aws_region_of_endpoint(_host(str(endpoint))[1])
-            if region not in policy.allowed_regions:
-                yield f"{uri}: `{where}` {endpoint} is S3 outside the allowed regions"
+        for where, text, region in by_region:
+            if region is not None and region not in policy.allowed_regions:
+                yield f"{uri}: `{where}` {text} is S3 outside the allowed regions"
         return
     target = buckets.get(bucket)
     if target is None:
-        known_buckets = ", ".join(sorted({b.props.get("bucket", b.name) for b in buckets.values()}))
-        yield (
-            f"{uri} is bucket {bucket!r}, not one this stack creates "
-            f"({known_buckets or 'it creates none'})"
-        )
+        yield not_a_stack_bucket(uri, bucket, buckets)
         return
-    for where, endpoint in endpoints:
-        if _host(str(endpoint))[0] == "http":
+    for where, text in endpoints:
+        if endpoint(text).scheme == "http":
             yield (
-                f"{uri}: `{where}` {endpoint} is plain HTTP: the data crosses the network "
-                "in clear text"
+                f"{uri}: `{where}` {text} is plain HTTP: the data crosses the network in clear text"
             )
-    reached = {aws_region_of_endpoint(_host(str(e))[1]) for _, e in endpoints}
+    reached = {region for _, _, region in by_region if region}
     reached |= {str(r) for _, r in regions}
-    if None in reached:
+    if any(region == "" for _, _, region in by_region):
         yield f"{uri}: an S3A endpoint is S3's global endpoint, outside any region"
-    reached.discard(None)
     if not reached:
         yield (
             f"{uri}: no region is set (fs.s3a.endpoint or fs.s3a.endpoint.region for "
@@ -362,7 +323,7 @@ def store_problems(
             "endpoint (us-east-1)"
         )
     bucket_region = known(region_of(target), f"{target.name}.region")
-    for region in sorted(r for r in reached if r is not None):
+    for region in sorted(reached):
         if region not in policy.allowed_regions:
             yield f"{uri}: S3A reaches S3 in {region}, outside the allowed regions"
         elif bucket_region and region != bucket_region:
@@ -390,7 +351,7 @@ def store_problems(
         "variables as plain env values, not ConfigMaps, Secrets, valueFrom or envFrom."
     ),
     controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=_is_spark,
+    applies_to=types_in(*SPARK_TYPES),
     config_keys=("allowedRegions", "allowedObjectStores"),
 )
 def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
@@ -447,7 +408,7 @@ def _event_log_problems(
             "are not under the stack's key (and go with the pod)"
         )
         return
-    bucket = urlparse(directory).netloc
+    bucket = uri_bucket(directory)
     hadoop = hadoop_settings(path, spec)
     algorithms = list(
         _one(s3a_values(hadoop, bucket, "encryption.algorithm", "server-side-encryption-algorithm"))
@@ -552,7 +513,7 @@ def _uploaded_event_log_problems(
             "under the stack's key"
         )
         return
-    yield from _key_problems(stack, app, buckets.get(urlparse(str(uri)).netloc), [key])
+    yield from _key_problems(stack, app, buckets.get(uri_bucket(str(uri))), [key])
 
 
 def _key_problems(
@@ -614,7 +575,7 @@ def _key_problems(
         "the site store's key id)."
     ),
     controls=(*controls.CRYPTO, controls.ISO_8_9, controls.PDPL_22_TRANSFER),
-    applies_to=_is_spark,
+    applies_to=types_in(*SPARK_TYPES),
     config_keys=("allowedRegions",),
 )
 def spark_event_logs_encrypted(

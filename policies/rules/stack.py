@@ -8,7 +8,7 @@ from typing import Any
 from pulumi_policy import Severity
 
 from policies import controls
-from policies.aws import parse_arn, region_of
+from policies.aws import identifiers, parse_arn, region_of
 from policies.documents import InvalidDocumentError, statements
 from policies.model import ResourceView, StackView, stack_rule, types_in
 from policies.rules.encryption import key_refs
@@ -28,11 +28,7 @@ ALIAS = "aws:kms/alias:Alias"
 
 def bucket_ids(bucket: ResourceView) -> set[str]:
     """The values another resource may use to name this bucket (name, id, ARN)."""
-    ids = {
-        str(bucket.props[k])
-        for k in ("bucket", "id", "arn")
-        if isinstance(bucket.props.get(k), str) and not is_unknown(bucket.props[k])
-    }
+    ids = identifiers(bucket, "bucket", "id", "arn")
     ids |= {f"arn:aws:s3:::{i}" for i in list(ids) if not i.startswith("arn:")}
     return ids
 
@@ -147,14 +143,6 @@ def bucket_tls_only(stack: StackView, settings: Settings) -> Iterator[tuple[str 
     )
 
 
-def _key_identifiers(key: ResourceView) -> set[str]:
-    return {
-        str(key.props[k])
-        for k in ("arn", "keyId", "id")
-        if isinstance(key.props.get(k), str) and not is_unknown(key.props[k])
-    }
-
-
 def stack_key_for(
     stack: StackView, resource: ResourceView, top: str, value: Any
 ) -> ResourceView | None:
@@ -174,7 +162,7 @@ def stack_key_for(
     if not isinstance(value, str) or is_unknown(value):
         return None
     for key in stack.of_type(KEY):
-        if value in _key_identifiers(key):
+        if value in identifiers(key, "arn", "keyId", "id"):
             return key
     alias_name = value.split(":alias/", 1)[-1] if ":alias/" in value else value
     alias_name = alias_name if alias_name.startswith("alias/") else f"alias/{alias_name}"

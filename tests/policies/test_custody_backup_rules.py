@@ -12,6 +12,7 @@ import pytest
 
 from tests.policies.builder import ACCOUNT, REGION, UNKNOWN, PlanBuilder, compliant_plan, find_step
 from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 KEY = "aws:kms/key:Key"
@@ -151,24 +152,9 @@ BACKUP_CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]
 
 
-def test_the_plan_with_backups_passes_every_rule() -> None:
-    result = review(plan_with_backup())
-    assert result.violations == []
-    assert [f for f in result.findings if f.unknown] == []
-
-
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"),
-    [c[1:] for c in BACKUP_CASES],
-    ids=[c[0] for c in BACKUP_CASES],
+test_the_plan_with_backups_passes_every_rule, test_the_broken_backup_fails_exactly_the_rule = (
+    twin_tests(plan_with_backup, BACKUP_CASES)
 )
-def test_the_broken_backup_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = plan_with_backup()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 @pytest.mark.parametrize(
@@ -302,18 +288,9 @@ def test_a_key_in_an_existing_store_named_by_id_passes() -> None:
     assert failing_rules(plan) == set()
 
 
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"),
-    [c[1:] for c in CUSTODY_CASES],
-    ids=[c[0] for c in CUSTODY_CASES],
+_, test_a_key_outside_the_store_fails_exactly_the_rule = twin_tests(
+    plan_in_key_store, CUSTODY_CASES
 )
-def test_a_key_outside_the_store_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = plan_in_key_store()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 def test_an_external_store_key_without_its_external_key_fails() -> None:

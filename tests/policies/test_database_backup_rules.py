@@ -122,6 +122,9 @@ def test_a_database_without_backups_is_not_this_rules() -> None:
         ("https://bucket.s3.me-south-1.amazonaws.com", "in me-south-1"),
         ("https://s3-eu-central-1.amazonaws.com", "in eu-central-1"),
         ("https://s3.amazonaws.com", "global endpoint"),
+        # A bucket named like an allowed region, on S3 abroad: this rule's own copy took
+        # the host's first region label (`policies.rules.checks` takes the last after it).
+        ("https://me-central-1.s3.eu-west-1.amazonaws.com", "in eu-west-1"),
         ("https://storage.googleapis.com", "public object store"),
         ("https://backups.blob.core.windows.net", "public object store"),
         ("https://8.8.8.8", "not a private address"),

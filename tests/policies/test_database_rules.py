@@ -12,7 +12,8 @@ import pytest
 
 from stacks.offline_plan import build_plan
 from tests.policies.builder import PlanBuilder, compliant_plan, find_step, key_arn
-from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.conftest import failing_rules, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 RDS = "aws:rds/instance:Instance"
@@ -179,22 +180,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]
 
 
-def test_the_plan_with_a_database_passes_every_rule() -> None:
-    result = review(plan_with_database())
-    assert result.violations == []
-    assert [f for f in result.findings if f.unknown] == []
-
-
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+test_the_plan_with_a_database_passes_every_rule, test_the_broken_database_fails_exactly_the_rule = (
+    twin_tests(plan_with_database, CASES)
 )
-def test_the_broken_database_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = plan_with_database()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 def test_public_access_left_out_is_the_providers_private_default() -> None:

@@ -6,7 +6,6 @@ missing twins)."""
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +14,8 @@ import pytest
 
 from stacks.offline_plan import build_plan
 from tests.policies.builder import ECR, PlanBuilder, compliant_plan, find_step, key_arn
-from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.conftest import failing_rules
+from tests.policies.twins import breaking_caught, twin_tests
 
 Plan = dict[str, Any]
 GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
@@ -147,22 +147,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]  # fmt: skip
 
 
-def test_the_plan_with_both_stores_passes_every_rule() -> None:
-    result = review(plan_with_stores())
-    assert result.violations == []
-    assert [f for f in result.findings if f.unknown] == []
-
-
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+test_the_plan_with_both_stores_passes_every_rule, test_the_broken_store_fails_exactly_the_rule = (
+    twin_tests(plan_with_stores, CASES)
 )
-def test_the_broken_store_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = plan_with_stores()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 def test_rbac_users_instead_of_a_token_pass() -> None:
@@ -255,9 +242,4 @@ def _valkey_open(plan: Plan) -> None:
 def test_a_broken_twin_of_a_shipped_store_is_caught(
     stack: str, mutate: Callable[[Plan], None], rule_id: str
 ) -> None:
-    before = failing_rules(_shipped(stack))
-    assert rule_id not in before
-    plan = copy.deepcopy(_shipped(stack))
-    mutate(plan)
-    assert failing_rules(plan) - before == {rule_id}
-    assert not review(plan).passed
+    breaking_caught(_shipped(stack), mutate, rule_id)

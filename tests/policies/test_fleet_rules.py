@@ -7,11 +7,10 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from policies.rules import RULES_BY_ID
 from tests.policies.builder import compliant_plan
-from tests.policies.conftest import failing_rules, messages
+from tests.policies.conftest import failing_rules
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 CLUSTER = "kubernetes:kueue.x-k8s.io/v1beta2:MultiKueueCluster"
@@ -142,16 +141,9 @@ def test_a_decrypted_kubeconfig_from_the_worker_stack_passes() -> None:
     assert failing_rules(plan) == set()
 
 
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+_, test_the_broken_fleet_fails_exactly_the_rule = twin_tests(
+    lambda: copy.deepcopy(fleet_plan()), CASES
 )
-def test_the_broken_fleet_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = copy.deepcopy(fleet_plan())
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 def test_the_fleet_rules_are_mandatory_with_remediation_and_controls() -> None:

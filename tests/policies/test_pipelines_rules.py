@@ -22,6 +22,7 @@ from modules.k8s.pipelines import spec as ps
 from tests.conftest import shipped_plan
 from tests.policies.builder import ECR, PlanBuilder, compliant_plan, secure_pod
 from tests.policies.conftest import failing_rules, messages, review
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 BUCKET = "uae-data"  # the compliant plan's bucket
@@ -237,6 +238,11 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("bundled-store", add_object(SEAWEEDFS), ARTIFACTS, "the bundled object store"),
     ("db-external", set_install("postgresHost", "db.example.com"), DATABASE,
      "neither in the cluster"),
+    # A bare name is a Service only if one of that name exists; else the pod's resolver
+    # asks the node's search domains and public DNS (`policies.rules.checks`).
+    ("db-bare-name", set_install("postgresHost", "mysql"), DATABASE, "neither in the cluster"),
+    ("provider-china", set_provider(endpoint="s3.cn-north-1.amazonaws.com.cn"), ARTIFACTS,
+     "cn-north-1"),
     ("db-abroad", set_install("postgresHost", RDS.replace("me-central-1", "eu-west-1")), DATABASE,
      "eu-west-1"),
     ("db-host-missing", set_install("postgresHost", None), DATABASE, "no database host"),
@@ -273,22 +279,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 ]  # fmt: skip
 
 
-def test_the_plan_with_kfp_passes_every_rule() -> None:
-    result = review(plan_with_kfp())
-    assert result.violations == []
-    assert [f for f in result.findings if f.unknown] == []
-
-
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+test_the_plan_with_kfp_passes_every_rule, test_the_broken_object_fails_exactly_the_rule = (
+    twin_tests(plan_with_kfp, CASES)
 )
-def test_the_broken_object_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = plan_with_kfp()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in m for m in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 def test_routes_and_services_of_other_workloads_are_not_kfps() -> None:
@@ -297,13 +290,51 @@ def test_routes_and_services_of_other_workloads_are_not_kfps() -> None:
     assert failing_rules(plan) == set()
 
 
-def test_a_stack_without_buckets_may_use_the_sites_store() -> None:
-    # On premises the stack creates no bucket: the site's store is its to name.
-    plan = plan_with_kfp()
+def without_buckets_on_site(plan: Plan) -> None:
+    """The on-premises layout: no bucket of the stack; the launcher's provider and the
+    API server on the site's store, with its bucket."""
     plan["steps"] = [s for s in plan["steps"] if s["newState"]["type"] != "aws:s3/bucket:Bucket"]
     set_root("s3://ml-pipelines/pipelines/runs")(plan)
     set_provider(endpoint="objects.dc1.internal:443")(plan)
+    set_api_env("OBJECTSTORECONFIG_HOST", "objects.dc1.internal")(plan)
+    set_api_env("OBJECTSTORECONFIG_BUCKETNAME", "ml-pipelines")(plan)
+
+
+def test_a_stack_without_buckets_may_use_the_sites_store() -> None:
+    # On premises the stack creates no bucket: the site's store is its to name.
+    plan = plan_with_kfp()
+    without_buckets_on_site(plan)
     assert ARTIFACTS not in failing_rules(plan)
+
+
+def drop_provider_endpoint(plan: Plan) -> None:
+    """No endpoint in the launcher's provider: KFP's S3 client goes to AWS."""
+    providers = yaml.safe_load(launcher(plan)["providers"])
+    del providers["s3"]["default"]["endpoint"]
+    launcher(plan)["providers"] = yaml.safe_dump(providers)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        set_provider(endpoint="s3.me-central-1.amazonaws.com"),
+        drop_provider_endpoint,
+        set_api_env("OBJECTSTORECONFIG_HOST", "s3.me-central-1.amazonaws.com"),
+    ],
+    ids=["provider-on-aws", "provider-without-endpoint", "api-server-on-aws"],
+)
+def test_a_stack_without_buckets_may_not_name_any_bucket_on_aws(
+    mutate: Callable[[Plan], None],
+) -> None:
+    """The rules disagreed here: Spark's and serving's refused a bucket the stack does
+    not create on AWS S3, this rule took any bucket once the stack had none. Only the
+    site's store is the stack's to name; on AWS S3 a bucket of another account (or one
+    this stack does not encrypt) would hold the artifacts."""
+    plan = plan_with_kfp()
+    without_buckets_on_site(plan)
+    mutate(plan)
+    assert failing_rules(plan) == {ARTIFACTS}
+    assert any("not" in m and "this stack creates" in m for m in messages(plan, ARTIFACTS))
 
 
 def test_an_in_cluster_database_passes() -> None:

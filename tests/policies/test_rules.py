@@ -23,10 +23,12 @@ from tests.policies.builder import (
     compliant_plan,
     find_step,
     key_arn,
+    only_resource,
 )
 from tests.policies.conftest import failing_rules, messages, review
 from tests.policies.serving_cases import SERVING_CASES
 from tests.policies.test_state_rule import residency, with_root_stack
+from tests.policies.twins import twin_tests
 
 Plan = dict[str, Any]
 
@@ -96,26 +98,19 @@ def _admin_policy(plan: Plan) -> None:
     add_resource("aws:iam/policy:Policy", "operators", {"policy": json.dumps(doc)})(plan)
 
 
-def _bucket_wide_training(plan: Plan) -> None:
-    doc = {
-        "Statement": [
-            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::uae-data/*"}
-        ]
-    }
-    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
-        doc
-    )
+def _training_policy(action: str, resource: str) -> Callable[[Plan], None]:
+    """The training role's policy allowing only ``action`` on ``resource``."""
+    doc = {"Statement": [{"Effect": "Allow", "Action": action, "Resource": resource}]}
+
+    def mutate(plan: Plan) -> None:
+        policy = inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")
+        policy["policy"] = json.dumps(doc)
+
+    return mutate
 
 
-def _list_without_prefix(plan: Plan) -> None:
-    doc = {
-        "Statement": [
-            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::uae-data"}
-        ]
-    }
-    inputs(plan, "aws:iam/rolePolicy:RolePolicy", "training-team-a-data")["policy"] = json.dumps(
-        doc
-    )
+_bucket_wide_training = _training_policy("s3:GetObject", "arn:aws:s3:::uae-data/*")
+_list_without_prefix = _training_policy("s3:ListBucket", "arn:aws:s3:::uae-data")
 
 
 def _wildcard_trust(plan: Plan) -> None:
@@ -729,23 +724,9 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
 CASES += SERVING_CASES
 
 
-def test_the_compliant_plan_passes_every_rule() -> None:
-    result = review(compliant_plan())
-    assert result.violations == []
-    assert result.passed
-    assert [f for f in result.findings if f.unknown] == []
-
-
-@pytest.mark.parametrize(
-    ("mutate", "rule_id", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+test_the_compliant_plan_passes_every_rule, test_the_broken_plan_fails_exactly_the_rule = twin_tests(
+    compliant_plan, CASES
 )
-def test_the_broken_plan_fails_exactly_the_rule(
-    mutate: Callable[[Plan], None], rule_id: str, fragment: str
-) -> None:
-    plan = compliant_plan()
-    mutate(plan)
-    assert failing_rules(plan) == {rule_id}
-    assert any(fragment in message for message in messages(plan, rule_id)), messages(plan, rule_id)
 
 
 @pytest.mark.parametrize("image", [f"{ECR}/training:0.1.0", None], ids=["ecr", "runtime"])
@@ -906,3 +887,20 @@ def test_a_hidden_secret_policy_document_cannot_be_checked_offline() -> None:
         "aws-iam-training-role-scoped",
     }
     assert all("hidden" in f.message for f in result.findings if f.unknown)
+
+
+def test_a_crds_schema_is_no_workload() -> None:
+    """A CustomResourceDefinition runs nothing: a pod spec in its schema (a default) is
+    not judged by the pod rules, while the same spec in a workload is."""
+    pod = {"containers": [{"name": "x", "image": "busybox:latest"}], "hostNetwork": True}
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobs.example.com"},
+        "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"default": pod}}}]},
+    }
+    crd_type = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+    assert {r for r in failing_rules(only_resource(crd_type, crd)) if r.startswith("k8s-")} == set()
+    job = {**crd, "kind": "Job", "metadata": {"name": "j", "namespace": "team-a"}}
+    found = failing_rules(only_resource("kubernetes:batch/v1:Job", job))
+    assert {"k8s-no-host-namespaces", "k8s-no-latest-tag"} <= found
