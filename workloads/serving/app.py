@@ -1,26 +1,27 @@
-"""The V2 (Open Inference Protocol) server around any KServe models: HTTP and gRPC.
+"""The V2 (Open Inference Protocol) server: KServe's `ModelServer` with this project's
+deltas, over HTTP and gRPC in one event loop (gRPC's deltas: `workloads.serving.grpc_service`).
 
-`serve_models` serves loaded KServe models on ``host:port`` over HTTP and, when given a
-``grpc_port``, over gRPC, both in one event loop over the same models (one batcher, one
-drift window per model). It binds where it is told (127.0.0.1 by default; 0.0.0.0 in a
-pod) and has admission control in front (`workloads.serving.limits`).
+KServe's, unchanged: its FastAPI application with the routes for liveness, readiness,
+the model list, model metadata and readiness (and its v1 routes), its data plane (model
+lookup, calling the model, encoding the answer), its model repository, its gRPC
+servicer, its request and response types. The deltas, each where KServe 0.21 does
+otherwise (the comments name the place):
 
-The HTTP endpoints are the protocol's, written here over KServe's request and response
-types (`InferRequest`, `InferResponse`) rather than KServe's FastAPI routes, because
-those answer a malformed body with FastAPI's ``{"detail": [...]}``, a versioned path
-with 501, log every 4xx with a traceback, reload an unloaded model on the next request
-and leave load/unload open to anyone. Here:
-
-- every error is ``{"error": "<message>"}`` with the status the protocol gives it, and
-  a 4xx is logged as one line (a 5xx, a server fault, with its traceback);
-- a body without ``Inference-Header-Content-Length`` is JSON whatever its content type
-  says (the protocol's rule; tritonclient sends JSON bodies with no content type), and
-  a body with it is the binary tensor extension's JSON header plus tensor bytes;
-- ``/v2/models/<m>/versions/<v>[/ready|/infer]`` answer for the version the model
-  serves and 404 for any other;
-- the repository extension (``/v2/repository/index``, ``.../models/<m>/load``,
-  ``.../unload``) exists only when the server is started with it, and then needs the
-  bearer token (`protocol.ModelControl`); server metadata advertises it only then.
+- it binds where it is told, 127.0.0.1 by default (0.0.0.0 in a pod via ``--host``);
+- every error is ``{"error": "<message>"}`` with the protocol's status (FastAPI's own
+  are ``{"detail": ...}``), and a 4xx is logged as one line (a 5xx with its traceback);
+- ``/v2/models/<m>[/versions/<v>]/infer`` reads the body itself: JSON whatever the
+  content type says, unless ``Inference-Header-Content-Length`` makes it the binary
+  tensor extension's JSON header plus tensor bytes; the protocol's shape, datatypes
+  and parameters are checked (`workloads.serving.protocol`), requested outputs honoured;
+- ``/v2/models/<m>/versions/<v>[/ready|/infer]`` answer for the version the model serves
+  and 404 for any other; ``.../config`` is Triton's model configuration (tritonclient's
+  ``get_model_config``);
+- the repository extension (index, load, unload) exists only when the server is started
+  with it, and then needs the bearer token (`protocol.ModelControl`); server metadata
+  advertises it only then; an unloaded model stays known, unready, and is not loaded
+  again behind the caller's back; the server is ready when all its models are;
+- admission control (`workloads.serving.limits`) in front of inference.
 
 Used by the language-model predictor (``python -m workloads.serving``) and the tabular
 predictor (``python -m workloads.features serve``). It imports neither torch nor the
@@ -30,15 +31,22 @@ language-model code.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import socket
+from collections.abc import Sequence
 from typing import Any
 
+import kserve
 import orjson
-import uvicorn
-from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferRequest, InferResponse
-from prometheus_client import REGISTRY, exposition
-from starlette.applications import Starlette
+import pydantic
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from kserve import errors
+from kserve.constants.constants import FASTAPI_APP_IMPORT_STRING, INFERENCE_CONTENT_LENGTH_HEADER
+from kserve.model_repository import ModelRepository
+from kserve.model_server import app as kserve_app
+from kserve.protocol import dataplane
+from kserve.protocol.infer_type import InferRequest
+from kserve.protocol.rest import server as rest_server
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -48,284 +56,229 @@ from workloads.serving.limits import AdmissionControl, Limits
 from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
-    SERVER_NAME,
     UNLOAD_PARAMETERS,
     ModelControl,
     ProtocolError,
     bad_request,
+    check_request,
+    check_version,
     error_status,
     extensions,
-    server_version,
-    unauthenticated,
+    not_found,
     unavailable,
+    with_requested_outputs,
 )
-from workloads.serving.registry import ServedModels
 
 log = logging.getLogger("workloads.serving")
 
-BINARY_HEADER = "inference-header-content-length"
-Endpoint = Callable[[Request], Awaitable[Response]]
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: Triton's data types in a model configuration, by the protocol's datatype.
+CONFIG_TYPES = {"BYTES": "TYPE_STRING"}
+
+
+def version_of(model: Any) -> str:
+    """A model's version label (``version`` attribute; empty when it has none)."""
+    return str(getattr(model, "version", "") or "")
+
+
+class Repository(ModelRepository):  # type: ignore[misc]  # kserve ships no types
+    """KServe's model repository, keeping every model the server was started with.
+
+    KServe's ``ModelRepository.unload`` (kserve/model_repository.py) forgets the model
+    and its ``load`` does nothing, so a model unloaded through the repository extension
+    could never come back; here unloading frees the model and marks it unready, and
+    loading opens it again."""
+
+    def model(self, name: str, version: str | None = None, *, ready: bool = False) -> Any:
+        """The model ``name`` (at ``version``, loaded when ``ready``); `ProtocolError`
+        404 or 503 otherwise."""
+        model = self.get_model(name)
+        if model is None:
+            known = ", ".join(sorted(self.get_models()))
+            raise not_found(f"unknown model {name!r}; this server serves {known}")
+        check_version(name, version_of(model), version)
+        if ready and not model.ready:
+            raise unavailable(f"model {name!r} is not loaded")
+        return model
+
+    def load(self, name: str) -> bool:
+        model = self.model(name)
+        if not model.ready:
+            model.load()
+        return bool(model.ready)
+
+    def unload(self, name: str) -> None:
+        model = self.model(name)
+        getattr(model, "unload", model.stop)()
+        model.ready = False
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """The extension's index, Triton's states: every model, its version and state."""
+        return [
+            {
+                "name": name,
+                "version": version_of(model),
+                "state": "READY" if model.ready else "UNAVAILABLE",
+                "reason": "" if model.ready else "unloaded",
+            }
+            for name, model in sorted(self.get_models().items())
+            if model.ready or not ready_only
+        ]
+
+
+class DataPlane(dataplane.DataPlane):  # type: ignore[misc]
+    """KServe's data plane, truthful about extensions, readiness and versions."""
+
+    def __init__(self, repository: Repository, control: ModelControl | None) -> None:
+        super().__init__(model_registry=repository)
+        self.repository = repository
+        self.control = control
+
+    def metadata(self) -> dict[str, Any]:
+        # KServe's advertises "model_repository_extension" whether or not it is served
+        # (DataPlane.metadata).
+        return {**super().metadata(), "extensions": extensions(self.control)}
+
+    async def ready(self) -> bool:
+        # KServe's is always true for a predictor (DataPlane.ready): here the server is
+        # ready when every model it was started with is loaded.
+        return all(model.ready for model in self.repository.get_models().values())
+
+    async def get_model(self, name: str) -> Any:
+        # KServe's loads a model that is not ready on the next request (DataPlane.get_model),
+        # undoing an unload: here it is a 503 until the extension loads it.
+        return self.repository.model(name, ready=True)
+
+    async def model_metadata(self, model_name: str, version: str | None = None) -> dict[str, Any]:
+        # KServe's has no versions (DataPlane.model_metadata).
+        served = version_of(self.repository.model(model_name, version))
+        return {**await super().model_metadata(model_name), "versions": [served] if served else []}
+
+    async def model_config(self, model_name: str, version: str | None = None) -> dict[str, Any]:
+        """Triton's model configuration of a model (tritonclient's ``get_model_config``)."""
+        meta = await self.model_metadata(model_name, version)
+
+        def tensors(kind: str) -> list[dict[str, Any]]:
+            return [
+                {
+                    "name": t["name"],
+                    "data_type": CONFIG_TYPES.get(t["datatype"], f"TYPE_{t['datatype']}"),
+                    "dims": list(t["shape"]),
+                }
+                for t in meta[kind]
+            ]
+
+        return {
+            "name": model_name,
+            "platform": "",
+            "backend": "kserve",
+            "max_batch_size": 0,
+            "input": tensors("inputs"),
+            "output": tensors("outputs"),
+        }
+
+
+# --- the HTTP side -----------------------------------------------------------------------
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def error_response(err: ProtocolError, headers: dict[str, str] | None = None) -> Response:
-    return json_response({"error": err.message}, int(err.status), headers)
+def refusal(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The protocol's error body, logged as one line."""
+    log.warning("%s %s -> %d: %s", request.method, request.url.path, status, message)
+    if status == 401:
+        headers = {**(headers or {}), "www-authenticate": "Bearer"}
+    return json_response({"error": message}, status, headers)
 
 
-def _guarded(endpoint: Endpoint) -> Endpoint:
-    """Every exception becomes the protocol's error body; a 4xx is one log line."""
-
-    async def run(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except Exception as err:  # the protocol answers every error with a body
-            status = error_status(err)
-            where = f"{request.method} {request.url.path}"
-            if status is None:
-                log.exception("%s: server error", where)
-                return json_response({"error": f"internal error: {type(err).__name__}"}, 500)
-            log.warning("%s -> %d: %s", where, int(status.status), status.message)
-            headers = {"www-authenticate": "Bearer"} if int(status.status) == 401 else None
-            return error_response(status, headers)
-
-    return run
+async def error_handler(request: Request, exc: Exception) -> Response:
+    status = error_status(exc)
+    if status is None:  # a server fault: Starlette re-raises it and uvicorn logs its traceback
+        return json_response({"error": f"internal error: {type(exc).__name__}"}, 500)
+    return refusal(request, int(status.status), status.message)
 
 
-# --- request bodies -------------------------------------------------------------------
+class _Tensor(pydantic.BaseModel):
+    name: str
+    datatype: str
+    shape: list[pydantic.NonNegativeInt]
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
 
 
-def _check_structure(body: Any, binary_bytes: int | None) -> None:
-    """The shape of an inference request's JSON, checked before KServe reads it (which
-    would fail with a KeyError or TypeError, a 500, on a malformed one)."""
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object with an 'inputs' list")
-    unknown = sorted(set(body) - {"id", "parameters", "inputs", "outputs"})
-    if unknown:
-        raise bad_request(
-            f"unknown request field(s) {', '.join(unknown)}; a request has id, parameters, "
-            "inputs and outputs"
-        )
-    if not isinstance(body.get("id", ""), str):
-        raise bad_request("'id' must be a string")
-    if not isinstance(body.get("parameters", {}), dict):
-        raise bad_request("'parameters' must be an object")
-    inputs = body.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
-        raise bad_request("'inputs' must be a non-empty list of tensors")
-    binary_total = 0
-    for index, tensor in enumerate(inputs):
-        where = f"inputs[{index}]"
-        if not isinstance(tensor, dict):
-            raise bad_request(f"{where} must be an object with name, datatype, shape, data")
-        name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
-        if not isinstance(name, str) or not isinstance(datatype, str):
-            raise bad_request(f"{where}: 'name' and 'datatype' must be strings")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise bad_request(f"{where} ({name}): 'shape' must be a list of integers >= 0")
-        parameters = tensor.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise bad_request(f"{where} ({name}): 'parameters' must be an object")
-        size = parameters.get("binary_data_size")
-        if "data" in tensor:
-            if not isinstance(tensor["data"], list):
-                raise bad_request(f"{where} ({name}): 'data' must be a list")
-        elif size is not None and binary_bytes is not None:
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise bad_request(f"{where} ({name}): binary_data_size must be an integer >= 0")
-            binary_total += size
-        else:
-            raise bad_request(f"{where} ({name}): 'data' is missing")
-    if binary_bytes is not None and binary_total != binary_bytes:
-        raise bad_request(
-            f"the inputs' binary_data_size add up to {binary_total} bytes but the body has "
-            f"{binary_bytes} bytes after the JSON header"
-        )
-    outputs = body.get("outputs", [])
-    if not isinstance(outputs, list) or not all(
-        isinstance(o, dict) and isinstance(o.get("name"), str) for o in outputs
-    ):
-        raise bad_request("'outputs' must be a list of objects with a 'name'")
-    for output in outputs:
-        if not isinstance(output.get("parameters", {}), dict):
-            raise bad_request(f"output {output['name']!r}: 'parameters' must be an object")
+class _Output(pydantic.BaseModel):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class _Request(pydantic.BaseModel):
+    """The shape of an inference request (KServe's ``InferenceRequest`` requires
+    ``data``, which the binary extension leaves out, and accepts unknown fields)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[_Tensor] = pydantic.Field(min_length=1)
+    outputs: list[_Output] | None = None
 
 
 def parse_infer_body(body: bytes, header: str | None, model_name: str) -> InferRequest:
     """An HTTP inference request: JSON, or with ``header`` the binary extension's JSON
-    header of that many bytes followed by the tensors' bytes."""
-    if header is None:
-        json_length = len(body)
-    else:
+    header of that many bytes followed by the tensors' bytes. Its shape is checked first:
+    KServe's ``InferRequest.from_bytes`` answers a malformed one with a KeyError (a 500)."""
+    json_length = len(body)
+    if header is not None:
         try:
             json_length = int(header)
         except ValueError:
-            raise bad_request(f"{BINARY_HEADER} must be an integer, got {header!r}") from None
+            raise bad_request(f"{INFERENCE_CONTENT_LENGTH_HEADER} must be an integer") from None
         if not 0 < json_length <= len(body):
             raise bad_request(
-                f"{BINARY_HEADER} is {json_length} but the body has {len(body)} bytes"
+                f"{INFERENCE_CONTENT_LENGTH_HEADER} is {json_length} but the body has "
+                f"{len(body)} bytes"
             )
     try:
-        parsed = orjson.loads(body[:json_length])
-    except orjson.JSONDecodeError as err:
-        raise bad_request(f"the request body is not valid JSON ({err})") from None
-    _check_structure(parsed, None if header is None else len(body) - json_length)
+        parsed = _Request.model_validate_json(body[:json_length])
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        if first["type"] == "json_invalid":
+            raise bad_request(f"the request body is not valid JSON ({first['msg']})") from None
+        where = ".".join(map(str, first["loc"])) or "body"
+        raise bad_request(f"the request's {where}: {first['msg']}") from None
+    binary_total = 0
+    for tensor in parsed.inputs:
+        size = (tensor.parameters or {}).get("binary_data_size")
+        if tensor.data is None and (header is None or not isinstance(size, int) or size < 0):
+            raise bad_request(f"input {tensor.name!r}: 'data' (or binary_data_size) is missing")
+        binary_total += 0 if tensor.data is not None else size
+    if header is not None and binary_total != len(body) - json_length:
+        raise bad_request(
+            f"the inputs' binary_data_size add up to {binary_total} bytes but the body has "
+            f"{len(body) - json_length} bytes after the JSON header"
+        )
     try:
         return InferRequest.from_bytes(body, json_length, model_name)
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, InvalidInput):
+    except (TypeError, ValueError) as err:  # e.g. data that do not fit the shape
+        if isinstance(err, errors.InvalidInput):
             raise
         raise bad_request(f"the request does not follow the protocol ({err})") from None
 
 
-def encode_response(response: InferResponse) -> Response:
-    body, json_size = response.to_rest()
-    if isinstance(body, bytes):
-        return Response(
-            body,
-            200,
-            {BINARY_HEADER: str(json_size)},
-            media_type="application/octet-stream",
-        )
-    return json_response(body)
-
-
-# --- the application --------------------------------------------------------------------
-
-
-def build_app(served: ServedModels, control: ModelControl | None) -> Starlette:
-    """The HTTP application of ``served`` (see the module docstring)."""
-
-    async def server_metadata(request: Request) -> Response:
-        return json_response(
-            {"name": SERVER_NAME, "version": server_version(), "extensions": extensions(control)}
-        )
-
-    async def live(request: Request) -> Response:
-        return json_response({"live": True})
-
-    async def ready(request: Request) -> Response:
-        if not served.all_ready():
-            raise unavailable(f"not ready: model(s) {', '.join(served.unready())} not loaded")
-        return json_response({"ready": True})
-
-    async def models(request: Request) -> Response:
-        return json_response({"models": sorted(served.models)})
-
-    async def model_metadata(request: Request) -> Response:
-        params = request.path_params
-        return json_response(await served.metadata(params["model"], params.get("version")))
-
-    async def model_ready(request: Request) -> Response:
-        params = request.path_params
-        name = params["model"]
-        served.ready_model(name, params.get("version"))
-        return json_response({"name": name, "ready": True})
-
-    async def infer(request: Request) -> Response:
-        params = request.path_params
-        name = params["model"]
-        served.ready_model(name, params.get("version"))  # 404/503 before reading the body
-        body = await request.body()
-        infer_request = parse_infer_body(body, request.headers.get(BINARY_HEADER), name)
-        response = await served.infer(
-            name, params.get("version"), infer_request, dict(request.headers), grpc_answer=False
-        )
-        return encode_response(response)
-
-    async def metrics(request: Request) -> Response:
-        encoder, content_type = exposition.choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(REGISTRY), headers={"content-type": content_type})
-
-    def authorize(request: Request) -> None:
-        assert control is not None
-        if not control.authorized(request.headers.get("authorization")):
-            raise unauthenticated("model control needs 'Authorization: Bearer <token>'")
-
-    async def repository_index(request: Request) -> Response:
-        authorize(request)
-        body = await request.body()
-        try:
-            options = orjson.loads(body) if body.strip() else {}
-        except orjson.JSONDecodeError as err:
-            raise bad_request(f"the request body is not valid JSON ({err})") from None
-        if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
-            raise bad_request("the index request is an object with an optional 'ready' boolean")
-        entries = served.index()
-        if options.get("ready"):
-            entries = [e for e in entries if e["state"] == "READY"]
-        return json_response(entries)
-
-    async def repository_load(request: Request) -> Response:
-        authorize(request)
-        await _repository_parameters(request, frozenset())
-        served.load(request.path_params["model"])
-        return json_response({})
-
-    async def repository_unload(request: Request) -> Response:
-        authorize(request)
-        await _repository_parameters(request, UNLOAD_PARAMETERS)
-        served.unload(request.path_params["model"])
-        return json_response({})
-
-    get, post = ["GET"], ["POST"]
-    routes = [
-        Route("/", live, methods=get),
-        Route("/metrics", metrics, methods=get),
-        Route("/v2", server_metadata, methods=get),
-        Route("/v2/health/live", live, methods=get),
-        Route("/v2/health/ready", ready, methods=get),
-        Route("/v2/models", models, methods=get),
-        Route("/v2/models/{model}", model_metadata, methods=get),
-        Route("/v2/models/{model}/versions/{version}", model_metadata, methods=get),
-        Route("/v2/models/{model}/ready", model_ready, methods=get),
-        Route("/v2/models/{model}/versions/{version}/ready", model_ready, methods=get),
-        Route("/v2/models/{model}/infer", infer, methods=post),
-        Route("/v2/models/{model}/versions/{version}/infer", infer, methods=post),
-    ]
-    if control is not None:
-        routes += [
-            Route("/v2/repository/index", repository_index, methods=post),
-            Route("/v2/repository/models/{model}/load", repository_load, methods=post),
-            Route("/v2/repository/models/{model}/unload", repository_unload, methods=post),
-        ]
-    routes = [Route(r.path, _guarded(r.endpoint), methods=r.methods) for r in routes]
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        where = f"{request.method} {request.url.path}"
-        if exc.status_code == 404:
-            message = f"no such endpoint: {where}"
-            if request.url.path.startswith("/v2/repository") and control is None:
-                message += (
-                    " (the model repository extension is off; start the server with "
-                    "--enable-model-control and a token to serve it)"
-                )
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}"
-        else:
-            message = str(exc.detail)
-        log.warning("%s -> %d: %s", where, exc.status_code, message)
-        return json_response({"error": message}, exc.status_code, dict(exc.headers or {}))
-
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
-
-
-async def _repository_parameters(request: Request, allowed: frozenset[str]) -> None:
-    """The extension's load/unload may carry parameters (a config override, files); this
-    server loads only what it was started with, so load takes none and unload only
-    Triton's ``unload_dependents`` (a boolean)."""
+async def _repository_options(request: Request, allowed: frozenset[str] | None) -> dict[str, Any]:
+    """The JSON body of a repository request (empty: ``{}``). Load and unload may carry
+    parameters (a config override, files); this server loads only what it was started
+    with, so load takes none and unload only Triton's ``unload_dependents`` (a boolean)."""
     body = await request.body()
-    if not body.strip():
-        return
     try:
-        options = orjson.loads(body)
+        options = orjson.loads(body) if body.strip() else {}
     except orjson.JSONDecodeError as err:
         raise bad_request(f"the request body is not valid JSON ({err})") from None
+    if allowed is None:
+        if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
+            raise bad_request("the index request is an object with an optional 'ready' boolean")
+        return dict(options)
     parameters = options.get("parameters", {}) if isinstance(options, dict) else None
     if (
         not isinstance(parameters, dict)
@@ -334,6 +287,219 @@ async def _repository_parameters(request: Request, allowed: frozenset[str]) -> N
         or not all(isinstance(v, bool) for v in parameters.values())
     ):
         raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
+    return dict(options)
+
+
+async def _not_served(request: Request) -> Response:
+    raise HTTPException(404)
+
+
+class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
+    """KServe's REST server and FastAPI application with the HTTP deltas (module
+    docstring), behind admission control."""
+
+    def __init__(self, server: ModelServer, admission: AdmissionControl) -> None:
+        super().__init__(
+            FASTAPI_APP_IMPORT_STRING,
+            server.dataplane,
+            server.model_repository_extension,
+            server.http_port,
+            grace_period=server.grace_period,
+        )
+        self.dataplane: DataPlane = server.dataplane
+        self.control = server.dataplane.control
+        self.admission = admission
+        # RESTServer.__init__ (kserve/protocol/rest/server.py) binds 0.0.0.0, hard-coded.
+        self.config.host = server.host
+
+    def _add_exception_handlers(self, app: FastAPI) -> None:
+        # KServe's handlers (kserve/errors.py) log every 4xx with its traceback, and
+        # FastAPI's answer {"detail": ...}.
+        for kind in (
+            ProtocolError, errors.InvalidInput, errors.InferenceError, errors.ModelNotFound,
+            errors.ModelNotReady, NotImplementedError, errors.UnsupportedProtocol,
+            errors.ServerNotLive, errors.ServerNotReady, RequestValidationError, Exception,
+        ):  # fmt: skip
+            app.add_exception_handler(kind, error_handler)
+        app.add_exception_handler(HTTPException, self.http_error)
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = str(exc.detail)
+        if exc.status_code == 404:
+            message = f"no such endpoint: {request.method} {request.url.path}"
+            if request.url.path.startswith("/v2/repository") and self.control is None:
+                message += (
+                    " (the model repository extension is off; start the server with "
+                    "--enable-model-control and a token to serve it)"
+                )
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        return refusal(request, exc.status_code, message, dict(exc.headers or {}))
+
+    def _register_endpoints(self, app: FastAPI) -> None:
+        super()._register_endpoints(app)
+        model, version = "/v2/models/{model_name}", "/v2/models/{model_name}/versions/{model_version}"
+        get, post = ["GET"], ["POST"]
+        # KServe's infer route reads the body through FastAPI (a binary body without a
+        # content type is parsed as JSON and refused) and its versioned routes answer 501
+        # (v2_endpoints.py, V2Endpoints.infer, .model_metadata, .model_ready); it serves
+        # the repository's load and unload to anyone, and no index.
+        ours = [
+            Route(f"{model}/infer", self.infer, methods=post),
+            Route(f"{version}/infer", self.infer, methods=post),
+            Route(version, self.model_metadata, methods=get),
+            Route(f"{version}/ready", self.model_ready, methods=get),
+            Route(f"{model}/config", self.model_config, methods=get),
+            Route(f"{version}/config", self.model_config, methods=get),
+        ]
+        repository = {
+            "/v2/repository/index": self.repository_index,
+            "/v2/repository/models/{model_name}/load": self.repository_load,
+            "/v2/repository/models/{model_name}/unload": self.repository_unload,
+        }
+        for path, endpoint in repository.items():
+            if self.control is None:
+                ours.append(Route(path, _not_served, methods=ALL_METHODS))
+            else:
+                ours.append(Route(path, endpoint, methods=post))
+        app.router.routes[:0] = ours  # matched before KServe's, which stay behind them
+
+    async def serve(self, sock: socket.socket) -> None:
+        """`RESTServer.start` on a socket bound before (a taken port is one error), the
+        application behind admission control."""
+        self.create_application()
+        self.config.app = self.admission
+        await self._server.serve(sockets=[sock])
+
+    # --- the routes --------------------------------------------------------------------
+
+    async def model_metadata(self, request: Request) -> Response:
+        params = request.path_params
+        return json_response(
+            await self.dataplane.model_metadata(params["model_name"], params["model_version"])
+        )
+
+    async def model_config(self, request: Request) -> Response:
+        params = request.path_params
+        return json_response(
+            await self.dataplane.model_config(params["model_name"], params.get("model_version"))
+        )
+
+    async def model_ready(self, request: Request) -> Response:
+        name = request.path_params["model_name"]
+        self.dataplane.repository.model(name, request.path_params["model_version"], ready=True)
+        return json_response({"name": name, "ready": True})
+
+    async def infer(self, request: Request) -> Response:
+        name = request.path_params["model_name"]
+        version = request.path_params.get("model_version")
+        self.dataplane.repository.model(name, version, ready=True)  # 404/503 before the body
+        headers = dict(request.headers)
+        body = await request.body()
+        infer_request = parse_infer_body(body, headers.get(INFERENCE_CONTENT_LENGTH_HEADER), name)
+        check_request(infer_request)
+        response, _ = await self.dataplane.infer(name, infer_request, headers)
+        answer = with_requested_outputs(infer_request, response, grpc_answer=False)
+        encoded, response_headers = self.dataplane.encode(name, answer, headers, {})
+        if isinstance(encoded, bytes):
+            return Response(encoded, 200, response_headers, "application/octet-stream")
+        return json_response(encoded, headers=response_headers)
+
+    def authorize(self, request: Request) -> None:
+        assert self.control is not None
+        self.control.authorize(
+            request.headers.get("authorization"), "'Authorization: Bearer <token>'"
+        )
+
+    async def repository_index(self, request: Request) -> Response:
+        self.authorize(request)
+        options = await _repository_options(request, None)
+        return json_response(self.dataplane.repository.index(options.get("ready", False)))
+
+    async def repository_load(self, request: Request) -> Response:
+        self.authorize(request)
+        await _repository_options(request, frozenset())
+        name = request.path_params["model_name"]
+        self.dataplane.repository.load(name)
+        log.warning("model %s loaded through the repository extension", name)
+        return json_response({})
+
+    async def repository_unload(self, request: Request) -> Response:
+        self.authorize(request)
+        await _repository_options(request, UNLOAD_PARAMETERS)
+        name = request.path_params["model_name"]
+        self.dataplane.repository.unload(name)
+        log.warning("model %s unloaded through the repository extension", name)
+        return json_response({})
+
+
+class ModelServer(kserve.ModelServer):  # type: ignore[misc]
+    """KServe's model server, bound to ``host`` and with this project's deltas.
+
+    Args:
+        host: address to bind HTTP (127.0.0.1; 0.0.0.0 in a pod).
+        http_port: HTTP port.
+        limits: admission bounds of inference requests.
+        grpc_port: gRPC port (``None``: no gRPC).
+        grpc_host: address to bind gRPC (default ``host``).
+        control: the repository extension's token (``None``: not served).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        http_port: int,
+        limits: Limits,
+        *,
+        grpc_port: int | None = None,
+        grpc_host: str | None = None,
+        control: ModelControl | None = None,
+    ) -> None:
+        repository = Repository()
+        super().__init__(
+            http_port=http_port,
+            grpc_port=grpc_port or 0,
+            workers=1,
+            registered_models=repository,
+            enable_grpc=grpc_port is not None,
+            enable_docs_url=False,
+            enable_latency_logging=False,
+            grace_period=5,
+            ssl_certfile=None,
+            ssl_keyfile=None,
+        )
+        self.dataplane = DataPlane(repository, control)
+        self.host = host
+        self.grpc_host = grpc_host or host
+        self.limits = limits
+
+    async def serve(self, models: Sequence[Any]) -> None:
+        """`ModelServer.start` in the running event loop, on addresses bound before
+        anything is served, until the process is interrupted. Raises `OSError` when a
+        port cannot be bound, `ValueError` when two models have one name."""
+        names = [model.name for model in models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two models have the same name: {', '.join(names)}")
+        self._register_and_check_atleast_one_model_is_ready(list(models))
+        admission = AdmissionControl(
+            kserve_app, self.limits, {model.name: version_of(model) for model in models}
+        )
+        sock = bind_socket(self.host, self.http_port)
+        self._rest_server = RESTServer(self, admission)
+        self.servers = [self._rest_server.serve(sock)]
+        if self.enable_grpc:
+            from workloads.serving.grpc_service import GRPCServer  # noqa: PLC0415 (gRPC only here)
+
+            self._grpc_server = GRPCServer(self, admission)
+            try:
+                await self._grpc_server.bind()
+            except OSError:
+                sock.close()
+                raise
+            self.servers.append(self._grpc_server.start(self.max_threads))
+        self.register_signal_handler()
+        await self._serve()
 
 
 async def serve_models(
@@ -349,31 +515,7 @@ async def serve_models(
     """Serve loaded KServe ``models`` (each with a ``version`` label) on ``host:port``
     over HTTP and, with ``grpc_port``, on ``grpc_host`` (default ``host``) over gRPC,
     until the process is interrupted. Raises `OSError` when a port cannot be bound."""
-    served = ServedModels(models)
-    admission = AdmissionControl(
-        build_app(served, control), limits, {m.name: getattr(m, "version", "") for m in models}
+    server = ModelServer(
+        host, port, limits, grpc_port=grpc_port, grpc_host=grpc_host, control=control
     )
-    sock = bind_socket(host, port)
-    config = uvicorn.Config(
-        admission,
-        host=host,
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-        lifespan="off",
-    )
-    http = uvicorn.Server(config)
-    if grpc_port is None:
-        await http.serve(sockets=[sock])
-        return
-    from workloads.serving.grpc_service import start_grpc  # noqa: PLC0415  (grpc only here)
-
-    try:
-        grpc_server = await start_grpc(served, admission, grpc_host or host, grpc_port, control)
-    except OSError:
-        sock.close()
-        raise
-    try:
-        await http.serve(sockets=[sock])
-    finally:
-        await grpc_server.stop(grace=5)
+    await server.serve(models)

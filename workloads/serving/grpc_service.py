@@ -1,69 +1,69 @@
-"""The gRPC side of the V2 server (`inference.GRPCInferenceService`).
+"""The gRPC side of the V2 server: KServe's gRPC server and servicer
+(`inference.GRPCInferenceService`) with this project's deltas.
 
-The core methods (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata,
-ModelInfer) use KServe's messages (`grpc_predict_v2_pb2`), which have the same field
-numbers as Triton's ``grpc_service.proto`` that tritonclient speaks. Two places differ
-and are handled here:
+KServe's servicer answers ServerLive, ServerReady and ServerMetadata (through the data
+plane of `workloads.serving.app`, truthful about readiness and extensions). Replaced
+here, each where KServe 0.21 does otherwise:
 
-- Triton's ``InferParameter`` has ``double_param`` (4) and ``uint64_param`` (5), which
-  KServe's lacks: tritonclient sends ``temperature=0.7`` as a double, which KServe's
-  message keeps only as an unknown field. `grpc_parameters` reads those fields (and
-  refuses a parameter with no value at all) instead of dropping them silently.
-- KServe's ``RepositoryModelLoadRequest`` puts ``model_name`` at field 1, where
-  Triton's has ``repository_name`` (``model_name`` is 2), and KServe has no
-  ``RepositoryIndex``. The repository methods therefore use Triton's message layout
-  (`_triton_messages`, built in a private descriptor pool so that they never clash with
-  KServe's or tritonclient's in the default pool), and exist only when model control
-  is enabled; they need ``authorization: Bearer <token>`` metadata. Load takes no
-  parameters (no config override or files: the server loads only what it was started
-  with); unload takes Triton's ``unload_dependents`` (there are no dependents here).
-
-Every answer is counted in the predictor's metrics like an HTTP one (``code`` is the
-HTTP status the gRPC status corresponds to), in-flight requests share the HTTP side's
-bound, and a request still unanswered after the timeout gets DEADLINE_EXCEEDED.
+- it binds where it is told (``GRPCServer.start`` binds ``[::]``, hard-coded);
+- ModelReady and ModelMetadata answer for the version the model serves and NOT_FOUND
+  for another (KServe's ignore the version), and metadata lists the version;
+- ModelInfer reads every parameter: Triton's ``InferParameter`` has ``double_param``
+  (4) and ``uint64_param`` (5), which KServe's message lacks, so tritonclient's
+  ``temperature=0.7`` is an unknown field to KServe and dropped; it is read here
+  (`grpc_parameters`), and a parameter with no value is refused. The request is
+  checked and answered as over HTTP, within the same admission bounds and metrics;
+- errors: one log line per client error (KServe's interceptor logs each with its
+  traceback), the protocol's codes (NOT_FOUND for a version, UNAUTHENTICATED, ...);
+- the repository methods: KServe's ``RepositoryModelLoadRequest`` puts ``model_name``
+  at field 1, where Triton's has ``repository_name`` (``model_name`` is 2), KServe has
+  no ``RepositoryIndex``, and serves load and unload to anyone. Here the three use
+  Triton's message layout (`_triton_messages`, built in a private descriptor pool so
+  that they never clash with KServe's or tritonclient's in the default pool), exist
+  only when model control is enabled (else UNIMPLEMENTED), and need
+  ``authorization: Bearer <token>`` metadata. Load takes no parameters; unload takes
+  Triton's ``unload_dependents`` (there are no dependents here).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
 from google.protobuf.message import Message
 from grpc import aio
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
+from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pb_grpc
+from kserve.protocol.grpc import server as grpc_server
+from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
 from kserve.protocol.grpc.servicer import InferenceServicer
 from kserve.protocol.infer_type import InferRequest
+from kserve.utils.utils import to_headers
 
-from workloads.serving import metrics
 from workloads.serving.limits import AdmissionControl
 from workloads.serving.protocol import (
-    GRPC_TO_HTTP,
     REPOSITORY_PARAMETERS_MESSAGE,
-    SERVER_NAME,
     UNLOAD_PARAMETERS,
     ModelControl,
-    ProtocolError,
     bad_request,
+    check_request,
     error_status,
-    extensions,
-    server_version,
-    unauthenticated,
+    with_requested_outputs,
 )
-from workloads.serving.registry import ServedModels, version_of
+
+if TYPE_CHECKING:
+    from workloads.serving.app import DataPlane, ModelServer, Repository
 
 log = logging.getLogger("workloads.serving")
 
-SERVICE = "inference.GRPCInferenceService"
 #: Triton's InferParameter fields that KServe's message does not have.
 _DOUBLE_FIELD, _UINT64_FIELD = 4, 5
 _WIRE_VARINT, _WIRE_FIXED64 = 0, 1
+REPOSITORY_METHODS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
 
 
 def _parameter_value(key: str, parameter: Any) -> Any:
@@ -160,216 +160,157 @@ def _triton_messages() -> dict[str, type[Message]]:
     }
 
 
-class Servicer:
-    """The service's methods over ``served`` (see the module docstring)."""
+class Servicer(InferenceServicer):  # type: ignore[misc]  # kserve ships no types
+    """KServe's servicer with versions, typed parameters and admission (module docstring)."""
 
-    def __init__(
-        self, served: ServedModels, admission: AdmissionControl, control: ModelControl | None
-    ) -> None:
-        self.served = served
+    def __init__(self, dataplane: DataPlane, extension: Any, admission: AdmissionControl) -> None:
+        super().__init__(dataplane, extension)
+        self.dataplane = dataplane
         self.admission = admission
-        self.control = control
-        self.triton = _triton_messages() if control is not None else {}
 
-    async def ServerLive(self, request: Any, context: Any) -> Any:  # noqa: N802 (the rpc's name)
-        return pb.ServerLiveResponse(live=True)
-
-    async def ServerReady(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return pb.ServerReadyResponse(ready=self.served.all_ready())
-
-    async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return pb.ModelReadyResponse(ready=self.served.is_ready(request.name, request.version))
-
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return pb.ServerMetadataResponse(
-            name=SERVER_NAME, version=server_version(), extensions=extensions(self.control)
-        )
+    async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802 (the rpc's name)
+        model = self.dataplane.repository.model(request.name, request.version)
+        return pb.ModelReadyResponse(ready=bool(model.ready))
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
-        meta = await self.served.metadata(request.name, request.version)
+        meta = await self.dataplane.model_metadata(request.name, request.version)
         return pb.ModelMetadataResponse(**meta)
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802
-        name = request.model_name
-        version = version_of(self.served.models[name]) if name in self.served.models else ""
-        started = time.perf_counter()
-        code = 500
-        try:
-            if self.admission.in_flight >= self.admission.limits.max_in_flight:
-                metrics.REJECTED.labels(name, version, "overload").inc()
-                code = 429
-                raise ProtocolError(
-                    HTTPStatus.TOO_MANY_REQUESTS,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"the server is serving {self.admission.in_flight} requests; retry after "
-                    "a moment",
-                )
-            self.admission.in_flight += 1
-            try:
-                response = await asyncio.wait_for(
-                    self._infer(request, context), timeout=self.admission.limits.timeout_s
-                )
-            except TimeoutError:
-                metrics.REJECTED.labels(name, version, "timeout").inc()
-                code = 504
-                raise ProtocolError(
-                    HTTPStatus.GATEWAY_TIMEOUT,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"no answer within {self.admission.limits.timeout_s:g} s; retry, or send a "
-                    "smaller request",
-                ) from None
-            finally:
-                self.admission.in_flight -= 1
-            code = 200
-            return response
-        except Exception as err:
-            status = error_status(err)
-            if status is not None:
-                code = GRPC_TO_HTTP.get(status.code, 500)
-            raise
-        finally:
-            if name in self.served.models:
-                metrics.REQUESTS.labels(name, version, str(code)).inc()
-                metrics.DURATION.labels(name, version).observe(time.perf_counter() - started)
+        return await self.admission.grpc(request.model_name, lambda: self._infer(request, context))
 
     async def _infer(self, message: Any, context: Any) -> Any:
+        name = message.model_name
+        self.dataplane.repository.model(name, message.model_version, ready=True)
         request = infer_request(message)
-        headers = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
-        response = await self.served.infer(
-            message.model_name, message.model_version, request, headers, grpc_answer=True
-        )
-        return response.to_grpc()
+        check_request(request)
+        response, _ = await self.dataplane.infer(name, request, to_headers(context))
+        return with_requested_outputs(request, response, grpc_answer=True).to_grpc()
 
-    # --- the repository extension (only with model control) ---------------------------
 
-    def _authorize(self, context: Any) -> None:
-        assert self.control is not None
+class StatusInterceptor(ExceptionToStatusInterceptor):  # type: ignore[misc]
+    """Every exception becomes a gRPC status with its message. KServe's
+    (ExceptionToStatusInterceptor.handle_exception, kserve/protocol/grpc/interceptors.py)
+    logs every client error with its traceback; here a client error is one line and
+    only a server fault has its traceback."""
+
+    async def handle_exception(
+        self, ex: Exception, request_or_iterator: Any, context: Any, method_name: str
+    ) -> None:
+        method = str(method_name).rsplit("/", 1)[-1]
+        status = error_status(ex)
+        if status is None:
+            log.error("gRPC %s: server error", method, exc_info=ex)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(ex).__name__}")
+        else:
+            log.warning("gRPC %s -> %s: %s", method, status.code.name, status.message)
+            await context.abort(status.code, status.message)
+
+
+class MethodOverrides(aio.ServerInterceptor):  # type: ignore[misc]
+    """Methods answered by ``handlers`` instead of the servicer (``None``: not served,
+    UNIMPLEMENTED), whether or not KServe's service has them."""
+
+    def __init__(self, handlers: Mapping[str, grpc.RpcMethodHandler | None]) -> None:
+        self.handlers = handlers
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        method = details.method.rsplit("/", 1)[-1]
+        if method in self.handlers:
+            return self.handlers[method]
+        return await continuation(details)
+
+
+def repository_handlers(
+    repository: Repository, control: ModelControl | None
+) -> dict[str, grpc.RpcMethodHandler | None]:
+    """The repository extension's methods in Triton's layout, behind the token; none
+    without model control."""
+    if control is None:
+        return dict.fromkeys(REPOSITORY_METHODS)
+    triton = _triton_messages()
+
+    def authorized(request: Any, context: Any, allowed: frozenset[str] | None) -> None:
         metadata = dict(context.invocation_metadata())
-        if not self.control.authorized(metadata.get("authorization")):
-            raise unauthenticated("model control needs 'authorization: Bearer <token>' metadata")
-
-    @staticmethod
-    def _parameters(request: Any, allowed: frozenset[str]) -> None:
-        given = set(request.parameters)
-        if given - allowed or unknown_fields.UnknownFieldSet(request):
+        control.authorize(
+            metadata.get("authorization"), "'authorization: Bearer <token>' metadata"
+        )
+        if allowed is not None and (
+            set(request.parameters) - allowed or unknown_fields.UnknownFieldSet(request)
+        ):
             raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
 
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self._authorize(context)
-        entries = self.served.index()
-        if request.ready:
-            entries = [e for e in entries if e["state"] == "READY"]
-        response = self.triton["RepositoryIndexResponse"]()
-        for entry in entries:
+    async def index(request: Any, context: Any) -> Any:
+        authorized(request, context, None)
+        response = triton["RepositoryIndexResponse"]()
+        for entry in repository.index(request.ready):
             response.models.add(**entry)
         return response
 
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self._authorize(context)
-        self._parameters(request, frozenset())
-        self.served.load(request.model_name)
-        return self.triton["RepositoryModelLoadResponse"]()
+    async def load(request: Any, context: Any) -> Any:
+        authorized(request, context, frozenset())
+        repository.load(request.model_name)
+        log.warning("model %s loaded through the repository extension", request.model_name)
+        return triton["RepositoryModelLoadResponse"]()
 
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self._authorize(context)
-        self._parameters(request, UNLOAD_PARAMETERS)
-        self.served.unload(request.model_name)
-        return self.triton["RepositoryModelUnloadResponse"]()
+    async def unload(request: Any, context: Any) -> Any:
+        authorized(request, context, UNLOAD_PARAMETERS)
+        repository.unload(request.model_name)
+        log.warning("model %s unloaded through the repository extension", request.model_name)
+        return triton["RepositoryModelUnloadResponse"]()
 
-
-Handler = Callable[[Any, Any], Awaitable[Any]]
-
-
-def _guarded(method: str, handler: Handler) -> Handler:
-    """Every exception becomes a gRPC status with its message; a client error is one
-    log line, a server fault is logged with its traceback."""
-
-    async def run(request: Any, context: Any) -> Any:
-        try:
-            return await handler(request, context)
-        except Exception as err:  # every error is a status with a message
-            status = error_status(err)
-            if status is None:
-                log.exception("gRPC %s: server error", method)
-                await context.abort(
-                    grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}"
-                )
-            else:
-                log.warning("gRPC %s -> %s: %s", method, status.code.name, status.message)
-                await context.abort(status.code, status.message)
-            raise AssertionError("unreachable: abort raises") from err
-
-    return run
-
-
-def _handlers(servicer: Servicer) -> dict[str, grpc.RpcMethodHandler]:
-    kserve_methods = {
-        "ServerLive": (pb.ServerLiveRequest, servicer.ServerLive),
-        "ServerReady": (pb.ServerReadyRequest, servicer.ServerReady),
-        "ModelReady": (pb.ModelReadyRequest, servicer.ModelReady),
-        "ServerMetadata": (pb.ServerMetadataRequest, servicer.ServerMetadata),
-        "ModelMetadata": (pb.ModelMetadataRequest, servicer.ModelMetadata),
-        "ModelInfer": (pb.ModelInferRequest, servicer.ModelInfer),
-    }
-    handlers = {
+    return {
         name: grpc.unary_unary_rpc_method_handler(
-            _guarded(name, method),
-            request_deserializer=request_type.FromString,
+            method,
+            request_deserializer=triton[f"{name}Request"].FromString,
             response_serializer=lambda m: m.SerializeToString(),
         )
-        for name, (request_type, method) in kserve_methods.items()
+        for name, method in zip(REPOSITORY_METHODS, (index, load, unload), strict=True)
     }
-    if servicer.control is not None:
-        triton = servicer.triton
-        repository = {
-            "RepositoryIndex": (triton["RepositoryIndexRequest"], servicer.RepositoryIndex),
-            "RepositoryModelLoad": (
-                triton["RepositoryModelLoadRequest"],
-                servicer.RepositoryModelLoad,
-            ),
-            "RepositoryModelUnload": (
-                triton["RepositoryModelUnloadRequest"],
-                servicer.RepositoryModelUnload,
-            ),
-        }
-        for name, (request_type, method) in repository.items():
-            handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _guarded(name, method),
-                request_deserializer=request_type.FromString,
-                response_serializer=lambda m: m.SerializeToString(),
-            )
-    return handlers
 
 
-async def start_grpc(
-    served: ServedModels,
-    admission: AdmissionControl,
-    host: str,
-    port: int,
-    control: ModelControl | None,
-) -> aio.Server:
-    """Start the gRPC server on ``host:port`` (plaintext: on a cluster it is reached
-    through the TLS proxy only). Raises `OSError` when the port cannot be bound."""
-    server = aio.server(
-        options=[
-            ("grpc.max_receive_message_length", admission.limits.max_body_bytes),
-            ("grpc.max_send_message_length", 64 << 20),
-            ("grpc.so_reuseport", 0),
-        ]
-    )
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE, _handlers(Servicer(served, admission, control))
-            ),
+class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
+    """KServe's gRPC server with this project's servicer, interceptors and address."""
+
+    def __init__(self, server: ModelServer, admission: AdmissionControl) -> None:
+        super().__init__(
+            server.grpc_port,
+            server.dataplane,
+            server.model_repository_extension,
+            kwargs={},
+            grace_period=server.grace_period,
         )
-    )
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError as err:
-        raise OSError(98, f"cannot bind gRPC to {address} ({err})") from err
-    if bound == 0:
-        raise OSError(98, f"cannot bind gRPC to {address}")
-    await server.start()
-    return server
+        self.host = server.grpc_host
+        self.admission = admission
+
+    async def bind(self) -> None:
+        """Create the server and bind it (plaintext: on a cluster it is reached through
+        the TLS proxy only); raises `OSError` when the port cannot be bound. KServe's
+        ``GRPCServer.start`` (kserve/protocol/grpc/server.py) binds ``[::]``, hard-coded."""
+        dataplane = self._data_plane
+        self._server = aio.server(
+            interceptors=(
+                StatusInterceptor(),
+                MethodOverrides(repository_handlers(dataplane.repository, dataplane.control)),
+            ),
+            options=[
+                ("grpc.max_receive_message_length", self.admission.limits.max_body_bytes),
+                ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        servicer = Servicer(dataplane, self._model_repository_extension, self.admission)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        address = f"[{self.host}]:{self._port}" if ":" in self.host else f"{self.host}:{self._port}"
+        try:
+            bound = self._server.add_insecure_port(address)
+        except RuntimeError as err:
+            raise OSError(98, f"cannot bind gRPC to {address} ({err})") from err
+        if bound == 0:
+            raise OSError(98, f"cannot bind gRPC to {address}")
+
+    async def start(self, max_workers: int) -> None:
+        await self._server.start()
+        await self._server.wait_for_termination()

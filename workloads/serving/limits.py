@@ -1,8 +1,10 @@
-"""Admission control in front of the V2 inference endpoints (an ASGI middleware).
+"""Admission control in front of the V2 inference endpoints: an ASGI middleware around
+KServe's FastAPI application, and `AdmissionControl.grpc` around its gRPC ModelInfer.
 
 KServe's server queues every request it accepts without bound, so an overloaded server
-answers later and later until clients time out. This middleware, for
-``/v2/models/<name>/infer`` only:
+answers later and later until clients time out. For ``/v2/models/<name>/infer`` (and
+the gRPC ModelInfer, which shares the in-flight count; gRPC's own message size limit
+stands in for the body limit):
 
 - refuses a body over ``max_body_bytes`` with 413 (announced or streamed);
 - sheds load with 429 when ``max_in_flight`` requests are already being served, so
@@ -20,15 +22,20 @@ import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 
 from workloads.serving import metrics
+from workloads.serving.protocol import ProtocolError, error_status
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+T = TypeVar("T")
 
 INFER_PATH = re.compile(r"^/v2/models/(?P<model>[^/]+)(/versions/[^/]+)?/infer$")
 
@@ -98,14 +105,9 @@ class AdmissionControl:
             return
         if self.in_flight >= self.limits.max_in_flight:
             await self._refuse(
-                send,
-                429,
-                "overload",
-                model,
-                version,
-                f"the server is serving {self.in_flight} requests; retry after a moment",
+                send, 429, "overload", model, version, self._overload_message(),
                 headers=[(b"retry-after", b"1")],
-            )
+            )  # fmt: skip
             return
         self.in_flight += 1
         received = 0
@@ -136,17 +138,55 @@ class AdmissionControl:
                 )
         except TimeoutError:
             if not started:
-                await self._refuse(
-                    send,
-                    504,
-                    "timeout",
-                    model,
-                    version,
-                    f"no answer within {self.limits.timeout_s:g} s; retry, or send a smaller "
-                    "request (fewer prompts or max_new_tokens)",
-                )
+                await self._refuse(send, 504, "timeout", model, version, self._timeout_message())
         finally:
             self.in_flight -= 1
+
+    async def grpc(self, model: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``'s answer under the same bounds and metrics as an HTTP request
+        (``code`` is the HTTP status the gRPC status corresponds to)."""
+        version = self.versions.get(model, "unknown")
+        started = time.perf_counter()
+        code = HTTPStatus.INTERNAL_SERVER_ERROR
+        try:
+            if self.in_flight >= self.limits.max_in_flight:
+                metrics.REJECTED.labels(model, version, "overload").inc()
+                raise ProtocolError(
+                    HTTPStatus.TOO_MANY_REQUESTS,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    self._overload_message(),
+                )
+            self.in_flight += 1
+            try:
+                answer = await asyncio.wait_for(call(), timeout=self.limits.timeout_s)
+            except TimeoutError:
+                metrics.REJECTED.labels(model, version, "timeout").inc()
+                raise ProtocolError(
+                    HTTPStatus.GATEWAY_TIMEOUT,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    self._timeout_message(),
+                ) from None
+            finally:
+                self.in_flight -= 1
+            code = HTTPStatus.OK
+            return answer
+        except Exception as err:
+            status = error_status(err)
+            code = code if status is None else status.status
+            raise
+        finally:
+            if model in self.versions:
+                metrics.REQUESTS.labels(model, version, str(int(code))).inc()
+                metrics.DURATION.labels(model, version).observe(time.perf_counter() - started)
+
+    def _overload_message(self) -> str:
+        return f"the server is serving {self.in_flight} requests; retry after a moment"
+
+    def _timeout_message(self) -> str:
+        return (
+            f"no answer within {self.limits.timeout_s:g} s; retry, or send a smaller request "
+            "(fewer prompts or max_new_tokens)"
+        )
 
     def _size_message(self) -> str:
         return (
