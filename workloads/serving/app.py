@@ -1,30 +1,28 @@
 """The V2 (Open Inference Protocol) server: KServe's `ModelServer` with this project's
-deltas, over HTTP and gRPC in one event loop (gRPC's deltas: `workloads.serving.grpc_service`).
+deltas, HTTP and gRPC in one event loop (gRPC's: `workloads.serving.grpc_service`).
 
-KServe's, unchanged: its FastAPI application with the routes for liveness, readiness,
-the model list, model metadata and readiness (and its v1 routes), its data plane (model
-lookup, calling the model, encoding the answer), its model repository, its gRPC
-servicer, its request and response types. The deltas, each where KServe 0.21 does
-otherwise (the comments name the place):
+KServe's, unchanged: the FastAPI application and its routes for liveness, readiness,
+the model list, model metadata and readiness; the data plane (model lookup, calling
+the model, encoding the answer); the model repository; the gRPC servicer; the request
+and response types. The deltas, each where KServe 0.21 does otherwise (the comments
+name the place):
 
 - it binds where it is told, 127.0.0.1 by default (0.0.0.0 in a pod via ``--host``);
-- every error is ``{"error": "<message>"}`` with the protocol's status (FastAPI's own
-  are ``{"detail": ...}``), and a 4xx is logged as one line (a 5xx with its traceback);
+- every error is ``{"error": "<message>"}`` with the protocol's status (FastAPI's are
+  ``{"detail": ...}``), and a 4xx is logged as one line (a 5xx with its traceback);
 - ``/v2/models/<m>[/versions/<v>]/infer`` reads the body itself: JSON whatever the
   content type says, unless ``Inference-Header-Content-Length`` makes it the binary
-  tensor extension's JSON header plus tensor bytes; the protocol's shape, datatypes
-  and parameters are checked (`workloads.serving.protocol`), requested outputs honoured;
-- ``/v2/models/<m>/versions/<v>[/ready|/infer]`` answer for the version the model serves
-  and 404 for any other; ``.../config`` is Triton's model configuration (tritonclient's
-  ``get_model_config``);
-- the repository extension (index, load, unload) exists only when the server is started
-  with it, and then needs the bearer token (`protocol.ModelControl`); server metadata
-  advertises it only then; an unloaded model stays known, unready, and is not loaded
-  again behind the caller's back; the server is ready when all its models are;
-- admission control (`workloads.serving.limits`) in front of inference.
+  extension's JSON header plus tensor bytes; shape, datatypes and parameters are
+  checked (`workloads.serving.protocol`), requested outputs honoured, admission
+  bounds applied (`workloads.serving.limits`);
+- ``/v2/models/<m>/versions/<v>[/ready|/infer]`` answer for the version the model
+  serves and 404 for another; ``.../config`` is Triton's model configuration;
+- the repository extension (index, load, unload) exists only when enabled, and then
+  needs the bearer token; an unloaded model stays known and unready until loaded again,
+  and the server is ready only when all its models are.
 
 Used by the language-model predictor (``python -m workloads.serving``) and the tabular
-predictor (``python -m workloads.features serve``). It imports neither torch nor the
+predictor (``python -m workloads.features serve``); it imports neither torch nor the
 language-model code.
 """
 
@@ -33,7 +31,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import kserve
 import orjson
@@ -41,18 +39,17 @@ import pydantic
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from kserve import errors
-from kserve.constants.constants import FASTAPI_APP_IMPORT_STRING, INFERENCE_CONTENT_LENGTH_HEADER
+from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER as BINARY_HEADER
 from kserve.model_repository import ModelRepository
-from kserve.model_server import app as kserve_app
 from kserve.protocol import dataplane
-from kserve.protocol.infer_type import InferRequest
+from kserve.protocol.infer_type import InferRequest, InferResponse
 from kserve.protocol.rest import server as rest_server
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from workloads.serving.limits import AdmissionControl, Limits
+from workloads.serving.limits import Admission, Limits
 from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
@@ -70,10 +67,7 @@ from workloads.serving.protocol import (
 )
 
 log = logging.getLogger("workloads.serving")
-
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-#: Triton's data types in a model configuration, by the protocol's datatype.
-CONFIG_TYPES = {"BYTES": "TYPE_STRING"}
 
 
 def version_of(model: Any) -> str:
@@ -82,16 +76,12 @@ def version_of(model: Any) -> str:
 
 
 class Repository(ModelRepository):  # type: ignore[misc]  # kserve ships no types
-    """KServe's model repository, keeping every model the server was started with.
-
-    KServe's ``ModelRepository.unload`` (kserve/model_repository.py) forgets the model
-    and its ``load`` does nothing, so a model unloaded through the repository extension
-    could never come back; here unloading frees the model and marks it unready, and
-    loading opens it again."""
+    """KServe's model repository, keeping every model the server was started with:
+    KServe's ``unload`` forgets the model and its ``load`` does nothing
+    (kserve/model_repository.py), so an unloaded model could never come back."""
 
     def model(self, name: str, version: str | None = None, *, ready: bool = False) -> Any:
-        """The model ``name`` (at ``version``, loaded when ``ready``); `ProtocolError`
-        404 or 503 otherwise."""
+        """The model ``name`` (at ``version``; loaded, when ``ready``), else a 404/503."""
         model = self.get_model(name)
         if model is None:
             known = ", ".join(sorted(self.get_models()))
@@ -113,17 +103,14 @@ class Repository(ModelRepository):  # type: ignore[misc]  # kserve ships no type
         model.ready = False
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """The extension's index, Triton's states: every model, its version and state."""
+        """Every model, its version and its state (Triton's names)."""
         return [
-            {
-                "name": name,
-                "version": version_of(model),
-                "state": "READY" if model.ready else "UNAVAILABLE",
-                "reason": "" if model.ready else "unloaded",
-            }
+            {"name": name, "version": version_of(model),
+             "state": "READY" if model.ready else "UNAVAILABLE",
+             "reason": "" if model.ready else "unloaded"}
             for name, model in sorted(self.get_models().items())
             if model.ready or not ready_only
-        ]
+        ]  # fmt: skip
 
 
 class DataPlane(dataplane.DataPlane):  # type: ignore[misc]
@@ -135,62 +122,58 @@ class DataPlane(dataplane.DataPlane):  # type: ignore[misc]
         self.control = control
 
     def metadata(self) -> dict[str, Any]:
-        # KServe's advertises "model_repository_extension" whether or not it is served
-        # (DataPlane.metadata).
+        # DataPlane.metadata advertises the repository extension whether or not it is served.
         return {**super().metadata(), "extensions": extensions(self.control)}
 
     async def ready(self) -> bool:
-        # KServe's is always true for a predictor (DataPlane.ready): here the server is
-        # ready when every model it was started with is loaded.
+        # DataPlane.ready is always true for a predictor.
         return all(model.ready for model in self.repository.get_models().values())
 
     async def get_model(self, name: str) -> Any:
-        # KServe's loads a model that is not ready on the next request (DataPlane.get_model),
-        # undoing an unload: here it is a 503 until the extension loads it.
+        # DataPlane.get_model loads a model that is not ready, undoing an unload.
         return self.repository.model(name, ready=True)
 
     async def model_metadata(self, model_name: str, version: str | None = None) -> dict[str, Any]:
-        # KServe's has no versions (DataPlane.model_metadata).
+        # DataPlane.model_metadata has no versions.
         served = version_of(self.repository.model(model_name, version))
         return {**await super().model_metadata(model_name), "versions": [served] if served else []}
 
     async def model_config(self, model_name: str, version: str | None = None) -> dict[str, Any]:
-        """Triton's model configuration of a model (tritonclient's ``get_model_config``)."""
+        """Triton's model configuration (what tritonclient's ``get_model_config`` reads)."""
         meta = await self.model_metadata(model_name, version)
+        config: dict[str, Any] = {"name": model_name, "platform": "", "backend": "kserve",
+                                  "max_batch_size": 0}  # fmt: skip
+        for kind in ("input", "output"):
+            config[kind] = [
+                {"name": t["name"], "dims": list(t["shape"]),
+                 "data_type": "TYPE_" + ("STRING" if t["datatype"] == "BYTES" else t["datatype"])}
+                for t in meta[f"{kind}s"]
+            ]  # fmt: skip
+        return config
 
-        def tensors(kind: str) -> list[dict[str, Any]]:
-            return [
-                {
-                    "name": t["name"],
-                    "data_type": CONFIG_TYPES.get(t["datatype"], f"TYPE_{t['datatype']}"),
-                    "dims": list(t["shape"]),
-                }
-                for t in meta[kind]
-            ]
-
-        return {
-            "name": model_name,
-            "platform": "",
-            "backend": "kserve",
-            "max_batch_size": 0,
-            "input": tensors("inputs"),
-            "output": tensors("outputs"),
-        }
+    async def answer(
+        self, name: str, request: InferRequest, headers: dict[str, str], *, grpc_answer: bool
+    ) -> InferResponse:
+        """The model's answer to a request the protocol allows, as the request asked."""
+        check_request(request)
+        response, _ = await self.infer(name, request, headers)
+        return with_requested_outputs(request, response, grpc_answer=grpc_answer)
 
 
-# --- the HTTP side -----------------------------------------------------------------------
+# --- HTTP ---------------------------------------------------------------------------------
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
-def refusal(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def refusal(
+    request: Request, status: int, message: str, headers: dict[str, str] | None = None
+) -> Response:
     """The protocol's error body, logged as one line."""
     log.warning("%s %s -> %d: %s", request.method, request.url.path, status, message)
-    if status == 401:
-        headers = {**(headers or {}), "www-authenticate": "Bearer"}
-    return json_response({"error": message}, status, headers)
+    extra = {401: {"www-authenticate": "Bearer"}, 429: {"retry-after": "1"}}.get(status, {})
+    return json_response({"error": message}, status, {**(headers or {}), **extra})
 
 
 async def error_handler(request: Request, exc: Exception) -> Response:
@@ -214,8 +197,8 @@ class _Output(pydantic.BaseModel):
 
 
 class _Request(pydantic.BaseModel):
-    """The shape of an inference request (KServe's ``InferenceRequest`` requires
-    ``data``, which the binary extension leaves out, and accepts unknown fields)."""
+    """An inference request's shape. KServe's ``InferenceRequest`` model requires
+    ``data``, which the binary extension leaves out, and accepts unknown fields."""
 
     model_config = pydantic.ConfigDict(extra="forbid", strict=True)
     id: str | None = None
@@ -224,38 +207,52 @@ class _Request(pydantic.BaseModel):
     outputs: list[_Output] | None = None
 
 
-def parse_infer_body(body: bytes, header: str | None, model_name: str) -> InferRequest:
-    """An HTTP inference request: JSON, or with ``header`` the binary extension's JSON
-    header of that many bytes followed by the tensors' bytes. Its shape is checked first:
-    KServe's ``InferRequest.from_bytes`` answers a malformed one with a KeyError (a 500)."""
-    json_length = len(body)
-    if header is not None:
-        try:
-            json_length = int(header)
-        except ValueError:
-            raise bad_request(f"{INFERENCE_CONTENT_LENGTH_HEADER} must be an integer") from None
-        if not 0 < json_length <= len(body):
-            raise bad_request(
-                f"{INFERENCE_CONTENT_LENGTH_HEADER} is {json_length} but the body has "
-                f"{len(body)} bytes"
-            )
+class _Index(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True)
+    ready: bool = False
+
+
+class _Control(pydantic.BaseModel):
+    """Load's and unload's body: parameters (a config override, files, Triton's
+    ``unload_dependents``), of which this server takes only ``unload_dependents``: it
+    loads only what it was started with."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+    parameters: dict[str, bool] = {}
+
+
+Body = TypeVar("Body", bound=pydantic.BaseModel)
+
+
+def parse(kind: type[Body], body: bytes) -> Body:
+    """A JSON body of the shape ``kind`` (empty: ``{}``); a 400 naming what is wrong."""
     try:
-        parsed = _Request.model_validate_json(body[:json_length])
+        return kind.model_validate_json(body if body.strip() else b"{}")
     except pydantic.ValidationError as err:
         first = err.errors()[0]
         if first["type"] == "json_invalid":
             raise bad_request(f"the request body is not valid JSON ({first['msg']})") from None
         where = ".".join(map(str, first["loc"])) or "body"
         raise bad_request(f"the request's {where}: {first['msg']}") from None
-    binary_total = 0
-    for tensor in parsed.inputs:
-        size = (tensor.parameters or {}).get("binary_data_size")
-        if tensor.data is None and (header is None or not isinstance(size, int) or size < 0):
-            raise bad_request(f"input {tensor.name!r}: 'data' (or binary_data_size) is missing")
-        binary_total += 0 if tensor.data is not None else size
-    if header is not None and binary_total != len(body) - json_length:
+
+
+def parse_infer_body(body: bytes, header: str | None, model_name: str) -> InferRequest:
+    """An HTTP inference request: JSON, or with ``header`` the binary extension's JSON
+    header of that many bytes followed by the tensors' bytes. Its shape is checked first:
+    ``InferRequest.from_bytes`` answers a malformed one with a KeyError (a 500)."""
+    json_length = len(body)
+    if header is not None:
+        json_length = int(header) if header.isdigit() else -1
+        if not 0 < json_length <= len(body):
+            raise bad_request(f"{BINARY_HEADER} is {header!r}; the body has {len(body)} bytes")
+    parsed = parse(_Request, body[:json_length])
+    sizes: list[Any] = [(t.parameters or {}).get("binary_data_size") for t in parsed.inputs
+                        if t.data is None]  # fmt: skip
+    if any(not isinstance(s, int) or s < 0 for s in sizes) or (sizes and header is None):
+        raise bad_request("every input needs 'data', or binary_data_size with the binary extension")
+    if header is not None and sum(sizes) != len(body) - json_length:
         raise bad_request(
-            f"the inputs' binary_data_size add up to {binary_total} bytes but the body has "
+            f"the inputs' binary_data_size add up to {sum(sizes)} bytes but the body has "
             f"{len(body) - json_length} bytes after the JSON header"
         )
     try:
@@ -266,51 +263,32 @@ def parse_infer_body(body: bytes, header: str | None, model_name: str) -> InferR
         raise bad_request(f"the request does not follow the protocol ({err})") from None
 
 
-async def _repository_options(request: Request, allowed: frozenset[str] | None) -> dict[str, Any]:
-    """The JSON body of a repository request (empty: ``{}``). Load and unload may carry
-    parameters (a config override, files); this server loads only what it was started
-    with, so load takes none and unload only Triton's ``unload_dependents`` (a boolean)."""
-    body = await request.body()
-    try:
-        options = orjson.loads(body) if body.strip() else {}
-    except orjson.JSONDecodeError as err:
-        raise bad_request(f"the request body is not valid JSON ({err})") from None
-    if allowed is None:
-        if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
-            raise bad_request("the index request is an object with an optional 'ready' boolean")
-        return dict(options)
-    parameters = options.get("parameters", {}) if isinstance(options, dict) else None
-    if (
-        not isinstance(parameters, dict)
-        or set(options) - {"parameters"}
-        or set(parameters) - allowed
-        or not all(isinstance(v, bool) for v in parameters.values())
-    ):
-        raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
-    return dict(options)
-
-
 async def _not_served(request: Request) -> Response:
     raise HTTPException(404)
 
 
 class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
-    """KServe's REST server and FastAPI application with the HTTP deltas (module
-    docstring), behind admission control."""
+    """KServe's REST server and FastAPI application with the HTTP deltas."""
 
-    def __init__(self, server: ModelServer, admission: AdmissionControl) -> None:
+    def __init__(self, server: ModelServer, admission: Admission) -> None:
         super().__init__(
-            FASTAPI_APP_IMPORT_STRING,
+            "kserve.model_server:app",
             server.dataplane,
             server.model_repository_extension,
             server.http_port,
             grace_period=server.grace_period,
         )
         self.dataplane: DataPlane = server.dataplane
+        self.repository = server.dataplane.repository
         self.control = server.dataplane.control
         self.admission = admission
         # RESTServer.__init__ (kserve/protocol/rest/server.py) binds 0.0.0.0, hard-coded.
         self.config.host = server.host
+
+    async def serve(self, sock: socket.socket) -> None:
+        """``RESTServer.start`` on a socket bound before anything is served."""
+        self.create_application()
+        await self._server.serve(sockets=[sock])
 
     def _add_exception_handlers(self, app: FastAPI) -> None:
         # KServe's handlers (kserve/errors.py) log every 4xx with its traceback, and
@@ -339,12 +317,13 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
 
     def _register_endpoints(self, app: FastAPI) -> None:
         super()._register_endpoints(app)
-        model, version = "/v2/models/{model_name}", "/v2/models/{model_name}/versions/{model_version}"
+        model = "/v2/models/{model_name}"
+        version = f"{model}/versions/{{model_version}}"
         get, post = ["GET"], ["POST"]
-        # KServe's infer route reads the body through FastAPI (a binary body without a
-        # content type is parsed as JSON and refused) and its versioned routes answer 501
-        # (v2_endpoints.py, V2Endpoints.infer, .model_metadata, .model_ready); it serves
-        # the repository's load and unload to anyone, and no index.
+        # Ahead of KServe's: its infer route reads the body through FastAPI (a binary body
+        # without a content type is parsed as JSON and refused), its versioned routes
+        # answer 501 (v2_endpoints.py, V2Endpoints.infer, .model_metadata, .model_ready),
+        # and it serves load and unload to anyone, and no index.
         ours = [
             Route(f"{model}/infer", self.infer, methods=post),
             Route(f"{version}/infer", self.infer, methods=post),
@@ -363,44 +342,34 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
                 ours.append(Route(path, _not_served, methods=ALL_METHODS))
             else:
                 ours.append(Route(path, endpoint, methods=post))
-        app.router.routes[:0] = ours  # matched before KServe's, which stay behind them
-
-    async def serve(self, sock: socket.socket) -> None:
-        """`RESTServer.start` on a socket bound before (a taken port is one error), the
-        application behind admission control."""
-        self.create_application()
-        self.config.app = self.admission
-        await self._server.serve(sockets=[sock])
+        app.router.routes[:0] = ours
 
     # --- the routes --------------------------------------------------------------------
 
     async def model_metadata(self, request: Request) -> Response:
         params = request.path_params
-        return json_response(
-            await self.dataplane.model_metadata(params["model_name"], params["model_version"])
-        )
+        meta = await self.dataplane.model_metadata(params["model_name"], params["model_version"])
+        return json_response(meta)
 
     async def model_config(self, request: Request) -> Response:
-        params = request.path_params
-        return json_response(
-            await self.dataplane.model_config(params["model_name"], params.get("model_version"))
-        )
+        name, version = request.path_params["model_name"], request.path_params.get("model_version")
+        return json_response(await self.dataplane.model_config(name, version))
 
     async def model_ready(self, request: Request) -> Response:
         name = request.path_params["model_name"]
-        self.dataplane.repository.model(name, request.path_params["model_version"], ready=True)
+        self.repository.model(name, request.path_params["model_version"], ready=True)
         return json_response({"name": name, "ready": True})
 
     async def infer(self, request: Request) -> Response:
         name = request.path_params["model_name"]
-        version = request.path_params.get("model_version")
-        self.dataplane.repository.model(name, version, ready=True)  # 404/503 before the body
+        return await self.admission.run(name, lambda: self._infer(request, name))
+
+    async def _infer(self, request: Request, name: str) -> Response:
+        self.repository.model(name, request.path_params.get("model_version"), ready=True)
         headers = dict(request.headers)
-        body = await request.body()
-        infer_request = parse_infer_body(body, headers.get(INFERENCE_CONTENT_LENGTH_HEADER), name)
-        check_request(infer_request)
-        response, _ = await self.dataplane.infer(name, infer_request, headers)
-        answer = with_requested_outputs(infer_request, response, grpc_answer=False)
+        body = await self.admission.read_body(headers.get("content-length"), request.stream())
+        infer_request = parse_infer_body(body, headers.get(BINARY_HEADER), name)
+        answer = await self.dataplane.answer(name, infer_request, headers, grpc_answer=False)
         encoded, response_headers = self.dataplane.encode(name, answer, headers, {})
         if isinstance(encoded, bytes):
             return Response(encoded, 200, response_headers, "application/octet-stream")
@@ -408,34 +377,36 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
 
     def authorize(self, request: Request) -> None:
         assert self.control is not None
-        self.control.authorize(
-            request.headers.get("authorization"), "'Authorization: Bearer <token>'"
-        )
+        authorization = request.headers.get("authorization")
+        self.control.authorize(authorization, "'Authorization: Bearer <token>'")
 
     async def repository_index(self, request: Request) -> Response:
         self.authorize(request)
-        options = await _repository_options(request, None)
-        return json_response(self.dataplane.repository.index(options.get("ready", False)))
+        options = parse(_Index, await request.body())
+        return json_response(self.repository.index(options.ready))
+
+    async def control_request(self, request: Request, allowed: frozenset[str]) -> None:
+        self.authorize(request)
+        if set(parse(_Control, await request.body()).parameters) - allowed:
+            raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
 
     async def repository_load(self, request: Request) -> Response:
-        self.authorize(request)
-        await _repository_options(request, frozenset())
+        await self.control_request(request, frozenset())
         name = request.path_params["model_name"]
-        self.dataplane.repository.load(name)
+        self.repository.load(name)
         log.warning("model %s loaded through the repository extension", name)
         return json_response({})
 
     async def repository_unload(self, request: Request) -> Response:
-        self.authorize(request)
-        await _repository_options(request, UNLOAD_PARAMETERS)
+        await self.control_request(request, UNLOAD_PARAMETERS)
         name = request.path_params["model_name"]
-        self.dataplane.repository.unload(name)
+        self.repository.unload(name)
         log.warning("model %s unloaded through the repository extension", name)
         return json_response({})
 
 
 class ModelServer(kserve.ModelServer):  # type: ignore[misc]
-    """KServe's model server, bound to ``host`` and with this project's deltas.
+    """KServe's model server, bound to ``host``, with this project's deltas.
 
     Args:
         host: address to bind HTTP (127.0.0.1; 0.0.0.0 in a pod).
@@ -458,45 +429,35 @@ class ModelServer(kserve.ModelServer):  # type: ignore[misc]
     ) -> None:
         repository = Repository()
         super().__init__(
-            http_port=http_port,
-            grpc_port=grpc_port or 0,
-            workers=1,
-            registered_models=repository,
-            enable_grpc=grpc_port is not None,
-            enable_docs_url=False,
-            enable_latency_logging=False,
-            grace_period=5,
-            ssl_certfile=None,
-            ssl_keyfile=None,
-        )
+            http_port=http_port, grpc_port=grpc_port or 0, enable_grpc=grpc_port is not None,
+            registered_models=repository, enable_latency_logging=False, grace_period=5,
+            enable_docs_url=False, ssl_certfile=None, ssl_keyfile=None,
+        )  # fmt: skip
         self.dataplane = DataPlane(repository, control)
-        self.host = host
-        self.grpc_host = grpc_host or host
-        self.limits = limits
+        self.host, self.grpc_host, self.limits = host, grpc_host or host, limits
 
     async def serve(self, models: Sequence[Any]) -> None:
-        """`ModelServer.start` in the running event loop, on addresses bound before
+        """``ModelServer.start`` in the running event loop, every address bound before
         anything is served, until the process is interrupted. Raises `OSError` when a
         port cannot be bound, `ValueError` when two models have one name."""
         names = [model.name for model in models]
         if len(set(names)) != len(names):
             raise ValueError(f"two models have the same name: {', '.join(names)}")
         self._register_and_check_atleast_one_model_is_ready(list(models))
-        admission = AdmissionControl(
-            kserve_app, self.limits, {model.name: version_of(model) for model in models}
-        )
+        admission = Admission(self.limits, {model.name: version_of(model) for model in models})
         sock = bind_socket(self.host, self.http_port)
-        self._rest_server = RESTServer(self, admission)
-        self.servers = [self._rest_server.serve(sock)]
         if self.enable_grpc:
-            from workloads.serving.grpc_service import GRPCServer  # noqa: PLC0415 (gRPC only here)
+            from workloads.serving.grpc_service import GRPCServer  # noqa: PLC0415 (gRPC only)
 
             self._grpc_server = GRPCServer(self, admission)
             try:
-                await self._grpc_server.bind()
+                self._grpc_server.bind()
             except OSError:
                 sock.close()
                 raise
+        self._rest_server = RESTServer(self, admission)
+        self.servers = [self._rest_server.serve(sock)]
+        if self._grpc_server is not None:
             self.servers.append(self._grpc_server.start(self.max_threads))
         self.register_signal_handler()
         await self._serve()
@@ -515,7 +476,6 @@ async def serve_models(
     """Serve loaded KServe ``models`` (each with a ``version`` label) on ``host:port``
     over HTTP and, with ``grpc_port``, on ``grpc_host`` (default ``host``) over gRPC,
     until the process is interrupted. Raises `OSError` when a port cannot be bound."""
-    server = ModelServer(
-        host, port, limits, grpc_port=grpc_port, grpc_host=grpc_host, control=control
-    )
+    server = ModelServer(host, port, limits, grpc_port=grpc_port, grpc_host=grpc_host,
+                         control=control)  # fmt: skip
     await server.serve(models)

@@ -44,15 +44,14 @@ from kserve.protocol.grpc.servicer import InferenceServicer
 from kserve.protocol.infer_type import InferRequest
 from kserve.utils.utils import to_headers
 
-from workloads.serving.limits import AdmissionControl
+from workloads.serving.limits import Admission
+from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
     UNLOAD_PARAMETERS,
     ModelControl,
     bad_request,
-    check_request,
     error_status,
-    with_requested_outputs,
 )
 
 if TYPE_CHECKING:
@@ -163,7 +162,7 @@ def _triton_messages() -> dict[str, type[Message]]:
 class Servicer(InferenceServicer):  # type: ignore[misc]  # kserve ships no types
     """KServe's servicer with versions, typed parameters and admission (module docstring)."""
 
-    def __init__(self, dataplane: DataPlane, extension: Any, admission: AdmissionControl) -> None:
+    def __init__(self, dataplane: DataPlane, extension: Any, admission: Admission) -> None:
         super().__init__(dataplane, extension)
         self.dataplane = dataplane
         self.admission = admission
@@ -177,15 +176,14 @@ class Servicer(InferenceServicer):  # type: ignore[misc]  # kserve ships no type
         return pb.ModelMetadataResponse(**meta)
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return await self.admission.grpc(request.model_name, lambda: self._infer(request, context))
+        return await self.admission.run(request.model_name, lambda: self._infer(request, context))
 
     async def _infer(self, message: Any, context: Any) -> Any:
         name = message.model_name
         self.dataplane.repository.model(name, message.model_version, ready=True)
         request = infer_request(message)
-        check_request(request)
-        response, _ = await self.dataplane.infer(name, request, to_headers(context))
-        return with_requested_outputs(request, response, grpc_answer=True).to_grpc()
+        answer = await self.dataplane.answer(name, request, to_headers(context), grpc_answer=True)
+        return answer.to_grpc()
 
 
 class StatusInterceptor(ExceptionToStatusInterceptor):  # type: ignore[misc]
@@ -234,9 +232,7 @@ def repository_handlers(
 
     def authorized(request: Any, context: Any, allowed: frozenset[str] | None) -> None:
         metadata = dict(context.invocation_metadata())
-        control.authorize(
-            metadata.get("authorization"), "'authorization: Bearer <token>' metadata"
-        )
+        control.authorize(metadata.get("authorization"), "'authorization: Bearer <token>' metadata")
         if allowed is not None and (
             set(request.parameters) - allowed or unknown_fields.UnknownFieldSet(request)
         ):
@@ -274,7 +270,7 @@ def repository_handlers(
 class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
     """KServe's gRPC server with this project's servicer, interceptors and address."""
 
-    def __init__(self, server: ModelServer, admission: AdmissionControl) -> None:
+    def __init__(self, server: ModelServer, admission: Admission) -> None:
         super().__init__(
             server.grpc_port,
             server.dataplane,
@@ -285,7 +281,7 @@ class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
         self.host = server.grpc_host
         self.admission = admission
 
-    async def bind(self) -> None:
+    def bind(self) -> None:
         """Create the server and bind it (plaintext: on a cluster it is reached through
         the TLS proxy only); raises `OSError` when the port cannot be bound. KServe's
         ``GRPCServer.start`` (kserve/protocol/grpc/server.py) binds ``[::]``, hard-coded."""
@@ -303,6 +299,8 @@ class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
         )
         servicer = Servicer(dataplane, self._model_repository_extension, self.admission)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
+        # A plain socket first: gRPC would log its own error line before raising.
+        bind_socket(self.host, self._port).close()
         address = f"[{self.host}]:{self._port}" if ":" in self.host else f"{self.host}:{self._port}"
         try:
             bound = self._server.add_insecure_port(address)

@@ -64,13 +64,17 @@ _DATA_TYPES = {  # datatype -> (accepted JSON element types, what to say)
 
 
 class ProtocolError(Exception):
-    """A refusal: its HTTP status, gRPC code and a message naming what to fix."""
+    """A refusal: its HTTP status, gRPC code, a message naming what to fix and, for a
+    request refused before inference, the reason the metrics count it under."""
 
-    def __init__(self, status: HTTPStatus, code: grpc.StatusCode, message: str) -> None:
+    def __init__(
+        self, status: HTTPStatus, code: grpc.StatusCode, message: str, reason: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 def bad_request(message: str) -> ProtocolError:
@@ -208,38 +212,30 @@ class ModelControl:
         if not authorization or not hmac.compare_digest(authorization.encode(), expected):
             raise unauthenticated(f"model control needs {where}")
 
-    @classmethod
-    def from_sources(cls, token_file: Path | None, environ: Mapping[str, str]) -> ModelControl:
-        """The token from ``token_file``, else from ``$MODEL_CONTROL_TOKEN``; raises
-        `ValueError` with a message naming what to fix."""
-        if token_file is not None:
-            try:
-                token = token_file.read_text(encoding="utf-8").strip()
-            except OSError as err:
-                raise ValueError(
-                    f"--control-token-file {token_file}: cannot read it ({err.strerror})"
-                ) from err
-            where = f"--control-token-file {token_file}"
-        else:
-            token = environ.get(TOKEN_ENV, "").strip()
-            where = f"${TOKEN_ENV}"
-        if len(token) < MIN_TOKEN_LENGTH:
-            raise ValueError(
-                f"--enable-model-control needs a token of at least {MIN_TOKEN_LENGTH} "
-                f"characters in {where} (e.g. `openssl rand -hex 32 > token`)"
-            )
-        return cls(token)
-
 
 def control_from_args(
     enabled: bool, token_file: Path | None, environ: Mapping[str, str] | None = None
 ) -> ModelControl | None:
-    """`ModelControl` when enabled, else ``None`` (the extension is not served at all)."""
+    """`ModelControl` with the token of ``token_file``, else of ``$MODEL_CONTROL_TOKEN``,
+    when enabled; ``None`` (the extension is not served at all) otherwise. Raises
+    `ValueError` with a message naming what to fix."""
     if not enabled:
         if token_file is not None:
             raise ValueError("--control-token-file is given without --enable-model-control")
         return None
-    return ModelControl.from_sources(token_file, os.environ if environ is None else environ)
+    where = f"--control-token-file {token_file}" if token_file else f"${TOKEN_ENV}"
+    environ = os.environ if environ is None else environ
+    try:
+        token = token_file.read_text(encoding="utf-8") if token_file else environ.get(TOKEN_ENV, "")
+    except OSError as err:
+        raise ValueError(f"{where}: cannot read it ({err.strerror})") from err
+    token = token.strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(
+            f"--enable-model-control needs a token of at least {MIN_TOKEN_LENGTH} "
+            f"characters in {where} (e.g. `openssl rand -hex 32 > token`)"
+        )
+    return ModelControl(token)
 
 
 def extensions(control: ModelControl | None) -> list[str]:
