@@ -1,11 +1,13 @@
 """What the server adds to KServe's `ModelServer` beyond the conformance checks
 (tests/serving/test_conformance.py): it binds loopback only unless told otherwise
 (KServe 0.21 binds every interface, hard-coded), a taken port is one line and exit 2,
-tritonclient's ``get_model_config`` reads Triton's model configuration, and
+tritonclient's ``get_model_config`` reads Triton's model configuration (HTTP and gRPC),
+and
 ``make bench-serve`` measures it against KServe's own server in one run."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -13,10 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
+from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from tests.serving.conftest import ROOT, Server
+from tests.serving.conftest import ROOT, Server, run_kserve_snippet
 from tests.workloads.helpers import free_port
 
 
@@ -98,3 +102,55 @@ def test_bench_serve_compares_with_kserves_own_server(export_dir: Path) -> None:
         )  # fmt: skip
         assert new_rps > 0 and kserve_rps > 0 and errors == "0", row
         assert ratio == pytest.approx(new_rps / kserve_rps, abs=0.01), row
+
+
+def test_get_model_config_over_grpc(server: Server) -> None:
+    """gRPC ModelConfig, which KServe's service lacks, in Triton's messages."""
+    client = tgrpc.InferenceServerClient(server.grpc)
+    config = client.get_model_config("tiny", as_json=True)["config"]
+    assert config["name"] == "tiny"
+    assert {t["name"]: t["data_type"] for t in config["input"]} == {
+        "text": "TYPE_STRING",
+        "token_ids": "TYPE_INT64",
+    }
+    dims = {t["name"]: t["dims"] for t in config["output"]}
+    assert dims["text"] == ["-1"]  # int64, which JSON gives as strings
+    with pytest.raises(InferenceServerException) as unknown:
+        client.get_model_config("nope")
+    assert unknown.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_the_model_config_messages_are_tritons() -> None:
+    """The private ModelConfig, ModelInput and ModelOutput (grpc_service.py) have the
+    field numbers and types of Triton's model_config.proto for every field they have
+    (a subset); checked from a subprocess, since KServe's messages cannot share this
+    process with tritonclient's."""
+    ours = json.loads(run_kserve_snippet(CONFIG_FIELDS))
+    assert set(ours) == {"ModelConfig", "ModelInput", "ModelOutput"}
+    for name, fields in ours.items():
+        theirs = {
+            f.name: [f.number, f.type] for f in getattr(model_config_pb2, name).DESCRIPTOR.fields
+        }
+        assert fields == {k: theirs[k] for k in fields}, name
+    values = {v.name: v.number for v in model_config_pb2.DataType.DESCRIPTOR.values}
+    assert json.loads(run_kserve_snippet(DATA_TYPES)) == values
+
+
+CONFIG_FIELDS = """
+import json
+from workloads.serving.grpc_service import _triton_messages
+config = _triton_messages()["ModelConfigResponse"].DESCRIPTOR.fields_by_name["config"].message_type
+out = {config.name: {f.name: [f.number, f.type] for f in config.fields}}
+for tensor in ("input", "output"):
+    message = config.fields_by_name[tensor].message_type
+    out[message.name] = {f.name: [f.number, f.type] for f in message.fields}
+print(json.dumps(out))
+"""
+
+DATA_TYPES = """
+import json
+from workloads.serving.grpc_service import _triton_messages
+config = _triton_messages()["ModelConfigResponse"].DESCRIPTOR.fields_by_name["config"].message_type
+enum = config.fields_by_name["input"].message_type.fields_by_name["data_type"].enum_type
+print(json.dumps({v.name: v.number for v in enum.values}))
+"""

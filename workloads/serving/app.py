@@ -1,29 +1,19 @@
-"""The V2 (Open Inference Protocol) server: KServe's `ModelServer` with this project's
-deltas, HTTP and gRPC in one event loop (gRPC's: `workloads.serving.grpc_service`).
-
-KServe's, unchanged: the FastAPI application and its routes for liveness, readiness,
-the model list, model metadata and readiness; the data plane (model lookup, calling
-the model, encoding the answer); the model repository; the gRPC servicer; the request
-and response types. The deltas, each where KServe 0.21 does otherwise (the comments
-name the place):
+"""The V2 (Open Inference Protocol) server: KServe's `ModelServer`, HTTP and gRPC in one
+event loop, with this project's deltas (gRPC's in `workloads.serving.grpc_service`),
+each commented where KServe 0.21 does otherwise:
 
 - it binds where it is told, 127.0.0.1 by default (0.0.0.0 in a pod via ``--host``);
-- every error is ``{"error": "<message>"}`` with the protocol's status (FastAPI's are
-  ``{"detail": ...}``), and a 4xx is logged as one line (a 5xx with its traceback);
-- ``/v2/models/<m>[/versions/<v>]/infer`` reads the body itself: JSON whatever the
-  content type says, unless ``Inference-Header-Content-Length`` makes it the binary
-  extension's JSON header plus tensor bytes; shape, datatypes and parameters are
-  checked (`workloads.serving.protocol`), requested outputs honoured, admission
-  bounds applied (`workloads.serving.limits`);
-- ``/v2/models/<m>/versions/<v>[/ready|/infer]`` answer for the version the model
-  serves and 404 for another; ``.../config`` is Triton's model configuration;
-- the repository extension (index, load, unload) exists only when enabled, and then
-  needs the bearer token; an unloaded model stays known and unready until loaded again,
-  and the server is ready only when all its models are.
+- every error is ``{"error": "<message>"}`` with the protocol's status, a 4xx logged as
+  one line (a 5xx with its traceback);
+- its own infer route: the binary tensor extension whatever the content type says, the
+  protocol's checks (`workloads.serving.protocol`), admission (`workloads.serving.limits`);
+- versioned paths answer for the version served, 404 for another; ``.../config`` is
+  Triton's model configuration;
+- the repository extension only when enabled, behind the bearer token, and an unloaded
+  model stays known and unready until loaded again.
 
 Used by the language-model predictor (``python -m workloads.serving``) and the tabular
-predictor (``python -m workloads.features serve``); it imports neither torch nor the
-language-model code.
+predictor (``python -m workloads.features serve``).
 """
 
 from __future__ import annotations
@@ -95,12 +85,14 @@ class Repository(ModelRepository):  # type: ignore[misc]  # kserve ships no type
         model = self.model(name)
         if not model.ready:
             model.load()
+            log.warning("model %s loaded", name)
         return bool(model.ready)
 
     def unload(self, name: str) -> None:
         model = self.model(name)
         getattr(model, "unload", model.stop)()
         model.ready = False
+        log.warning("model %s unloaded", name)
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Every model, its version and its state (Triton's names)."""
@@ -392,16 +384,12 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
 
     async def repository_load(self, request: Request) -> Response:
         await self.control_request(request, frozenset())
-        name = request.path_params["model_name"]
-        self.repository.load(name)
-        log.warning("model %s loaded through the repository extension", name)
+        self.repository.load(request.path_params["model_name"])
         return json_response({})
 
     async def repository_unload(self, request: Request) -> Response:
         await self.control_request(request, UNLOAD_PARAMETERS)
-        name = request.path_params["model_name"]
-        self.repository.unload(name)
-        log.warning("model %s unloaded through the repository extension", name)
+        self.repository.unload(request.path_params["model_name"])
         return json_response({})
 
 
@@ -439,10 +427,7 @@ class ModelServer(kserve.ModelServer):  # type: ignore[misc]
     async def serve(self, models: Sequence[Any]) -> None:
         """``ModelServer.start`` in the running event loop, every address bound before
         anything is served, until the process is interrupted. Raises `OSError` when a
-        port cannot be bound, `ValueError` when two models have one name."""
-        names = [model.name for model in models]
-        if len(set(names)) != len(names):
-            raise ValueError(f"two models have the same name: {', '.join(names)}")
+        port cannot be bound."""
         self._register_and_check_atleast_one_model_is_ready(list(models))
         admission = Admission(self.limits, {model.name: version_of(model) for model in models})
         sock = bind_socket(self.host, self.http_port)
@@ -464,18 +449,9 @@ class ModelServer(kserve.ModelServer):  # type: ignore[misc]
 
 
 async def serve_models(
-    models: Sequence[Any],
-    host: str,
-    port: int,
-    limits: Limits,
-    *,
-    grpc_port: int | None = None,
-    grpc_host: str | None = None,
-    control: ModelControl | None = None,
+    models: Sequence[Any], host: str, port: int, limits: Limits, **options: Any
 ) -> None:
     """Serve loaded KServe ``models`` (each with a ``version`` label) on ``host:port``
-    over HTTP and, with ``grpc_port``, on ``grpc_host`` (default ``host``) over gRPC,
-    until the process is interrupted. Raises `OSError` when a port cannot be bound."""
-    server = ModelServer(host, port, limits, grpc_port=grpc_port, grpc_host=grpc_host,
-                         control=control)  # fmt: skip
-    await server.serve(models)
+    until the process is interrupted (``options``: `ModelServer`'s gRPC and control).
+    Raises `OSError` when a port cannot be bound."""
+    await ModelServer(host, port, limits, **options).serve(models)

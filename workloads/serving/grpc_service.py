@@ -1,40 +1,24 @@
-"""The gRPC side of the V2 server: KServe's gRPC server and servicer
-(`inference.GRPCInferenceService`) with this project's deltas.
-
-KServe's servicer answers ServerLive, ServerReady and ServerMetadata (through the data
-plane of `workloads.serving.app`, truthful about readiness and extensions). Replaced
-here, each where KServe 0.21 does otherwise:
-
-- it binds where it is told (``GRPCServer.start`` binds ``[::]``, hard-coded);
-- ModelReady and ModelMetadata answer for the version the model serves and NOT_FOUND
-  for another (KServe's ignore the version), and metadata lists the version;
-- ModelInfer reads every parameter: Triton's ``InferParameter`` has ``double_param``
-  (4) and ``uint64_param`` (5), which KServe's message lacks, so tritonclient's
-  ``temperature=0.7`` is an unknown field to KServe and dropped; it is read here
-  (`grpc_parameters`), and a parameter with no value is refused. The request is
-  checked and answered as over HTTP, within the same admission bounds and metrics;
-- errors: one log line per client error (KServe's interceptor logs each with its
-  traceback), the protocol's codes (NOT_FOUND for a version, UNAUTHENTICATED, ...);
-- the repository methods: KServe's ``RepositoryModelLoadRequest`` puts ``model_name``
-  at field 1, where Triton's has ``repository_name`` (``model_name`` is 2), KServe has
-  no ``RepositoryIndex``, and serves load and unload to anyone. Here the three use
-  Triton's message layout (`_triton_messages`, built in a private descriptor pool so
-  that they never clash with KServe's or tritonclient's in the default pool), exist
-  only when model control is enabled (else UNIMPLEMENTED), and need
-  ``authorization: Bearer <token>`` metadata. Load takes no parameters; unload takes
-  Triton's ``unload_dependents`` (there are no dependents here).
+"""The gRPC side of the V2 server (`inference.GRPCInferenceService`): KServe's gRPC
+server and servicer with this project's deltas, each commented where KServe 0.21 does
+otherwise. ServerLive, ServerReady and ServerMetadata are KServe's, over the data plane
+of `workloads.serving.app`; ModelReady, ModelMetadata and ModelInfer add versions, every
+parameter, the protocol's checks and admission; errors are the protocol's codes, a
+client error logged as one line; the repository methods are Triton's, behind the token,
+or not served at all.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 from grpc import aio
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pb_grpc
@@ -49,37 +33,36 @@ from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
     REPOSITORY_PARAMETERS_MESSAGE,
     UNLOAD_PARAMETERS,
-    ModelControl,
     bad_request,
     error_status,
 )
 
 if TYPE_CHECKING:
-    from workloads.serving.app import DataPlane, ModelServer, Repository
+    from workloads.serving.app import DataPlane, ModelServer
 
 log = logging.getLogger("workloads.serving")
 
-#: Triton's InferParameter fields that KServe's message does not have.
-_DOUBLE_FIELD, _UINT64_FIELD = 4, 5
-_WIRE_VARINT, _WIRE_FIXED64 = 0, 1
 REPOSITORY_METHODS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
 
 
-def _parameter_value(key: str, parameter: Any) -> Any:
-    which = parameter.WhichOneof("parameter_choice")
-    if which is not None:
-        return getattr(parameter, which)
-    for field in unknown_fields.UnknownFieldSet(parameter):
-        if field.field_number == _DOUBLE_FIELD and field.wire_type == _WIRE_FIXED64:
-            return struct.unpack("<d", struct.pack("<Q", field.data))[0]
-        if field.field_number == _UINT64_FIELD and field.wire_type == _WIRE_VARINT:
-            return int(field.data)
-    raise bad_request(f"parameter {key!r} has no value of a type this server reads")
-
-
 def grpc_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """A gRPC parameter map as plain values (bool, int, str, float)."""
-    return {key: _parameter_value(key, value) for key, value in parameters.items()}
+    """A gRPC parameter map as plain values. KServe's ``InferParameter`` lacks Triton's
+    ``double_param`` (4) and ``uint64_param`` (5), so tritonclient's ``temperature=0.7``
+    is an unknown field that ``InferRequest.from_grpc`` (kserve/protocol/infer_type.py)
+    passes on as a raw message; here it is read, and a parameter with no value refused."""
+    values = {}
+    for key, parameter in parameters.items():
+        which = parameter.WhichOneof("parameter_choice")
+        unknown = {(f.field_number, f.wire_type): f.data for f in UnknownFieldSet(parameter)}
+        if which is not None:
+            values[key] = getattr(parameter, which)
+        elif (4, 1) in unknown:  # double_param, fixed64
+            values[key] = struct.unpack("<d", struct.pack("<Q", unknown[4, 1]))[0]
+        elif (5, 0) in unknown:  # uint64_param, varint
+            values[key] = int(unknown[5, 0])
+        else:
+            raise bad_request(f"parameter {key!r} has no value of a type this server reads")
+    return values
 
 
 def infer_request(message: Any) -> InferRequest:
@@ -87,80 +70,102 @@ def infer_request(message: Any) -> InferRequest:
     InferenceServicer.validate_grpc_request(message)
     request = InferRequest.from_grpc(message)
     request.parameters = grpc_parameters(message.parameters)
-    for tensor, source in zip(request.inputs, message.inputs, strict=True):
-        tensor.parameters = grpc_parameters(source.parameters)
-    for output, source_output in zip(request.request_outputs or [], message.outputs, strict=True):
-        output.parameters = grpc_parameters(source_output.parameters)
+    targets = [*request.inputs, *(request.request_outputs or [])]
+    for target, source in zip(targets, [*message.inputs, *message.outputs], strict=True):
+        target.parameters = grpc_parameters(source.parameters)
     return request
 
 
+#: Triton's messages this server answers in (model_config.proto and grpc_service.proto as
+#: tritonclient sends and reads them; of ModelConfig, ModelInput and ModelOutput only the
+#: fields served), for a private descriptor pool, so that they never clash with KServe's
+#: or tritonclient's in the default pool.
+_DATA_TYPES = ["INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+               "INT32", "INT64", "FP16", "FP32", "FP64", "STRING", "BF16"]  # fmt: skip
+_DATA_TYPE_ENUM = " ".join(
+    f'value {{ name: "TYPE_{name}" number: {number} }}' for number, name in enumerate(_DATA_TYPES)
+)
+_MODEL_CONFIG_PROTO = (
+    f'enum_type {{ name: "DataType" {_DATA_TYPE_ENUM} }}'
+    + """
+name: "workloads_serving_model_config.proto" package: "inference" syntax: "proto3"
+message_type { name: "ModelInput"
+  field { name: "name" number: 1 type: TYPE_STRING }
+  field { name: "data_type" number: 2 type: TYPE_ENUM type_name: ".inference.DataType" }
+  field { name: "dims" number: 4 type: TYPE_INT64 label: LABEL_REPEATED } }
+message_type { name: "ModelOutput"
+  field { name: "name" number: 1 type: TYPE_STRING }
+  field { name: "data_type" number: 2 type: TYPE_ENUM type_name: ".inference.DataType" }
+  field { name: "dims" number: 3 type: TYPE_INT64 label: LABEL_REPEATED } }
+message_type { name: "ModelConfig"
+  field { name: "name" number: 1 type: TYPE_STRING }
+  field { name: "platform" number: 2 type: TYPE_STRING }
+  field { name: "backend" number: 17 type: TYPE_STRING }
+  field { name: "max_batch_size" number: 4 type: TYPE_INT32 }
+  field { name: "input" number: 5 type: TYPE_MESSAGE label: LABEL_REPEATED
+          type_name: ".inference.ModelInput" }
+  field { name: "output" number: 6 type: TYPE_MESSAGE label: LABEL_REPEATED
+          type_name: ".inference.ModelOutput" } }
+"""
+)
+_SERVICE_PROTO = """
+name: "workloads_serving_service.proto" package: "inference" syntax: "proto3"
+dependency: "workloads_serving_model_config.proto"
+message_type { name: "ModelConfigRequest"
+  field { name: "name" number: 1 type: TYPE_STRING }
+  field { name: "version" number: 2 type: TYPE_STRING } }
+message_type { name: "ModelConfigResponse"
+  field { name: "config" number: 1 type: TYPE_MESSAGE type_name: ".inference.ModelConfig" } }
+message_type { name: "RepositoryIndexRequest"
+  field { name: "repository_name" number: 1 type: TYPE_STRING }
+  field { name: "ready" number: 2 type: TYPE_BOOL } }
+message_type { name: "RepositoryIndexResponse"
+  field { name: "models" number: 1 type: TYPE_MESSAGE label: LABEL_REPEATED
+          type_name: ".inference.RepositoryIndexResponse.ModelIndex" }
+  nested_type { name: "ModelIndex"
+    field { name: "name" number: 1 type: TYPE_STRING }
+    field { name: "version" number: 2 type: TYPE_STRING }
+    field { name: "state" number: 3 type: TYPE_STRING }
+    field { name: "reason" number: 4 type: TYPE_STRING } } }
+message_type { name: "ModelRepositoryParameter"
+  field { name: "bool_param" number: 1 type: TYPE_BOOL oneof_index: 0 }
+  field { name: "int64_param" number: 2 type: TYPE_INT64 oneof_index: 0 }
+  field { name: "string_param" number: 3 type: TYPE_STRING oneof_index: 0 }
+  field { name: "bytes_param" number: 4 type: TYPE_BYTES oneof_index: 0 }
+  oneof_decl { name: "parameter_choice" } }
+""" + "".join(
+    f"""
+message_type {{ name: "RepositoryModel{verb}Request"
+  field {{ name: "repository_name" number: 1 type: TYPE_STRING }}
+  field {{ name: "model_name" number: 2 type: TYPE_STRING }}
+  field {{ name: "parameters" number: 3 type: TYPE_MESSAGE label: LABEL_REPEATED
+          type_name: ".inference.RepositoryModel{verb}Request.ParametersEntry" }}
+  nested_type {{ name: "ParametersEntry" options {{ map_entry: true }}
+    field {{ name: "key" number: 1 type: TYPE_STRING }}
+    field {{ name: "value" number: 2 type: TYPE_MESSAGE
+            type_name: ".inference.ModelRepositoryParameter" }} }} }}
+message_type {{ name: "RepositoryModel{verb}Response" }}
+"""
+    for verb in ("Load", "Unload")
+)
+
+
+@functools.cache
 def _triton_messages() -> dict[str, type[Message]]:
-    """Triton's repository messages (grpc_service.proto, the layout tritonclient sends),
-    without the load parameters (a request carrying them is refused)."""
-    string, boolean, message = (
-        descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-        descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
-        descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-    )
-    optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-    repeated = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="workloads_serving_repository.proto", package="inference", syntax="proto3"
-    )
-
-    def add(name: str, *fields: tuple[str, int, int, int, str]) -> descriptor_pb2.DescriptorProto:
-        msg = proto.message_type.add(name=name)
-        for field_name, number, kind, label, type_name in fields:
-            field = msg.field.add(name=field_name, number=number, type=kind, label=label)
-            if type_name:
-                field.type_name = type_name
-        return msg
-
-    add("RepositoryIndexRequest", ("repository_name", 1, string, optional, ""),
-        ("ready", 2, boolean, optional, ""))  # fmt: skip
-    index = add(
-        "RepositoryIndexResponse",
-        ("models", 1, message, repeated, ".inference.RepositoryIndexResponse.ModelIndex"),
-    )
-    entry = index.nested_type.add(name="ModelIndex")
-    for number, field_name in enumerate(("name", "version", "state", "reason"), start=1):
-        entry.field.add(name=field_name, number=number, type=string, label=optional)
-    parameter = add(
-        "ModelRepositoryParameter",
-        ("bool_param", 1, boolean, optional, ""),
-        ("int64_param", 2, descriptor_pb2.FieldDescriptorProto.TYPE_INT64, optional, ""),
-        ("string_param", 3, string, optional, ""),
-        ("bytes_param", 4, descriptor_pb2.FieldDescriptorProto.TYPE_BYTES, optional, ""),
-    )
-    parameter.oneof_decl.add(name="parameter_choice")
-    for field in parameter.field:
-        field.oneof_index = 0
-    for verb in ("Load", "Unload"):
-        request = add(
-            f"RepositoryModel{verb}Request",
-            ("repository_name", 1, string, optional, ""),
-            ("model_name", 2, string, optional, ""),
-            ("parameters", 3, message, repeated,
-             f".inference.RepositoryModel{verb}Request.ParametersEntry"),
-        )  # fmt: skip
-        entry_type = request.nested_type.add(name="ParametersEntry")
-        entry_type.options.map_entry = True
-        entry_type.field.add(name="key", number=1, type=string, label=optional)
-        entry_type.field.add(
-            name="value", number=2, type=message, label=optional,
-            type_name=".inference.ModelRepositoryParameter",
-        )  # fmt: skip
-        add(f"RepositoryModel{verb}Response")
+    """Triton's service messages (grpc_service.proto's, by name) the server answers in."""
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
+    for text in (_MODEL_CONFIG_PROTO, _SERVICE_PROTO):
+        pool.Add(text_format.Parse(text, descriptor_pb2.FileDescriptorProto()))
+    service = pool.FindFileByName("workloads_serving_service.proto")
     return {
-        m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"inference.{m.name}"))
-        for m in proto.message_type
+        name: message_factory.GetMessageClass(descriptor)
+        for name, descriptor in service.message_types_by_name.items()
     }
 
 
 class Servicer(InferenceServicer):  # type: ignore[misc]  # kserve ships no types
-    """KServe's servicer with versions, typed parameters and admission (module docstring)."""
+    """KServe's servicer, with versions: its ModelReady and ModelMetadata ignore the
+    version and drop ``versions`` (kserve/protocol/grpc/servicer.py)."""
 
     def __init__(self, dataplane: DataPlane, extension: Any, admission: Admission) -> None:
         super().__init__(dataplane, extension)
@@ -207,7 +212,10 @@ class StatusInterceptor(ExceptionToStatusInterceptor):  # type: ignore[misc]
 
 class MethodOverrides(aio.ServerInterceptor):  # type: ignore[misc]
     """Methods answered by ``handlers`` instead of the servicer (``None``: not served,
-    UNIMPLEMENTED), whether or not KServe's service has them."""
+    UNIMPLEMENTED), whether or not KServe's service has them: KServe's servicer serves
+    RepositoryModelLoad and RepositoryModelUnload to anyone, with ``model_name`` at
+    field 1 where Triton's message has ``repository_name`` (kserve/protocol/grpc/
+    grpc_predict_v2.proto), and has no RepositoryIndex."""
 
     def __init__(self, handlers: Mapping[str, grpc.RpcMethodHandler | None]) -> None:
         self.handlers = handlers
@@ -221,22 +229,23 @@ class MethodOverrides(aio.ServerInterceptor):  # type: ignore[misc]
         return await continuation(details)
 
 
-def repository_handlers(
-    repository: Repository, control: ModelControl | None
-) -> dict[str, grpc.RpcMethodHandler | None]:
-    """The repository extension's methods in Triton's layout, behind the token; none
-    without model control."""
-    if control is None:
-        return dict.fromkeys(REPOSITORY_METHODS)
-    triton = _triton_messages()
+def triton_handlers(dataplane: DataPlane) -> dict[str, grpc.RpcMethodHandler | None]:
+    """The methods answered in Triton's layout (the messages tritonclient sends and
+    reads): ModelConfig, which KServe's service lacks, and the repository extension's,
+    behind the token, or none without model control. Load takes no parameters, unload
+    only Triton's ``unload_dependents`` (there are no dependents here)."""
+    repository, control, triton = dataplane.repository, dataplane.control, _triton_messages()
 
     def authorized(request: Any, context: Any, allowed: frozenset[str] | None) -> None:
+        assert control is not None
         metadata = dict(context.invocation_metadata())
         control.authorize(metadata.get("authorization"), "'authorization: Bearer <token>' metadata")
-        if allowed is not None and (
-            set(request.parameters) - allowed or unknown_fields.UnknownFieldSet(request)
-        ):
+        if allowed is not None and (set(request.parameters) - allowed or UnknownFieldSet(request)):
             raise bad_request(REPOSITORY_PARAMETERS_MESSAGE)
+
+    async def model_config(request: Any, context: Any) -> Any:
+        config = await dataplane.model_config(request.name, request.version)
+        return triton["ModelConfigResponse"](config=config)
 
     async def index(request: Any, context: Any) -> Any:
         authorized(request, context, None)
@@ -248,22 +257,26 @@ def repository_handlers(
     async def load(request: Any, context: Any) -> Any:
         authorized(request, context, frozenset())
         repository.load(request.model_name)
-        log.warning("model %s loaded through the repository extension", request.model_name)
         return triton["RepositoryModelLoadResponse"]()
 
     async def unload(request: Any, context: Any) -> Any:
         authorized(request, context, UNLOAD_PARAMETERS)
         repository.unload(request.model_name)
-        log.warning("model %s unloaded through the repository extension", request.model_name)
         return triton["RepositoryModelUnloadResponse"]()
 
+    methods = {"ModelConfig": model_config}
+    if control is not None:
+        methods |= dict(zip(REPOSITORY_METHODS, (index, load, unload), strict=True))
     return {
-        name: grpc.unary_unary_rpc_method_handler(
-            method,
-            request_deserializer=triton[f"{name}Request"].FromString,
-            response_serializer=lambda m: m.SerializeToString(),
-        )
-        for name, method in zip(REPOSITORY_METHODS, (index, load, unload), strict=True)
+        **dict.fromkeys(REPOSITORY_METHODS),
+        **{
+            name: grpc.unary_unary_rpc_method_handler(
+                method,
+                request_deserializer=triton[f"{name}Request"].FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+            for name, method in methods.items()
+        },
     }
 
 
@@ -289,7 +302,7 @@ class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
         self._server = aio.server(
             interceptors=(
                 StatusInterceptor(),
-                MethodOverrides(repository_handlers(dataplane.repository, dataplane.control)),
+                MethodOverrides(triton_handlers(dataplane)),
             ),
             options=[
                 ("grpc.max_receive_message_length", self.admission.limits.max_body_bytes),
