@@ -114,19 +114,21 @@ class DataPlane(dataplane.DataPlane):  # type: ignore[misc]
         self.control = control
 
     def metadata(self) -> dict[str, Any]:
-        # DataPlane.metadata advertises the repository extension whether or not it is served.
+        # kserve/protocol/dataplane.py DataPlane.metadata advertises the repository
+        # extension whether or not it is served.
         return {**super().metadata(), "extensions": extensions(self.control)}
 
     async def ready(self) -> bool:
-        # DataPlane.ready is always true for a predictor.
+        # DataPlane.ready (kserve/protocol/dataplane.py) is always true for a predictor.
         return all(model.ready for model in self.repository.get_models().values())
 
     async def get_model(self, name: str) -> Any:
-        # DataPlane.get_model loads a model that is not ready, undoing an unload.
+        # DataPlane.get_model (kserve/protocol/dataplane.py) loads a model that is not
+        # ready, undoing an unload.
         return self.repository.model(name, ready=True)
 
     async def model_metadata(self, model_name: str, version: str | None = None) -> dict[str, Any]:
-        # DataPlane.model_metadata has no versions.
+        # DataPlane.model_metadata (kserve/protocol/dataplane.py) has no versions.
         served = version_of(self.repository.model(model_name, version))
         return {**await super().model_metadata(model_name), "versions": [served] if served else []}
 
@@ -189,8 +191,9 @@ class _Output(pydantic.BaseModel):
 
 
 class _Request(pydantic.BaseModel):
-    """An inference request's shape. KServe's ``InferenceRequest`` model requires
-    ``data``, which the binary extension leaves out, and accepts unknown fields."""
+    """An inference request's shape. KServe's ``InferenceRequest`` model (kserve/protocol/
+    rest/v2_datamodels.py) requires ``data``, which the binary extension leaves out, and
+    accepts unknown fields."""
 
     model_config = pydantic.ConfigDict(extra="forbid", strict=True)
     id: str | None = None
@@ -231,7 +234,8 @@ def parse(kind: type[Body], body: bytes) -> Body:
 def parse_infer_body(body: bytes, header: str | None, model_name: str) -> InferRequest:
     """An HTTP inference request: JSON, or with ``header`` the binary extension's JSON
     header of that many bytes followed by the tensors' bytes. Its shape is checked first:
-    ``InferRequest.from_bytes`` answers a malformed one with a KeyError (a 500)."""
+    ``InferRequest.from_bytes`` (kserve/protocol/infer_type.py) answers a malformed one
+    with a KeyError (a 500)."""
     json_length = len(body)
     if header is not None:
         json_length = int(header) if header.isdigit() else -1
@@ -312,10 +316,10 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
         model = "/v2/models/{model_name}"
         version = f"{model}/versions/{{model_version}}"
         get, post = ["GET"], ["POST"]
-        # Ahead of KServe's: its infer route reads the body through FastAPI (a binary body
-        # without a content type is parsed as JSON and refused), its versioned routes
-        # answer 501 (v2_endpoints.py, V2Endpoints.infer, .model_metadata, .model_ready),
-        # and it serves load and unload to anyone, and no index.
+        # Ahead of KServe's (kserve/protocol/rest/v2_endpoints.py): V2Endpoints.infer reads
+        # the body through FastAPI (a binary body without a content type is parsed as JSON
+        # and refused), the versioned routes answer 501 (V2Endpoints.infer, .model_metadata,
+        # .model_ready), load and unload are open to anyone, and there is no index.
         ours = [
             Route(f"{model}/infer", self.infer, methods=post),
             Route(f"{version}/infer", self.infer, methods=post),

@@ -1,13 +1,14 @@
 """``python -m workloads.serving.loadtest --model-dir build/export/<name>`` (``make
-bench-serve``): requests/s and p50/p99 latency of the local model server serving an
-export's int8 model, at 1, 8 and 32 closed-loop clients (each sends its next request
-when the last is answered), over HTTP and gRPC, for two kinds of request: ``text``
-(one prompt, the model's default 32 new tokens, greedy) and ``ids`` (8 token ids, the
-logits back).
+bench-serve``): requests/s, p50/p99 latency and server CPU time per request of the
+local model server serving an export's int8 model, at 1, 8 and 32 closed-loop clients
+(each sends its next request when the last is answered), over HTTP and gRPC, for two
+kinds of request: ``text`` (one prompt, the model's default 32 new tokens, greedy) and
+``ids`` (8 token ids, the logits back).
 
 Servers, started on 127.0.0.1 (free ports) with the same ONNX Runtime settings
-(``--threads``), all running for the whole run and measured in turn at each point, so
-that a change in the machine's load falls on all of them alike:
+(``--threads``), all running for the whole run; at each point they take 1-second
+turns (``--seconds`` each in ``--slices`` turns), so that a change in the machine's load
+falls on all of them alike:
 
 - ``new``: this tree's server (``python -m workloads.serving --variants int8``);
 - ``before`` (``--compare-with DIR``): the server of an earlier source tree ``DIR``
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import shlex
@@ -89,10 +91,11 @@ class Point:
         return float(np.percentile(self.latencies, percentile) * 1000) if self.latencies else 0.0
 
 
-async def closed_loop(
-    send: Callable[[int], Awaitable[Outcome]], point: Point, seconds: float
-) -> None:
-    """``point.clients`` clients sending until ``seconds`` have passed."""
+Send = Callable[[int], Awaitable[Outcome]]
+
+
+async def closed_loop(send: Send, point: Point, seconds: float) -> None:
+    """``point.clients`` clients sending until ``seconds`` have passed, added to ``point``."""
     started = time.perf_counter()
     deadline = started + seconds
 
@@ -109,7 +112,7 @@ async def closed_loop(
                 await asyncio.sleep(0.05)
 
     await asyncio.gather(*(client(i) for i in range(point.clients)))
-    point.seconds = time.perf_counter() - started
+    point.seconds += time.perf_counter() - started
 
 
 def http_body(kind: str, index: int) -> dict[str, Any]:
@@ -135,31 +138,51 @@ def grpc_request(pb: Any, model: str, kind: str, index: int) -> Any:
     return pb.ModelInferRequest(model_name=model, inputs=[tensor])
 
 
-async def measure(server: Server, point: Point, model: str, seconds: float) -> None:
-    if point.protocol == "http":
-        async with httpx.AsyncClient(timeout=120) as http:
-            url = f"{server.url}/v2/models/{model}/infer"
+async def sender(server: Server, protocol: str, kind: str, model: str, stack: Any) -> Send:
+    """A function sending one request of ``kind`` to ``server``, over a connection (an
+    HTTP pool, a gRPC channel) open until ``stack`` closes."""
+    if protocol == "http":
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=120))
+        url = f"{server.url}/v2/models/{model}/infer"
 
-            async def send_http(index: int) -> Outcome:
-                response = await http.post(url, json=http_body(point.kind, index))
-                if response.status_code == 200:
-                    return "ok"
-                return "shed" if response.status_code == 429 else "error"
+        async def send_http(index: int) -> Outcome:
+            response = await http.post(url, json=http_body(kind, index))
+            if response.status_code == 200:
+                return "ok"
+            return "shed" if response.status_code == 429 else "error"
 
-            await closed_loop(send_http, point, seconds)
-        return
+        return send_http
     pb, pb_grpc = kserve_messages()
-    async with grpc.aio.insecure_channel(server.grpc_address) as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.grpc_address))
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
 
-        async def send_grpc(index: int) -> Outcome:
-            try:
-                await stub.ModelInfer(grpc_request(pb, model, point.kind, index), timeout=120)
-            except grpc.aio.AioRpcError as err:
-                return "shed" if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else "error"
-            return "ok"
+    async def send_grpc(index: int) -> Outcome:
+        try:
+            await stub.ModelInfer(grpc_request(pb, model, kind, index), timeout=120)
+        except grpc.aio.AioRpcError as err:
+            return "shed" if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else "error"
+        return "ok"
 
-        await closed_loop(send_grpc, point, seconds)
+    return send_grpc
+
+
+async def measure(
+    servers: list[Server], key: tuple[str, str, int], model: str, seconds: float, slices: int
+) -> list[Point]:
+    """One point of every server: ``seconds`` each, in ``slices`` turns taken in rotation,
+    so that a change in the machine's load falls on all of them alike."""
+    protocol, kind, clients = key
+    points = [Point(server.name, protocol, kind, clients) for server in servers]
+    async with contextlib.AsyncExitStack() as stack:
+        sends = [await sender(server, protocol, kind, model, stack) for server in servers]
+        for send in sends:  # connections open before the clock starts
+            await closed_loop(send, Point("", protocol, kind, clients), 0.2)
+        for _ in range(slices):
+            for server, send, point in zip(servers, sends, points, strict=True):
+                cpu = server.cpu_s()
+                await closed_loop(send, point, seconds / slices)
+                point.cpu_s += server.cpu_s() - cpu
+    return points
 
 
 def free_port() -> int:
@@ -269,15 +292,9 @@ def run(args: argparse.Namespace, servers: list[Server]) -> list[Point]:
             order = servers if round_index % 2 == 0 else servers[::-1]
             for protocol in args.protocols:
                 for kind in args.kinds:
-                    for server in order:  # warm-up
-                        asyncio.run(measure(server, Point("", protocol, kind, 1), model, 0.5))
                     for count in clients:
-                        for server in order:
-                            point = Point(server.name, protocol, kind, count)
-                            cpu = server.cpu_s()
-                            asyncio.run(measure(server, point, model, args.seconds))
-                            point.cpu_s = server.cpu_s() - cpu
-                            points.append(point)
+                        key = (protocol, kind, count)
+                        points += asyncio.run(measure(order, key, model, args.seconds, args.slices))
     finally:
         for server in servers:
             server.stop()
@@ -330,7 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.serving.loadtest")
     parser.add_argument("--model-dir", type=Path, required=True, help="a `make export` directory")
     parser.add_argument("--clients", default="1,8,32", help="concurrent clients (1,8,32)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per point (5)")
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="seconds per point and server (5)"
+    )
+    parser.add_argument(
+        "--slices", type=int, default=5, help="turns per point, servers in rotation (5)"
+    )
     parser.add_argument("--protocol", default="http,grpc", help="http, grpc or both (http,grpc)")
     parser.add_argument("--input", default="text,ids", help="text, ids or both (text,ids)")
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (0: cores)")
@@ -366,8 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = (
         f"`python -m workloads.serving.loadtest {shlex.join(argv)}`: {machine()}; "
         f"{started:%Y-%m-%d %H:%M}-{datetime.now(UTC):%H:%M} UTC, load average {load:.1f} at "
-        f"the start and {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per point, "
-        f"{args.rounds} round(s)"
+        f"the start and {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per point and "
+        f"server in {args.slices} turns, {args.rounds} round(s)"
     )
     report(points, servers, header)
     return 1 if any(p.counts["error"] for p in points) else 0
