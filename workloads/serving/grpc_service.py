@@ -13,7 +13,7 @@ import functools
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
@@ -28,6 +28,7 @@ from kserve.protocol.grpc.servicer import InferenceServicer
 from kserve.protocol.infer_type import InferRequest
 from kserve.utils.utils import to_headers
 
+from workloads.serving.dataplane import DataPlane
 from workloads.serving.limits import Admission
 from workloads.serving.net import bind_socket
 from workloads.serving.protocol import (
@@ -36,9 +37,6 @@ from workloads.serving.protocol import (
     bad_request,
     error_status,
 )
-
-if TYPE_CHECKING:
-    from workloads.serving.app import DataPlane, ModelServer
 
 log = logging.getLogger("workloads.serving")
 
@@ -167,8 +165,9 @@ class Servicer(InferenceServicer):  # type: ignore[misc]  # kserve ships no type
     """KServe's servicer, with versions: its ModelReady and ModelMetadata ignore the
     version and drop ``versions`` (kserve/protocol/grpc/servicer.py)."""
 
-    def __init__(self, dataplane: DataPlane, extension: Any, admission: Admission) -> None:
-        super().__init__(dataplane, extension)
+    def __init__(self, dataplane: DataPlane, admission: Admission) -> None:
+        # No repository extension: the repository methods are Triton's (triton_handlers).
+        super().__init__(dataplane, None)
         self.dataplane = dataplane
         self.admission = admission
 
@@ -283,15 +282,11 @@ def triton_handlers(dataplane: DataPlane) -> dict[str, grpc.RpcMethodHandler | N
 class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
     """KServe's gRPC server with this project's servicer, interceptors and address."""
 
-    def __init__(self, server: ModelServer, admission: Admission) -> None:
-        super().__init__(
-            server.grpc_port,
-            server.dataplane,
-            server.model_repository_extension,
-            kwargs={},
-            grace_period=server.grace_period,
-        )
-        self.host = server.grpc_host
+    def __init__(
+        self, dataplane: DataPlane, host: str, port: int, grace_period: int, admission: Admission
+    ) -> None:
+        super().__init__(port, dataplane, None, kwargs={}, grace_period=grace_period)
+        self.host = host
         self.admission = admission
 
     def bind(self) -> None:
@@ -310,7 +305,7 @@ class GRPCServer(grpc_server.GRPCServer):  # type: ignore[misc]
                 ("grpc.so_reuseport", 0),
             ],
         )
-        servicer = Servicer(dataplane, self._model_repository_extension, self.admission)
+        servicer = Servicer(dataplane, self.admission)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self._server)
         # A plain socket first: gRPC would log its own error line before raising.
         bind_socket(self.host, self._port).close()
