@@ -92,6 +92,8 @@ def build_models(args: argparse.Namespace) -> list[LanguageModelPredictor]:
     name = args.model_dir.resolve().name
     models = []
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if len(set(variants)) != len(variants):
+        raise ExportError(f"--variants names a variant twice: {args.variants}")
     for index, variant in enumerate(variants):
         if args.model_name:
             model_name = args.model_name if index == 0 else f"{args.model_name}-{variant}"

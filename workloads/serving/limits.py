@@ -1,36 +1,34 @@
-"""Admission control in front of the V2 inference endpoints (an ASGI middleware).
+"""Admission control of inference requests, HTTP and gRPC alike (`Admission.run`).
 
 KServe's server queues every request it accepts without bound, so an overloaded server
-answers later and later until clients time out. This middleware, for
-``/v2/models/<name>/infer`` only:
+answers later and later until clients time out. Here each inference request:
 
-- refuses a body over ``max_body_bytes`` with 413 (announced or streamed);
-- sheds load with 429 when ``max_in_flight`` requests are already being served, so
-  the queue in front of the model stays bounded and the clients back off;
-- ends a request still unanswered after ``timeout_s`` with 504;
-- counts every answer (status code) and its latency per model and version, and every
-  refusal per reason, in the predictor's metrics.
+- is refused with 429 (gRPC RESOURCE_EXHAUSTED) when ``max_in_flight`` requests are
+  already being served, so the queue in front of the model stays bounded and clients
+  back off;
+- is ended with 504 (DEADLINE_EXCEEDED) when still unanswered after ``timeout_s``;
+- is refused with 413 when its body is over ``max_body_bytes`` (`read_body`; gRPC's own
+  message limit says RESOURCE_EXHAUSTED);
+- is counted with its status code (a gRPC answer under the HTTP status it corresponds
+  to) and latency per model and version, and every refusal per reason, in the
+  predictor's metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TypeVar
+
+import grpc  # type: ignore[import-untyped]  # no stubs; covered by tests/serving
 
 from workloads.serving import metrics
+from workloads.serving.protocol import ProtocolError, error_status
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-INFER_PATH = re.compile(r"^/v2/models/(?P<model>[^/]+)(/versions/[^/]+)?/infer$")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,143 +46,76 @@ class Limits:
     timeout_s: float = 30.0
 
 
-class _BodyTooLargeError(Exception):
-    pass
-
-
-class AdmissionControl:
-    """The middleware (see the module docstring).
+@dataclass
+class Admission:
+    """The bounds of one server's inference requests (module docstring).
 
     Args:
-        app: the KServe FastAPI application.
         limits: the bounds.
-        versions: model name -> version label, for the metrics.
+        versions: model name -> version label (the metrics count these models only).
     """
 
-    def __init__(self, app: ASGIApp, limits: Limits, versions: dict[str, str]) -> None:
-        self.app = app
-        self.limits = limits
-        self.versions = versions
-        self.in_flight = 0
+    limits: Limits
+    versions: dict[str, str]
+    in_flight: int = field(default=0, init=False)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = INFER_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
-        if match is None:
-            await self.app(scope, receive, send)
-            return
-        model = match["model"]
-        version = self.versions.get(model, "unknown")
+    async def run(self, model: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``'s answer, within the bounds; counted."""
+        version = self.versions.get(model, "")
         started = time.perf_counter()
-        status: list[int] = []
-
-        async def record(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status.append(int(message["status"]))
-            await send(message)
-
+        code = HTTPStatus.INTERNAL_SERVER_ERROR
         try:
-            await self._admit(scope, receive, record, model, version)
-        finally:
-            code = str(status[0]) if status else "499"  # the client went away
-            metrics.REQUESTS.labels(model, version, code).inc()
-            metrics.DURATION.labels(model, version).observe(time.perf_counter() - started)
-
-    async def _admit(
-        self, scope: Scope, receive: Receive, send: Send, model: str, version: str
-    ) -> None:
-        declared = _content_length(scope)
-        if declared is not None and declared > self.limits.max_body_bytes:
-            await self._refuse(send, 413, "body_too_large", model, version, self._size_message())
-            return
-        if self.in_flight >= self.limits.max_in_flight:
-            await self._refuse(
-                send,
-                429,
-                "overload",
-                model,
-                version,
-                f"the server is serving {self.in_flight} requests; retry after a moment",
-                headers=[(b"retry-after", b"1")],
-            )
-            return
-        self.in_flight += 1
-        received = 0
-
-        async def bounded_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limits.max_body_bytes:
-                raise _BodyTooLargeError
-            return message
-
-        started: list[bool] = []
-
-        async def tracked_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started.append(True)
-            await send(message)
-
-        try:
-            await asyncio.wait_for(
-                self.app(scope, bounded_receive, tracked_send), timeout=self.limits.timeout_s
-            )
-        except _BodyTooLargeError:
-            if not started:
-                await self._refuse(
-                    send, 413, "body_too_large", model, version, self._size_message()
+            if self.in_flight >= self.limits.max_in_flight:
+                raise ProtocolError(
+                    HTTPStatus.TOO_MANY_REQUESTS,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the server is serving {self.in_flight} requests; retry after a moment",
+                    reason="overload",
                 )
-        except TimeoutError:
-            if not started:
-                await self._refuse(
-                    send,
-                    504,
-                    "timeout",
-                    model,
-                    version,
+            self.in_flight += 1
+            try:
+                async with asyncio.timeout(self.limits.timeout_s):  # no task per request
+                    answer = await call()
+            except TimeoutError:
+                raise ProtocolError(
+                    HTTPStatus.GATEWAY_TIMEOUT,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"no answer within {self.limits.timeout_s:g} s; retry, or send a smaller "
                     "request (fewer prompts or max_new_tokens)",
-                )
+                    reason="timeout",
+                ) from None
+            finally:
+                self.in_flight -= 1
+            code = HTTPStatus.OK
+            return answer
+        except Exception as err:
+            status = error_status(err)
+            if status is not None:
+                code = status.status
+                if status.reason and model in self.versions:
+                    metrics.REJECTED.labels(model, version, status.reason).inc()
+            raise
         finally:
-            self.in_flight -= 1
+            if model in self.versions:
+                metrics.REQUESTS.labels(model, version, str(int(code))).inc()
+                metrics.DURATION.labels(model, version).observe(time.perf_counter() - started)
 
-    def _size_message(self) -> str:
-        return (
-            f"the request body is over {self.limits.max_body_bytes} bytes; send fewer or "
-            "shorter prompts per request"
+    async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+        """An HTTP body of at most ``max_body_bytes``, announced (``declared``, the
+        Content-Length) or streamed; `ProtocolError` 413 otherwise."""
+        limit = self.limits.max_body_bytes
+        body, size = [], 0
+        if not (declared and declared.isdigit() and int(declared) > limit):
+            async for chunk in chunks:
+                body.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    break
+            else:
+                return b"".join(body)
+        raise ProtocolError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the request body is over {limit} bytes; send fewer or shorter prompts per request",
+            reason="body_too_large",
         )
-
-    async def _refuse(  # noqa: PLR0917
-        self,
-        send: Send,
-        status: int,
-        reason: str,
-        model: str,
-        version: str,
-        message: str,
-        headers: list[tuple[bytes, bytes]] | None = None,
-    ) -> None:
-        metrics.REJECTED.labels(model, version, reason).inc()
-        body = json.dumps({"error": message}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *(headers or []),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
