@@ -11,6 +11,8 @@ import json
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +46,21 @@ def test_it_listens_on_loopback_only(server: Server) -> None:
         port = int(address.rsplit(":", 1)[1])
         assert reachable("127.0.0.1", port)
         assert not reachable("127.0.0.2", port), address
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/models/tiny-int8"), ("POST", "/v1/models/tiny-int8:predict")],
+)
+def test_kserves_v1_protocol_is_not_served(server: Server, method: str, path: str) -> None:
+    """KServe registers V1 beside V2; its predict would skip admission and the checks."""
+    request = urllib.request.Request(
+        f"http://{server.http}{path}", data=b"{}" if method == "POST" else None, method=method
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 404
+    assert json.loads(refused.value.read()) == {"error": f"no such endpoint: {method} {path}"}
 
 
 @pytest.mark.parametrize("which", ["--port", "--grpc-port"])

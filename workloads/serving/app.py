@@ -234,6 +234,10 @@ class RESTServer(rest_server.RESTServer):  # type: ignore[misc]
             "/v2/repository/models/{model_name}/load": self.repository_load,
             "/v2/repository/models/{model_name}/unload": self.repository_unload,
         }
+        # KServe also registers its V1 protocol (kserve/protocol/rest/v1_endpoints.py,
+        # register_v1_endpoints), whose predict goes to the data plane past this server's
+        # admission and request checks: the server speaks V2 only, so V1 is not served.
+        ours.append(Route("/v1/{path:path}", _not_served, methods=ALL_METHODS))
         for path, endpoint in repository.items():
             if self.control is None:
                 ours.append(Route(path, _not_served, methods=ALL_METHODS))
