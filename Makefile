@@ -20,6 +20,12 @@
 # (`.venv/bin/python -m policies.review`, `-m policies.audit`, ...; see the README) exit
 # with their own documented codes.
 SHELL := /bin/bash
+# Python may cache compiled modules in the environments this Makefile makes (and in the
+# ignored __pycache__ folders of the sources): where PYTHONDONTWRITEBYTECODE is set (as on
+# this project's machines) every Python process compiled every module it imported from
+# source again, pulumi_aws's among them: half of an offline plan's CPU time (README, "How
+# long make test takes"). uv installs no .pyc either; the first import writes them.
+unexport PYTHONDONTWRITEBYTECODE
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
@@ -66,11 +72,7 @@ help: ## list the verbs
 # its own configuration (UV_DEFAULT_INDEX, uv.toml), not pip's.
 UV_VENV := .venv-uv
 UV      := $(UV_VENV)/bin/uv
-# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
-# (as on this project's machines) nothing ever does, so every Python process compiled every
-# module it imported from source again: half of an offline plan's CPU time was pulumi_aws
-# being compiled (README, "Where the time goes").
-UV_PIP  := $(UV) pip install --quiet --compile-bytecode --require-hashes --no-deps
+UV_PIP  := $(UV) pip install --quiet --require-hashes --no-deps
 
 $(UV): locks/uv.txt
 	$(PYTHON) -m venv $(UV_VENV)
@@ -99,7 +101,7 @@ $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
 	@if $(VENV_$(1))/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
 		2>/dev/null; then \
 		echo "torch $(TORCH_VERSION) into $(VENV_$(1)): CPU build from $(TORCH_INDEX)"; \
-		$(UV) pip install --quiet --compile-bytecode --python $(VENV_$(1))/bin/python --no-deps \
+		$(UV) pip install --quiet --python $(VENV_$(1))/bin/python --no-deps \
 			--index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
 	else \
 		echo "warning: PyTorch's CPU index $(TORCH_INDEX) is unreachable; installing" \
@@ -228,8 +230,6 @@ TEST_JOB_TARGETS := $(addprefix pytest-,$(PYTEST_JOBS)) $(addprefix mypy-,$(ENVS
 
 test: tools-check lint $(TEST_DEPS) ## static checks, then every environment's tests in that environment (TEST_JOBS at a time)
 	@rm -rf $(TEST_RESULTS) && mkdir -p $(TEST_RESULTS)
-	@# The project's own .pyc, once, for every job's processes (see UV_PIP).
-	@$(PY) -m compileall -q -j0 stacks modules policies workloads tests tools __main__.py >/dev/null
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_JOB_TARGETS); \
 	failed=$$(cd $(TEST_RESULTS) && for f in *.rc; do [ "$$(cat $$f)" = 0 ] || echo -n " $${f%.rc}"; done); \
