@@ -33,6 +33,14 @@ from policies.settings import CONFIG_SCHEMAS
 
 CATALOGUE_FILE = Path(__file__).with_name("catalogue.yaml")
 
+
+def _shown(path: Path) -> str:
+    """The catalogue file as messages name it (``policies/catalogue.yaml``)."""
+    return f"{path.parent.name}/{path.name}"
+
+
+_SHOWN = _shown(CATALOGUE_FILE)
+
 #: Control id (the constant's name in policies/controls.py) -> the control's text.
 CONTROLS: dict[str, str] = {
     name: text
@@ -96,9 +104,9 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> dict[str, Entry]:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except (OSError, yaml.YAMLError, CatalogueError) as err:
         problem = " ".join(str(err).split())
-        raise CatalogueError(f"{path.name}: cannot be read: {problem}") from None
+        raise CatalogueError(f"{_shown(path)}: cannot be read: {problem}") from None
     if not isinstance(data, dict) or not data:
-        raise CatalogueError(f"{path.name}: expected a mapping of rule id to entry")
+        raise CatalogueError(f"{_shown(path)}: expected a mapping of rule id to entry")
     checker = Checker()
     entries = {}
     for rule_id, fields in data.items():
@@ -106,7 +114,9 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> dict[str, Entry]:
         if entry is not None:
             entries[entry.id] = entry
     if checker.problems:
-        raise CatalogueError(f"{path.name}: " + "; ".join(p.describe() for p in checker.problems))
+        raise CatalogueError(
+            f"{_shown(path)}: " + "; ".join(p.describe() for p in checker.problems)
+        )
     return entries
 
 
@@ -228,9 +238,7 @@ def _rule(
     entry = catalogue().get(rule_id)
     if entry is None:
         function = f"{check.__module__}.{getattr(check, '__qualname__', check)}"
-        raise CatalogueError(
-            f"{CATALOGUE_FILE.name}: no entry for rule {rule_id!r} (the rule of {function})"
-        )
+        raise CatalogueError(f"{_SHOWN}: no entry for rule {rule_id!r} (the rule of {function})")
     return Rule(
         entry.id,
         entry.description,
@@ -256,7 +264,7 @@ def _predicate(entry: Entry) -> Applies:
         found = None
     if not callable(found):
         raise CatalogueError(
-            f"{CATALOGUE_FILE.name}: {entry.id}.applies_to.predicate: no function "
+            f"{_SHOWN}: {entry.id}.applies_to.predicate: no function "
             f"{entry.applies_to} (defined before the rule's function)"
         )
     predicate: Applies = found
@@ -269,9 +277,7 @@ def check_complete(rules: Iterable[Rule], entries: Mapping[str, Entry] | None = 
     ids = Counter(rule.id for rule in rules)
     twice = sorted(rule_id for rule_id, count in ids.items() if count > 1)
     if twice:
-        raise CatalogueError(f"{CATALOGUE_FILE.name}: more than one rule function for {twice}")
+        raise CatalogueError(f"{_SHOWN}: more than one rule function for {twice}")
     orphans = [rule_id for rule_id in entries if rule_id not in ids]
     if orphans:
-        raise CatalogueError(
-            f"{CATALOGUE_FILE.name}: no rule function for the entries {', '.join(orphans)}"
-        )
+        raise CatalogueError(f"{_SHOWN}: no rule function for the entries {', '.join(orphans)}")

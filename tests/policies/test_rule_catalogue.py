@@ -17,17 +17,33 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Callable
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pulumi_policy import Policy, ResourceValidationPolicy
+import pytest
+from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, Severity
 
+from policies import catalogue as catalogue_module
+from policies import controls
+from policies.catalogue import (
+    CatalogueError,
+    Entry,
+    check_complete,
+    load_catalogue,
+    resource_rule,
+    stack_rule,
+)
 from policies.model import ResourceView, Rule, StackView, TypesIn
 from policies.pack import to_policy
 from policies.review.evaluate import resource_args, stack_resources
 from policies.review.plan import parse_plan
 from policies.rules import ALL_RULES
+from policies.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SNAPSHOT = FIXTURES / "rule-metadata.json"
@@ -155,6 +171,147 @@ def test_every_rule_keeps_the_metadata_recorded_before_the_catalogue() -> None:
         for key in before:
             assert now.get(key) == before[key], (before["id"], key)
     assert got == recorded
+
+
+# -- the catalogue is checked when the pack loads ------------------------------------
+
+ENTRY = """\
+uae-example:
+  description: An example rule.
+  severity: high
+  enforcement: mandatory
+  remediation: Fix it.
+  controls: [PDPL_22_TRANSFER, ISO_8_24]
+  applies_to: {types: ["aws:s3/bucket:Bucket"]}
+  config_keys: [allowedRegions]
+"""
+
+
+def load_text(tmp_path: Path, text: str) -> dict[str, Entry]:
+    path = tmp_path / "catalogue.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_catalogue(path)
+
+
+def refusal(tmp_path: Path, text: str) -> str:
+    with pytest.raises(CatalogueError) as caught:
+        load_text(tmp_path, text)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_an_entry_becomes_the_rules_metadata(tmp_path: Path) -> None:
+    entry = load_text(tmp_path, ENTRY)["uae-example"]
+    assert entry.severity == Severity.HIGH
+    assert entry.enforcement == EnforcementLevel.MANDATORY
+    assert entry.controls == (controls.PDPL_22_TRANSFER, controls.ISO_8_24)
+    assert entry.applies_to == TypesIn(frozenset({"aws:s3/bucket:Bucket"}))
+    assert entry.config_keys == ("allowedRegions",)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("ISO_8_24]", "ISO_9_99]"), "uae-example.controls[1]: got 'ISO_9_99'; not a name of"),
+        (("controls: [PDPL_22_TRANSFER, ISO_8_24]", "controls: []"), "uae-example.controls"),
+        (("severity: high", "severity: urgent"), "uae-example.severity: got 'urgent'; one of"),
+        (
+            ("enforcement: mandatory", "enforcement: disabled"),
+            "uae-example.enforcement: got 'disabled'; one of 'mandatory', 'advisory'",
+        ),
+        (("  remediation: Fix it.\n", ""), "uae-example.remediation: got None"),
+        (("remediation:", "remedy:"), "the fields are"),
+        (
+            ("[allowedRegions]", "[allowedRegion]"),
+            "uae-example.config_keys[0]: got 'allowedRegion'",
+        ),
+        (("{types: [", "{kinds: ["), "uae-example.applies_to: got {'kinds'"),
+        (('"aws:s3/bucket:Bucket"', "bucket"), "uae-example.applies_to.types"),
+        (("description: An example rule.", "description: ''"), "uae-example.description"),
+    ],
+)
+def test_a_wrong_entry_is_refused_in_one_line(
+    tmp_path: Path, change: tuple[str, str], problem: str
+) -> None:
+    assert change[0] in ENTRY
+    message = refusal(tmp_path, ENTRY.replace(*change))
+    assert message.startswith(f"{tmp_path.name}/catalogue.yaml: "), message
+    assert problem in message
+
+
+def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
+    message = refusal(
+        tmp_path, ENTRY.replace("severity: high", "severity: urgent").replace("ISO_8_24", "X")
+    )
+    assert "severity" in message and "controls[1]" in message
+
+
+def test_a_rule_id_written_twice_is_refused(tmp_path: Path) -> None:
+    message = refusal(tmp_path, ENTRY + ENTRY)
+    assert "'uae-example' is written twice" in message
+
+
+def test_a_catalogue_that_is_not_yaml_is_refused(tmp_path: Path) -> None:
+    assert "cannot be read" in refusal(tmp_path, "uae-example: [unclosed\n")
+
+
+def test_a_rule_function_without_an_entry_is_refused() -> None:
+    def no_entry(resource: ResourceView, settings: Settings) -> Iterator[str]:
+        yield "never"
+
+    with pytest.raises(CatalogueError, match=r"no entry for rule 'uae-nowhere' \(the rule of "):
+        resource_rule("uae-nowhere")(no_entry)
+
+
+def test_an_entry_without_a_rule_function_is_refused() -> None:
+    check_complete(ALL_RULES)  # the shipped catalogue: one function per entry
+    with pytest.raises(
+        CatalogueError, match=f"no rule function for the entries {ALL_RULES[-1].id}"
+    ):
+        check_complete(ALL_RULES[:-1])
+    with pytest.raises(CatalogueError, match="more than one rule function"):
+        check_complete((*ALL_RULES, ALL_RULES[0]))
+
+
+def test_a_predicate_that_does_not_exist_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = ENTRY.replace('{types: ["aws:s3/bucket:Bucket"]}', "{predicate: policies.k8s.no_such}")
+    monkeypatch.setattr(catalogue_module, "catalogue", lambda: load_text(tmp_path, text))
+
+    def check(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+        yield None, "never"
+
+    with pytest.raises(CatalogueError, match=r"no function policies\.k8s\.no_such"):
+        stack_rule("uae-example")(check)
+
+
+def test_the_pack_says_in_one_line_that_its_catalogue_is_broken(tmp_path: Path) -> None:
+    """The pack started as the Pulumi CLI starts it, from a copy whose catalogue gives a
+    rule an unknown severity: one line on stderr, a failed exit, no traceback."""
+    repo = Path(__file__).resolve().parents[2]
+    pack = tmp_path / "policies"
+    shutil.copytree(repo / "policies", pack, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (pack / "catalogue.yaml").read_text(encoding="utf-8")
+    (pack / "catalogue.yaml").write_text(
+        text.replace("severity: critical", "severity: urgent", 1), encoding="utf-8"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pulumi.policy", "127.0.0.1:1", str(pack)],
+        cwd=pack,
+        env={**os.environ, "PYTHONPATH": str(repo)},  # `modules`, from the repository
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "policy pack: policies/catalogue.yaml: uae-aws-region-allowlist.severity: got 'urgent'; "
+        "one of 'low', 'medium', 'high', 'critical'"
+    ]
 
 
 if __name__ == "__main__":
