@@ -72,7 +72,6 @@ class Entry:
             predicate's module may be the one being imported.
     """
 
-    id: str
     description: str
     severity: Severity
     enforcement: EnforcementLevel
@@ -89,7 +88,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise CatalogueError(
                     f"line {key_node.start_mark.line + 1}: {key!r} is written twice"
@@ -112,7 +111,7 @@ def load_catalogue(path: Path = CATALOGUE_FILE) -> dict[str, Entry]:
     for rule_id, fields in data.items():
         entry = _entry(str(rule_id), fields, checker)
         if entry is not None:
-            entries[entry.id] = entry
+            entries[str(rule_id)] = entry
     if checker.problems:
         raise CatalogueError(
             f"{_shown(path)}: " + "; ".join(p.describe() for p in checker.problems)
@@ -154,7 +153,6 @@ def _entry(rule_id: str, fields: Any, checker: Checker) -> Entry | None:
     if len(checker.problems) > before or applies_to is None:
         return None
     return Entry(
-        rule_id,
         fields["description"],
         SEVERITIES[fields["severity"]],
         LEVELS[fields["enforcement"]],
@@ -239,8 +237,9 @@ def _rule(
     if entry is None:
         function = f"{check.__module__}.{getattr(check, '__qualname__', check)}"
         raise CatalogueError(f"{_SHOWN}: no entry for rule {rule_id!r} (the rule of {function})")
+    applies_to = entry.applies_to
     return Rule(
-        entry.id,
+        rule_id,
         entry.description,
         entry.severity,
         entry.enforcement,
@@ -248,24 +247,24 @@ def _rule(
         entry.controls,
         kind,
         check,
-        _predicate(entry) if isinstance(entry.applies_to, str) else entry.applies_to,
+        _predicate(rule_id, applies_to) if isinstance(applies_to, str) else applies_to,
         entry.config_keys,
         annotation_exceptions,
     )
 
 
-def _predicate(entry: Entry) -> Applies:
-    """The function ``entry.applies_to`` names (defined before the rule's function)."""
-    assert isinstance(entry.applies_to, str)
-    module_name, _, name = entry.applies_to.rpartition(".")
+def _predicate(rule_id: str, dotted_name: str) -> Applies:
+    """The function ``dotted_name`` (an entry's ``applies_to``), defined before the
+    rule's function."""
+    module_name, _, name = dotted_name.rpartition(".")
     try:
         found = getattr(importlib.import_module(module_name), name, None)
     except ImportError:
         found = None
     if not callable(found):
         raise CatalogueError(
-            f"{_SHOWN}: {entry.id}.applies_to.predicate: no function "
-            f"{entry.applies_to} (defined before the rule's function)"
+            f"{_SHOWN}: {rule_id}.applies_to.predicate: no function {dotted_name} "
+            "(defined before the rule's function)"
         )
     predicate: Applies = found
     return predicate

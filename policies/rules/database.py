@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from policies.catalogue import resource_rule
 from policies.model import ResourceView
+from policies.rules.checks import retention_problem
 from policies.settings import Settings
 from policies.values import known
 
@@ -55,11 +56,9 @@ def rds_managed_credentials(resource: ResourceView, settings: Settings) -> Itera
 @resource_rule("aws-rds-recoverable")
 def rds_recoverable(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
-    retention = known(props.get("backupRetentionPeriod"), "backupRetentionPeriod")
-    if retention is None:
-        yield "`backupRetentionPeriod` is not set"
-    elif not isinstance(retention, int | float) or retention < 1:
-        yield f"`backupRetentionPeriod` is {retention}: automated backups are off"
+    problem = retention_problem(props, "backupRetentionPeriod", "", "automated backups are off")
+    if problem:
+        yield problem
     if known(props.get("deletionProtection"), "deletionProtection") is not True:
         yield "`deletionProtection` is not true"
     if known(props.get("skipFinalSnapshot"), "skipFinalSnapshot") is True:

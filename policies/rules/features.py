@@ -20,6 +20,7 @@ from typing import Any
 from policies.aws import parse_arn, region_of
 from policies.catalogue import resource_rule
 from policies.model import ResourceView
+from policies.rules.checks import retention_problem
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
 
@@ -53,11 +54,11 @@ def elasticache_auth(resource: ResourceView, settings: Settings) -> Iterator[str
 @resource_rule("aws-elasticache-recoverable")
 def elasticache_recoverable(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
-    retention = known(props.get("snapshotRetentionLimit"), "snapshotRetentionLimit")
-    if retention is None:
-        yield "`snapshotRetentionLimit` is not set: ElastiCache keeps no snapshots"
-    elif not isinstance(retention, int | float) or retention < 1:
-        yield f"`snapshotRetentionLimit` is {retention}: snapshots are off"
+    problem = retention_problem(
+        props, "snapshotRetentionLimit", ": ElastiCache keeps no snapshots", "snapshots are off"
+    )
+    if problem:
+        yield problem
     if props.get("finalSnapshotIdentifier") in (None, ""):
         yield "`finalSnapshotIdentifier` is not set: deleting the group leaves no snapshot"
     region = known(region_of(resource), "region")
