@@ -18,6 +18,7 @@ import copy
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,19 @@ def test_every_rule_keeps_the_metadata_recorded_before_the_catalogue() -> None:
         for key in before:
             assert now.get(key) == before[key], (before["id"], key)
     assert got == recorded
+
+
+def test_the_compliance_pages_table_says_what_the_catalogue_says() -> None:
+    """docs/compliance.md's row of each rule: its description (a link to a runbook
+    aside), severity, enforcement and controls (without their wording)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "compliance.md").read_text()
+    row = re.compile(r"^\| `([a-z0-9-]+)` \| (.+) \| (\w+) \| (\w+) \| (.+) \|$", re.MULTILINE)
+    table = {m[1]: m.groups()[1:] for m in row.finditer(page)}
+    for rule in ALL_RULES:
+        description, severity, enforcement, mapped = table[rule.id]
+        assert re.sub(r" \(\[[^]]*\]\([^)]*\)\)", "", description) == rule.description
+        assert (severity, enforcement) == (rule.severity.value, rule.enforcement.value), rule.id
+        assert mapped == "; ".join(c.split(" (", 1)[0] for c in rule.controls), rule.id
 
 
 # -- the catalogue is checked when the pack loads ------------------------------------
