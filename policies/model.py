@@ -279,6 +279,9 @@ class Referrers:
 
 ResourceCheck = Callable[[ResourceView, Settings], Iterable[str]]
 StackCheck = Callable[[StackView, Settings], Iterable[tuple[str | None, str]]]
+#: What a stack rule's function yields: (the URN of the resource at fault, or None for
+#: the whole stack, the message).
+StackFindings = Iterator[tuple[str | None, str]]
 Applies = Callable[[ResourceView], bool]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from policies.aws import identifiers, parse_arn, region_of
 from policies.catalogue import stack_rule
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import GLOBAL_REGION, aws_region
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
@@ -62,9 +62,7 @@ def _destination_problem(
 
 
 @stack_rule("uae-backup-copies-in-region")
-def backup_copies_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def backup_copies_in_region(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for plan in stack.of_type(PLAN):
         for i, rule in enumerate(as_list(plan.props.get("rules"))):
@@ -205,9 +203,7 @@ def _target_problems(
 
 
 @stack_rule("uae-database-backups-in-site")
-def database_backups_in_site(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def database_backups_in_site(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for cluster in stack.of_type(CNPG_CLUSTER):
         with deferred.each():

@@ -8,11 +8,11 @@ it in ``pulumi preview`` and the review in the plan document's ``config``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from policies import stackconfig
 from policies.catalogue import stack_rule
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, is_unknown, known
 
@@ -45,7 +45,7 @@ def _store_of(stack: StackView, key: ResourceView) -> ResourceView | None:
 
 
 @stack_rule("aws-kms-key-custody")
-def key_custody(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def key_custody(stack: StackView, settings: Settings) -> StackFindings:
     if custody() != "hsm":
         return
     for imported in stack.of_type(EXTERNAL_KEY):

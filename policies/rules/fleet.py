@@ -9,11 +9,11 @@ Kueue can dispatch to is listed by those objects, so the rule judges each of the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from policies.catalogue import stack_rule
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import SECRET_PLACEHOLDER, SECRET_SIG, SPECIAL_SIG_KEY, dig, known
 
@@ -70,9 +70,7 @@ def _site_problem(cluster: ResourceView, settings: Settings) -> str | None:
 
 
 @stack_rule("uae-fleet-worker-residency")
-def fleet_worker_residency(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def fleet_worker_residency(stack: StackView, settings: Settings) -> StackFindings:
     for cluster in stack.of_type(*MULTIKUEUE_CLUSTER_TYPES):
         problem = _site_problem(cluster, settings)
         if problem:
@@ -80,9 +78,7 @@ def fleet_worker_residency(
 
 
 @stack_rule("uae-fleet-worker-credentials")
-def fleet_worker_credentials(
-    stack: StackView, _settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def fleet_worker_credentials(stack: StackView, _settings: Settings) -> StackFindings:
     secrets = {
         str(dig(r.props, "metadata", "name")): r
         for r in stack.of_type(SECRET_TYPE)

@@ -16,7 +16,7 @@ from policies.documents import (
     names_everything,
     statements,
 )
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
 
@@ -129,7 +129,7 @@ def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[
 
 
 @stack_rule("aws-iam-training-role-scoped")
-def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def training_role_scoped(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for role in stack.of_type("aws:iam/role:Role"):
         if not _role_name_matches(role, settings.training_role_pattern):
@@ -214,7 +214,7 @@ def _association_principal(stack: StackView, association: ResourceView) -> str:
 
 
 @stack_rule("aws-eks-access-scope")
-def eks_access_scope(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def eks_access_scope(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     admins = _admin_role_arns()
     for association in stack.of_type(ACCESS_ASSOCIATION_TYPE):

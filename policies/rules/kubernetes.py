@@ -22,7 +22,7 @@ from policies.k8s import (
     parse_image,
     pod_specs,
 )
-from policies.model import ResourceCheck, ResourceView, Rule, StackView
+from policies.model import ResourceCheck, ResourceView, Rule, StackFindings, StackView
 from policies.rules.checks import (
     NO_PRIVILEGE_ESCALATION,
     NON_ROOT,
@@ -148,9 +148,7 @@ def _denies_all(policy: ResourceView) -> str | None:
 
 
 @stack_rule("k8s-namespace-default-deny")
-def namespace_default_deny(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def namespace_default_deny(stack: StackView, settings: Settings) -> StackFindings:
     denied: set[str] = set()
     deferred = Deferred()
     for policy in stack.of_type(NETWORK_POLICY_TYPE):

@@ -31,7 +31,7 @@ import yaml
 
 from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import (
     aws_endpoint_problem,
     aws_region,
@@ -197,9 +197,7 @@ def _namespace(resource: ResourceView) -> Any:
 
 
 @stack_rule("uae-pipelines-artifact-store")
-def pipelines_artifact_store(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def pipelines_artifact_store(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
     kfp_namespaces = set()
@@ -280,9 +278,7 @@ def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
 
 
 @stack_rule("uae-pipelines-database-in-region")
-def pipelines_database_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def pipelines_database_in_region(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     proxies = {
         _namespace(c): c

@@ -23,7 +23,7 @@ from policies.k8s import (
     is_kubernetes_object,
     parse_image,
 )
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known, walk_strings
 
@@ -223,7 +223,7 @@ def helm_chart_images(resource: ResourceView, settings: Settings) -> Iterator[st
 
 
 @stack_rule("uae-k8s-site-declaration")
-def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def k8s_site_declaration(stack: StackView, settings: Settings) -> StackFindings:
     providers: dict[str, ResourceView | None] = {r.urn: r for r in stack.of_type(K8S_PROVIDER_TYPE)}
     sites: dict[str, ResourceView] = {}
     for resource in stack.resources:
@@ -261,9 +261,7 @@ def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple
     deferred.finish()
 
 
-def _onprem_config_problems(
-    sites: Mapping[str, ResourceView], settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def _onprem_config_problems(sites: Mapping[str, ResourceView], settings: Settings) -> StackFindings:
     """The on-prem stack's own site config (``uae-gpu-platform:site``, or ``site`` and
     ``country`` inside ``uae-gpu-platform:onprem``) must name an allowed country and the
     site the cluster declares."""

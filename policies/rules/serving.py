@@ -19,7 +19,7 @@ from typing import Any
 
 from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import not_a_stack_bucket, stack_buckets, uri_bucket
 from policies.rules.residency import registry_allowed
 from policies.settings import Settings
@@ -101,7 +101,7 @@ def storage_problem(uri: Any, buckets: Collection[str]) -> str | None:
 
 
 @stack_rule("uae-serving-model-storage")
-def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def serving_model_storage(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
     for isvc in stack.of_type(ISVC_TYPE):

@@ -42,7 +42,7 @@ from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
 from policies.aws import is_aws_managed_key, parse_arn, region_of
 from policies.catalogue import stack_rule
 from policies.k8s import metadata
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import (
     aws_region,
     endpoint,
@@ -328,12 +328,18 @@ def store_problems(
             yield f"{uri}: S3A reaches S3 in {region}, the bucket is in {bucket_region}"
 
 
+def _spark_jobs(stack: StackView) -> Iterator[tuple[ResourceView, str]]:
+    """Every Spark job of the stack (SparkApplication, ScheduledSparkApplication), with
+    the name the findings give it."""
+    for app in stack.of_type(*SPARK_TYPES):
+        yield app, str(metadata(app).get("name", app.name))
+
+
 @stack_rule("uae-spark-data-location")
-def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def spark_data_location(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
-    for app in stack.of_type(*SPARK_TYPES):
-        name = metadata(app).get("name", app.name)
+    for app, name in _spark_jobs(stack):
         path, spec = application(app)
         hadoop = hadoop_settings(path, spec)
         sdk = sdk_settings(path, spec)
@@ -534,13 +540,10 @@ def _key_problems(
 
 
 @stack_rule("uae-spark-event-logs-encrypted")
-def spark_event_logs_encrypted(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def spark_event_logs_encrypted(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
-    for app in stack.of_type(*SPARK_TYPES):
-        name = metadata(app).get("name", app.name)
+    for app, name in _spark_jobs(stack):
         with deferred.each():
             for problem in _event_log_problems(stack, app, buckets):
                 yield app.urn, f"Spark job {name}: {problem}"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from policies.aws import identifiers, parse_arn, region_of
 from policies.catalogue import stack_rule
 from policies.documents import InvalidDocumentError, statements
-from policies.model import ResourceView, StackView
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.encryption import key_refs
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
@@ -53,7 +53,7 @@ def _good(
 
 def _companions(
     stack: StackView, companion_type: str, good: Callable[[ResourceView], bool], what: str
-) -> Iterator[tuple[str | None, str]]:
+) -> StackFindings:
     # Companions are looked up by what their `bucket` names (as `refers_to` matches
     # them), not by scanning every companion for every bucket.
     referrers = stack.referrers((companion_type,), "bucket")
@@ -81,18 +81,14 @@ def _companions(
 
 
 @stack_rule("aws-s3-bucket-encryption-config")
-def bucket_encryption_config(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def bucket_encryption_config(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(
         stack, SSE_CONFIG, lambda c: True, "server-side encryption configuration"
     )
 
 
 @stack_rule("aws-s3-bucket-public-access-block")
-def bucket_public_access_block(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def bucket_public_access_block(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(stack, PUBLIC_ACCESS_BLOCK, lambda c: True, "public access block")
 
 
@@ -111,7 +107,7 @@ def denies_insecure_transport(policy: ResourceView) -> bool:
 
 
 @stack_rule("aws-s3-bucket-tls-only")
-def bucket_tls_only(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def bucket_tls_only(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(
         stack, BUCKET_POLICY, denies_insecure_transport, "TLS-only bucket policy"
     )
@@ -152,7 +148,7 @@ def names_a_key(resource: ResourceView) -> bool:
 
 
 @stack_rule("uae-kms-key-from-stack")
-def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def kms_key_from_stack(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for resource in stack.resources:
         for ref in key_refs(resource):
@@ -192,9 +188,7 @@ def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[s
 
 
 @stack_rule("uae-s3-replication-in-region")
-def s3_replication_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def s3_replication_in_region(stack: StackView, settings: Settings) -> StackFindings:
     buckets = list(stack.of_type(BUCKET))
     deferred = Deferred()
     for config in stack.of_type(REPLICATION):

@@ -10,12 +10,10 @@ be checked here: the rule says so instead of passing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from pulumi_policy.proxy import UnknownValueError
 
 from policies.catalogue import stack_rule
-from policies.model import StackView
+from policies.model import StackFindings, StackView
 from policies.settings import Settings
 from policies.values import UNKNOWN_STRING, dig, is_unknown
 
@@ -24,9 +22,7 @@ PARTS = (("stateBackend", "state backend"), ("secretsProvider", "secrets provide
 
 
 @stack_rule("uae-state-and-secrets-in-region")
-def state_and_secrets_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def state_and_secrets_in_region(stack: StackView, settings: Settings) -> StackFindings:
     for root in stack.of_type(STACK_TYPE):
         residency = root.props.get("residency")
         if residency is None or is_unknown(residency):
