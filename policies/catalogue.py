@@ -178,7 +178,8 @@ def _names(
         checker.require(False, field, value, f"a{'' if empty_ok else ' non-empty'} list")
         return ()
     for index, name in enumerate(value):
-        checker.require(name in known, f"{field}[{index}]", name, f"not a name of {what}")
+        ok = isinstance(name, str) and name in known
+        checker.require(ok, f"{field}[{index}]", name, f"not a name of {what}")
     twice = sorted({str(name) for name in value if value.count(name) > 1})
     checker.require(not twice, field, twice, "each name once")
     return tuple(value)

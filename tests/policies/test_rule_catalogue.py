@@ -229,6 +229,8 @@ def test_an_entry_becomes_the_rules_metadata(tmp_path: Path) -> None:
     [
         (("ISO_8_24]", "ISO_9_99]"), "uae-example.controls[1]: got 'ISO_9_99'; not a name of"),
         (("controls: [PDPL_22_TRANSFER, ISO_8_24]", "controls: []"), "uae-example.controls"),
+        (("[PDPL_22_TRANSFER, ISO_8_24]", "[{ISO: 8}]"), "uae-example.controls[0]: got {'ISO': 8}"),
+        (("ISO_8_24]", "PDPL_22_TRANSFER]"), "uae-example.controls: got ['PDPL_22_TRANSFER']"),
         (("severity: high", "severity: urgent"), "uae-example.severity: got 'urgent'; one of"),
         (
             ("enforcement: mandatory", "enforcement: disabled"),
