@@ -41,8 +41,7 @@ from policies.catalogue import (
 )
 from policies.model import ResourceView, Rule, StackView, TypesIn
 from policies.pack import to_policy
-from policies.review.evaluate import resource_args, stack_resources
-from policies.review.plan import parse_plan
+from policies.review.plan import parse_plan, resource_args, stack_resources
 from policies.rules import ALL_RULES
 from policies.settings import Settings
 
@@ -53,7 +52,7 @@ Plan = dict[str, Any]
 
 
 def _golden(name: str) -> Callable[[], Plan]:
-    return lambda: json.loads((FIXTURES / name).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return lambda: json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 
 
 def _compliant() -> Plan:
