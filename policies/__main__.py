@@ -21,7 +21,14 @@ sys.path.insert(0, str(REPO_ROOT))
 import pulumi_policy.policy  # noqa: E402
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
-from policies.pack import PACK_NAME, ConfigCheckingAnalyzer, all_policies  # noqa: E402
+from policies.catalogue import CatalogueError  # noqa: E402
+
+try:
+    from policies.pack import PACK_NAME, ConfigCheckingAnalyzer, all_policies
+except CatalogueError as err:
+    # The rules take their metadata from policies/catalogue.yaml: a broken catalogue is
+    # one line for the engine to show, not a traceback.
+    sys.exit(f"policy pack: {err}")
 
 if __name__ == "__main__":
     # PolicyPack builds its gRPC service from this name: serve the one that refuses pack

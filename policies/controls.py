@@ -1,4 +1,5 @@
-"""The control catalogue the rules map to, written once so every report cites it alike.
+"""The controls the rules map to, written once so every report cites them alike; the
+rule catalogue (policies/catalogue.yaml) names them by these constants' names.
 
 Sources: UAE Federal Decree-Law No. 45 of 2021 on the Protection of Personal Data
 (PDPL); ISO/IEC 27001:2022 Annex A; the CIS Amazon EKS Benchmark (section numbers of
@@ -55,17 +56,3 @@ CIS_EKS_5_4_1 = "CIS EKS 5.4.1 (restrict access to the control plane endpoint)"
 CIS_EKS_5_4_2 = "CIS EKS 5.4.2 (private endpoint enabled, public access disabled)"
 CIS_EKS_5_4_3 = "CIS EKS 5.4.3 (clusters with private nodes)"
 CIS_EKS_3_x_NODES = "CIS EKS 3 (worker node configuration)"
-
-RESIDENCY = (PDPL_22_TRANSFER, PDPL_23_TRANSFER, CBUAE_6_1, CBUAE_6_3, ISO_5_23, ISO_5_34)
-CRYPTO = (PDPL_20_SECURITY, ISO_8_24, CBUAE_6_3)
-
-# Hybrid fleet (MultiKueue dispatch to worker clusters): a dispatch target outside the
-# UAE is a cross-border transfer of the job's data and code; the worker's credential is
-# a privileged access right that must be held as a secret.
-FLEET_RESIDENCY = (*RESIDENCY, ISO_5_15)
-FLEET_CREDENTIALS = (PDPL_20_SECURITY, ISO_5_15, ISO_8_2, ISO_8_24)
-
-# Key custody: where the stack's keys are held (an HSM the operator controls).
-KEY_CUSTODY = (PDPL_20_SECURITY, ISO_8_24, ISO_5_31, CBUAE_6_3)
-# Backups: recovery points stay in the UAE and are kept (information backup).
-BACKUP_RESIDENCY = (*RESIDENCY, ISO_8_13)

@@ -1,6 +1,7 @@
 """What a rule is, and the views of resources that rule functions read.
 
-A rule is one function plus its metadata (`Rule`). Resource rules take a
+A rule is one function plus its metadata (`Rule`), which the rule catalogue holds
+(policies/catalogue.yaml, read by `policies.catalogue`). Resource rules take a
 `ResourceView` (one resource, as `pulumi_policy.ResourceValidationArgs` carries it)
 and yield violation messages; stack rules take a `StackView` (every resource, as
 `pulumi_policy.StackValidationArgs` carries them) and yield (URN, message) pairs.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Required, TypedDict, Unpack
+from typing import Any, Literal, NamedTuple
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -278,6 +279,9 @@ class Referrers:
 
 ResourceCheck = Callable[[ResourceView, Settings], Iterable[str]]
 StackCheck = Callable[[StackView, Settings], Iterable[tuple[str | None, str]]]
+#: What a stack rule's function yields: (the URN of the resource at fault, or None for
+#: the whole stack, the message).
+StackFindings = Iterator[tuple[str | None, str]]
 Applies = Callable[[ResourceView], bool]
 
 
@@ -332,58 +336,6 @@ class TypesIn:
 
     def __call__(self, resource: ResourceView) -> bool:
         return resource.type in self.types
-
-
-def types_in(*types: str) -> Applies:
-    """An `applies_to` for a fixed set of type tokens."""
-    return TypesIn(frozenset(types))
-
-
-class RuleMetadata(TypedDict, total=False):
-    """What `resource_rule` and `stack_rule` take besides the check (`Rule`'s fields);
-    all required but ``config_keys`` (default none) and ``enforcement`` (mandatory)."""
-
-    id: Required[str]
-    description: Required[str]
-    severity: Required[Severity]
-    remediation: Required[str]
-    controls: Required[Sequence[str]]
-    applies_to: Required[Applies]
-    config_keys: Sequence[str]
-    enforcement: EnforcementLevel
-
-
-def resource_rule(
-    *, annotation_exceptions: bool = False, **metadata: Unpack[RuleMetadata]
-) -> Callable[[ResourceCheck], Rule]:
-    """Turn a function ``(ResourceView, Settings) -> messages`` into a `Rule`."""
-    return lambda check: _rule(metadata, "resource", check, annotation_exceptions)
-
-
-def stack_rule(**metadata: Unpack[RuleMetadata]) -> Callable[[StackCheck], Rule]:
-    """Turn a function ``(StackView, Settings) -> (urn, message) pairs`` into a `Rule`."""
-    return lambda check: _rule(metadata, "stack", check, False)
-
-
-def _rule(
-    metadata: RuleMetadata,
-    kind: Literal["resource", "stack"],
-    check: ResourceCheck | StackCheck,
-    annotation_exceptions: bool,
-) -> Rule:
-    return Rule(
-        metadata["id"],
-        metadata["description"],
-        metadata["severity"],
-        metadata.get("enforcement", EnforcementLevel.MANDATORY),
-        metadata["remediation"],
-        tuple(metadata["controls"]),
-        kind,
-        check,
-        metadata["applies_to"],
-        tuple(metadata.get("config_keys", ())),
-        annotation_exceptions,
-    )
 
 
 def _provider_view(provider: PolicyProviderResource | None) -> ProviderView | None:

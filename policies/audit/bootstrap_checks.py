@@ -9,31 +9,13 @@ region); ``--state-bucket`` and ``--trail`` name others.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from modules.residency import UAE_AWS_REGIONS
-from policies.audit.scan import Audit, Finding, ScanError, bucket_region
+from policies.audit.scan import Audit, bucket_configuration, bucket_region
 
 FIX = "run `make bootstrap` (it corrects what differs) and audit again"
-
-
-def _code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
-
-
-def _guarded(audit: Audit, region: str, name: str, check: Callable[[], None]) -> None:
-    """Run one check; a call that fails is recorded as a check not run."""
-    try:
-        check()
-    except ClientError as err:
-        assert audit.errors is not None
-        audit.errors.append(ScanError(region, name, f"{_code(err) or 'error'}: {err}"))
-    except BotoCoreError as err:
-        assert audit.errors is not None
-        audit.errors.append(ScanError(region, name, str(err)))
 
 
 def _owned_buckets(audit: Audit, region: str) -> set[str]:
@@ -64,7 +46,7 @@ def check_state_bucket(audit: Audit, bucket: str) -> None:
     s3 = audit.client("s3", home)
 
     def found(problem: str, region: str = home) -> None:
-        audit.found(Finding(region, "s3", "state-bucket", bucket, f"{problem}; {FIX}"))
+        audit.found(region, "s3", "state-bucket", bucket, f"{problem}; {FIX}")
 
     if bucket not in _owned_buckets(audit, home):
         found("the state bucket does not exist in this account")
@@ -75,14 +57,10 @@ def check_state_bucket(audit: Audit, bucket: str) -> None:
     s3 = audit.client("s3", region)
     if s3.get_bucket_versioning(Bucket=bucket).get("Status") != "Enabled":
         found("versioning is not enabled", region)
-    try:
-        rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"][
-            "Rules"
-        ]
-    except ClientError as err:
-        if _code(err) != "ServerSideEncryptionConfigurationNotFoundError":
-            raise
-        rules = []
+    encryption = bucket_configuration(
+        s3, "get_bucket_encryption", bucket, "ServerSideEncryptionConfigurationNotFoundError"
+    ).get("ServerSideEncryptionConfiguration", {})
+    rules = encryption.get("Rules", [])
     defaults = [r.get("ApplyServerSideEncryptionByDefault", {}) for r in rules]
     keys = [d.get("KMSMasterKeyID") for d in defaults if d.get("SSEAlgorithm") == "aws:kms"]
     if not keys or not keys[0]:
@@ -94,20 +72,13 @@ def check_state_bucket(audit: Audit, bucket: str) -> None:
             found("encrypted with an AWS-managed key, not a customer-managed one", region)
         if audit.foreign(key_region) or meta.get("MultiRegion"):
             found(f"its key {meta.get('Arn')} is in {key_region} or multi-region", key_region)
-    try:
-        block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
-    except ClientError as err:
-        if _code(err) != "NoSuchPublicAccessBlockConfiguration":
-            raise
-        block = {}
+    block = bucket_configuration(
+        s3, "get_public_access_block", bucket, "NoSuchPublicAccessBlockConfiguration"
+    ).get("PublicAccessBlockConfiguration", {})
     if len(block) < 4 or not all(block.values()):
         found("public access is not fully blocked", region)
-    try:
-        policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
-    except ClientError as err:
-        if _code(err) != "NoSuchBucketPolicy":
-            raise
-        policy = {}
+    document = bucket_configuration(s3, "get_bucket_policy", bucket, "NoSuchBucketPolicy")
+    policy = json.loads(document.get("Policy", "{}"))
     if not _denies_insecure_transport(policy):
         found("its policy does not deny requests without TLS", region)
     if not s3.get_bucket_logging(Bucket=bucket).get("LoggingEnabled"):
@@ -132,7 +103,7 @@ def check_trail(audit: Audit, name: str) -> None:
     located = _trail_home(audit, name)
 
     def found(problem: str, region: str) -> None:
-        audit.found(Finding(region, "cloudtrail", "account-trail", name, f"{problem}; {FIX}"))
+        audit.found(region, "cloudtrail", "account-trail", name, f"{problem}; {FIX}")
 
     if located is None:
         found("the account trail does not exist", home)
@@ -155,12 +126,9 @@ def check_trail(audit: Audit, name: str) -> None:
         target = bucket_region(audit, s3, bucket)
         if audit.foreign(target):
             found(f"delivers to bucket {bucket} in {target}", target)
-        try:
-            lock = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
-        except ClientError as err:
-            if _code(err) != "ObjectLockConfigurationNotFoundError":
-                raise
-            lock = {}
+        lock = bucket_configuration(
+            s3, "get_object_lock_configuration", bucket, "ObjectLockConfigurationNotFoundError"
+        ).get("ObjectLockConfiguration", {})
         mode = lock.get("Rule", {}).get("DefaultRetention", {}).get("Mode")
         if lock.get("ObjectLockEnabled") != "Enabled" or mode != "COMPLIANCE":
             found(f"bucket {bucket} has no object lock in compliance mode", target)
@@ -198,15 +166,13 @@ def check_guardrail(audit: Audit, target: str) -> None:
         if _is_region_guardrail(content):
             return
     audit.found(
-        Finding(
-            "global",
-            "organizations",
-            "guardrail",
-            target,
-            "no service control policy attached here denies actions outside the UAE "
-            "regions; run `make bootstrap ARGS='--org-guardrail --target "
-            f"{target}'` from the management account",
-        )
+        "global",
+        "organizations",
+        "guardrail",
+        target,
+        "no service control policy attached here denies actions outside the UAE "
+        "regions; run `make bootstrap ARGS='--org-guardrail --target "
+        f"{target}'` from the management account",
     )
 
 
@@ -215,11 +181,11 @@ def run_bootstrap_checks(
 ) -> None:
     """Every bootstrap check; a check whose calls fail is recorded, not fatal."""
     home = audit.allowed[0]
-    _guarded(audit, home, "state-bucket", lambda: check_state_bucket(audit, state_bucket))
-    _guarded(audit, home, "account-trail", lambda: check_trail(audit, trail))
+    audit.attempt(home, "state-bucket", lambda: check_state_bucket(audit, state_bucket))
+    audit.attempt(home, "account-trail", lambda: check_trail(audit, trail))
     for target in guardrail_targets:
 
         def guardrail(target: str = target) -> None:
             check_guardrail(audit, target)
 
-        _guarded(audit, "global", "guardrail", guardrail)
+        audit.attempt("global", "guardrail", guardrail)

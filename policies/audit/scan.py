@@ -72,23 +72,50 @@ class Audit:
         config = {"PageSize": self.page_size} if self.page_size else {}
         yield from client.get_paginator(operation).paginate(**kwargs, PaginationConfig=config)
 
-    def found(self, finding: Finding) -> None:
+    def found(
+        self, region: str, service: str, resource_type: str, resource: str, problem: str
+    ) -> None:
+        """Record a `Finding` (its fields, in order)."""
         assert self.findings is not None
-        self.findings.append(finding)
+        self.findings.append(Finding(region, service, resource_type, resource, problem))
 
     def run(self, check: Callable[[Audit, str], None], region: str) -> None:
+        """Run a regional check in ``region`` (see `attempt`)."""
+        self.attempt(region, check.__name__, lambda: check(self, region))
+
+    def attempt(self, region: str, name: str, check: Callable[[], None]) -> None:
+        """Run one check; a call that fails is recorded as a check not run (`ScanError`),
+        and the audit goes on."""
         try:
-            check(self, region)
+            check()
         except ClientError as err:
             assert self.errors is not None
-            code = err.response.get("Error", {}).get("Code", "error")
-            self.errors.append(ScanError(region, check.__name__, f"{code}: {err}"))
+            self.errors.append(ScanError(region, name, f"{error_code(err) or 'error'}: {err}"))
         except BotoCoreError as err:
             assert self.errors is not None
-            self.errors.append(ScanError(region, check.__name__, str(err)))
+            self.errors.append(ScanError(region, name, str(err)))
 
     def foreign(self, region: str) -> bool:
         return region not in self.allowed
+
+
+def error_code(err: ClientError) -> str:
+    """The AWS error code of a failed call ("" when the answer has none)."""
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def bucket_configuration(
+    s3: BaseClient, operation: str, bucket: str, missing: str
+) -> dict[str, Any]:
+    """The answer of the S3 Get call ``operation`` for ``bucket``, or ``{}`` when AWS
+    answers that the bucket has no such configuration (the error code ``missing``)."""
+    try:
+        answer: dict[str, Any] = getattr(s3, operation)(Bucket=bucket)
+    except ClientError as err:
+        if error_code(err) != missing:
+            raise
+        return {}
+    return answer
 
 
 def bucket_region(audit: Audit, s3: BaseClient, bucket: str) -> str:
@@ -112,18 +139,10 @@ def check_buckets(audit: Audit, region: str) -> None:
             name = bucket["Name"]
             location = bucket_region(audit, s3, name)
             if audit.foreign(location):
-                audit.found(
-                    Finding(location, "s3", "bucket", name, f"bucket is located in {location}")
-                )
-            try:
-                replication = s3.get_bucket_replication(Bucket=name)["ReplicationConfiguration"]
-            except ClientError as err:
-                if (
-                    err.response.get("Error", {}).get("Code")
-                    == "ReplicationConfigurationNotFoundError"
-                ):
-                    continue
-                raise
+                audit.found(location, "s3", "bucket", name, f"bucket is located in {location}")
+            replication = bucket_configuration(
+                s3, "get_bucket_replication", name, "ReplicationConfigurationNotFoundError"
+            ).get("ReplicationConfiguration", {})
             for rule in replication.get("Rules", []):
                 if rule.get("Status") != "Enabled":
                     continue
@@ -133,24 +152,20 @@ def check_buckets(audit: Audit, region: str) -> None:
                     target_region = bucket_region(audit, s3, target_name)
                 except ClientError:
                     audit.found(
-                        Finding(
-                            location,
-                            "s3",
-                            "replication-rule",
-                            f"{name} -> {target_name}",
-                            "replicates to a bucket whose region cannot be read (another account?)",
-                        )
+                        location,
+                        "s3",
+                        "replication-rule",
+                        f"{name} -> {target_name}",
+                        "replicates to a bucket whose region cannot be read (another account?)",
                     )
                     continue
                 if audit.foreign(target_region):
                     audit.found(
-                        Finding(
-                            target_region,
-                            "s3",
-                            "replication-rule",
-                            f"{name} -> {target_name}",
-                            f"replicates objects to {target_region}",
-                        )
+                        target_region,
+                        "s3",
+                        "replication-rule",
+                        f"{name} -> {target_name}",
+                        f"replicates objects to {target_region}",
                     )
 
 
@@ -165,16 +180,14 @@ def check_kms(audit: Audit, region: str) -> None:
             arn = meta.get("Arn", entry["KeyId"])
             if meta.get("MultiRegion"):
                 audit.found(
-                    Finding(
-                        region,
-                        "kms",
-                        "key",
-                        arn,
-                        "multi-region key: its material can be replicated abroad",
-                    )
+                    region,
+                    "kms",
+                    "key",
+                    arn,
+                    "multi-region key: its material can be replicated abroad",
                 )
             elif audit.foreign(region):
-                audit.found(Finding(region, "kms", "key", arn, f"customer-managed key in {region}"))
+                audit.found(region, "kms", "key", arn, f"customer-managed key in {region}")
 
 
 def check_ec2_storage(audit: Audit, region: str) -> None:
@@ -184,21 +197,17 @@ def check_ec2_storage(audit: Audit, region: str) -> None:
     ec2 = audit.client("ec2", region)
     for page in audit.pages(ec2, "describe_volumes"):
         for volume in page.get("Volumes", []):
-            audit.found(
-                Finding(region, "ec2", "volume", volume["VolumeId"], f"EBS volume in {region}")
-            )
+            audit.found(region, "ec2", "volume", volume["VolumeId"], f"EBS volume in {region}")
     for page in audit.pages(ec2, "describe_snapshots", OwnerIds=[audit.account_id or "self"]):
         for snapshot in page.get("Snapshots", []):
             if audit.account_id and snapshot.get("OwnerId") != audit.account_id:
                 continue
             audit.found(
-                Finding(
-                    region, "ec2", "snapshot", snapshot["SnapshotId"], f"EBS snapshot in {region}"
-                )
+                region, "ec2", "snapshot", snapshot["SnapshotId"], f"EBS snapshot in {region}"
             )
     for page in audit.pages(ec2, "describe_images", Owners=["self"]):
         for image in page.get("Images", []):
-            audit.found(Finding(region, "ec2", "image", image["ImageId"], f"AMI in {region}"))
+            audit.found(region, "ec2", "image", image["ImageId"], f"AMI in {region}")
 
 
 def check_eks(audit: Audit, region: str) -> None:
@@ -208,7 +217,7 @@ def check_eks(audit: Audit, region: str) -> None:
     eks = audit.client("eks", region)
     for page in audit.pages(eks, "list_clusters"):
         for name in page.get("clusters", []):
-            audit.found(Finding(region, "eks", "cluster", name, f"EKS cluster in {region}"))
+            audit.found(region, "eks", "cluster", name, f"EKS cluster in {region}")
 
 
 def check_ecr(audit: Audit, region: str) -> None:
@@ -218,13 +227,11 @@ def check_ecr(audit: Audit, region: str) -> None:
         for page in audit.pages(ecr, "describe_repositories"):
             for repo in page.get("repositories", []):
                 audit.found(
-                    Finding(
-                        region,
-                        "ecr",
-                        "repository",
-                        repo["repositoryArn"],
-                        f"ECR repository in {region}",
-                    )
+                    region,
+                    "ecr",
+                    "repository",
+                    repo["repositoryArn"],
+                    f"ECR repository in {region}",
                 )
     replication = ecr.describe_registry().get("replicationConfiguration", {})
     for rule in replication.get("rules", []):
@@ -232,13 +239,11 @@ def check_ecr(audit: Audit, region: str) -> None:
             target = destination.get("region", "")
             if audit.foreign(target):
                 audit.found(
-                    Finding(
-                        target,
-                        "ecr",
-                        "replication-rule",
-                        f"registry in {region} -> {target}",
-                        f"registry replication copies images to {target}",
-                    )
+                    target,
+                    "ecr",
+                    "replication-rule",
+                    f"registry in {region} -> {target}",
+                    f"registry replication copies images to {target}",
                 )
 
 
@@ -250,28 +255,21 @@ def check_cloudtrail(audit: Audit, region: str) -> None:
         bucket = trail.get("S3BucketName")
         if not bucket:
             continue
+        arn = trail.get("TrailARN", trail.get("Name", "?"))
         try:
             target = bucket_region(audit, s3, bucket)
         except ClientError:
             audit.found(
-                Finding(
-                    region,
-                    "cloudtrail",
-                    "trail",
-                    trail.get("TrailARN", trail.get("Name", "?")),
-                    f"delivers to bucket {bucket}, whose region cannot be read",
-                )
+                region,
+                "cloudtrail",
+                "trail",
+                arn,
+                f"delivers to bucket {bucket}, whose region cannot be read",
             )
             continue
         if audit.foreign(target):
             audit.found(
-                Finding(
-                    target,
-                    "cloudtrail",
-                    "trail",
-                    trail.get("TrailARN", trail.get("Name", "?")),
-                    f"delivers logs to bucket {bucket} in {target}",
-                )
+                target, "cloudtrail", "trail", arn, f"delivers logs to bucket {bucket} in {target}"
             )
 
 

@@ -1,7 +1,12 @@
-"""Every rule of the pack, one module per concern; `ALL_RULES` is the pack's content."""
+"""Every rule of the pack, one module per concern; `ALL_RULES` is the pack's content.
+
+Importing this package checks that every entry of the rule catalogue
+(policies/catalogue.yaml) has exactly one rule function (`CatalogueError` otherwise).
+"""
 
 from __future__ import annotations
 
+from policies.catalogue import check_complete
 from policies.model import Rule
 from policies.rules import (
     backup,
@@ -60,3 +65,4 @@ ALL_RULES: tuple[Rule, ...] = tuple(
     for rule in _rules_of(module)
 )
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
+check_complete(ALL_RULES)

@@ -14,11 +14,9 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
 from policies.aws import identifiers, parse_arn, region_of
-from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.catalogue import stack_rule
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import GLOBAL_REGION, aws_region
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
@@ -63,27 +61,8 @@ def _destination_problem(
     return None
 
 
-@stack_rule(
-    id="uae-backup-copies-in-region",
-    description=(
-        "AWS Backup plans copy recovery points only to vaults in an allowed region: every "
-        "copy action's destination, and a logically air-gapped target vault, is a backup "
-        "vault ARN in the allowlist (or a vault of the stack there)."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Point `copyActions[].destinationVaultArn` (and "
-        "`targetLogicallyAirGappedBackupVaultArn`) at a vault in an allowed region, e.g. "
-        "the stack's own vault or a second UAE account's vault in me-central-1, or remove "
-        "the copy action; a copy abroad moves every recovery point out of the UAE."
-    ),
-    controls=controls.BACKUP_RESIDENCY,
-    applies_to=types_in(PLAN),
-    config_keys=("allowedRegions",),
-)
-def backup_copies_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-backup-copies-in-region")
+def backup_copies_in_region(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for plan in stack.of_type(PLAN):
         for i, rule in enumerate(as_list(plan.props.get("rules"))):
@@ -223,30 +202,8 @@ def _target_problems(
         yield f"the database's egress is not confined to the site: {reason}"
 
 
-@stack_rule(
-    id="uae-database-backups-in-site",
-    description=(
-        "A CloudNativePG database backs up only to an object store in the site or an "
-        "allowed region: an S3 bucket at an explicit https endpoint that is an AWS S3 "
-        "endpoint of an allowed region, a private address, or a name of the site whose "
-        "reach the database's NetworkPolicies confine to private address ranges."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Point `spec.backup.barmanObjectStore` (config `tracking.databaseBackup`) at the "
-        "site's object store: `destinationPath: s3://<bucket>/...`, `endpointURL: "
-        "https://<store of the site>`, and list its private addresses in "
-        "`endpointCidrs` so that the database can reach nothing else; or use an S3 "
-        "endpoint of an allowed region (s3.me-central-1.amazonaws.com). Never a public "
-        "store abroad, nor S3 without an endpoint (its default is outside the UAE)."
-    ),
-    controls=controls.BACKUP_RESIDENCY,
-    applies_to=types_in(CNPG_CLUSTER),
-    config_keys=("allowedRegions",),
-)
-def database_backups_in_site(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-database-backups-in-site")
+def database_backups_in_site(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for cluster in stack.of_type(CNPG_CLUSTER):
         with deferred.each():

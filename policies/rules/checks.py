@@ -1,6 +1,6 @@
 """The checks several rules make, written once: where an endpoint is (AWS and its
-region, or a Service of the cluster), which buckets the stack creates, and the
-security settings every container must have.
+region, or a Service of the cluster), which buckets the stack creates, the security
+settings every container must have, and a store's retention of its backups.
 
 The rules of Spark jobs, Kubeflow Pipelines, model serving and database backups each
 used to read endpoints and buckets their own way, and disagreed; they now ask here.
@@ -217,3 +217,14 @@ READ_ONLY_ROOT = SecuritySetting(
     lambda v: None if v is True else "has a writable root file system",
 )
 SECCOMP = SecuritySetting("seccompProfile", True, _seccomp_problem)
+
+
+def retention_problem(props: dict[str, Any], key: str, unset: str, off: str) -> str | None:
+    """The problem of a store's retention setting ``key`` (days of backups, number of
+    snapshots): not set (``unset`` says what follows) or below 1 (``off``)."""
+    retention = known(props.get(key), key)
+    if retention is None:
+        return f"`{key}` is not set{unset}"
+    if not isinstance(retention, int | float) or retention < 1:
+        return f"`{key}` is {retention}: {off}"
+    return None

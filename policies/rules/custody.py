@@ -8,12 +8,11 @@ it in ``pulumi preview`` and the review in the plan document's ``config``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
-from pulumi_policy import Severity
-
-from policies import controls, stackconfig
-from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies import stackconfig
+from policies.catalogue import stack_rule
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, is_unknown, known
 
@@ -45,24 +44,8 @@ def _store_of(stack: StackView, key: ResourceView) -> ResourceView | None:
     return None
 
 
-@stack_rule(
-    id="aws-kms-key-custody",
-    description=(
-        "When the stack's key custody is `hsm`, every KMS key it creates is held in a KMS "
-        "custom key store (CloudHSM or external), and keys of an external store name "
-        "their external key; no key with imported material."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Create the key with `customKeyStoreId` (the stack's `aws.kms.CustomKeyStore`, or "
-        "the connected store named by keys.keyStore.id) and, for an external store, "
-        "`xksKeyId`; build keys through `modules.aws.kms.RegionalKeys`, which does both. "
-        "Remove `aws.kms.ExternalKey` resources."
-    ),
-    controls=controls.KEY_CUSTODY,
-    applies_to=types_in(KEY, EXTERNAL_KEY),
-)
-def key_custody(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-kms-key-custody")
+def key_custody(stack: StackView, settings: Settings) -> StackFindings:
     if custody() != "hsm":
         return
     for imported in stack.of_type(EXTERNAL_KEY):

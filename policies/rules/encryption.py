@@ -6,12 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
+from policies.catalogue import resource_rule
 from policies.documents import Statement, allows, any_principal
-from policies.model import ResourceView, resource_rule, types_in
+from policies.model import ResourceView
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
 
@@ -128,25 +126,6 @@ AT_REST_SWITCHES: dict[str, tuple[str, str]] = {
     REPLICATION_GROUP: ("atRestEncryptionEnabled", "cached data and snapshots are unencrypted"),
 }
 
-ENCRYPTED_TYPES = (
-    "aws:ebs/volume:Volume",
-    "aws:ec2/launchTemplate:LaunchTemplate",
-    "aws:eks/nodeGroup:NodeGroup",
-    "aws:fsx/lustreFileSystem:LustreFileSystem",
-    "aws:efs/fileSystem:FileSystem",
-    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
-    "aws:cloudwatch/logGroup:LogGroup",
-    "aws:eks/cluster:Cluster",
-    "aws:ecr/repository:Repository",
-    "aws:ebs/snapshotCopy:SnapshotCopy",
-    "aws:ec2/amiCopy:AmiCopy",
-    "aws:ec2/instance:Instance",
-    "aws:secretsmanager/secret:Secret",
-    "aws:backup/vault:Vault",
-    *RDS_STORAGE_TYPES,
-    REPLICATION_GROUP,
-)
-
 
 def _truthy(value: Any, path: str) -> bool:
     """Booleans, and the "true" strings some inputs (launch template EBS) take."""
@@ -171,29 +150,7 @@ def _key_problem(ref: KeyRef, resource: ResourceView, settings: Settings) -> str
     return None
 
 
-@resource_rule(
-    id="aws-encryption-customer-managed-key",
-    description=(
-        "EBS volumes and node disks, FSx, EFS, S3, log groups, EKS secrets, ECR, RDS "
-        "(storage, Performance Insights, the managed master secret), ElastiCache replication "
-        "groups and AWS Backup vaults are encrypted with a customer-managed KMS key in the "
-        "resource's own region."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Create an `aws.kms.Key` in the stack's region and pass it (`kmsKeyId`, "
-        "`kmsMasterKeyId` with `sse_algorithm=aws:kms`, `encryptionConfig.provider.keyArn` "
-        "with resources [secrets], ECR `encryptionType=KMS`); node groups need a launch "
-        "template whose block device mappings set `encrypted` and `kmsKeyId`; RDS needs "
-        "`storageEncrypted` with `kmsKeyId`, and `performanceInsightsKmsKeyId` / "
-        "`masterUserSecretKmsKeyId` where those features are on; ElastiCache needs "
-        "`atRestEncryptionEnabled` with `kmsKeyId`; a backup vault needs "
-        "`kmsKeyArn` (else AWS Backup uses its AWS-managed key)."
-    ),
-    controls=(*controls.CRYPTO, controls.CIS_EKS_5_3_1),
-    applies_to=types_in(*ENCRYPTED_TYPES),
-    config_keys=("allowedRegions",),
-)
+@resource_rule("aws-encryption-customer-managed-key")
 def customer_managed_key(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props, kind = resource.props, resource.type
     if kind == "aws:eks/nodeGroup:NodeGroup":
@@ -278,34 +235,18 @@ def _in_custom_key_store(resource: ResourceView) -> bool:
     return resource.props.get("customKeyStoreId") not in (None, "")
 
 
-@resource_rule(
-    id="aws-kms-key-rotation",
-    description=(
-        "Symmetric customer-managed KMS keys rotate their key material automatically (keys "
-        "in a custom key store excepted: KMS cannot rotate those)."
-    ),
-    severity=Severity.MEDIUM,
-    remediation="Set `enableKeyRotation: true` on the key (optionally `rotationPeriodInDays`).",
-    controls=(controls.ISO_8_24, controls.PDPL_20_SECURITY),
-    applies_to=lambda r: r.type == KEY_TYPE and _symmetric(r) and not _in_custom_key_store(r),
-)
+def rotatable_key(resource: ResourceView) -> bool:
+    """Symmetric KMS keys outside a custom key store: the keys KMS rotates itself."""
+    return resource.type == KEY_TYPE and _symmetric(resource) and not _in_custom_key_store(resource)
+
+
+@resource_rule("aws-kms-key-rotation")
 def kms_key_rotation(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if known(resource.props.get("enableKeyRotation"), "enableKeyRotation") is not True:
         yield "`enableKeyRotation` is not true"
 
 
-@resource_rule(
-    id="aws-kms-deletion-window",
-    description="KMS keys set an explicit deletion window of at least the configured minimum.",
-    severity=Severity.MEDIUM,
-    remediation=(
-        "Set `deletionWindowInDays` (7 to 30; 30 for production keys) so a scheduled deletion "
-        "can be cancelled before the data it protects becomes unreadable."
-    ),
-    controls=(controls.ISO_8_24, controls.ISO_8_13),
-    applies_to=types_in(KEY_TYPE, "aws:kms/replicaKey:ReplicaKey"),
-    config_keys=("minKeyDeletionWindowDays",),
-)
+@resource_rule("aws-kms-deletion-window")
 def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[str]:
     days = known(resource.props.get("deletionWindowInDays"), "deletionWindowInDays")
     if days is None:
@@ -314,17 +255,7 @@ def kms_deletion_window(resource: ResourceView, settings: Settings) -> Iterator[
         yield f"`deletionWindowInDays` is {days}, below {settings.min_key_deletion_window_days}"
 
 
-@resource_rule(
-    id="aws-kms-policy-no-wildcard-principal",
-    description="KMS key policies grant nothing to the wildcard principal `*`.",
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Name the account root, roles or services that may use the key in each Allow "
-        "statement instead of `*`."
-    ),
-    controls=(controls.ISO_8_24, controls.ISO_5_15, controls.PDPL_20_SECURITY),
-    applies_to=types_in(KEY_TYPE, "aws:kms/keyPolicy:KeyPolicy"),
-)
+@resource_rule("aws-kms-policy-no-wildcard-principal")
 def kms_policy_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
     def problem(index: int, statement: Statement) -> str:
         return f"statement {statement.get('Sid') or f'#{index}'} allows the wildcard principal `*`"

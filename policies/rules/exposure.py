@@ -7,11 +7,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
+from policies.catalogue import resource_rule
 from policies.k8s import HELM_RELEASE_TYPE, kind_of, metadata, object_annotations
-from policies.model import ResourceView, resource_rule, types_in
+from policies.model import ResourceView
 from policies.settings import Settings
 from policies.values import as_list, dig, known
 
@@ -30,21 +28,7 @@ def _within(cidr: str, allowed: tuple[str, ...]) -> bool:
         return False
 
 
-@resource_rule(
-    id="aws-eks-endpoint-private",
-    description=(
-        "The EKS API endpoint is private, or public only to the CIDRs listed in pack config."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `vpcConfig.endpointPrivateAccess: true` and `vpcConfig.endpointPublicAccess: "
-        "false`; if operators need the public endpoint, list their CIDRs in "
-        "`vpcConfig.publicAccessCidrs` and in the pack config's `allowedEndpointCidrs`."
-    ),
-    controls=(controls.CIS_EKS_5_4_1, controls.CIS_EKS_5_4_2, controls.ISO_8_20),
-    applies_to=types_in("aws:eks/cluster:Cluster"),
-    config_keys=("allowedEndpointCidrs",),
-)
+@resource_rule("aws-eks-endpoint-private")
 def eks_endpoint_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
     vpc = resource.props.get("vpcConfig")
     private = known(dig(vpc, "endpointPrivateAccess"), "vpcConfig.endpointPrivateAccess")
@@ -63,24 +47,7 @@ def eks_endpoint_private(resource: ResourceView, settings: Settings) -> Iterator
         yield f"the public endpoint is open to {', '.join(map(str, outside))} (not allowed CIDRs)"
 
 
-SG_TYPES = (
-    "aws:ec2/securityGroup:SecurityGroup",
-    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-    "aws:ec2/securityGroupRule:SecurityGroupRule",
-)
-
-
-@resource_rule(
-    id="aws-no-world-ingress",
-    description="No security group admits traffic from 0.0.0.0/0 or ::/0.",
-    severity=Severity.HIGH,
-    remediation=(
-        "Restrict the rule's source to the VPC CIDR, a prefix list or a security group; "
-        "reach the nodes through SSM Session Manager instead of open ports."
-    ),
-    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.CIS_EKS_5_4_3),
-    applies_to=types_in(*SG_TYPES),
-)
+@resource_rule("aws-no-world-ingress")
 def no_world_ingress(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
     if resource.type == "aws:ec2/securityGroup:SecurityGroup":
@@ -115,22 +82,7 @@ PRIVATE_DATA_STORES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-@resource_rule(
-    id="aws-data-store-private",
-    description=(
-        "Managed data stores (RDS, ElastiCache) sit in a subnet group of the stack (its "
-        "private subnets) behind security groups of the stack, never the VPC's defaults."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Create a subnet group of the private subnets and a security group admitting the "
-        "cluster's security group only (`modules.aws.private_data_store`); pass them as "
-        "`dbSubnetGroupName`/`vpcSecurityGroupIds` (RDS) or `subnetGroupName`/"
-        "`securityGroupIds` (ElastiCache)."
-    ),
-    controls=(controls.ISO_8_20, controls.ISO_8_22, controls.ISO_8_3),
-    applies_to=types_in(*PRIVATE_DATA_STORES),
-)
+@resource_rule("aws-data-store-private")
 def data_store_private(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
     subnets, groups, classic = PRIVATE_DATA_STORES[resource.type]
@@ -142,19 +94,7 @@ def data_store_private(resource: ResourceView, settings: Settings) -> Iterator[s
         yield f"`{classic}` is set: EC2-Classic groups, outside the stack's VPC"
 
 
-@resource_rule(
-    id="aws-s3-public-access-block",
-    description="S3 public access blocks turn on all four of their settings.",
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Set blockPublicAcls, blockPublicPolicy, ignorePublicAcls and restrictPublicBuckets "
-        "to true on the bucket's `aws.s3.BucketPublicAccessBlock`."
-    ),
-    controls=(controls.ISO_8_3, controls.ISO_8_12, controls.PDPL_20_SECURITY),
-    applies_to=types_in(
-        "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "aws:s3/bucketAcl:BucketAcl"
-    ),
-)
+@resource_rule("aws-s3-public-access-block")
 def s3_public_access_block(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type == "aws:s3/bucketAcl:BucketAcl":
         acl = known(resource.props.get("acl"), "acl")
@@ -171,22 +111,7 @@ def s3_public_access_block(resource: ResourceView, settings: Settings) -> Iterat
             yield f"`{key}` is not true"
 
 
-@resource_rule(
-    id="aws-no-public-ip-on-nodes",
-    description="Nodes get no public IP address: subnets, launch templates and instances.",
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `mapPublicIpOnLaunch: false` on subnets and `associatePublicIpAddress: false` on "
-        "launch template network interfaces and instances; egress through a NAT gateway or "
-        "VPC endpoints."
-    ),
-    controls=(controls.CIS_EKS_5_4_3, controls.ISO_8_20, controls.ISO_8_22),
-    applies_to=types_in(
-        "aws:ec2/subnet:Subnet",
-        "aws:ec2/launchTemplate:LaunchTemplate",
-        "aws:ec2/instance:Instance",
-    ),
-)
+@resource_rule("aws-no-public-ip-on-nodes")
 def no_public_ip(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
     if resource.type == "aws:ec2/subnet:Subnet":
@@ -201,18 +126,7 @@ def no_public_ip(resource: ResourceView, settings: Settings) -> Iterator[str]:
         yield "`associatePublicIpAddress` is true"
 
 
-@resource_rule(
-    id="aws-imdsv2-required",
-    description="Instances require IMDSv2 tokens and cap the metadata hop limit.",
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `metadataOptions` with `httpTokens: required` and `httpPutResponseHopLimit` of "
-        "2 or less (2 lets pods on the node reach IMDS through one extra hop)."
-    ),
-    controls=(controls.CIS_EKS_3_x_NODES, controls.ISO_8_9, controls.ISO_8_2),
-    applies_to=types_in("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"),
-    config_keys=("maxMetadataHopLimit",),
-)
+@resource_rule("aws-imdsv2-required")
 def imdsv2_required(resource: ResourceView, settings: Settings) -> Iterator[str]:
     options = resource.props.get("metadataOptions")
     if options in (None, {}):
@@ -258,7 +172,9 @@ def _public_services_in_values(values: Any, path: str = "values") -> Iterator[st
             yield from _public_services_in_values(value, f"{path}[{index}]")
 
 
-def _monitoring_related(resource: ResourceView) -> bool:
+def monitoring_related(resource: ResourceView) -> bool:
+    """Helm releases of monitoring charts, and Services and Ingresses whose name or
+    labels say Grafana, Prometheus or Alertmanager."""
     if resource.type == HELM_RELEASE_TYPE:
         return bool(MONITORING_RE.search(str(resource.props.get("chart", ""))))
     if kind_of(resource) not in ("Service", "Ingress"):
@@ -268,18 +184,7 @@ def _monitoring_related(resource: ResourceView) -> bool:
     return bool(MONITORING_RE.search(text))
 
 
-@resource_rule(
-    id="k8s-monitoring-not-public",
-    description="Grafana, Prometheus and Alertmanager are not behind a public load balancer.",
-    severity=Severity.HIGH,
-    remediation=(
-        "Use a ClusterIP service reached through port-forwarding or an internal load "
-        "balancer (annotation service.beta.kubernetes.io/aws-load-balancer-scheme: internal); "
-        "for ingresses use alb.ingress.kubernetes.io/scheme: internal."
-    ),
-    controls=(controls.ISO_8_20, controls.ISO_8_3, controls.PDPL_20_SECURITY),
-    applies_to=_monitoring_related,
-)
+@resource_rule("k8s-monitoring-not-public")
 def monitoring_not_public(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type == HELM_RELEASE_TYPE:
         for path in _public_services_in_values(known(resource.props.get("values"), "values")):

@@ -17,12 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
 from policies.aws import parse_arn, region_of
-from policies.model import ResourceView, resource_rule, types_in
-from policies.rules.encryption import REPLICATION_GROUP
+from policies.catalogue import resource_rule
+from policies.model import ResourceView
+from policies.rules.checks import retention_problem
 from policies.settings import Settings
 from policies.values import as_list, dig, is_unknown, known
 
@@ -35,14 +33,7 @@ def _true(props: dict[str, Any], key: str) -> bool:
     return known(props.get(key), key) is True
 
 
-@resource_rule(
-    id="aws-elasticache-tls",
-    description="ElastiCache replication groups require TLS in transit.",
-    severity=Severity.HIGH,
-    remediation="Set `transitEncryptionEnabled: true` and `transitEncryptionMode: required`.",
-    controls=controls.CRYPTO,
-    applies_to=types_in(REPLICATION_GROUP),
-)
+@resource_rule("aws-elasticache-tls")
 def elasticache_tls(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
     if not _true(props, "transitEncryptionEnabled"):
@@ -51,17 +42,7 @@ def elasticache_tls(resource: ResourceView, settings: Settings) -> Iterator[str]
         yield "`transitEncryptionMode` is preferred: clients may still connect without TLS"
 
 
-@resource_rule(
-    id="aws-elasticache-auth",
-    description="ElastiCache replication groups require clients to authenticate (AUTH or RBAC).",
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `authToken` from a secret config value (`pulumi config set --secret`), or "
-        "`userGroupIds` with ElastiCache RBAC users."
-    ),
-    controls=(controls.ISO_5_15, controls.ISO_8_3, controls.PDPL_20_SECURITY),
-    applies_to=types_in(REPLICATION_GROUP),
-)
+@resource_rule("aws-elasticache-auth")
 def elasticache_auth(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
     token = props.get("authToken")
@@ -70,27 +51,14 @@ def elasticache_auth(resource: ResourceView, settings: Settings) -> Iterator[str
         yield "neither `authToken` nor `userGroupIds` is set: any client in the VPC may connect"
 
 
-@resource_rule(
-    id="aws-elasticache-recoverable",
-    description=(
-        "ElastiCache replication groups keep daily snapshots, leave a final snapshot, and "
-        "are seeded only from snapshots in their own region."
-    ),
-    severity=Severity.MEDIUM,
-    remediation=(
-        "Set `snapshotRetentionLimit` to 1 or more days and `finalSnapshotIdentifier`; "
-        "seed only from snapshots (`snapshotArns`) in the group's region."
-    ),
-    controls=(controls.ISO_8_13, controls.ISO_8_9, *controls.RESIDENCY),
-    applies_to=types_in(REPLICATION_GROUP),
-)
+@resource_rule("aws-elasticache-recoverable")
 def elasticache_recoverable(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props = resource.props
-    retention = known(props.get("snapshotRetentionLimit"), "snapshotRetentionLimit")
-    if retention is None:
-        yield "`snapshotRetentionLimit` is not set: ElastiCache keeps no snapshots"
-    elif not isinstance(retention, int | float) or retention < 1:
-        yield f"`snapshotRetentionLimit` is {retention}: snapshots are off"
+    problem = retention_problem(
+        props, "snapshotRetentionLimit", ": ElastiCache keeps no snapshots", "snapshots are off"
+    )
+    if problem:
+        yield problem
     if props.get("finalSnapshotIdentifier") in (None, ""):
         yield "`finalSnapshotIdentifier` is not set: deleting the group leaves no snapshot"
     region = known(region_of(resource), "region")
@@ -102,27 +70,15 @@ def elasticache_recoverable(resource: ResourceView, settings: Settings) -> Itera
             yield f"`snapshotArns[{index}]` is in {arn.region}, not the group's region {region}"
 
 
-def _redis_release(resource: ResourceView) -> bool:
+def redis_release(resource: ResourceView) -> bool:
+    """Helm releases of a Redis chart (the online store on premises)."""
     if resource.type != HELM_RELEASE:
         return False
     chart = known(resource.props.get("chart"), "chart")
     return isinstance(chart, str) and chart.rsplit("/", 1)[-1] in REDIS_CHARTS
 
 
-@resource_rule(
-    id="k8s-online-store-protected",
-    description=(
-        "A Redis-protocol online store run from a Helm chart (on premises) requires "
-        "authentication and TLS, and keeps its data on a persistent volume."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "In the chart values set `auth.enabled: true` (users from an existing Secret), "
-        "`tls.enabled: true` with a certificate Secret, and `dataStorage.enabled: true`."
-    ),
-    controls=(controls.ISO_5_15, controls.ISO_8_24, controls.ISO_8_13, controls.PDPL_20_SECURITY),
-    applies_to=_redis_release,
-)
+@resource_rule("k8s-online-store-protected")
 def online_store_protected(resource: ResourceView, settings: Settings) -> Iterator[str]:
     values = resource.props.get("values") or {}
     checks = (

@@ -9,13 +9,11 @@ Kueue can dispatch to is listed by those objects, so the rule judges each of the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
-from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.catalogue import stack_rule
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import SECRET_PLACEHOLDER, SECRET_SIG, SPECIAL_SIG_KEY, dig, known
 
@@ -71,52 +69,16 @@ def _site_problem(cluster: ResourceView, settings: Settings) -> str | None:
     return None
 
 
-@stack_rule(
-    id="uae-fleet-worker-residency",
-    description=(
-        "Every worker cluster a MultiKueue manager may dispatch jobs to is a UAE cluster: "
-        "an EKS cluster in an allowed region, or a site in an allowed country."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Remove the worker from the manager's `fleet.workers`, or make it a UAE stack "
-        "(region me-central-1, or an on-premises site with country AE); the platform "
-        "annotates each MultiKueueCluster with the worker's site from its stack file."
-    ),
-    controls=controls.FLEET_RESIDENCY,
-    applies_to=types_in(*MULTIKUEUE_CLUSTER_TYPES),
-    config_keys=("allowedRegions", "allowedCountries"),
-)
-def fleet_worker_residency(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-fleet-worker-residency")
+def fleet_worker_residency(stack: StackView, settings: Settings) -> StackFindings:
     for cluster in stack.of_type(*MULTIKUEUE_CLUSTER_TYPES):
         problem = _site_problem(cluster, settings)
         if problem:
             yield cluster.urn, problem
 
 
-@stack_rule(
-    id="uae-fleet-worker-credentials",
-    description=(
-        "Every MultiKueue worker's kubeconfig is read from a kueue-system Secret of the "
-        "same stack whose kubeconfig value is a Pulumi secret or comes from the worker "
-        "stack's output through a StackReference (never a file path on the controller, "
-        "never plain text in the program or its config)."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Set `clusterSource.kubeConfig.locationType: Secret`, register the Secret in "
-        "kueue-system through the same provider, and fill `stringData.kubeconfig` from the "
-        "worker stack's secret output (`pulumi.StackReference(...).require_output`), or wrap "
-        "it in `pulumi.Output.secret`."
-    ),
-    controls=controls.FLEET_CREDENTIALS,
-    applies_to=types_in(*MULTIKUEUE_CLUSTER_TYPES),
-)
-def fleet_worker_credentials(
-    stack: StackView, _settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-fleet-worker-credentials")
+def fleet_worker_credentials(stack: StackView, _settings: Settings) -> StackFindings:
     secrets = {
         str(dig(r.props, "metadata", "name")): r
         for r in stack.of_type(SECRET_TYPE)

@@ -6,9 +6,8 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls, stackconfig
+from policies import stackconfig
+from policies.catalogue import resource_rule, stack_rule
 from policies.documents import (
     InvalidDocumentError,
     Statement,
@@ -17,20 +16,10 @@ from policies.documents import (
     names_everything,
     statements,
 )
-from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
 
-POLICY_TYPES = (
-    "aws:iam/policy:Policy",
-    "aws:iam/rolePolicy:RolePolicy",
-    "aws:iam/userPolicy:UserPolicy",
-    "aws:iam/groupPolicy:GroupPolicy",
-    "aws:iam/role:Role",
-    "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
-    "aws:iam/userPolicyAttachment:UserPolicyAttachment",
-    "aws:iam/groupPolicyAttachment:GroupPolicyAttachment",
-)
 ADMIN_POLICY_ARNS = (
     "arn:aws:iam::aws:policy/AdministratorAccess",
     "arn:aws:iam::aws:policy/PowerUserAccess",
@@ -48,20 +37,7 @@ def policy_documents(resource: ResourceView) -> Iterator[tuple[str, Any]]:
         yield "policy", props.get("policy")
 
 
-@resource_rule(
-    id="aws-iam-no-admin-wildcard",
-    description=(
-        "No IAM policy allows every action (`*`) on every resource (`*`), and no AWS "
-        "administrator policy is attached."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "List the actions and resource ARNs the principal needs; use AWS managed job-function "
-        "policies only where they are narrower than what you would write."
-    ),
-    controls=(controls.ISO_8_2, controls.ISO_5_15, controls.ISO_5_18),
-    applies_to=types_in(*POLICY_TYPES),
-)
+@resource_rule("aws-iam-no-admin-wildcard")
 def no_admin_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type.endswith("PolicyAttachment"):
         arn = known(resource.props.get("policyArn"), "policyArn")
@@ -84,17 +60,7 @@ def _admin(path: str, index: int, statement: Statement) -> str:
     return f"`{path}` statement {statement.get('Sid') or index} allows `*` on `*`"
 
 
-@resource_rule(
-    id="aws-iam-trust-no-wildcard-principal",
-    description="No IAM role trust policy lets the wildcard principal `*` assume the role.",
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Name the service (e.g. ec2.amazonaws.com, pods.eks.amazonaws.com), account or OIDC "
-        "provider that may assume the role."
-    ),
-    controls=(controls.ISO_5_15, controls.ISO_8_2, controls.PDPL_20_SECURITY),
-    applies_to=types_in("aws:iam/role:Role"),
-)
+@resource_rule("aws-iam-trust-no-wildcard-principal")
 def trust_no_wildcard(resource: ResourceView, settings: Settings) -> Iterator[str]:
     document = resource.props.get("assumeRolePolicy")
     return allows(document, "assumeRolePolicy", any_principal, _assumed_by_anyone)
@@ -162,23 +128,8 @@ def _attached_documents(stack: StackView, role: ResourceView) -> Iterator[tuple[
             yield resource.urn, f"managed policy {arn}", arn
 
 
-@stack_rule(
-    id="aws-iam-training-role-scoped",
-    description=(
-        "Training roles reach S3 objects only under their own bucket prefix "
-        "(arn:aws:s3:::<bucket>/<prefix>/...), never bucket-wide or account-wide."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Scope object actions to `arn:aws:s3:::<bucket>/<team-or-job prefix>/*` and "
-        "ListBucket to the bucket with an `s3:prefix` condition; do not attach AWS managed "
-        "S3 policies to training roles."
-    ),
-    controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_3, controls.PDPL_20_SECURITY),
-    applies_to=types_in("aws:iam/role:Role"),
-    config_keys=("trainingRolePattern",),
-)
-def training_role_scoped(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-iam-training-role-scoped")
+def training_role_scoped(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for role in stack.of_type("aws:iam/role:Role"):
         if not _role_name_matches(role, settings.training_role_pattern):
@@ -262,23 +213,8 @@ def _association_principal(stack: StackView, association: ResourceView) -> str:
     return str(known(value, f"{association.name}.principalArn"))
 
 
-@stack_rule(
-    id="aws-eks-access-scope",
-    description=(
-        "EKS access policies are scoped: cluster-wide access, and the admin access policies, "
-        "only for the stack's administrators (`cluster.adminRoleArns`); everyone else gets "
-        "policies scoped to named namespaces."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Associate team roles with AmazonEKSEditPolicy or AmazonEKSViewPolicy and "
-        "`accessScope: {type: namespace, namespaces: [team-<name>]}` (the stack's "
-        "`identity.teams`); list administrators in `cluster.adminRoleArns`."
-    ),
-    controls=(controls.ISO_5_15, controls.ISO_5_18, controls.ISO_8_2, controls.CIS_EKS_4_6_1),
-    applies_to=types_in(ACCESS_ASSOCIATION_TYPE),
-)
-def eks_access_scope(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-eks-access-scope")
+def eks_access_scope(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     admins = _admin_role_arns()
     for association in stack.of_type(ACCESS_ASSOCIATION_TYPE):

@@ -8,35 +8,21 @@ opts out of one rule with an annotation on the object, naming the rule and the r
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from pulumi_policy import EnforcementLevel, Severity
-
-from policies import controls
+from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import (
     CLUSTER_SCOPED_KINDS,
     HELM_RELEASE_TYPE,
     K8S_PROVIDER_TYPE,
     containers,
-    has_pod_spec,
     images,
     is_kubernetes_object,
     kind_of,
     metadata,
-    names_images,
     parse_image,
     pod_specs,
 )
-from policies.model import (
-    Applies,
-    ResourceCheck,
-    ResourceView,
-    Rule,
-    StackView,
-    resource_rule,
-    stack_rule,
-    types_in,
-)
+from policies.model import ResourceCheck, ResourceView, Rule, StackFindings, StackView
 from policies.rules.checks import (
     NO_PRIVILEGE_ESCALATION,
     NON_ROOT,
@@ -92,95 +78,33 @@ def _settings(*wanted: SecuritySetting) -> ResourceCheck:
     return lambda resource, settings: security_problems(resource, wanted)
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One rule of the pod spec table (`POD_SPEC_RULES`): its metadata and check."""
-
-    id: str
-    description: str
-    severity: Severity
-    remediation: str
-    controls: tuple[str, ...]
-    check: ResourceCheck
-    applies_to: Applies = has_pod_spec
-    enforcement: EnforcementLevel = EnforcementLevel.MANDATORY
-
-    def rule(self) -> Rule:
-        """The row's rule: a resource rule a system component may opt out of with its
-        annotation (the module's docstring)."""
-        return Rule(
-            self.id, self.description, self.severity, self.enforcement, self.remediation,
-            self.controls, "resource", self.check, self.applies_to, annotation_exceptions=True,
-        )  # fmt: skip
-
-
-#: The rules of what runs in a pod, one row each (in the order the reports list them).
+#: The rules of what runs in a pod, by id and check (in the order the reports list
+#: them); a system component may opt out of each with its annotation (the module's
+#: docstring).
 POD_SPEC_RULES: tuple[Rule, ...] = tuple(
-    row.rule()
-    for row in (
-        _Row("k8s-no-privileged", "No container runs privileged.", Severity.CRITICAL,
-             "Remove `securityContext.privileged: true`; grant the one capability needed.",
-             (controls.CIS_EKS_4_2_1, controls.ISO_8_2), _settings(NOT_PRIVILEGED)),
-        _Row("k8s-no-host-namespaces", "No pod shares the host's network, PID or IPC namespace.",
-             Severity.HIGH, "Remove hostNetwork, hostPID and hostIPC from the pod spec.",
-             (controls.CIS_EKS_4_2_2, controls.CIS_EKS_4_2_3, controls.CIS_EKS_4_2_4,
-              controls.ISO_8_22), _host_namespaces),
-        _Row("k8s-no-host-path", "No pod mounts a hostPath volume.", Severity.HIGH,
-             "Use a PersistentVolumeClaim, emptyDir or CSI volume instead of hostPath.",
-             (controls.CIS_EKS_4_6_2, controls.ISO_8_2), _host_paths),
-        _Row("k8s-no-privilege-escalation",
-             "Every container sets `allowPrivilegeEscalation: false`.", Severity.HIGH,
-             "Set `securityContext.allowPrivilegeEscalation: false` on every container.",
-             (controls.CIS_EKS_4_2_5, controls.ISO_8_2), _settings(NO_PRIVILEGE_ESCALATION)),
-        _Row("k8s-run-as-non-root",
-             "Every container runs as a non-root user (`runAsNonRoot: true`, no UID 0).",
-             Severity.HIGH,
-             "Set `securityContext.runAsNonRoot: true` (pod or container) and a non-zero "
-             "`runAsUser`; build images with a USER that is not root.",
-             (controls.CIS_EKS_4_2_6, controls.ISO_8_2), _settings(NON_ROOT, NOT_UID_0)),
-        _Row("k8s-resource-limits", "Every container declares CPU and memory limits.",
-             Severity.MEDIUM,
-             "Set `resources.limits.cpu` and `resources.limits.memory` on every container.",
-             (controls.ISO_8_9, controls.CIS_EKS_4_6_1), _limits),
-        _Row("k8s-no-latest-tag",
-             "Every image is pinned by a tag other than `latest`, or by digest.",
-             Severity.MEDIUM,
-             "Reference images as repository:version or repository@sha256:digest.",
-             (controls.ISO_8_9, controls.ISO_8_19), _floating_images, applies_to=names_images),
-        _Row("k8s-read-only-root-filesystem",
-             "Containers mount their root file system read-only where possible.", Severity.LOW,
-             "Set `securityContext.readOnlyRootFilesystem: true` and mount emptyDir volumes "
-             "where the program writes (/tmp, caches).",
-             (controls.CIS_EKS_4_6_2, controls.ISO_8_9), _settings(READ_ONLY_ROOT),
-             enforcement=EnforcementLevel.ADVISORY),
-        _Row("k8s-seccomp-runtime-default",
-             "Every container runs under the RuntimeDefault (or a Localhost) seccomp profile.",
-             Severity.MEDIUM,
-             "Set `securityContext.seccompProfile.type: RuntimeDefault` on the pod.",
-             (controls.CIS_EKS_4_6_2, controls.ISO_8_9), _settings(SECCOMP)),
+    resource_rule(rule_id, annotation_exceptions=True)(check)
+    for rule_id, check in (
+        ("k8s-no-privileged", _settings(NOT_PRIVILEGED)),
+        ("k8s-no-host-namespaces", _host_namespaces),
+        ("k8s-no-host-path", _host_paths),
+        ("k8s-no-privilege-escalation", _settings(NO_PRIVILEGE_ESCALATION)),
+        ("k8s-run-as-non-root", _settings(NON_ROOT, NOT_UID_0)),
+        ("k8s-resource-limits", _limits),
+        ("k8s-no-latest-tag", _floating_images),
+        ("k8s-read-only-root-filesystem", _settings(READ_ONLY_ROOT)),
+        ("k8s-seccomp-runtime-default", _settings(SECCOMP)),
     )
-)  # fmt: skip
+)
 
 
-def _namespaced(resource: ResourceView) -> bool:
+def namespaced(resource: ResourceView) -> bool:
+    """Helm releases and the Kubernetes objects the stack registers (not providers)."""
     if resource.type == HELM_RELEASE_TYPE:
         return True
     return is_kubernetes_object(resource) and resource.type != K8S_PROVIDER_TYPE
 
 
-@resource_rule(
-    id="k8s-no-default-namespace",
-    description="No object or Helm release is placed in the `default` namespace.",
-    severity=Severity.MEDIUM,
-    remediation=(
-        "Set metadata.namespace (Helm: `namespace`) to the component's own namespace; if the "
-        "kind is cluster-scoped, add it to the pack config's `clusterScopedKinds`."
-    ),
-    controls=(controls.CIS_EKS_4_6_3, controls.CIS_EKS_4_6_1, controls.ISO_5_15),
-    applies_to=_namespaced,
-    config_keys=("clusterScopedKinds",),
-    annotation_exceptions=True,
-)
+@resource_rule("k8s-no-default-namespace", annotation_exceptions=True)
 def no_default_namespace(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type != HELM_RELEASE_TYPE and (
         kind_of(resource) in CLUSTER_SCOPED_KINDS
@@ -223,24 +147,8 @@ def _denies_all(policy: ResourceView) -> str | None:
     return None
 
 
-@stack_rule(
-    id="k8s-namespace-default-deny",
-    description=(
-        "Every namespace the stack creates denies all ingress and egress by default (a "
-        "NetworkPolicy selecting every pod, of both types, allowing nothing)."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Add a NetworkPolicy in the namespace with `podSelector: {}`, `policyTypes: "
-        "[Ingress, Egress]` and no rules (`modules.k8s.netpol.default_deny`), then allow "
-        "exactly what its pods need: DNS, the API server, Prometheus' scrape, webhooks."
-    ),
-    controls=(controls.CIS_EKS_4_3_2, controls.ISO_8_20, controls.ISO_8_22),
-    applies_to=types_in(NAMESPACE_TYPE),
-)
-def namespace_default_deny(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("k8s-namespace-default-deny")
+def namespace_default_deny(stack: StackView, settings: Settings) -> StackFindings:
     denied: set[str] = set()
     deferred = Deferred()
     for policy in stack.of_type(NETWORK_POLICY_TYPE):

@@ -28,11 +28,10 @@ from functools import partial
 from typing import Any
 
 import yaml
-from pulumi_policy import Severity
 
-from policies import controls
+from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import (
     aws_endpoint_problem,
     aws_region,
@@ -197,29 +196,8 @@ def _namespace(resource: ResourceView) -> Any:
     return metadata(resource).get("namespace")
 
 
-@stack_rule(
-    id="uae-pipelines-artifact-store",
-    description=(
-        "Kubeflow Pipelines keeps its artifacts in the stack's own store, encrypted and in "
-        "the region: a pipeline root in a bucket the stack creates (s3://), providers and "
-        "the API server's object store over TLS and in an allowed region, no bundled "
-        "SeaweedFS or MinIO."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Set `defaultPipelineRoot: s3://<data bucket>/pipelines/runs` in `kfp-launcher` with "
-        "an S3 provider on s3.<region>.amazonaws.com (or, on premises, the site's store) "
-        "with `disableSSL: false`; point the API server's OBJECTSTORECONFIG_* at the same "
-        "bucket with OBJECTSTORECONFIG_SECURE=true; leave KFP's SeaweedFS/MinIO out."
-    ),
-    # dict.fromkeys: CBUAE 6.3 is in both sets; a rule names each control once.
-    controls=tuple(dict.fromkeys((*controls.RESIDENCY, *controls.CRYPTO, controls.ISO_8_12))),
-    applies_to=types_in(CONFIGMAP, DEPLOYMENT),
-    config_keys=("allowedRegions",),
-)
-def pipelines_artifact_store(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-pipelines-artifact-store")
+def pipelines_artifact_store(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
     kfp_namespaces = set()
@@ -299,26 +277,8 @@ def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
         )
 
 
-@stack_rule(
-    id="uae-pipelines-database-in-region",
-    description=(
-        "Kubeflow Pipelines' databases are in the region: its database host is the "
-        "platform's TLS proxy on the pod's loopback, a Service in the cluster, or an RDS "
-        "endpoint in an allowed region; the proxy's upstream is too, and it uses TLS."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Point `postgresHost` of `pipeline-install-config` at 127.0.0.1 (the database "
-        "proxy) or an in-cluster Service, and the proxy's [databases] at the stack's RDS "
-        "instance (or the CloudNativePG Service) with `server_tls_sslmode = require`."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_24),
-    applies_to=types_in(CONFIGMAP),
-    config_keys=("allowedRegions",),
-)
-def pipelines_database_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-pipelines-database-in-region")
+def pipelines_database_in_region(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     proxies = {
         _namespace(c): c
@@ -355,6 +315,7 @@ def pipelines_database_in_region(
 
 
 def _kfp_service(resource: ResourceView) -> bool:
+    """A Service of Kubeflow Pipelines (by name or by KFP's label)."""
     if kind_of(resource) != "Service":
         return False
     meta = metadata(resource)
@@ -386,22 +347,12 @@ def _backends(resource: ResourceView) -> Iterator[str]:
                     yield name
 
 
-@resource_rule(
-    id="k8s-pipelines-not-public",
-    description=(
-        "Kubeflow Pipelines' UI and APIs are not exposed: in single-user mode they "
-        "authenticate nobody, so their Services are ClusterIP (no load balancer, node port "
-        "or external IP) and no Ingress or Gateway route leads to them."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Keep `type: ClusterIP` on KFP's Services and reach the UI with `kubectl -n "
-        "kubeflow port-forward svc/ml-pipeline-ui 8443:443` (Kubernetes RBAC decides who "
-        "may); remove Ingress/HTTPRoute rules that point at them."
-    ),
-    controls=(controls.ISO_8_20, controls.ISO_8_3, controls.ISO_5_15, controls.PDPL_20_SECURITY),
-    applies_to=lambda r: _kfp_service(r) or kind_of(r) in ROUTE_KINDS,
-)
+def kfp_service_or_route(resource: ResourceView) -> bool:
+    """The Services of Kubeflow Pipelines, and every Ingress and Gateway API route."""
+    return _kfp_service(resource) or kind_of(resource) in ROUTE_KINDS
+
+
+@resource_rule("k8s-pipelines-not-public")
 def pipelines_not_public(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if kind_of(resource) in ROUTE_KINDS:
         for name in _backends(resource):
@@ -427,23 +378,12 @@ def _webhooks(resource: ResourceView) -> Iterator[tuple[str, Mapping[str, Any]]]
             yield f"spec.receivers[{index}].webhookConfigs[{hook}]", config
 
 
-@resource_rule(
-    id="k8s-alert-webhooks-in-cluster",
-    description=(
-        "Alertmanager's webhook receivers (AlertmanagerConfig) post alerts only to "
-        "Services in the cluster, over TLS verified with a CA: an alert's labels name "
-        "models, versions and namespaces."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Send webhooks to a Service of the cluster over TLS "
-        "(https://<service>.<namespace>.svc.cluster.local:<port>/...), e.g. the retrain "
-        "trigger, with httpConfig.tlsConfig.ca naming the cluster CA (gpuplatform-ca, "
-        "ca.crt) and no insecureSkipVerify; relay to anything else from inside the country."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=lambda r: kind_of(r) == "AlertmanagerConfig",
-)
+def alertmanager_config(resource: ResourceView) -> bool:
+    """The Prometheus Operator's AlertmanagerConfig objects."""
+    return kind_of(resource) == "AlertmanagerConfig"
+
+
+@resource_rule("k8s-alert-webhooks-in-cluster")
 def alert_webhooks_in_cluster(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for path, config in _webhooks(resource):
         if "urlSecret" in config:

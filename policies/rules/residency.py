@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, Severity
-
-from policies import controls, stackconfig
+from policies import stackconfig
 from policies.aws import (
     AWS_PROVIDER_TYPE,
     ECR_HOST_RE,
@@ -16,16 +14,16 @@ from policies.aws import (
     parse_arn,
     region_of,
 )
+from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import (
     CONFIGMAP_TYPE,
     HELM_RELEASE_TYPE,
     K8S_PROVIDER_TYPE,
     images,
     is_kubernetes_object,
-    names_images,
     parse_image,
 )
-from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known, walk_strings
 
@@ -34,25 +32,14 @@ SITE_NAMESPACE = "kube-system"
 SITE_KINDS = ("on-premises", "aws-eks")
 
 
-def _regional_aws(resource: ResourceView) -> bool:
+def regional_aws(resource: ResourceView) -> bool:
+    """AWS providers and the resources of regional AWS services."""
     if resource.type == AWS_PROVIDER_TYPE:
         return True
     return resource.type.startswith("aws:") and not is_global_service(resource.type)
 
 
-@resource_rule(
-    id="uae-aws-region-allowlist",
-    description="Every AWS resource and AWS provider is pinned to an allowed region.",
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Register the resource through the stack's region-pinned AWS provider (or set its "
-        "`region` input) to an allowed region such as me-central-1; remove providers for "
-        "other regions."
-    ),
-    controls=controls.RESIDENCY,
-    applies_to=_regional_aws,
-    config_keys=("allowedRegions",),
-)
+@resource_rule("uae-aws-region-allowlist")
 def region_allowlist(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type == AWS_PROVIDER_TYPE:
         region = resource.props.get("region")
@@ -77,21 +64,12 @@ def region_allowlist(resource: ResourceView, settings: Settings) -> Iterator[str
         yield f"region {region} is outside the allowlist ({', '.join(settings.allowed_regions)})"
 
 
-@resource_rule(
-    id="uae-global-service-content",
-    description=(
-        "Resources of global AWS services (IAM, Route 53, CloudFront) reference no ARN or "
-        "endpoint in a region outside the allowlist."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Point the policy, origin or record at resources in an allowed region; global "
-        "services may only carry references to in-region resources."
-    ),
-    controls=controls.RESIDENCY,
-    applies_to=lambda r: r.type.startswith("aws:") and is_global_service(r.type),
-    config_keys=("allowedRegions",),
-)
+def global_service(resource: ResourceView) -> bool:
+    """The resources of global AWS services (IAM, Route 53, CloudFront)."""
+    return resource.type.startswith("aws:") and is_global_service(resource.type)
+
+
+@resource_rule("uae-global-service-content")
 def global_service_content(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for path, text in walk_strings(resource.props):
         known(text, path)
@@ -120,40 +98,7 @@ def _indexed(items: Any) -> Iterator[tuple[int, Any]]:
     return enumerate(as_list(items))
 
 
-COPY_TYPES = (
-    "aws:ecr/replicationConfiguration:ReplicationConfiguration",
-    "aws:dlm/lifecyclePolicy:LifecyclePolicy",
-    "aws:ebs/snapshotCopy:SnapshotCopy",
-    "aws:ec2/amiCopy:AmiCopy",
-    "aws:dynamodb/table:Table",
-    "aws:dynamodb/globalTable:GlobalTable",
-    "aws:efs/replicationConfiguration:ReplicationConfiguration",
-    "aws:secretsmanager/secret:Secret",
-    "aws:cloudwatch/logDestination:LogDestination",
-    "aws:cloudwatch/logSubscriptionFilter:LogSubscriptionFilter",
-    "aws:oam/link:Link",
-    "aws:rds/instance:Instance",
-    "aws:rds/cluster:Cluster",
-)
-
-
-@resource_rule(
-    id="uae-no-cross-region-copies",
-    description=(
-        "No copy of data leaves the allowed regions: ECR replication, DLM cross-region "
-        "copies, snapshot and AMI copies, DynamoDB and Secrets Manager replicas, EFS "
-        "replication, cross-region log and observability links (AWS Backup copies are "
-        "`uae-backup-copies-in-region`'s)."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Remove the cross-region destination or point it at an allowed region; keep "
-        "disaster-recovery copies inside the UAE (another zone, or another UAE site)."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_13),
-    applies_to=types_in(*COPY_TYPES),
-    config_keys=("allowedRegions",),
-)
+@resource_rule("uae-no-cross-region-copies")
 def no_cross_region_copies(resource: ResourceView, settings: Settings) -> Iterator[str]:
     props, kind = resource.props, resource.type
     if kind == "aws:ecr/replicationConfiguration:ReplicationConfiguration":
@@ -196,21 +141,7 @@ def no_cross_region_copies(resource: ResourceView, settings: Settings) -> Iterat
         yield from _foreign_arn(source, "replicationSourceIdentifier", settings)
 
 
-@resource_rule(
-    id="uae-kms-no-multi-region",
-    description="KMS keys are single-region: no multi-region keys and no replica keys.",
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Set `multiRegion: false` (the default) on the key and remove `aws.kms.ReplicaKey` "
-        "resources; a multi-region key's material can be replicated outside the UAE."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_24),
-    applies_to=types_in(
-        "aws:kms/key:Key",
-        "aws:kms/replicaKey:ReplicaKey",
-        "aws:kms/replicaExternalKey:ReplicaExternalKey",
-    ),
-)
+@resource_rule("uae-kms-no-multi-region")
 def kms_no_multi_region(resource: ResourceView, settings: Settings) -> Iterator[str]:
     if resource.type != "aws:kms/key:Key":
         yield "a replica key copies key material of a multi-region key into another region"
@@ -244,21 +175,7 @@ def _allowed_summary(settings: Settings) -> str:
     )
 
 
-@resource_rule(
-    id="uae-container-image-registry",
-    description=(
-        "Containers of the Kubernetes objects the stack registers pull images only from "
-        "the in-region ECR registry or a configured UAE registry."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Mirror the image into the stack's ECR repository in me-central-1 (or a configured "
-        "UAE registry) and reference it there, pinned by tag or digest."
-    ),
-    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=names_images,
-    config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
-)
+@resource_rule("uae-container-image-registry")
 def container_image_registry(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for who, value, path in images(resource):
         image = known(value, path)
@@ -290,24 +207,7 @@ def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]
             yield from _chart_images(value, f"{path}[{index}]")
 
 
-@resource_rule(
-    id="uae-helm-chart-images",
-    description=(
-        "Helm releases take their images from the in-region ECR or a configured UAE registry "
-        "(images named in the release's values are checked; the chart's built-in defaults "
-        "are not visible in a plan and are listed for review)."
-    ),
-    severity=Severity.MEDIUM,
-    enforcement=EnforcementLevel.ADVISORY,
-    remediation=(
-        "Mirror the chart's images into the in-region ECR (or a configured UAE registry) and "
-        "override the chart's image values to point there; until then record a reviewed "
-        "exemption (reason and expiry) for the release in the pack config."
-    ),
-    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=types_in(HELM_RELEASE_TYPE),
-    config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
-)
+@resource_rule("uae-helm-chart-images")
 def helm_chart_images(resource: ResourceView, settings: Settings) -> Iterator[str]:
     found = list(_chart_images(resource.props.get("values")))
     for path, image in found:
@@ -322,24 +222,8 @@ def helm_chart_images(resource: ResourceView, settings: Settings) -> Iterator[st
         )
 
 
-@stack_rule(
-    id="uae-k8s-site-declaration",
-    description=(
-        "Every Kubernetes provider has a `gpuplatform-site` ConfigMap in kube-system "
-        "declaring a site in an allowed country (and, for EKS, an allowed region); every "
-        "Kubernetes object goes through such a provider."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Register ConfigMap kube-system/gpuplatform-site through the cluster's provider with "
-        "data.site, data.country (AE), data.kind (on-premises or aws-eks) and, for aws-eks, "
-        "data.region; give every Kubernetes resource that provider explicitly."
-    ),
-    controls=controls.RESIDENCY,
-    applies_to=types_in(K8S_PROVIDER_TYPE),
-    config_keys=("allowedRegions", "allowedCountries"),
-)
-def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-k8s-site-declaration")
+def k8s_site_declaration(stack: StackView, settings: Settings) -> StackFindings:
     providers: dict[str, ResourceView | None] = {r.urn: r for r in stack.of_type(K8S_PROVIDER_TYPE)}
     sites: dict[str, ResourceView] = {}
     for resource in stack.resources:
@@ -377,9 +261,7 @@ def k8s_site_declaration(stack: StackView, settings: Settings) -> Iterator[tuple
     deferred.finish()
 
 
-def _onprem_config_problems(
-    sites: Mapping[str, ResourceView], settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+def _onprem_config_problems(sites: Mapping[str, ResourceView], settings: Settings) -> StackFindings:
     """The on-prem stack's own site config (``uae-gpu-platform:site``, or ``site`` and
     ``country`` inside ``uae-gpu-platform:onprem``) must name an allowed country and the
     site the cluster declares."""

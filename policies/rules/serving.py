@@ -17,21 +17,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
+from policies.catalogue import resource_rule, stack_rule
 from policies.k8s import containers, kind_of, metadata, parse_image
-from policies.model import ResourceView, StackView, resource_rule, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import not_a_stack_bucket, stack_buckets, uri_bucket
 from policies.rules.residency import registry_allowed
 from policies.settings import Settings
 from policies.values import Deferred, known
 
 ISVC_TYPE = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
-RUNTIME_TYPES = (
-    "kubernetes:serving.kserve.io/v1alpha1:ServingRuntime",
-    "kubernetes:serving.kserve.io/v1alpha1:ClusterServingRuntime",
-)
 #: Components of an InferenceService that may load a model, and the predictor's
 #: framework-specific implementations (each may carry ``storageUri`` and ``image``).
 COMPONENTS = ("predictor", "transformer", "explainer")
@@ -106,24 +100,8 @@ def storage_problem(uri: Any, buckets: Collection[str]) -> str | None:
     return f"storage {uri} uses {scheme}://, outside the stack's stores (s3 of its buckets, pvc)"
 
 
-@stack_rule(
-    id="uae-serving-model-storage",
-    description=(
-        "InferenceServices load models only from the stack's own stores: `s3://` of a bucket "
-        "the stack creates, or `pvc://` of a volume claim in the (UAE) cluster; every "
-        "predictor names its storage."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Point `storageUri` (stable and canary predictors) at the registered model's "
-        "artifacts in the stack's data bucket (s3://<data bucket>/mlflow/...) or, on premises, "
-        "at a volume claim in the namespace (pvc://<claim>/<path>). Copy a model from "
-        "elsewhere into the stack's store first."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=types_in(ISVC_TYPE),
-)
-def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-serving-model-storage")
+def serving_model_storage(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
     for isvc in stack.of_type(ISVC_TYPE):
@@ -139,22 +117,7 @@ def serving_model_storage(stack: StackView, settings: Settings) -> Iterator[tupl
     deferred.finish()
 
 
-@resource_rule(
-    id="uae-serving-images",
-    description=(
-        "Serving runtimes and InferenceServices run images only from the in-region ECR or a "
-        "configured UAE registry: every container, and every model server image override."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Mirror the model server image (Triton, the CPU predictor, sidecars) into the "
-        "stack's ECR repository in the region (or a configured UAE registry), pin it by tag "
-        "or digest and reference it there in the runtime."
-    ),
-    controls=(controls.CIS_EKS_5_1_4, controls.ISO_8_19, *controls.RESIDENCY[:2]),
-    applies_to=types_in(ISVC_TYPE, *RUNTIME_TYPES),
-    config_keys=("allowedRegions", "allowedRegistries", "ecrAccountIds"),
-)
+@resource_rule("uae-serving-images")
 def serving_images(resource: ResourceView, settings: Settings) -> Iterator[str]:
     kind = kind_of(resource)
     images = [(f"{c.path} ({c.name})", c.spec.get("image")) for c in containers(resource)]

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pulumi_policy import Severity
-
-from policies import controls
-from policies.model import ResourceView, resource_rule, types_in
+from policies.catalogue import resource_rule
+from policies.model import ResourceView
 from policies.settings import Settings
 from policies.values import as_list, known
 
-VPN_CONNECTION_TYPE = "aws:ec2/vpnConnection:VpnConnection"
 #: What a tunnel may offer (EC2 VpnTunnelOptionsSpecification values): IKEv2, 256-bit
 #: AES, SHA-2, and Diffie-Hellman groups of 3072 bits and more or elliptic curves.
 STRONG = {
@@ -28,22 +25,7 @@ STRONG = {
 }
 
 
-@resource_rule(
-    id="aws-vpn-strong-tunnels",
-    description=(
-        "Both tunnels of every Site-to-Site VPN connection list their IKE versions and "
-        "algorithms, and allow only IKEv2, AES-256, SHA-2 and Diffie-Hellman groups 15-21."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Set tunnel1/tunnel2 IkeVersions [ikev2], Phase1/Phase2 EncryptionAlgorithms "
-        "[AES256-GCM-16], IntegrityAlgorithms [SHA2-384, SHA2-512] and DhGroupNumbers "
-        "[19, 20, 21] (`modules/aws/site_link.py` does), and configure the site's device "
-        "to match."
-    ),
-    controls=(controls.ISO_8_24, controls.ISO_8_20, controls.PDPL_20_SECURITY),
-    applies_to=types_in(VPN_CONNECTION_TYPE),
-)
+@resource_rule("aws-vpn-strong-tunnels")
 def vpn_strong_tunnels(resource: ResourceView, settings: Settings) -> Iterator[str]:
     for tunnel in ("tunnel1", "tunnel2"):
         for option, allowed in STRONG.items():

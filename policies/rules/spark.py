@@ -38,13 +38,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from pulumi_policy import Severity
-
 from modules.k8s.spark.spec import DATA_REPOSITORY, MAIN_FILE
-from policies import controls
 from policies.aws import is_aws_managed_key, parse_arn, region_of
+from policies.catalogue import stack_rule
 from policies.k8s import metadata
-from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import (
     aws_region,
     endpoint,
@@ -330,35 +328,18 @@ def store_problems(
             yield f"{uri}: S3A reaches S3 in {region}, the bucket is in {bucket_region}"
 
 
-@stack_rule(
-    id="uae-spark-data-location",
-    description=(
-        "Spark jobs read and write only the stack's stores: every location a "
-        "SparkApplication or ScheduledSparkApplication names is s3a:// or s3:// of a bucket "
-        "the stack creates, reached through S3 in an allowed region (S3A's settings, or the "
-        "pods' AWS_REGION), or of the site's object store (a Service of the cluster, or an "
-        "allowed host) over TLS."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Put the job's input, output and event logs in the stack's data bucket "
-        "(s3://<data bucket>/teams/<team>/raw|datasets/..., spark-events/<team>/) and "
-        "set AWS_REGION in the driver's and the executors' environment (for s3a:// "
-        "spark.hadoop.fs.s3a.endpoint.region); on premises point AWS_ENDPOINT_URL_S3 (or "
-        "spark.hadoop.fs.s3a.endpoint) at the site's store over https:// (a Service "
-        "of the cluster, or a host in `allowedObjectStores`). Copy data from elsewhere into "
-        "the stack's store first; keep settings in sparkConf/hadoopConf and the SDK's "
-        "variables as plain env values, not ConfigMaps, Secrets, valueFrom or envFrom."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_12),
-    applies_to=types_in(*SPARK_TYPES),
-    config_keys=("allowedRegions", "allowedObjectStores"),
-)
-def spark_data_location(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def _spark_jobs(stack: StackView) -> Iterator[tuple[ResourceView, str]]:
+    """Every Spark job of the stack (SparkApplication, ScheduledSparkApplication), with
+    the name the findings give it."""
+    for app in stack.of_type(*SPARK_TYPES):
+        yield app, str(metadata(app).get("name", app.name))
+
+
+@stack_rule("uae-spark-data-location")
+def spark_data_location(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
-    for app in stack.of_type(*SPARK_TYPES):
-        name = metadata(app).get("name", app.name)
+    for app, name in _spark_jobs(stack):
         path, spec = application(app)
         hadoop = hadoop_settings(path, spec)
         sdk = sdk_settings(path, spec)
@@ -558,33 +539,11 @@ def _key_problems(
                 yield f"`{where}` names a key in {arn.region}"
 
 
-@stack_rule(
-    id="uae-spark-event-logs-encrypted",
-    description=(
-        "Spark jobs keep event logs, in an object store location, encrypted with SSE-KMS "
-        "under a named key: on AWS a KMS key the stack creates, in the bucket's region "
-        "(written there by S3A, or uploaded by the data job from the driver's disk)."
-    ),
-    severity=Severity.HIGH,
-    remediation=(
-        "Set spark.eventLog.enabled=true and either spark.eventLog.dir=file:///var/spark-"
-        "events with the data job's arguments --event-log-uri s3://<data bucket>/spark-"
-        "events/<team>/ --kms-key <the stack's storage key ARN>, or spark.eventLog.dir="
-        "s3a://<data bucket>/spark-events/<team>/ with spark.hadoop.fs.s3a.encryption."
-        "algorithm=SSE-KMS and spark.hadoop.fs.s3a.encryption.key=<the key> (on premises "
-        "the site store's key id)."
-    ),
-    controls=(*controls.CRYPTO, controls.ISO_8_9, controls.PDPL_22_TRANSFER),
-    applies_to=types_in(*SPARK_TYPES),
-    config_keys=("allowedRegions",),
-)
-def spark_event_logs_encrypted(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-spark-event-logs-encrypted")
+def spark_event_logs_encrypted(stack: StackView, settings: Settings) -> StackFindings:
     buckets = stack_buckets(stack)
     deferred = Deferred()
-    for app in stack.of_type(*SPARK_TYPES):
-        name = metadata(app).get("name", app.name)
+    for app, name in _spark_jobs(stack):
         with deferred.each():
             for problem in _event_log_problems(stack, app, buckets):
                 yield app.urn, f"Spark job {name}: {problem}"

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from pulumi_policy import Severity
-
-from policies import controls
 from policies.aws import identifiers, parse_arn, region_of
+from policies.catalogue import stack_rule
 from policies.documents import InvalidDocumentError, statements
-from policies.model import ResourceView, StackView, stack_rule, types_in
+from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.encryption import key_refs
 from policies.settings import Settings
 from policies.values import Deferred, as_list, dig, is_unknown, known
@@ -55,7 +53,7 @@ def _good(
 
 def _companions(
     stack: StackView, companion_type: str, good: Callable[[ResourceView], bool], what: str
-) -> Iterator[tuple[str | None, str]]:
+) -> StackFindings:
     # Companions are looked up by what their `bucket` names (as `refers_to` matches
     # them), not by scanning every companion for every bucket.
     referrers = stack.referrers((companion_type,), "bucket")
@@ -82,33 +80,15 @@ def _companions(
     deferred.finish()
 
 
-@stack_rule(
-    id="aws-s3-bucket-encryption-config",
-    description="Every S3 bucket has its own server-side encryption configuration resource.",
-    severity=Severity.HIGH,
-    remediation="Add an `aws.s3.BucketServerSideEncryptionConfiguration` (aws:kms, stack key).",
-    controls=controls.CRYPTO,
-    applies_to=types_in(BUCKET),
-)
-def bucket_encryption_config(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-s3-bucket-encryption-config")
+def bucket_encryption_config(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(
         stack, SSE_CONFIG, lambda c: True, "server-side encryption configuration"
     )
 
 
-@stack_rule(
-    id="aws-s3-bucket-public-access-block",
-    description="Every S3 bucket has a public access block resource.",
-    severity=Severity.CRITICAL,
-    remediation="Add an `aws.s3.BucketPublicAccessBlock` with all four settings true.",
-    controls=(controls.ISO_8_3, controls.ISO_8_12, controls.PDPL_20_SECURITY),
-    applies_to=types_in(BUCKET),
-)
-def bucket_public_access_block(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-s3-bucket-public-access-block")
+def bucket_public_access_block(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(stack, PUBLIC_ACCESS_BLOCK, lambda c: True, "public access block")
 
 
@@ -126,18 +106,8 @@ def denies_insecure_transport(policy: ResourceView) -> bool:
     return False
 
 
-@stack_rule(
-    id="aws-s3-bucket-tls-only",
-    description="Every S3 bucket has a bucket policy that denies requests not made over TLS.",
-    severity=Severity.HIGH,
-    remediation=(
-        "Add an `aws.s3.BucketPolicy` with a Deny statement for all principals and s3:* when "
-        "`aws:SecureTransport` is false."
-    ),
-    controls=(controls.ISO_8_24, controls.ISO_8_20, controls.PDPL_20_SECURITY),
-    applies_to=types_in(BUCKET),
-)
-def bucket_tls_only(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+@stack_rule("aws-s3-bucket-tls-only")
+def bucket_tls_only(stack: StackView, settings: Settings) -> StackFindings:
     yield from _companions(
         stack, BUCKET_POLICY, denies_insecure_transport, "TLS-only bucket policy"
     )
@@ -172,22 +142,13 @@ def stack_key_for(
     return None
 
 
-@stack_rule(
-    id="uae-kms-key-from-stack",
-    description=(
-        "Every KMS key that encrypts the stack's data is created by the stack itself, in the "
-        "same allowed region as the data."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Create the key with `aws.kms.Key` in this stack (same region-pinned provider as the "
-        "data) and pass its ARN; do not reference keys managed elsewhere."
-    ),
-    controls=(*controls.CRYPTO, controls.CBUAE_6_1, controls.PDPL_22_TRANSFER),
-    applies_to=lambda r: bool([ref for ref in key_refs(r) if ref.value not in (None, "")]),
-    config_keys=("allowedRegions",),
-)
-def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[str | None, str]]:
+def names_a_key(resource: ResourceView) -> bool:
+    """Resources that name a KMS key for their data (`key_refs`)."""
+    return any(ref.value not in (None, "") for ref in key_refs(resource))
+
+
+@stack_rule("uae-kms-key-from-stack")
+def kms_key_from_stack(stack: StackView, settings: Settings) -> StackFindings:
     deferred = Deferred()
     for resource in stack.resources:
         for ref in key_refs(resource):
@@ -226,24 +187,8 @@ def kms_key_from_stack(stack: StackView, settings: Settings) -> Iterator[tuple[s
     deferred.finish()
 
 
-@stack_rule(
-    id="uae-s3-replication-in-region",
-    description=(
-        "S3 replication only targets buckets this stack creates in an allowed region (a "
-        "bucket outside the stack cannot be shown to stay in the UAE)."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Replicate only to a bucket of this stack in an allowed region, or remove the "
-        "replication rule; cross-region replication copies every object abroad."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_13),
-    applies_to=types_in(REPLICATION),
-    config_keys=("allowedRegions",),
-)
-def s3_replication_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-s3-replication-in-region")
+def s3_replication_in_region(stack: StackView, settings: Settings) -> StackFindings:
     buckets = list(stack.of_type(BUCKET))
     deferred = Deferred()
     for config in stack.of_type(REPLICATION):

@@ -10,13 +10,10 @@ be checked here: the rule says so instead of passing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from pulumi_policy import Severity
 from pulumi_policy.proxy import UnknownValueError
 
-from policies import controls
-from policies.model import StackView, stack_rule, types_in
+from policies.catalogue import stack_rule
+from policies.model import StackFindings, StackView
 from policies.settings import Settings
 from policies.values import UNKNOWN_STRING, dig, is_unknown
 
@@ -24,25 +21,8 @@ STACK_TYPE = "pulumi:pulumi:Stack"
 PARTS = (("stateBackend", "state backend"), ("secretsProvider", "secrets provider"))
 
 
-@stack_rule(
-    id="uae-state-and-secrets-in-region",
-    description=(
-        "The stack's state backend (s3://...?region=) and secrets provider (awskms://) "
-        "are in an allowed region, as the program found them before creating anything."
-    ),
-    severity=Severity.CRITICAL,
-    remediation=(
-        "Run `make bootstrap`, then `pulumi login 's3://<state bucket>?region=me-central-1'` "
-        "and `pulumi stack change-secrets-provider 'awskms://alias/uae-gpu-platform-secrets"
-        "?region=me-central-1'` (the lines the bootstrap prints)."
-    ),
-    controls=(*controls.RESIDENCY, controls.ISO_8_24),
-    applies_to=types_in(STACK_TYPE),
-    config_keys=("allowedRegions",),
-)
-def state_and_secrets_in_region(
-    stack: StackView, settings: Settings
-) -> Iterator[tuple[str | None, str]]:
+@stack_rule("uae-state-and-secrets-in-region")
+def state_and_secrets_in_region(stack: StackView, settings: Settings) -> StackFindings:
     for root in stack.of_type(STACK_TYPE):
         residency = root.props.get("residency")
         if residency is None or is_unknown(residency):

@@ -121,6 +121,19 @@ def test_the_pack_declares_every_rule_with_its_metadata(analyzer: Any) -> None:
     assert "me-central-1" in json_format.MessageToJson(region.configSchema)
     assert region.remediation_steps
     assert policies["k8s-read-only-root-filesystem"].enforcementLevel == proto.ADVISORY
+    # Every policy carries its rule's metadata (the rule catalogue's entry) to the engine.
+    severities = proto.analyzer_pb2.PolicySeverity
+    for rule in ALL_RULES:
+        policy = policies[rule.id]
+        assert policy.description == rule.description, rule.id
+        assert policy.remediation_steps == rule.remediation, rule.id
+        assert list(policy.tags) == list(rule.controls), rule.id
+        assert policy.framework.reference == "; ".join(rule.controls), rule.id
+        assert severities.Name(policy.severity) == f"POLICY_SEVERITY_{rule.severity.name}"
+        level = proto.MANDATORY if rule.enforcement.value == "mandatory" else proto.ADVISORY
+        assert policy.enforcementLevel == level, rule.id
+        schema = json_format.MessageToDict(policy.configSchema.properties)
+        assert set(schema) == {*rule.config_keys, "exemptions"}, rule.id
 
 
 def test_the_engine_and_the_review_report_the_same_findings(analyzer: Any) -> None:

@@ -39,21 +39,14 @@ def broken_plan() -> dict[str, Any]:
     return plan
 
 
+def review_command(plan: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m policies.review --plan <plan> --out <out>``, as a user runs it."""
+    command = [sys.executable, "-m", "policies.review", "--plan", str(plan), "--out", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 def test_a_real_preview_with_unknowns_and_secrets_passes_with_advisories(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "policies.review",
-            "--plan",
-            str(REAL_PREVIEW),
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = review_command(REAL_PREVIEW, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "PASS" in result.stdout
     report = json.loads((tmp_path / "report.json").read_text())
@@ -72,20 +65,7 @@ def test_a_real_preview_with_unknowns_and_secrets_passes_with_advisories(tmp_pat
 
 def test_a_broken_plan_fails_naming_the_rules(tmp_path: Path) -> None:
     plan = write(tmp_path, "broken.json", broken_plan())
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "policies.review",
-            "--plan",
-            str(plan),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = review_command(plan, tmp_path / "out")
     assert result.returncode == 1
     assert "FAIL" in result.stdout
     assert "    aws-encryption-customer-managed-key: 1\n      scratch: " in result.stdout
