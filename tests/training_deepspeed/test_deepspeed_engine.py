@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import deepspeed
 import pytest
 
+from tests.workloads import training_runs
 from tests.workloads.helpers import (
-    REPO_ROOT,
     losses_by_step,
     run_torchrun,
+    sigterm_restored,
     tiny_args,
-    torchrun_env,
 )
 from workloads.training.checkpoint import checkpoint_engine, complete_checkpoints
 
@@ -60,12 +59,14 @@ def test_deepspeed_is_the_tested_release_on_its_cpu_accelerator() -> None:
     assert get_accelerator().communication_backend_name() == "gloo"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def torch_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
-    run_dir = tmp_path_factory.mktemp("torch") / "run"
-    done = train(run_dir, "--steps", "6", "--dtype", "fp32")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return losses_by_step(run_dir / "log.jsonl")
+    """The torch engine's DDP on the same model, data and schedule (6 steps of 2
+    micro-steps, fp32): the run tests/workloads/test_torchrun.py also compares."""
+    run = training_runs.accum_run(tmp_path_factory, "ddp-no-sync")
+    assert run.done.returncode == 0, run.output
+    assert training_runs.ACCUM_STEPS == 6
+    return losses_by_step(run.log)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -143,28 +144,24 @@ def test_bf16_zero3_partitions_chunked_loss_and_activation_checkpointing_agree(
         assert losses["recompute"][step] == loss, step
 
 
-def test_world_of_one_and_the_resume_refusals(tmp_path: Path) -> None:
+def test_world_of_one_and_the_resume_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workloads.training import train as trainer  # noqa: PLC0415
+
     ckpt = tmp_path / "ckpt"
-    one = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.train",
-            *args(tmp_path / "one", "--engine", "deepspeed", "--zero-stage", "2"),
-            "--steps",
-            "2",
-            "--ckpt-dir",
-            str(ckpt),
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert one.returncode == 0, one.stdout + one.stderr
-    assert "world 1 (1 node(s)), deepspeed zero-2" in one.stdout
+    # `python -m workloads.train` without torchrun is a world of one: its main, in this
+    # process (no torchrun variables), as the bench runs DeepSpeed here too. The
+    # engine sets LOCAL_RANK for DeepSpeed; monkeypatch takes it away again after.
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    one_args = [
+        *args(tmp_path / "one", "--engine", "deepspeed", "--zero-stage", "2"),
+        "--steps", "2", "--ckpt-dir", str(ckpt),
+    ]  # fmt: skip
+    with sigterm_restored():
+        assert trainer.main(one_args) == trainer.EXIT_OK
+    assert "world 1 (1 node(s)), deepspeed zero-2" in capsys.readouterr().out
     assert [step for step, _ in complete_checkpoints(ckpt)] == [2]
     # Two ranks cannot load one rank's ZeRO partitions: exit 2 with what to do.
     wider = train(
@@ -180,10 +177,13 @@ def test_world_of_one_and_the_resume_refusals(tmp_path: Path) -> None:
     )
     assert wider.returncode != 0
     assert "saved by 1 ranks and this run has 2" in wider.stderr + wider.stdout
-    # The torch engine does not read DeepSpeed's format, and says which engine to use.
-    torch_engine = train(tmp_path / "torch", "--steps", "4", "--ckpt-dir", str(ckpt), nproc=1)
-    assert torch_engine.returncode != 0
-    assert "written by the DeepSpeed engine" in torch_engine.stderr + torch_engine.stdout
+    # The torch engine does not read DeepSpeed's format, and says which engine to use
+    # (a world of one, in this process).
+    with sigterm_restored():
+        status = trainer.main([*args(tmp_path / "torch"), "--steps", "4", "--ckpt-dir", str(ckpt)])
+    captured = capsys.readouterr()
+    assert status != 0
+    assert "written by the DeepSpeed engine" in captured.err + captured.out
     assert [step for step, _ in complete_checkpoints(ckpt)] == [2]  # nothing deleted
 
 

@@ -11,6 +11,7 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -114,6 +115,39 @@ def test_deepspeed_missing_is_a_configuration_error(
     assert "--engine: got 'deepspeed'" in err and deepspeed_engine.REQUIREMENT in err
     assert "Traceback" not in err
     assert not (tmp_path / "data").exists()  # refused before any work
+
+
+def test_deepspeed_is_imported_with_mlflow_hidden_and_mlflow_imports_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DeepSpeed's autotuner imports MLflow whenever it can, and the trainer never runs
+    it: MLflow is hidden (None in sys.modules: ImportError) while deepspeed is imported,
+    unless it was imported already, and is importable again after, failed import or not."""
+    seen: list[object] = []
+
+    def import_module(name: str) -> ModuleType:
+        seen.append(sys.modules.get("mlflow", "absent"))
+        if name != "deepspeed":
+            raise AssertionError(name)
+        return ModuleType(name)
+
+    monkeypatch.setattr(deepspeed_engine, "importlib", SimpleNamespace(import_module=import_module))
+    monkeypatch.delitem(sys.modules, "mlflow", raising=False)
+    assert deepspeed_engine.import_deepspeed().__name__ == "deepspeed"
+    assert seen == [None] and "mlflow" not in sys.modules
+    imported = ModuleType("mlflow")
+    monkeypatch.setitem(sys.modules, "mlflow", imported)
+    deepspeed_engine.import_deepspeed()
+    assert seen[-1] is imported and sys.modules["mlflow"] is imported
+
+    def not_installed(name: str) -> ModuleType:
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(deepspeed_engine, "importlib", SimpleNamespace(import_module=not_installed))
+    monkeypatch.delitem(sys.modules, "mlflow")
+    with pytest.raises(InvalidArgsError):
+        deepspeed_engine.import_deepspeed()
+    assert "mlflow" not in sys.modules
 
 
 def test_the_deepspeed_requirement_is_the_training_images() -> None:

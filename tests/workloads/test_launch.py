@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.workloads import training_runs
 from tests.workloads.helpers import REPO_ROOT, torchrun_env
+from tests.workloads.training_runs import TrainerRun
 from workloads.training import launch
 
 
@@ -90,31 +92,16 @@ def test_the_cli_prints_once_and_starts_no_worker(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "torch.distributed" not in done.stderr
 
 
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
+    """Two ranks started through the launcher (shared with other tests)."""
+    return training_runs.ddp_run(tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_a_valid_run_is_handed_to_torchrun(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.training.launch",
-            "--nproc",
-            "2",
-            "--",
-            "--preset",
-            "tiny",
-            "--steps",
-            "2",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--metrics-port",
-            "0",
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+def test_a_valid_run_is_handed_to_torchrun(ddp_run: TrainerRun) -> None:
+    assert ddp_run.command[:5] == (sys.executable, "-m", "workloads.training.launch", "--nproc",
+                                   "2")  # fmt: skip
+    done = ddp_run.done
     assert done.returncode == 0, done.stdout + done.stderr
     assert "world 2 (1 node(s))" in done.stdout
