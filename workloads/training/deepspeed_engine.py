@@ -186,6 +186,7 @@ def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Traini
     raw = build_model(config, resolved)
     num_params = raw.num_parameters()
     optimizer = build_optimizer(raw, config, resolved)
+    linear = torch.nn.functional.linear
     engine, ds_optimizer, _, _ = deepspeed.initialize(
         model=raw,
         optimizer=optimizer,
@@ -221,6 +222,11 @@ def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Traini
 
     def close() -> None:
         engine.destroy()
+        # ZeRO-3 replaces torch.nn.functional.linear with DeepSpeed's memory-efficient
+        # version and leaves it there ("This will persist unless manually reset"): a
+        # model trained after this engine in the same process (the benchmark's next
+        # variant, gpu-check's next run) would compute every linear layer with it.
+        torch.nn.functional.linear = linear
         if made_group and dist.is_initialized():
             dist.destroy_process_group()
             _forget_groups()
