@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.workloads import training_runs
-from tests.workloads.helpers import REPO_ROOT, torchrun_env
+from tests.workloads.helpers import run_in_repo
 from tests.workloads.training_runs import TrainerRun
 from workloads.training import launch
 
@@ -66,26 +65,11 @@ def test_a_checkpoint_directory_that_is_a_file(tmp_path: Path) -> None:
 def test_the_cli_prints_once_and_starts_no_worker(tmp_path: Path) -> None:
     blocker = tmp_path / "ckpt"
     blocker.write_text("")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.training.launch",
-            "--nproc",
-            "2",
-            "--",
-            "--ckpt-dir",
-            str(blocker),
-            "--preset",
-            "nope",
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_in_repo(
+        [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--",
+         "--ckpt-dir", str(blocker), "--preset", "nope"],
+        timeout_s=60,
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("make train: 2 problems:") == 1

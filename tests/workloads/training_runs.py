@@ -23,13 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.helpers import (
-    REPO_ROOT,
-    run_torchrun,
-    tiny_args,
-    torchrun_command,
-    torchrun_env,
-)
+from tests.workloads.helpers import run_in_repo, run_torchrun, tiny_args, torchrun_command
 
 #: Steps of the DDP run: enough for the loss to fall by well over 1.5 (16 steps: 5.51 ->
 #: 3.45), with checkpoints every 4 steps that a worker killed at step 6 or 7 resumes from.
@@ -118,16 +112,7 @@ def ddp_run(factory: pytest.TempPathFactory) -> TrainerRun:
     def start(run_dir: Path) -> tuple[list[str], subprocess.CompletedProcess[str]]:
         command = [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--"]
         command += ddp_args(run_dir)
-        done = subprocess.run(
-            command,
-            cwd=REPO_ROOT,
-            env=torchrun_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        return command, done
+        return command, run_in_repo(command, timeout_s=300)
 
     return _once("ddp", factory, start)
 
