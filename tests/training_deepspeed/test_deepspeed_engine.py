@@ -9,8 +9,11 @@ and ninja must be present; it then talks gloo (oneCCL is not needed).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import deepspeed
@@ -31,6 +34,23 @@ pytestmark = pytest.mark.slow
 #: parameters under 1e5 elements whole on every rank (stage3_param_persistence_threshold),
 #: and tiny's 64-wide matrices are all under it; 512 wide, every matrix is over.
 WIDE = ["--n-embd", "512", "--n-head", "8", "--seq-len", "32", "--micro-batch-size", "4"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def extensions_of_this_environment() -> Iterator[None]:
+    """DeepSpeed's shared-memory op is built (~50 CPU s of g++) into torch's extension
+    cache, by default ~/.cache/torch_extensions, one per machine: every checkout's
+    environment that loads it from there rebuilds it for its own torch. This
+    environment keeps its build (TORCH_EXTENSIONS_DIR, read by this process and the
+    workers it starts), unless one is set already."""
+    if "TORCH_EXTENSIONS_DIR" in os.environ:
+        yield
+        return
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(sys.prefix) / "torch-extensions")
+    try:
+        yield
+    finally:
+        del os.environ["TORCH_EXTENSIONS_DIR"]
 
 
 def args(run_dir: Path, *extra: str) -> list[str]:
