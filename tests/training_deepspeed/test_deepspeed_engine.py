@@ -197,6 +197,7 @@ def test_world_of_one_and_the_resume_refusals(
     )
     assert wider.returncode != 0
     assert "saved by 1 ranks and this run has 2" in wider.stderr + wider.stdout
+    assert "train: preset" not in wider.stdout  # refused before DeepSpeed built its engine
     # The torch engine does not read DeepSpeed's format, and says which engine to use
     # (a world of one, in this process).
     with sigterm_restored():

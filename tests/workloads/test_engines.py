@@ -6,12 +6,14 @@ the training environment with deepspeed installed)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -21,8 +23,14 @@ from packaging.version import Version
 from modules.validation import InvalidArgsError
 from tests.workloads.helpers import REPO_ROOT, sigterm_restored
 from workloads.training import deepspeed_engine, elastic, train
-from workloads.training.checkpoint import DEEPSPEED_MARKER, METADATA_FILE, checkpoint_engine
+from workloads.training.checkpoint import (
+    DEEPSPEED_MARKER,
+    METADATA_FILE,
+    CheckpointError,
+    checkpoint_engine,
+)
 from workloads.training.config import override, preset
+from workloads.training.distributed import Topology
 from workloads.training.engine import build_model, resolve
 
 CPU = torch.device("cpu")
@@ -172,6 +180,36 @@ def test_checkpoint_engine_tells_the_formats_apart(tmp_path: Path) -> None:
     assert checkpoint_engine(dcp) == "torch"
     assert checkpoint_engine(ds) == "deepspeed"
     assert checkpoint_engine(partial) is None
+
+
+def test_an_unfit_deepspeed_checkpoint_is_refused_before_the_engine_is_built(
+    tmp_path: Path,
+) -> None:
+    """`saved_global_batch` is read before DeepSpeed builds its engine (workloads.training
+    .train.run): a checkpoint the run cannot resume is refused there, naming why."""
+    saved = tmp_path / "ds" / "step_00000002"
+    saved.mkdir(parents=True)
+    marker = {"step": 2, "world_size": 1, "zero_stage": 2, "global_batch": 16}
+    marker |= {"data_shard": 0, "data_position": 0}
+    (saved / DEEPSPEED_MARKER).write_text(json.dumps(marker))
+
+    def checkpointer(root: Path, world_size: int, zero_stage: int = 2) -> Any:
+        topology = Topology(world_size=world_size, local_world_size=world_size)
+        return deepspeed_engine.DeepSpeedCheckpointer(
+            root, topology=topology, device=CPU, group=None, zero_stage=zero_stage
+        )
+
+    assert checkpointer(tmp_path / "ds", world_size=1).saved_global_batch() == 16
+    assert checkpointer(tmp_path / "new", world_size=2).saved_global_batch() == 0
+    with pytest.raises(CheckpointError, match="saved by 1 ranks and this run has 2"):
+        checkpointer(tmp_path / "ds", world_size=2).saved_global_batch()
+    with pytest.raises(CheckpointError, match="saved with --zero-stage 2, this run has 3"):
+        checkpointer(tmp_path / "ds", world_size=1, zero_stage=3).saved_global_batch()
+    dcp = tmp_path / "dcp" / "step_00000002"
+    dcp.mkdir(parents=True)
+    (dcp / METADATA_FILE).write_bytes(b"")
+    with pytest.raises(CheckpointError, match="written by the torch engine"):
+        checkpointer(tmp_path / "dcp", world_size=1).saved_global_batch()
 
 
 # --- elastic ------------------------------------------------------------------------

@@ -349,13 +349,14 @@ class DeepSpeedCheckpointer:
 
     def saved_global_batch(self) -> int:
         """The global batch (sequences) the newest complete checkpoint was written
-        with; 0 when there is none."""
-        found = latest_checkpoint(self.root)
-        if found is None or checkpoint_engine(found[1]) != "deepspeed":
-            return 0
-        return read_marker(found[1]).global_batch
+        with; 0 when there is none. A checkpoint this run cannot resume is refused here
+        (`CheckpointError`), before DeepSpeed builds its engine, not after."""
+        latest = self._resumable_latest()
+        return 0 if latest is None else latest[1].global_batch
 
-    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
+    def _resumable_latest(self) -> tuple[Path, SavedRun] | None:
+        """The newest complete checkpoint and what it records, or None; `CheckpointError`
+        saying what to do when this run cannot resume it."""
         found = latest_checkpoint(self.root)
         if found is None:
             return None
@@ -384,6 +385,13 @@ class DeepSpeedCheckpointer:
                 f"checkpoint {path} does not fit this run: {'; '.join(problems)}. Point "
                 "--ckpt-dir at a new directory to start fresh."
             )
+        return path, saved
+
+    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
+        latest = self._resumable_latest()
+        if latest is None:
+            return None
+        path, saved = latest
         engine = cast(Any, model)
         try:
             loaded, _ = engine.load_checkpoint(
