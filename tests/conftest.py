@@ -12,7 +12,8 @@ used, not here at the top.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,6 +23,23 @@ if TYPE_CHECKING:
 
 RunUnderMocks = Callable[..., dict[str, "Registration"]]
 SHIPPED_STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread() -> Iterator[None]:
+    """Tests that train or export in this process use one intra-op thread, as every
+    worker the tests start does (OMP_NUM_THREADS=1, tests/workloads/helpers.py): the
+    tiny models gain nothing from a second thread, and on a busy 2-core machine its
+    OpenMP spin-waiting cost the training tests ~6x the CPU time (test_train: 22 s ->
+    1.6 s). Only where a test module has already imported torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

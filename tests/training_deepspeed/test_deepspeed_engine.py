@@ -9,20 +9,22 @@ and ninja must be present; it then talks gloo (oneCCL is not needed).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import deepspeed
 import pytest
 
+from tests.workloads import training_runs
 from tests.workloads.helpers import (
-    REPO_ROOT,
     losses_by_step,
     run_torchrun,
+    sigterm_restored,
     tiny_args,
-    torchrun_env,
 )
 from workloads.training.checkpoint import checkpoint_engine, complete_checkpoints
 
@@ -32,6 +34,23 @@ pytestmark = pytest.mark.slow
 #: parameters under 1e5 elements whole on every rank (stage3_param_persistence_threshold),
 #: and tiny's 64-wide matrices are all under it; 512 wide, every matrix is over.
 WIDE = ["--n-embd", "512", "--n-head", "8", "--seq-len", "32", "--micro-batch-size", "4"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def extensions_of_this_environment() -> Iterator[None]:
+    """DeepSpeed's shared-memory op is built (~50 CPU s of g++) into torch's extension
+    cache, by default ~/.cache/torch_extensions, one per machine: every checkout's
+    environment that loads it from there rebuilds it for its own torch. This
+    environment keeps its build (TORCH_EXTENSIONS_DIR, read by this process and the
+    workers it starts), unless one is set already."""
+    if "TORCH_EXTENSIONS_DIR" in os.environ:
+        yield
+        return
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(sys.prefix) / "torch-extensions")
+    try:
+        yield
+    finally:
+        del os.environ["TORCH_EXTENSIONS_DIR"]
 
 
 def args(run_dir: Path, *extra: str) -> list[str]:
@@ -60,12 +79,14 @@ def test_deepspeed_is_the_tested_release_on_its_cpu_accelerator() -> None:
     assert get_accelerator().communication_backend_name() == "gloo"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def torch_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
-    run_dir = tmp_path_factory.mktemp("torch") / "run"
-    done = train(run_dir, "--steps", "6", "--dtype", "fp32")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return losses_by_step(run_dir / "log.jsonl")
+    """The torch engine's DDP on the same model, data and schedule (6 steps of 2
+    micro-steps, fp32): the run tests/workloads/test_torchrun.py also compares."""
+    run = training_runs.accum_run(tmp_path_factory, "ddp-no-sync")
+    assert run.done.returncode == 0, run.output
+    assert training_runs.ACCUM_STEPS == 6
+    return losses_by_step(run.log)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -143,28 +164,24 @@ def test_bf16_zero3_partitions_chunked_loss_and_activation_checkpointing_agree(
         assert losses["recompute"][step] == loss, step
 
 
-def test_world_of_one_and_the_resume_refusals(tmp_path: Path) -> None:
+def test_world_of_one_and_the_resume_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workloads.training import train as trainer  # noqa: PLC0415
+
     ckpt = tmp_path / "ckpt"
-    one = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.train",
-            *args(tmp_path / "one", "--engine", "deepspeed", "--zero-stage", "2"),
-            "--steps",
-            "2",
-            "--ckpt-dir",
-            str(ckpt),
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert one.returncode == 0, one.stdout + one.stderr
-    assert "world 1 (1 node(s)), deepspeed zero-2" in one.stdout
+    # `python -m workloads.train` without torchrun is a world of one: its main, in this
+    # process (no torchrun variables), as the bench runs DeepSpeed here too. The
+    # engine sets LOCAL_RANK for DeepSpeed; monkeypatch takes it away again after.
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    one_args = [
+        *args(tmp_path / "one", "--engine", "deepspeed", "--zero-stage", "2"),
+        "--steps", "2", "--ckpt-dir", str(ckpt),
+    ]  # fmt: skip
+    with sigterm_restored():
+        assert trainer.main(one_args) == trainer.EXIT_OK
+    assert "world 1 (1 node(s)), deepspeed zero-2" in capsys.readouterr().out
     assert [step for step, _ in complete_checkpoints(ckpt)] == [2]
     # Two ranks cannot load one rank's ZeRO partitions: exit 2 with what to do.
     wider = train(
@@ -180,10 +197,14 @@ def test_world_of_one_and_the_resume_refusals(tmp_path: Path) -> None:
     )
     assert wider.returncode != 0
     assert "saved by 1 ranks and this run has 2" in wider.stderr + wider.stdout
-    # The torch engine does not read DeepSpeed's format, and says which engine to use.
-    torch_engine = train(tmp_path / "torch", "--steps", "4", "--ckpt-dir", str(ckpt), nproc=1)
-    assert torch_engine.returncode != 0
-    assert "written by the DeepSpeed engine" in torch_engine.stderr + torch_engine.stdout
+    assert "train: preset" not in wider.stdout  # refused before DeepSpeed built its engine
+    # The torch engine does not read DeepSpeed's format, and says which engine to use
+    # (a world of one, in this process).
+    with sigterm_restored():
+        status = trainer.main([*args(tmp_path / "torch"), "--steps", "4", "--ckpt-dir", str(ckpt)])
+    captured = capsys.readouterr()
+    assert status != 0
+    assert "written by the DeepSpeed engine" in captured.err + captured.out
     assert [step for step, _ in complete_checkpoints(ckpt)] == [2]  # nothing deleted
 
 
@@ -198,6 +219,7 @@ def test_bench_measures_zero_stages_one_after_another_in_one_process(tmp_path: P
 
     common = {"data_dir": str(tmp_path / "data"), "metrics_port": "0", "steps": "3"}
     losses: dict[str, list[float]] = {}
+    linear = torch.nn.functional.linear
     for stage in ("2", "3", "2"):
         config = override(
             preset("tiny"), {"engine": "deepspeed", "zero_stage": stage, "dtype": "fp32"} | common
@@ -209,6 +231,9 @@ def test_bench_measures_zero_stages_one_after_another_in_one_process(tmp_path: P
         assert result.tokens_per_s > 0 and result.peak_memory_gib is not None
         losses.setdefault(stage, []).append(result.final_loss)
         assert not dist.is_initialized()  # its group is gone with it
+        # ZeRO-3's memory-efficient linear is gone with it too: the next variant's
+        # model computes with torch's own.
+        assert torch.nn.functional.linear is linear
     # Same seed, same data: every stage learns the same thing.
     assert losses["2"][0] == losses["2"][1]
     assert losses["3"][0] == pytest.approx(losses["2"][0], rel=1e-4)

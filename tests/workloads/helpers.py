@@ -51,11 +51,11 @@ def torchrun_command(
     ]
 
 
-def run_torchrun(
-    module: str, args: Sequence[str], *, nproc: int = 2, max_restarts: int = 0, timeout_s: int = 180
-) -> subprocess.CompletedProcess[str]:
+def run_in_repo(command: Sequence[str], timeout_s: int = 180) -> subprocess.CompletedProcess[str]:
+    """``command`` run from the repository root in the workers' environment
+    (`torchrun_env`), its output captured."""
     return subprocess.run(
-        torchrun_command(module, args, nproc, max_restarts),
+        command,
         cwd=REPO_ROOT,
         env=torchrun_env(),
         capture_output=True,
@@ -63,6 +63,12 @@ def run_torchrun(
         timeout=timeout_s,
         check=False,
     )
+
+
+def run_torchrun(
+    module: str, args: Sequence[str], *, nproc: int = 2, max_restarts: int = 0, timeout_s: int = 180
+) -> subprocess.CompletedProcess[str]:
+    return run_in_repo(torchrun_command(module, args, nproc, max_restarts), timeout_s)
 
 
 def tiny_args(data_dir: Path, log_jsonl: Path, *extra: str) -> list[str]:

@@ -13,32 +13,26 @@ from pathlib import Path
 import pytest
 from torch.distributed.run import config_from_args, get_args_parser
 
+from tests.workloads import training_runs
 from tests.workloads.helpers import (
     REPO_ROOT,
     TORCHRUN,
     free_port,
     losses_by_step,
     read_log,
-    run_torchrun,
-    tiny_args,
     torchrun_env,
 )
+from tests.workloads.training_runs import TrainerRun
 
 pytestmark = pytest.mark.slow
 
-STEPS = 12
+STEPS = training_runs.DDP_STEPS
 
 
-def train_args(run_dir: Path, *extra: str) -> list[str]:
-    return tiny_args(
-        run_dir.parent / "data",
-        run_dir / "log.jsonl",
-        "--log-every",
-        "1",
-        "--steps",
-        str(STEPS),
-        *extra,
-    )
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
+    """The uninterrupted two-rank run on the same arguments (shared with other tests)."""
+    return training_runs.ddp_run(tmp_path_factory)
 
 
 def elastic_agent(port: int, args: list[str]) -> list[str]:
@@ -61,18 +55,16 @@ def elastic_agent(port: int, args: list[str]) -> list[str]:
     ]
 
 
-def test_losing_a_node_continues_from_the_checkpoint_on_the_same_curve(tmp_path: Path) -> None:
-    reference_dir, elastic_dir = tmp_path / "reference", tmp_path / "elastic"
-    reference = run_torchrun("workloads.train", train_args(reference_dir))
-    assert reference.returncode == 0, reference.stdout + reference.stderr
-    expected = losses_by_step(reference_dir / "log.jsonl")
+def test_losing_a_node_continues_from_the_checkpoint_on_the_same_curve(
+    tmp_path: Path, ddp_run: TrainerRun
+) -> None:
+    elastic_dir = tmp_path / "elastic"
+    assert ddp_run.done.returncode == 0, ddp_run.output
+    expected = losses_by_step(ddp_run.log)
 
-    args = train_args(
+    # The shared run's arguments (a checkpoint every 4 steps) in elastic_dir, and:
+    args = training_runs.ddp_args(
         elastic_dir,
-        "--ckpt-dir",
-        str(elastic_dir / "ckpt"),
-        "--ckpt-every",
-        "4",
         # Blocking saves: the step-4 checkpoint is complete when the node is lost.
         "--async-ckpt",
         "off",

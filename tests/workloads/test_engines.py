@@ -6,11 +6,14 @@ the training environment with deepspeed installed)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -20,8 +23,14 @@ from packaging.version import Version
 from modules.validation import InvalidArgsError
 from tests.workloads.helpers import REPO_ROOT, sigterm_restored
 from workloads.training import deepspeed_engine, elastic, train
-from workloads.training.checkpoint import DEEPSPEED_MARKER, METADATA_FILE, checkpoint_engine
+from workloads.training.checkpoint import (
+    DEEPSPEED_MARKER,
+    METADATA_FILE,
+    CheckpointError,
+    checkpoint_engine,
+)
 from workloads.training.config import override, preset
+from workloads.training.distributed import Topology
 from workloads.training.engine import build_model, resolve
 
 CPU = torch.device("cpu")
@@ -116,6 +125,39 @@ def test_deepspeed_missing_is_a_configuration_error(
     assert not (tmp_path / "data").exists()  # refused before any work
 
 
+def test_deepspeed_is_imported_with_mlflow_hidden_and_mlflow_imports_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DeepSpeed's autotuner imports MLflow whenever it can, and the trainer never runs
+    it: MLflow is hidden (None in sys.modules: ImportError) while deepspeed is imported,
+    unless it was imported already, and is importable again after, failed import or not."""
+    seen: list[object] = []
+
+    def import_module(name: str) -> ModuleType:
+        seen.append(sys.modules.get("mlflow", "absent"))
+        if name != "deepspeed":
+            raise AssertionError(name)
+        return ModuleType(name)
+
+    monkeypatch.setattr(deepspeed_engine, "importlib", SimpleNamespace(import_module=import_module))
+    monkeypatch.delitem(sys.modules, "mlflow", raising=False)
+    assert deepspeed_engine.import_deepspeed().__name__ == "deepspeed"
+    assert seen == [None] and "mlflow" not in sys.modules
+    imported = ModuleType("mlflow")
+    monkeypatch.setitem(sys.modules, "mlflow", imported)
+    deepspeed_engine.import_deepspeed()
+    assert seen[-1] is imported and sys.modules["mlflow"] is imported
+
+    def not_installed(name: str) -> ModuleType:
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(deepspeed_engine, "importlib", SimpleNamespace(import_module=not_installed))
+    monkeypatch.delitem(sys.modules, "mlflow")
+    with pytest.raises(InvalidArgsError):
+        deepspeed_engine.import_deepspeed()
+    assert "mlflow" not in sys.modules
+
+
 def test_the_deepspeed_requirement_is_the_training_images() -> None:
     groups = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert deepspeed_engine.REQUIREMENT in groups["optional-dependencies"]["training"]
@@ -138,6 +180,36 @@ def test_checkpoint_engine_tells_the_formats_apart(tmp_path: Path) -> None:
     assert checkpoint_engine(dcp) == "torch"
     assert checkpoint_engine(ds) == "deepspeed"
     assert checkpoint_engine(partial) is None
+
+
+def test_an_unfit_deepspeed_checkpoint_is_refused_before_the_engine_is_built(
+    tmp_path: Path,
+) -> None:
+    """`saved_global_batch` is read before DeepSpeed builds its engine (workloads.training
+    .train.run): a checkpoint the run cannot resume is refused there, naming why."""
+    saved = tmp_path / "ds" / "step_00000002"
+    saved.mkdir(parents=True)
+    marker = {"step": 2, "world_size": 1, "zero_stage": 2, "global_batch": 16}
+    marker |= {"data_shard": 0, "data_position": 0}
+    (saved / DEEPSPEED_MARKER).write_text(json.dumps(marker))
+
+    def checkpointer(root: Path, world_size: int, zero_stage: int = 2) -> Any:
+        topology = Topology(world_size=world_size, local_world_size=world_size)
+        return deepspeed_engine.DeepSpeedCheckpointer(
+            root, topology=topology, device=CPU, group=None, zero_stage=zero_stage
+        )
+
+    assert checkpointer(tmp_path / "ds", world_size=1).saved_global_batch() == 16
+    assert checkpointer(tmp_path / "new", world_size=2).saved_global_batch() == 0
+    with pytest.raises(CheckpointError, match="saved by 1 ranks and this run has 2"):
+        checkpointer(tmp_path / "ds", world_size=2).saved_global_batch()
+    with pytest.raises(CheckpointError, match="saved with --zero-stage 2, this run has 3"):
+        checkpointer(tmp_path / "ds", world_size=1, zero_stage=3).saved_global_batch()
+    dcp = tmp_path / "dcp" / "step_00000002"
+    dcp.mkdir(parents=True)
+    (dcp / METADATA_FILE).write_bytes(b"")
+    with pytest.raises(CheckpointError, match="written by the torch engine"):
+        checkpointer(tmp_path / "dcp", world_size=1).saved_global_batch()
 
 
 # --- elastic ------------------------------------------------------------------------

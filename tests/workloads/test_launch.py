@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.workloads.helpers import REPO_ROOT, torchrun_env
+from tests.workloads import training_runs
+from tests.workloads.helpers import run_in_repo
+from tests.workloads.training_runs import TrainerRun
 from workloads.training import launch
 
 
@@ -64,57 +65,27 @@ def test_a_checkpoint_directory_that_is_a_file(tmp_path: Path) -> None:
 def test_the_cli_prints_once_and_starts_no_worker(tmp_path: Path) -> None:
     blocker = tmp_path / "ckpt"
     blocker.write_text("")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.training.launch",
-            "--nproc",
-            "2",
-            "--",
-            "--ckpt-dir",
-            str(blocker),
-            "--preset",
-            "nope",
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_in_repo(
+        [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--",
+         "--ckpt-dir", str(blocker), "--preset", "nope"],
+        timeout_s=60,
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("make train: 2 problems:") == 1
     assert "Traceback" not in done.stderr and "torch.distributed" not in done.stderr
 
 
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
+    """Two ranks started through the launcher (shared with other tests)."""
+    return training_runs.ddp_run(tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_a_valid_run_is_handed_to_torchrun(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workloads.training.launch",
-            "--nproc",
-            "2",
-            "--",
-            "--preset",
-            "tiny",
-            "--steps",
-            "2",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--metrics-port",
-            "0",
-        ],
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+def test_a_valid_run_is_handed_to_torchrun(ddp_run: TrainerRun) -> None:
+    assert ddp_run.command[:5] == (sys.executable, "-m", "workloads.training.launch", "--nproc",
+                                   "2")  # fmt: skip
+    done = ddp_run.done
     assert done.returncode == 0, done.stdout + done.stderr
     assert "world 2 (1 node(s))" in done.stdout

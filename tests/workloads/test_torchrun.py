@@ -1,9 +1,11 @@
 """Multi-process training on CPU under torchrun (gloo), as `make train` runs it, and the
-fault paths: a worker killed mid-run and resumed, SIGTERM, FSDP2's sharded checkpoints."""
+fault paths: a worker killed mid-run and resumed, SIGTERM, FSDP2's sharded checkpoints.
+
+The two-process runs that other tests also assert on are made once per session
+(tests/workloads/training_runs.py)."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.workloads import training_runs
 from tests.workloads.helpers import (
     REPO_ROOT,
     losses_by_step,
@@ -20,6 +23,7 @@ from tests.workloads.helpers import (
     torchrun_command,
     torchrun_env,
 )
+from tests.workloads.training_runs import TrainerRun
 from workloads.training.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -29,38 +33,38 @@ def common_args(tmp_path: Path, *extra: str) -> list[str]:
     return tiny_args(tmp_path / "data", tmp_path / "log.jsonl", *extra)
 
 
-def test_two_processes_train_and_loss_falls(tmp_path: Path) -> None:
-    done = run_torchrun("workloads.train", common_args(tmp_path, "--steps", "60"))
-    assert done.returncode == 0, done.stdout + done.stderr
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
+    return training_runs.ddp_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def accum_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainerRun]:
+    return {
+        variant: training_runs.accum_run(tmp_path_factory, variant)
+        for variant in training_runs.ACCUM_VARIANTS
+    }
+
+
+def test_two_processes_train_and_loss_falls(ddp_run: TrainerRun) -> None:
+    done = ddp_run.done
+    assert done.returncode == 0, ddp_run.output
     assert "world 2 (1 node(s)), ddp" in done.stdout
-    log = read_log(tmp_path / "log.jsonl")
+    log = read_log(ddp_run.log)
     first, last = float(str(log[0]["loss"])), float(str(log[-1]["loss"]))
     assert last < first - 1.5, (first, last)
     assert "done: loss" in done.stdout
 
 
-def test_killed_worker_resumes_to_the_same_losses(tmp_path: Path) -> None:
-    reference_dir, faulty_dir = tmp_path / "reference", tmp_path / "faulty"
-    args = ["--steps", "12", "--ckpt-every", "4", "--log-every", "1"]
-    reference = run_torchrun(
-        "workloads.train",
-        common_args(reference_dir, *args, "--ckpt-dir", str(reference_dir / "ckpt")),
-    )
-    assert reference.returncode == 0, reference.stdout + reference.stderr
+def test_killed_worker_resumes_to_the_same_losses(tmp_path: Path, ddp_run: TrainerRun) -> None:
+    # The reference: the shared DDP run, same arguments, no fault.
+    assert ddp_run.done.returncode == 0, ddp_run.output
+    faulty_dir = tmp_path / "faulty"
     # Rank 1 SIGKILLs itself after step 7 (first attempt only); torchrun restarts the
     # worker group, which resumes from the step-4 checkpoint.
     faulty = run_torchrun(
         "workloads.train",
-        common_args(
-            faulty_dir,
-            *args,
-            "--ckpt-dir",
-            str(faulty_dir / "ckpt"),
-            "--fault-kill-rank",
-            "1",
-            "--fault-kill-at-step",
-            "7",
-        ),
+        training_runs.ddp_args(faulty_dir, "--fault-kill-rank", "1", "--fault-kill-at-step", "7"),
         max_restarts=1,
     )
     output = faulty.stdout + faulty.stderr
@@ -69,8 +73,10 @@ def test_killed_worker_resumes_to_the_same_losses(tmp_path: Path) -> None:
     assert "resume: from" in output and "at step 4" in output
     records = read_log(faulty_dir / "log.jsonl")
     assert {r["restart"] for r in records} == {0, 1}
-    assert [r["step"] for r in records if r["restart"] == 1] == list(range(5, 13))
-    expected = losses_by_step(reference_dir / "log.jsonl")
+    assert [r["step"] for r in records if r["restart"] == 1] == list(
+        range(5, training_runs.DDP_STEPS + 1)
+    )
+    expected = losses_by_step(ddp_run.log)
     for record in records:  # every step, before and after the kill, matches exactly
         assert record["loss"] == expected[int(str(record["step"]))], record
 
@@ -120,67 +126,35 @@ def test_sigterm_leaves_a_usable_checkpoint(tmp_path: Path) -> None:
     assert losses_by_step(log).keys() >= {step + 1, step + 2}
 
 
-def test_fsdp2_sharded_checkpoint_resumes_to_the_same_losses(tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
-    args = common_args(
-        tmp_path,
-        "--parallelism",
-        "fsdp2",
-        "--steps",
-        "6",
-        "--ckpt-every",
-        "3",
-        "--log-every",
-        "1",
-        "--ckpt-dir",
-        str(ckpt),
-    )
-    first = run_torchrun("workloads.train", args)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "fsdp2" in first.stdout
-    reference = losses_by_step(tmp_path / "log.jsonl")
-    shutil.rmtree(ckpt / "step_00000006")  # lose the end of the run
-    (tmp_path / "log.jsonl").unlink()
-    second = run_torchrun("workloads.train", args)
+def test_fsdp2_sharded_checkpoint_resumes_to_the_same_losses(
+    tmp_path: Path, accum_runs: dict[str, TrainerRun]
+) -> None:
+    first = accum_runs["fsdp2-no-sync"]  # checkpoints at steps 3 and 6
+    assert first.done.returncode == 0, first.output
+    assert "fsdp2" in first.done.stdout
+    reference = losses_by_step(first.log)
+    # Lose the end of the run (in a copy of its checkpoints) and run the same job again.
+    run_dir = tmp_path / "run"
+    training_runs.copy_checkpoints(first, run_dir, drop="step_00000006")
+    second = run_torchrun("workloads.train", training_runs.accum_args(run_dir, "fsdp2-no-sync"))
     assert second.returncode == 0, second.stdout + second.stderr
-    resumed = losses_by_step(tmp_path / "log.jsonl")
+    resumed = losses_by_step(run_dir / "log.jsonl")
     assert sorted(resumed) == [4, 5, 6]
     assert all(resumed[s] == reference[s] for s in resumed), (resumed, reference)
 
 
-def test_gradient_sync_skipping_and_fsdp2_train_the_same_model(tmp_path: Path) -> None:
+def test_gradient_sync_skipping_and_fsdp2_train_the_same_model(
+    accum_runs: dict[str, TrainerRun],
+) -> None:
     """Skipping the all-reduce on non-final micro-steps (DDP no_sync, FSDP2's
     set_requires_gradient_sync), the chunked loss and prefetching must not change what
-    is learned."""
+    is learned (training_runs.ACCUM_VARIANTS)."""
     losses = {}
-    for name, extra in {
-        "ddp-no-sync": ["--parallelism", "ddp", "--no-sync-accum", "on"],
-        "ddp-sync-every-micro-step": ["--parallelism", "ddp", "--no-sync-accum", "off"],
-        "fsdp2-no-sync": ["--parallelism", "fsdp2", "--no-sync-accum", "on"],
-        # The chunked loss (its gradient returned for the FSDP2-sharded, tied LM head)
-        # and the prefetching loader across ranks.
-        "fsdp2-chunked-loss-prefetch": [
-            "--parallelism",
-            "fsdp2",
-            "--chunked-loss",
-            "on",
-            "--loss-chunk-tokens",
-            "100",
-            "--prefetch",
-            "on",
-        ],
-    }.items():
-        run_dir = tmp_path / name
-        done = run_torchrun(
-            "workloads.train",
-            common_args(
-                run_dir, "--steps", "8", "--grad-accum-steps", "2", "--log-every", "1", *extra
-            ),
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        losses[name] = losses_by_step(run_dir / "log.jsonl")
+    for name, run in accum_runs.items():
+        assert run.done.returncode == 0, run.output
+        losses[name] = losses_by_step(run.log)
     reference = losses["ddp-no-sync"]
-    assert sorted(reference) == list(range(1, 9))
+    assert sorted(reference) == list(range(1, training_runs.ACCUM_STEPS + 1))
     for name, other in losses.items():
         # The chunked loss sums in another order: equal to float rounding, not bits.
         rel = 1e-4 if "chunked" in name else 1e-5

@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -73,6 +74,13 @@ _NEVER = 2**31 - 1
 
 def import_deepspeed() -> ModuleType:
     """The deepspeed package, or a configuration error that names it."""
+    # DeepSpeed's autotuner, which the trainer never runs, imports MLflow at DeepSpeed's
+    # own import whenever it is installed (the training image has mlflow-skinny): ~1.5 CPU
+    # seconds of every worker's start. MLflow is hidden while deepspeed is imported
+    # (unless something imported it already); the trainer's tracking imports it itself.
+    hide_mlflow = "mlflow" not in sys.modules
+    if hide_mlflow:
+        sys.modules["mlflow"] = None  # type: ignore[assignment]  # import mlflow: ImportError
     try:
         # Optional, and slow to import (seconds): only when the engine is asked for.
         deepspeed = importlib.import_module("deepspeed")
@@ -87,6 +95,9 @@ def import_deepspeed() -> ModuleType:
                 )
             ]
         ) from err
+    finally:
+        if hide_mlflow:
+            sys.modules.pop("mlflow", None)
     return deepspeed
 
 
@@ -175,6 +186,7 @@ def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Traini
     raw = build_model(config, resolved)
     num_params = raw.num_parameters()
     optimizer = build_optimizer(raw, config, resolved)
+    linear = torch.nn.functional.linear
     engine, ds_optimizer, _, _ = deepspeed.initialize(
         model=raw,
         optimizer=optimizer,
@@ -210,6 +222,11 @@ def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Traini
 
     def close() -> None:
         engine.destroy()
+        # ZeRO-3 replaces torch.nn.functional.linear with DeepSpeed's memory-efficient
+        # version and leaves it there ("This will persist unless manually reset"): a
+        # model trained after this engine in the same process (the benchmark's next
+        # variant, gpu-check's next run) would compute every linear layer with it.
+        torch.nn.functional.linear = linear
         if made_group and dist.is_initialized():
             dist.destroy_process_group()
             _forget_groups()
@@ -332,13 +349,14 @@ class DeepSpeedCheckpointer:
 
     def saved_global_batch(self) -> int:
         """The global batch (sequences) the newest complete checkpoint was written
-        with; 0 when there is none."""
-        found = latest_checkpoint(self.root)
-        if found is None or checkpoint_engine(found[1]) != "deepspeed":
-            return 0
-        return read_marker(found[1]).global_batch
+        with; 0 when there is none. A checkpoint this run cannot resume is refused here
+        (`CheckpointError`), before DeepSpeed builds its engine, not after."""
+        latest = self._resumable_latest()
+        return 0 if latest is None else latest[1].global_batch
 
-    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
+    def _resumable_latest(self) -> tuple[Path, SavedRun] | None:
+        """The newest complete checkpoint and what it records, or None; `CheckpointError`
+        saying what to do when this run cannot resume it."""
         found = latest_checkpoint(self.root)
         if found is None:
             return None
@@ -367,6 +385,13 @@ class DeepSpeedCheckpointer:
                 f"checkpoint {path} does not fit this run: {'; '.join(problems)}. Point "
                 "--ckpt-dir at a new directory to start fresh."
             )
+        return path, saved
+
+    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
+        latest = self._resumable_latest()
+        if latest is None:
+            return None
+        path, saved = latest
         engine = cast(Any, model)
         try:
             loaded, _ = engine.load_checkpoint(
