@@ -40,7 +40,9 @@ from modules.k8s.tracking.users import (  # noqa: E402
 )
 from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
 from tests.workloads.helpers import free_port  # noqa: E402
+from tests.workloads.lifecycle_helpers import POLL_S  # noqa: E402
 from workloads.tracking import sync_users  # noqa: E402
+from workloads.tracking.server import server_environment  # noqa: E402
 
 ADMIN, ADMIN_PASSWORD = "admin", "an admin password for this test only"
 
@@ -120,7 +122,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     ]
     # The chart sets a static key the same way (its flask-server-secret-key Secret).
     env = {
-        **os.environ,
+        **server_environment(os.environ),
         "MLFLOW_AUTH_CONFIG_PATH": str(ini),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf key of this test server",
     }
@@ -138,7 +140,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 if process.poll() is not None or time.monotonic() > deadline:
                     output = (root / "server.log").read_text()[-3000:]
                     raise RuntimeError(f"mlflow server did not start: {output}") from None
-                time.sleep(1)
+                time.sleep(POLL_S)
         yield {"uri": uri, "ca": ca, "root": root}
     finally:
         process.terminate()
