@@ -128,7 +128,8 @@ def test_a_registered_version_is_an_mlflow_onnx_model(
     assert len(OnnxLM.load(local, "fp32").generate_text(["The "], 4)[0]) >= 1
     # Its requirements: what the ONNX pyfunc imports, pinned to this environment.
     assert (local / "requirements.txt").read_text().split() == [
-        f"{package}=={metadata.version(package)}" for package in ("mlflow", "numpy", "onnx", "onnxruntime")
+        f"{package}=={metadata.version(package)}"
+        for package in ("mlflow", "numpy", "onnx", "onnxruntime")
     ]
 
     # The dataset the run trained on: its digest as a tag and, per shard, an artifact.
