@@ -39,6 +39,9 @@ PLANTED = {
     "PHONE_NUMBER": "050 123 4567",
 }
 
+#: JVM options for a JVM that lives a minute (see `run_pipeline`).
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
@@ -98,15 +101,22 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_pipeline(
     source: Path, uri: str, root: Path, steps: int
 ) -> subprocess.CompletedProcess[str]:
-    # One OpenMP thread for every step's PyTorch (the steps inherit the environment): on
-    # the tiny model a second thread adds no speed, and on a busy machine its spin-waiting
-    # costs several times the CPU of the training itself.
+    # The steps inherit the environment. One OpenMP thread for their PyTorch: on the tiny
+    # model a second thread adds no speed, and on a busy machine its spin-waiting costs
+    # several times the CPU of the training itself. The Spark job's JVM lives a minute over
+    # a few hundred records: C1 alone compiles well enough for that (no C2 recompiling in
+    # the background) and the serial collector needs no GC threads (as tests/data's JVMs).
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "JAVA_TOOL_OPTIONS": f"{SHORT_LIVED_JVM} {os.environ.get('JAVA_TOOL_OPTIONS', '')}".strip(),
+    }
     return subprocess.run(
         [sys.executable, "-m", "workloads.pipelines.local", str(source), "--tracking-uri", uri,
          "--name", MODEL, "--steps", str(steps), "--nproc", "1", "--spark-workers", "1",
          "--root", str(root)],
         cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=env,
     )  # fmt: skip
 
 
