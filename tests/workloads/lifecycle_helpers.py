@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -20,11 +21,14 @@ import torch
 from google.protobuf import descriptor_pool, message_factory
 
 from tests.workloads.helpers import free_port, sigterm_restored
-from workloads.tracking.server import server_command
+from workloads.tracking.server import server_command, server_environment
 from workloads.training import train
 from workloads.training.config import TrainConfig, override, preset
 from workloads.training.distributed import Topology
 from workloads.training.model import GPT
+
+#: How often the health check of a starting server is retried.
+POLL_S = 0.2
 
 
 def tiny_config(tmp: Path, **values: str) -> TrainConfig:
@@ -39,8 +43,21 @@ def tiny_config(tmp: Path, **values: str) -> TrainConfig:
     return override(preset("tiny"), base | values)
 
 
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """PyTorch on one thread inside the block. The tests' models are tiny (0.12M
+    parameters): a second OpenMP thread adds no speed there, and on a busy machine its
+    spin-waiting costs some twenty times the CPU of the training itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def train_tiny(config: TrainConfig) -> None:
-    with sigterm_restored():
+    with sigterm_restored(), one_torch_thread():
         assert train.run(config, Topology()) == train.EXIT_OK
 
 
@@ -67,7 +84,9 @@ def mlflow_server(
     mlflow = mlflow or Path(sys.executable).with_name("mlflow")
     command = ["timeout", "900", *server_command(root, port, str(mlflow))]
     log = (root.parent / "mlflow-server.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=server_environment(os.environ)
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s
@@ -79,7 +98,7 @@ def mlflow_server(
                 if process.poll() is not None or time.monotonic() > deadline:
                     output = (root.parent / "mlflow-server.log").read_text()[-2000:]
                     raise RuntimeError(f"mlflow server did not start: {output}") from None
-                time.sleep(1)
+                time.sleep(POLL_S)
         yield uri
     finally:
         process.terminate()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,11 @@ def test_a_registered_version_is_an_mlflow_onnx_model(
         read_card(export).parity.int8_loss
     )
     assert len(OnnxLM.load(local, "fp32").generate_text(["The "], 4)[0]) >= 1
+    # Its requirements: what the ONNX pyfunc imports, pinned to this environment.
+    assert (local / "requirements.txt").read_text().split() == [
+        f"{package}=={metadata.version(package)}"
+        for package in ("mlflow", "numpy", "onnx", "onnxruntime")
+    ]
 
     # The dataset the run trained on: its digest as a tag and, per shard, an artifact.
     run = client.get_run(first)

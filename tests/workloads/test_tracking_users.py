@@ -40,9 +40,13 @@ from modules.k8s.tracking.users import (  # noqa: E402
 )
 from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
 from tests.workloads.helpers import free_port  # noqa: E402
+from tests.workloads.mlflow_forks import Forks  # noqa: E402
 from workloads.tracking import sync_users  # noqa: E402
+from workloads.tracking.server import server_environment  # noqa: E402
 
 ADMIN, ADMIN_PASSWORD = "admin", "an admin password for this test only"
+#: How often the health check of the starting server is retried.
+POLL_S = 0.2
 
 
 def _name(common: str) -> x509.Name:
@@ -120,7 +124,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     ]
     # The chart sets a static key the same way (its flask-server-secret-key Secret).
     env = {
-        **os.environ,
+        **server_environment(os.environ),
         "MLFLOW_AUTH_CONFIG_PATH": str(ini),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf key of this test server",
     }
@@ -138,8 +142,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 if process.poll() is not None or time.monotonic() > deadline:
                     output = (root / "server.log").read_text()[-3000:]
                     raise RuntimeError(f"mlflow server did not start: {output}") from None
-                time.sleep(1)
-        yield {"uri": uri, "ca": ca, "root": root}
+                time.sleep(POLL_S)
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        forks = Forks(clean)
+        try:
+            yield {"uri": uri, "ca": ca, "root": root, "forks": forks}
+        finally:
+            forks.close()
     finally:
         process.terminate()
         try:
@@ -182,9 +191,10 @@ def _job_environment(server: dict[str, Any], team: str, password: str) -> dict[s
     return env
 
 
-def _log_run(env: dict[str, str], experiment: str) -> str:
+def _log_run(server: dict[str, Any], env: dict[str, str], experiment: str) -> str:
     """Log a run with MLflow's client in a fresh process, configured only by ``env``."""
     return _as(
+        server,
         env,
         f"mlflow.set_experiment({experiment!r})\n"
         "with mlflow.start_run() as run:\n"
@@ -227,7 +237,7 @@ def test_sync_creates_each_team_user_and_the_job_logs_a_run_as_its_team(
             "is_admin": False,
         }
     env = _job_environment(server, "nlp", passwords["nlp"])
-    run_id = _log_run(env, "nlp-tracked-job")
+    run_id = _log_run(server, env, "nlp-tracked-job")
     assert len(run_id) == 32
     client_env = {**env}
     os.environ.update(client_env)
@@ -245,22 +255,22 @@ def test_a_wrong_password_or_an_unknown_ca_is_refused(server: dict[str, Any]) ->
     assert _sync(server, passwords) == 0
     wrong = _job_environment(server, "nlp", "not-the-team-password")
     with pytest.raises(PermissionError, match=r"401|Unauthorized|credentials"):
-        _log_run(wrong, "nlp-refused")
+        _log_run(server, wrong, "nlp-refused")
     unknown_ca = {**_job_environment(server, "nlp", passwords["nlp"])}
     unknown_ca.pop("MLFLOW_TRACKING_SERVER_CERT_PATH")  # system CAs do not know ours
     with pytest.raises(PermissionError, match=r"CERTIFICATE_VERIFY_FAILED|SSL"):
-        _log_run(unknown_ca, "nlp-unverified")
+        _log_run(server, unknown_ca, "nlp-unverified")
 
 
 def test_a_rotated_password_replaces_the_old_one(server: dict[str, Any]) -> None:
     old = team_password(ADMIN_PASSWORD, "speech")
     new = team_password("the rotated admin password", "speech")
     assert _sync(server, {"speech": old}) == 0
-    assert _log_run(_job_environment(server, "speech", old), "speech-before")
+    assert _log_run(server, _job_environment(server, "speech", old), "speech-before")
     assert _sync(server, {"speech": new}) == 0  # the user exists: its password is reset
     with pytest.raises(PermissionError):
-        _log_run(_job_environment(server, "speech", old), "speech-old-password")
-    assert _log_run(_job_environment(server, "speech", new), "speech-after")
+        _log_run(server, _job_environment(server, "speech", old), "speech-old-password")
+    assert _log_run(server, _job_environment(server, "speech", new), "speech-after")
 
 
 def test_the_script_reports_a_server_that_refuses_the_admin(server: dict[str, Any]) -> None:
@@ -310,21 +320,18 @@ def _pipeline_step_environment(server: dict[str, Any], step: str, password: str)
     return env
 
 
-def _as(env: dict[str, str], code: str) -> str:
-    """Run ``code`` with MLflow's client in a fresh process configured only by ``env``;
-    its last line of output, or PermissionError with the server's answer."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    result = subprocess.run(
-        [sys.executable, "-c", "import os, mlflow\n" + code],
-        env={**clean, **env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise PermissionError(result.stderr[-1500:])
-    return result.stdout.strip().splitlines()[-1]
+def _as(server: dict[str, Any], env: dict[str, str], code: str) -> str:
+    """Run ``code`` with MLflow's client in a fresh process configured only by ``env``
+    (a fork of the module's MLflow process: tests/workloads/mlflow_forks.py); its last
+    line of output, or PermissionError with the server's answer."""
+    forks: Forks = server["forks"]
+    env = {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    returncode, stdout, stderr = forks.run(env, "import os, mlflow\n" + code)
+    if returncode < 0:  # killed (the time limit): not an answer of the server
+        raise RuntimeError(f"the MLflow client did not finish (status {returncode}): {stderr}")
+    if returncode != 0:
+        raise PermissionError(stderr[-1500:])
+    return stdout.strip().splitlines()[-1]
 
 
 def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
@@ -337,11 +344,12 @@ def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
     own = service_password(ADMIN_PASSWORD, PIPELINES_USERNAME)
     assert _sync(server, {"nlp": team}, {PIPELINES_USERNAME: own}) == 0
     assert _user(server, PIPELINES_USERNAME) == {"username": "pipelines", "is_admin": False}
-    assert _log_run(_job_environment(server, "nlp", team), "nlp-owned")
+    assert _log_run(server, _job_environment(server, "nlp", team), "nlp-owned")
     # The train step's environment: its runs go to the pipeline's own experiment.
     train = _pipeline_step_environment(server, "train", own)
     assert train["MLFLOW_EXPERIMENT_NAME"] == "data-to-model"
     run_id = _as(
+        server,
         train,
         "mlflow.set_experiment(os.environ['MLFLOW_EXPERIMENT_NAME'])\n"
         "with mlflow.start_run() as run:\n"
@@ -352,6 +360,7 @@ def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
     # The register step's: a model it registers is its own (it creates it, it manages it).
     register = _pipeline_step_environment(server, "register", own)
     version = _as(
+        server,
         register,
         "c = mlflow.MlflowClient()\n"
         "c.create_registered_model('pipelines-model')\n"
@@ -362,9 +371,13 @@ def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
     assert version == "1"
     # The evaluate step's reads a team's experiment but cannot write to it.
     evaluate = _pipeline_step_environment(server, "evaluate", own)
-    assert _as(evaluate, "print(mlflow.get_experiment_by_name('nlp-owned').name)") == "nlp-owned"
+    assert (
+        _as(server, evaluate, "print(mlflow.get_experiment_by_name('nlp-owned').name)")
+        == "nlp-owned"
+    )
     with pytest.raises(PermissionError, match=r"PERMISSION_DENIED|403|Permission denied"):
         _as(
+            server,
             evaluate,
             "mlflow.set_experiment('nlp-owned')\n"
             "with mlflow.start_run():\n"
@@ -372,4 +385,8 @@ def test_the_pipelines_user_writes_its_own_and_only_reads_the_teams(
         )
     # Without the Secret's password the server refuses the step.
     with pytest.raises(PermissionError, match=r"401|Unauthorized|credentials"):
-        _as(_pipeline_step_environment(server, "evaluate", "wrong"), "mlflow.search_experiments()")
+        _as(
+            server,
+            _pipeline_step_environment(server, "evaluate", "wrong"),
+            "mlflow.search_experiments()",
+        )

@@ -237,6 +237,18 @@ def _model_extras(
     (target / DATASET_FILE).write_text(json.dumps(dataset, indent=2) + "\n", encoding="utf-8")
 
 
+def _pip_requirements() -> list[str]:
+    """What loading an ONNX model as MLflow's pyfunc imports, pinned to this environment:
+    the ONNX flavor's own requirements (onnx, onnxruntime) and numpy; MLflow adds itself.
+    Given, MLflow does not infer them: its inference starts a Python process per model
+    that loads the model to see what it imports, and finds these same packages."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    import mlflow.onnx  # noqa: PLC0415
+
+    return [f"numpy=={version('numpy')}", *mlflow.onnx.get_default_pip_requirements()]
+
+
 def _log_onnx_model(
     client: Any,
     uri: str,
@@ -278,6 +290,7 @@ def _log_onnx_model(
                 metadata=metadata,
                 # One file, as the export wrote it: Triton and the CPU predictor read it so.
                 save_as_external_data=False,
+                pip_requirements=_pip_requirements(),
             ),
         )
     call(uri, lambda: client.log_model_artifacts(info.model_id, str(extras)))

@@ -17,12 +17,18 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 DEFAULT_PORT = 5000
 DEFAULT_ROOT = Path("build/mlflow")
 HOST = "127.0.0.1"  # never a public interface: the store holds every run's lineage
+#: MLflow's server starts, beside its web server, a job runner with seven huey consumer
+#: processes for MLflow's own background jobs (GenAI scorers, prompt optimisation, trace
+#: roll-ups), each an interpreter importing MLflow and polling for work. The platform uses
+#: none of them (tracking, artifacts and the model registry do not run jobs), so the local
+#: server starts without them: two processes instead of nine.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def server_command(root: Path, port: int, mlflow: str = "mlflow") -> list[str]:
@@ -45,6 +51,11 @@ def server_command(root: Path, port: int, mlflow: str = "mlflow") -> list[str]:
         "--workers",
         "1",
     ]
+
+
+def server_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment ``mlflow server`` runs in: ``base`` (the caller's) with `SERVER_ENV`."""
+    return {**base, **SERVER_ENV}
 
 
 def port_in_use(port: int) -> bool:
@@ -84,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"track: MLflow on http://{HOST}:{args.port} (store {args.root}); Ctrl-C stops it")
     print(f'track: make train ARGS="--tracking-uri http://{HOST}:{args.port}"', flush=True)
     command = server_command(args.root, args.port, mlflow)
-    os.execv(command[0], command)  # the server replaces this process: Ctrl-C reaches it
+    # The server replaces this process: Ctrl-C reaches it.
+    os.execve(command[0], command, server_environment(os.environ))
 
 
 if __name__ == "__main__":
