@@ -24,7 +24,7 @@ import pyspark
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tests.data.test_prepare import SETTINGS, read_stream, write_source
+from tests.data.test_prepare import SETTINGS, read_stream
 from workloads.data import java, object_store
 from workloads.data import prepare as job
 from workloads.data.manifest import MANIFEST, REPORT
@@ -74,9 +74,9 @@ def s3() -> Any:
 
 
 @pytest.fixture(scope="module")
-def raw(store: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("raw") / "corpus"
-    facts = write_source(root)
+def raw(store: dict[str, str], source: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+    """The session's raw files (tests/data/conftest.py) in the bucket under ``RAW``."""
+    root, facts = source
     client = s3()
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     for path in sorted(root.rglob("*")):
@@ -98,6 +98,49 @@ def download(prefix: str, into: Path) -> Path:
     for name in objects(prefix):
         s3().download_file(BUCKET, prefix + name, str(into / name))
     return into
+
+
+# First in this file: it runs in a JVM of its own, and the session's Spark jobs below
+# then run back to back (Spark stops Python workers idle for a minute; new ones
+# import Presidio and build its analyzer again).
+@pytest.mark.slow
+def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
+    raw: dict[str, Any], store: dict[str, str], tmp_path: Path
+) -> None:
+    """What the driver pod runs (modules.k8s.spark.spec): spark-submit with
+    ``workloads/data/prepare.py`` as the main file (its directory first on sys.path),
+    the session spark-submit configured (here local[2]; on the cluster the executor
+    pods), event logs to a local directory, uploaded SSE-KMS at the end."""
+    events = tmp_path / "events"
+    events.mkdir()
+    out = f"s3://{BUCKET}/teams/a/datasets/submitted/"
+    logs = f"s3://{BUCKET}/spark-events/a/"
+    done = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
+         "--conf", "spark.eventLog.enabled=true",
+         "--conf", f"spark.eventLog.dir={events.as_uri()}",
+         "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.bindAddress=127.0.0.1",
+         "--conf", "spark.driver.host=127.0.0.1",
+         str(ROOT / "workloads/data/prepare.py"), RAW, "--out", out, "--kms-key", KEY,
+         "--event-log-uri", logs, "--scratch", str(tmp_path), "--max-doc-bytes", "4000"],
+        env={**os.environ, **store, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+             "PYSPARK_DRIVER_PYTHON": sys.executable,
+             "JAVA_HOME": str(java.spark_java_home(java.find_java(), tmp_path / "java"))},
+        capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "prepare: dataset submitted version" in done.stdout
+    report = json.loads(
+        s3().get_object(Bucket=BUCKET, Key="teams/a/datasets/submitted/report.json")["Body"].read()
+    )
+    assert report["run"]["java"] == "(spark-submit)"
+    uploaded = objects("spark-events/a/")
+    # Spark 4's rolling event log: a directory per application.
+    assert uploaded and all(name.startswith("eventlog_v2_local-") for name in uploaded)
+    assert any("/events_" in name for name in uploaded)
+    for head in uploaded.values():
+        assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
 
 
 @pytest.fixture(scope="module")
@@ -148,19 +191,12 @@ def test_the_dataset_is_in_the_bucket_encrypted_under_the_key(
     assert json.loads((local / REPORT).read_text())["source_root"] == RAW
 
 
-@pytest.fixture(scope="module")
-def dataset(spark: Any, raw: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same files read from a local directory (Spark's text source)."""
-    out = tmp_path_factory.mktemp("local") / "dataset"
-    job.prepare(raw["root"], out, SETTINGS, spark=spark)
-    return out
-
-
 def test_the_same_files_give_the_same_version_as_from_a_directory(
     remote_dataset: tuple[job.Outcome, Path], raw: dict[str, Any], dataset: Path
 ) -> None:
     """Read by the executors from the bucket or by Spark's text source from a
-    directory: the same sources (paths, sizes, SHA-256), stream, report and version."""
+    directory (the session's `dataset` of the same files): the same sources (paths,
+    sizes, SHA-256), stream, report and version."""
     outcome, local = remote_dataset
     here = json.loads((dataset / MANIFEST).read_text())
     there = json.loads((local / MANIFEST).read_text())
@@ -235,7 +271,7 @@ def test_a_failed_upload_leaves_no_manifest(
 
 
 @pytest.mark.parametrize(
-    ("source", "env", "message"),
+    ("source_uri", "env", "message"),
     [
         ("s3://no-such-bucket/raw/", {}, "s3://no-such-bucket/raw/: the bucket does not exist"),
         (RAW, {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}, "no credentials for"),
@@ -245,7 +281,7 @@ def test_a_failed_upload_leaves_no_manifest(
 )
 def test_store_errors_are_one_line(  # noqa: PLR0917
     raw: dict[str, Any],
-    source: str,
+    source_uri: str,
     env: dict[str, str | None],
     message: str,
     capsys: pytest.CaptureFixture[str],
@@ -255,7 +291,7 @@ def test_store_errors_are_one_line(  # noqa: PLR0917
     for name, value in env.items():
         if value is None:
             monkeypatch.delenv(name, raising=False)
-    status = job.main([source, "--out", str(tmp_path / "out")])
+    status = job.main([source_uri, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == job.EXIT_USER_ERROR, err
     assert message in err
@@ -289,46 +325,6 @@ def test_lines_are_cut_as_sparks_text_source_cuts_them() -> None:
         size = rng.randint(1, 7)
         chunks = [data[i : i + size] for i in range(0, len(data), size)]
         assert list(object_store.split_lines(chunks)) == data.splitlines(), data
-
-
-@pytest.mark.slow
-def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
-    raw: dict[str, Any], store: dict[str, str], tmp_path: Path
-) -> None:
-    """What the driver pod runs (modules.k8s.spark.spec): spark-submit with
-    ``workloads/data/prepare.py`` as the main file (its directory first on sys.path),
-    the session spark-submit configured (here local[2]; on the cluster the executor
-    pods), event logs to a local directory, uploaded SSE-KMS at the end."""
-    events = tmp_path / "events"
-    events.mkdir()
-    out = f"s3://{BUCKET}/teams/a/datasets/submitted/"
-    logs = f"s3://{BUCKET}/spark-events/a/"
-    done = subprocess.run(
-        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.eventLog.enabled=true",
-         "--conf", f"spark.eventLog.dir={events.as_uri()}",
-         "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.bindAddress=127.0.0.1",
-         "--conf", "spark.driver.host=127.0.0.1",
-         str(ROOT / "workloads/data/prepare.py"), RAW, "--out", out, "--kms-key", KEY,
-         "--event-log-uri", logs, "--scratch", str(tmp_path), "--max-doc-bytes", "4000"],
-        env={**os.environ, **store, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
-             "PYSPARK_DRIVER_PYTHON": sys.executable,
-             "JAVA_HOME": str(java.spark_java_home(java.find_java(), tmp_path / "java"))},
-        capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "prepare: dataset submitted version" in done.stdout
-    report = json.loads(
-        s3().get_object(Bucket=BUCKET, Key="teams/a/datasets/submitted/report.json")["Body"].read()
-    )
-    assert report["run"]["java"] == "(spark-submit)"
-    uploaded = objects("spark-events/a/")
-    # Spark 4's rolling event log: a directory per application.
-    assert uploaded and all(name.startswith("eventlog_v2_local-") for name in uploaded)
-    assert any("/events_" in name for name in uploaded)
-    for head in uploaded.values():
-        assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
 
 
 def put_headers(
