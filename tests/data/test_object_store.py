@@ -1,5 +1,5 @@
 """The data job on an S3 store without Hadoop (`workloads.data.object_store`), against
-moto's S3 server on 127.0.0.1 (stopped at the end of the module): the executors (Spark's
+moto's S3 server on 127.0.0.1 (the session's, tests/data/conftest.py): the executors (Spark's
 Python workers, ``local[2]``) fetch the raw objects with boto3 and the dataset is
 uploaded SSE-KMS under the key given, with no planted PII, the same version as the same
 files give from a local directory; an OUT holding anything is refused before Spark
@@ -22,8 +22,8 @@ from typing import Any
 import boto3
 import pyspark
 import pytest
-from moto.server import ThreadedMotoServer
 
+from tests.data.conftest import ISOLATED, REGION
 from tests.data.test_prepare import SETTINGS, read_stream
 from workloads.data import java, object_store
 from workloads.data import prepare as job
@@ -31,42 +31,8 @@ from workloads.data.manifest import MANIFEST, REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "uae-data"
-REGION = "me-central-1"
 KEY = "arn:aws:kms:me-central-1:123456789012:key/00000000-0000-4000-8000-000000000001"
 RAW = f"s3://{BUCKET}/teams/a/raw/corpus/"
-#: No credentials from anywhere but the environment (no files, no instance metadata).
-ISOLATED = {
-    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
-
-
-@pytest.fixture(scope="module")
-def store() -> Iterator[dict[str, str]]:
-    """moto's S3 on 127.0.0.1 (a free port), the environment that reaches it, and the
-    bucket with the raw files of tests/data/test_prepare.py under ``RAW``."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        **ISOLATED,
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield env
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.stop()
 
 
 def s3() -> Any:
@@ -122,6 +88,9 @@ def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
          "--conf", "spark.ui.enabled=false",
          "--conf", "spark.driver.bindAddress=127.0.0.1",
          "--conf", "spark.driver.host=127.0.0.1",
+         # As the cluster's sparkConf cuts them for its executors' cores
+         # (modules.k8s.spark.spec.spark_conf), not Spark's default of 200 tiny tasks.
+         "--conf", "spark.sql.shuffle.partitions=4",
          str(ROOT / "workloads/data/prepare.py"), RAW, "--out", out, "--kms-key", KEY,
          "--event-log-uri", logs, "--scratch", str(tmp_path), "--max-doc-bytes", "4000"],
         env={**os.environ, **store, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
@@ -147,16 +116,13 @@ def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
 def remote_dataset(
     spark: Any,
     raw: dict[str, Any],
-    store: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[job.Outcome, Path]:
     """The job from the bucket to the bucket, with the executors' tokens gathered
-    through the driver as on a cluster (executors on other machines)."""
-    # The Python workers of the running session get the store's environment.
-    spark.sparkContext.environment.update(store)
-    patch = pytest.MonkeyPatch()
-    patch.setattr(job, "executors_share_disk", lambda _spark: False)
-    try:
+    through the driver as on a cluster (executors on other machines). The session's
+    Python workers have the store's environment (tests/data/conftest.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "executors_share_disk", lambda _spark: False)
         outcome = job.prepare(
             RAW,
             f"s3://{BUCKET}/teams/a/datasets/corpus-v1/",
@@ -166,10 +132,6 @@ def remote_dataset(
             kms_key=KEY,
             scratch=tmp_path_factory.mktemp("scratch"),
         )
-    finally:
-        patch.undo()
-        for name in store:
-            spark.sparkContext.environment.pop(name, None)
     return outcome, download("teams/a/datasets/corpus-v1/", tmp_path_factory.mktemp("dl") / "d")
 
 
@@ -378,7 +340,6 @@ def test_a_site_store_gets_a_plain_put(tmp_path: Path, monkeypatch: pytest.Monke
 def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
     spark: Any,
     raw: dict[str, Any],
-    store: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -397,13 +358,8 @@ def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
 
     monkeypatch.setattr(job, "list_remote_sources", list_then_change)
     monkeypatch.setattr(job, "executors_share_disk", lambda _spark: False)
-    spark.sparkContext.environment.update(store)
-    try:
-        with pytest.raises(object_store.StoreError) as refused:
-            job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
-    finally:
-        for name in store:
-            spark.sparkContext.environment.pop(name, None)
+    with pytest.raises(object_store.StoreError) as refused:
+        job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
     message = str(refused.value)
     assert message.startswith(f"s3://{BUCKET}/{prefix}notes.txt is no longer the object listed")
     assert object_store.SOURCE_CHANGED in message and "\n" not in message
