@@ -1,5 +1,5 @@
 """The data job on an S3 store without Hadoop (`workloads.data.object_store`), against
-moto's S3 server on 127.0.0.1 (stopped at the end of the module): the executors (Spark's
+moto's S3 server on 127.0.0.1 (the session's, tests/data/conftest.py): the executors (Spark's
 Python workers, ``local[2]``) fetch the raw objects with boto3 and the dataset is
 uploaded SSE-KMS under the key given, with no planted PII, the same version as the same
 files give from a local directory; an OUT holding anything is refused before Spark
@@ -22,51 +22,17 @@ from typing import Any
 import boto3
 import pyspark
 import pytest
-from moto.server import ThreadedMotoServer
 
-from tests.data.test_prepare import SETTINGS, read_stream, write_source
+from tests.data.conftest import ISOLATED, REGION
+from tests.data.test_prepare import SETTINGS, read_stream
 from workloads.data import java, object_store
 from workloads.data import prepare as job
 from workloads.data.manifest import MANIFEST, REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "uae-data"
-REGION = "me-central-1"
 KEY = "arn:aws:kms:me-central-1:123456789012:key/00000000-0000-4000-8000-000000000001"
 RAW = f"s3://{BUCKET}/teams/a/raw/corpus/"
-#: No credentials from anywhere but the environment (no files, no instance metadata).
-ISOLATED = {
-    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
-
-
-@pytest.fixture(scope="module")
-def store() -> Iterator[dict[str, str]]:
-    """moto's S3 on 127.0.0.1 (a free port), the environment that reaches it, and the
-    bucket with the raw files of tests/data/test_prepare.py under ``RAW``."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        **ISOLATED,
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield env
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.stop()
 
 
 def s3() -> Any:
@@ -74,9 +40,9 @@ def s3() -> Any:
 
 
 @pytest.fixture(scope="module")
-def raw(store: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("raw") / "corpus"
-    facts = write_source(root)
+def raw(store: dict[str, str], source: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+    """The session's raw files (tests/data/conftest.py) in the bucket under ``RAW``."""
+    root, facts = source
     client = s3()
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     for path in sorted(root.rglob("*")):
@@ -100,20 +66,63 @@ def download(prefix: str, into: Path) -> Path:
     return into
 
 
+# First in this file: it runs in a JVM of its own, and the session's Spark jobs below
+# then run back to back (Spark stops Python workers idle for a minute; new ones
+# import Presidio and build its analyzer again).
+@pytest.mark.slow
+def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
+    raw: dict[str, Any], store: dict[str, str], tmp_path: Path
+) -> None:
+    """What the driver pod runs (modules.k8s.spark.spec): spark-submit with
+    ``workloads/data/prepare.py`` as the main file (its directory first on sys.path),
+    the session spark-submit configured (here local[2]; on the cluster the executor
+    pods), event logs to a local directory, uploaded SSE-KMS at the end."""
+    events = tmp_path / "events"
+    events.mkdir()
+    out = f"s3://{BUCKET}/teams/a/datasets/submitted/"
+    logs = f"s3://{BUCKET}/spark-events/a/"
+    done = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
+         "--conf", "spark.eventLog.enabled=true",
+         "--conf", f"spark.eventLog.dir={events.as_uri()}",
+         "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.bindAddress=127.0.0.1",
+         "--conf", "spark.driver.host=127.0.0.1",
+         # As the cluster's sparkConf cuts them for its executors' cores
+         # (modules.k8s.spark.spec.spark_conf), not Spark's default of 200 tiny tasks.
+         "--conf", "spark.sql.shuffle.partitions=4",
+         str(ROOT / "workloads/data/prepare.py"), RAW, "--out", out, "--kms-key", KEY,
+         "--event-log-uri", logs, "--scratch", str(tmp_path), "--max-doc-bytes", "4000"],
+        env={**os.environ, **store, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+             "PYSPARK_DRIVER_PYTHON": sys.executable,
+             "JAVA_HOME": str(java.spark_java_home(java.find_java(), tmp_path / "java"))},
+        capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "prepare: dataset submitted version" in done.stdout
+    report = json.loads(
+        s3().get_object(Bucket=BUCKET, Key="teams/a/datasets/submitted/report.json")["Body"].read()
+    )
+    assert report["run"]["java"] == "(spark-submit)"
+    uploaded = objects("spark-events/a/")
+    # Spark 4's rolling event log: a directory per application.
+    assert uploaded and all(name.startswith("eventlog_v2_local-") for name in uploaded)
+    assert any("/events_" in name for name in uploaded)
+    for head in uploaded.values():
+        assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
+
+
 @pytest.fixture(scope="module")
 def remote_dataset(
     spark: Any,
     raw: dict[str, Any],
-    store: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[job.Outcome, Path]:
     """The job from the bucket to the bucket, with the executors' tokens gathered
-    through the driver as on a cluster (executors on other machines)."""
-    # The Python workers of the running session get the store's environment.
-    spark.sparkContext.environment.update(store)
-    patch = pytest.MonkeyPatch()
-    patch.setattr(job, "executors_share_disk", lambda _spark: False)
-    try:
+    through the driver as on a cluster (executors on other machines). The session's
+    Python workers have the store's environment (tests/data/conftest.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "executors_share_disk", lambda _spark: False)
         outcome = job.prepare(
             RAW,
             f"s3://{BUCKET}/teams/a/datasets/corpus-v1/",
@@ -123,10 +132,6 @@ def remote_dataset(
             kms_key=KEY,
             scratch=tmp_path_factory.mktemp("scratch"),
         )
-    finally:
-        patch.undo()
-        for name in store:
-            spark.sparkContext.environment.pop(name, None)
     return outcome, download("teams/a/datasets/corpus-v1/", tmp_path_factory.mktemp("dl") / "d")
 
 
@@ -148,19 +153,12 @@ def test_the_dataset_is_in_the_bucket_encrypted_under_the_key(
     assert json.loads((local / REPORT).read_text())["source_root"] == RAW
 
 
-@pytest.fixture(scope="module")
-def dataset(spark: Any, raw: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same files read from a local directory (Spark's text source)."""
-    out = tmp_path_factory.mktemp("local") / "dataset"
-    job.prepare(raw["root"], out, SETTINGS, spark=spark)
-    return out
-
-
 def test_the_same_files_give_the_same_version_as_from_a_directory(
     remote_dataset: tuple[job.Outcome, Path], raw: dict[str, Any], dataset: Path
 ) -> None:
     """Read by the executors from the bucket or by Spark's text source from a
-    directory: the same sources (paths, sizes, SHA-256), stream, report and version."""
+    directory (the session's `dataset` of the same files): the same sources (paths,
+    sizes, SHA-256), stream, report and version."""
     outcome, local = remote_dataset
     here = json.loads((dataset / MANIFEST).read_text())
     there = json.loads((local / MANIFEST).read_text())
@@ -235,7 +233,7 @@ def test_a_failed_upload_leaves_no_manifest(
 
 
 @pytest.mark.parametrize(
-    ("source", "env", "message"),
+    ("source_uri", "env", "message"),
     [
         ("s3://no-such-bucket/raw/", {}, "s3://no-such-bucket/raw/: the bucket does not exist"),
         (RAW, {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}, "no credentials for"),
@@ -245,7 +243,7 @@ def test_a_failed_upload_leaves_no_manifest(
 )
 def test_store_errors_are_one_line(  # noqa: PLR0917
     raw: dict[str, Any],
-    source: str,
+    source_uri: str,
     env: dict[str, str | None],
     message: str,
     capsys: pytest.CaptureFixture[str],
@@ -255,7 +253,7 @@ def test_store_errors_are_one_line(  # noqa: PLR0917
     for name, value in env.items():
         if value is None:
             monkeypatch.delenv(name, raising=False)
-    status = job.main([source, "--out", str(tmp_path / "out")])
+    status = job.main([source_uri, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == job.EXIT_USER_ERROR, err
     assert message in err
@@ -289,46 +287,6 @@ def test_lines_are_cut_as_sparks_text_source_cuts_them() -> None:
         size = rng.randint(1, 7)
         chunks = [data[i : i + size] for i in range(0, len(data), size)]
         assert list(object_store.split_lines(chunks)) == data.splitlines(), data
-
-
-@pytest.mark.slow
-def test_spark_submit_runs_prepare_as_a_file_and_uploads_its_event_log(
-    raw: dict[str, Any], store: dict[str, str], tmp_path: Path
-) -> None:
-    """What the driver pod runs (modules.k8s.spark.spec): spark-submit with
-    ``workloads/data/prepare.py`` as the main file (its directory first on sys.path),
-    the session spark-submit configured (here local[2]; on the cluster the executor
-    pods), event logs to a local directory, uploaded SSE-KMS at the end."""
-    events = tmp_path / "events"
-    events.mkdir()
-    out = f"s3://{BUCKET}/teams/a/datasets/submitted/"
-    logs = f"s3://{BUCKET}/spark-events/a/"
-    done = subprocess.run(
-        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.eventLog.enabled=true",
-         "--conf", f"spark.eventLog.dir={events.as_uri()}",
-         "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.driver.bindAddress=127.0.0.1",
-         "--conf", "spark.driver.host=127.0.0.1",
-         str(ROOT / "workloads/data/prepare.py"), RAW, "--out", out, "--kms-key", KEY,
-         "--event-log-uri", logs, "--scratch", str(tmp_path), "--max-doc-bytes", "4000"],
-        env={**os.environ, **store, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
-             "PYSPARK_DRIVER_PYTHON": sys.executable,
-             "JAVA_HOME": str(java.spark_java_home(java.find_java(), tmp_path / "java"))},
-        capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "prepare: dataset submitted version" in done.stdout
-    report = json.loads(
-        s3().get_object(Bucket=BUCKET, Key="teams/a/datasets/submitted/report.json")["Body"].read()
-    )
-    assert report["run"]["java"] == "(spark-submit)"
-    uploaded = objects("spark-events/a/")
-    # Spark 4's rolling event log: a directory per application.
-    assert uploaded and all(name.startswith("eventlog_v2_local-") for name in uploaded)
-    assert any("/events_" in name for name in uploaded)
-    for head in uploaded.values():
-        assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == KEY
 
 
 def put_headers(
@@ -382,7 +340,6 @@ def test_a_site_store_gets_a_plain_put(tmp_path: Path, monkeypatch: pytest.Monke
 def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
     spark: Any,
     raw: dict[str, Any],
-    store: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -401,13 +358,8 @@ def test_an_object_changed_after_the_listing_is_refused_and_nothing_is_written(
 
     monkeypatch.setattr(job, "list_remote_sources", list_then_change)
     monkeypatch.setattr(job, "executors_share_disk", lambda _spark: False)
-    spark.sparkContext.environment.update(store)
-    try:
-        with pytest.raises(object_store.StoreError) as refused:
-            job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
-    finally:
-        for name in store:
-            spark.sparkContext.environment.pop(name, None)
+    with pytest.raises(object_store.StoreError) as refused:
+        job.prepare(f"s3://{BUCKET}/{prefix}", tmp_path / "out", SETTINGS, spark=spark)
     message = str(refused.value)
     assert message.startswith(f"s3://{BUCKET}/{prefix}notes.txt is no longer the object listed")
     assert object_store.SOURCE_CHANGED in message and "\n" not in message

@@ -10,6 +10,7 @@ import functools
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -129,22 +130,6 @@ def word_trigrams(text: str) -> set[tuple[str, ...]]:
 SETTINGS = job.Settings(max_doc_bytes=4000, shard_tokens=6000, max_duplicate_rate=0.3)
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    root = tmp_path_factory.mktemp("source") / "raw"
-    return root, write_source(root)
-
-
-@pytest.fixture(scope="module")
-def dataset(
-    spark: Any, source: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    root, _ = source
-    out = tmp_path_factory.mktemp("out") / "dataset"
-    job.prepare(root, out, SETTINGS, spark=spark)
-    return out
-
-
 def test_planted_values_are_gone_and_counted(
     dataset: Path, source: tuple[Path, dict[str, Any]]
 ) -> None:
@@ -223,25 +208,26 @@ def test_manifest_names_sources_settings_and_verifies(
 
 
 def test_same_input_same_version_whatever_the_partitioning(
-    spark: Any, dataset: Path, source: tuple[Path, dict[str, Any]]
+    spark: Any, dataset: Path, source: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     """Files split into many small partitions and one shuffle partition: the same
     stream, the same positions in the report, the same digest; the earlier dataset in
-    OUT is replaced."""
+    OUT (a copy of the session's) is replaced."""
     root, _ = source
-    before = json.loads((dataset / MANIFEST).read_text())
-    old_report = json.loads((dataset / REPORT).read_text())
+    out = shutil.copytree(dataset, tmp_path / "dataset")
+    before = json.loads((out / MANIFEST).read_text())
+    old_report = json.loads((out / REPORT).read_text())
     spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")
     spark.conf.set("spark.sql.shuffle.partitions", "1")
     try:
-        outcome = job.prepare(root, dataset, SETTINGS, spark=spark)
+        outcome = job.prepare(root, out, SETTINGS, spark=spark)
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
         spark.conf.set("spark.sql.shuffle.partitions", "4")
     assert outcome.digest == before["digest"]
-    report = json.loads((dataset / REPORT).read_text())
+    report = json.loads((out / REPORT).read_text())
     assert report["validation"]["rules"] == old_report["validation"]["rules"]
-    assert read_stream(dataset) == expected_stream(root, anonymise=True)
+    assert read_stream(out) == expected_stream(root, anonymise=True)
 
 
 def test_no_anonymise_is_recorded_and_near_duplicates_dropped(
@@ -319,21 +305,6 @@ def test_corrupt_dataset_is_refused_with_a_report_and_nothing_written(
     assert "fatima" not in report.read_text()
 
 
-def test_the_command_runs_spark_itself_and_refuses_without_a_traceback(tmp_path: Path) -> None:
-    """`python -m workloads.data.prepare` in a fresh process: its own JVM on the
-    machine's Java, Python workers importing this package."""
-    root = tmp_path / "corrupt"
-    write_corrupt(root)
-    result = subprocess.run(
-        [sys.executable, "-m", "workloads.data.prepare", str(root), "--out", str(tmp_path / "o"),
-         "--workers", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    assert result.returncode == job.EXIT_REFUSED, result.stderr[-3000:]
-    assert "bad.txt line 2" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "o").exists()
-
-
 def test_foreign_out_is_refused_untouched(
     cli: Any,
     source: tuple[Path, dict[str, Any]],
@@ -351,18 +322,20 @@ def test_foreign_out_is_refused_untouched(
 
 
 def test_dataset_plus_a_foreign_file_is_refused(
-    cli: Any, dataset: Path, source: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+    cli: Any,
+    dataset: Path,
+    source: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root, _ = source
-    (dataset / "notes.md").write_text("mine")
-    try:
-        assert cli([str(root), "--out", str(dataset)]) == job.EXIT_USER_ERROR
-        assert "holds a dataset and files this job did not write (notes.md)" in (
-            capsys.readouterr().err
-        )
-        assert verify_dataset(dataset) is not None
-    finally:
-        (dataset / "notes.md").unlink()
+    out = shutil.copytree(dataset, tmp_path / "dataset")
+    (out / "notes.md").write_text("mine")
+    assert cli([str(root), "--out", str(out)]) == job.EXIT_USER_ERROR
+    assert "holds a dataset and files this job did not write (notes.md)" in (
+        capsys.readouterr().err
+    )
+    assert verify_dataset(out) is not None and (out / "notes.md").read_text() == "mine"
 
 
 @pytest.mark.parametrize(
@@ -408,3 +381,20 @@ def test_bad_settings_are_refused_before_spark(
     assert status == job.EXIT_USER_ERROR
     assert "--near-dup must be a Jaccard similarity in (0, 1)" in err
     assert "--val-fraction must be in [0, 1)" in err
+
+
+# Last in this file: it runs in a JVM of its own, after the session's Spark jobs
+# above have run back to back (Spark stops Python workers idle for a minute).
+def test_the_command_runs_spark_itself_and_refuses_without_a_traceback(tmp_path: Path) -> None:
+    """`python -m workloads.data.prepare` in a fresh process: its own JVM on the
+    machine's Java, Python workers importing this package."""
+    root = tmp_path / "corrupt"
+    write_corrupt(root)
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads.data.prepare", str(root), "--out", str(tmp_path / "o"),
+         "--workers", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == job.EXIT_REFUSED, result.stderr[-3000:]
+    assert "bad.txt line 2" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()

@@ -31,6 +31,7 @@ import s3fs  # noqa: F401  # required: Feast's Dask reader needs it for s3:// so
 from feast import FeatureStore
 from moto.server import ThreadedMotoServer
 
+from tests.features.in_process import features
 from workloads.features import data, repo
 from workloads.features.offline import OfflineStore
 
@@ -87,6 +88,8 @@ def s3() -> Iterator[dict[str, Any]]:
 
 
 def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m workloads.features`` in a process of its own (`features` runs the
+    commands that succeed in this one)."""
     return subprocess.run(
         [sys.executable, "-m", "workloads.features", *args],
         cwd=ROOT,
@@ -100,7 +103,7 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def published(s3: dict[str, Any]) -> OfflineStore:
     """The example's data in the bucket, written by ``publish`` under the stack's key."""
-    result = cli(
+    result = features(
         "publish", "--offline-uri", PREFIX, "--s3-endpoint", s3["endpoint"],
         "--kms-key-id", s3["key"], "--customers", str(CUSTOMERS), "--weeks", str(WEEKS),
         "--seed", str(SEED),
@@ -198,7 +201,7 @@ def test_train_reads_s3_and_registers_a_version(
     from mlflow import MlflowClient  # noqa: PLC0415 - slow import, one test
 
     tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = cli(
+    result = features(
         "train", "--offline-uri", PREFIX, "--s3-endpoint", s3["endpoint"],
         "--tracking-uri", tracking, "--workdir", str(tmp_path / "train"), "--threads", "1",
     )  # fmt: skip

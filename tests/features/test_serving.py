@@ -1,5 +1,6 @@
-"""`python -m workloads.features run` end to end (what `make features` runs), then the
-registered version served over V2 and asked with tritonclient, an independent V2 client:
+"""`python -m workloads.features run` end to end (what `make features` runs; its `main`
+in this process), then the registered version served over V2 by the server `run`
+starts, asked with tritonclient, an independent V2 client:
 
 - by entity key, the predictor answers with the online features behind the prediction;
   a test changes a customer's feature value in the source, materialises, and sees the
@@ -10,8 +11,7 @@ registered version served over V2 and asked with tritonclient, an independent V2
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import contextlib
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,46 +23,57 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.support.model_server import model_server
+from tests.features.in_process import features
+from workloads.features import __main__ as features_main
 from workloads.features import model, repo
+from workloads.features import server as server_module
 from workloads.features.data import ACTIVITY_FILE
-from workloads.features.server import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 NAME = "smb-churn"
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """`run` end to end in this process (`tests.features.in_process`), and the V2 server
+    it starts on the registered version (``serve --model-dir <workdir>/served/1``): kept
+    running for the tests below instead of being stopped when `run` ends, and stopped
+    as `run` stops it once they are done."""
     work = tmp_path_factory.mktemp("features") / "work"
-    result = subprocess.run(
-        [sys.executable, "-m", "workloads.features", "run", "--workdir", str(work),
-         "--customers", "300", "--weeks", "16", "--threads", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    steps = [line.split("]")[0] + "]" for line in result.stdout.splitlines() if "[" in line]
-    for step in ("data", "apply", "materialize", "train", "export", "register", "serve",
-                 "predict", "done"):  # fmt: skip
-        assert f"features [{step}]" in steps, result.stdout
-    assert "churn probability" in result.stdout
-    assert "Traceback" not in result.stderr
-    return work
+    urls: list[str] = []
+    with contextlib.ExitStack() as kept, pytest.MonkeyPatch.context() as patch:
+
+        def keep_running(*args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[str]:
+            urls.append(kept.enter_context(server_module.running_server(*args, **kwargs)))
+            return contextlib.nullcontext(urls[-1])
+
+        patch.setattr(features_main, "running_server", keep_running)
+        result = features("run", "--workdir", str(work), "--customers", "300", "--weeks", "16",
+                          "--threads", "1")  # fmt: skip
+        patch.undo()
+        assert result.returncode == 0, result.stderr[-3000:]
+        steps = [line.split("]")[0] + "]" for line in result.stdout.splitlines() if "[" in line]
+        for step in ("data", "apply", "materialize", "train", "export", "register", "serve",
+                     "predict", "done"):  # fmt: skip
+            assert f"features [{step}]" in steps, result.stdout
+        assert "churn probability" in result.stdout
+        assert "Traceback" not in result.stderr
+        (url,) = urls
+        assert (work / "served" / "1" / model.ONNX_FILE).is_file()
+        assert f"({work / 'served' / '1'}) on {url} (V2)" in result.stdout
+        yield work, url.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")
-def server(workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    command = [
-        "timeout", "900", sys.executable, "-m", "workloads.features", "serve",
-        "--model-dir", str(workdir / "served" / "1"), "--feature-repo", str(workdir / "repo"),
-        "--port", str(port),
-    ]  # fmt: skip
-    url = f"127.0.0.1:{port}"
-    client = triton.InferenceServerClient(url)
-    log = tmp_path_factory.mktemp("log") / "server.log"
-    with model_server(command, lambda: bool(client.is_model_ready(NAME)), log, deadline_s=180):
-        yield url
+def workdir(run: tuple[Path, str]) -> Path:
+    return run[0]
+
+
+@pytest.fixture(scope="module")
+def server(run: tuple[Path, str]) -> str:
+    """``host:port`` of the V2 server, ready (`running_server` waited for it)."""
+    client = triton.InferenceServerClient(run[1])
+    assert client.is_server_live() and client.is_model_ready(NAME)
+    return run[1]
 
 
 def by_key(url: str, keys: list[int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -108,10 +119,7 @@ def test_changed_value_materialised_changes_the_prediction_input(
     pd.concat([activity, newest.to_frame().T.astype(activity.dtypes)]).to_parquet(path)
     # Not materialised yet: the online store still has the old values.
     assert np.array_equal(by_key(server, [customer])[1], before_x)
-    result = subprocess.run(
-        [sys.executable, "-m", "workloads.features", "materialize", "--workdir", str(workdir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    result = features("materialize", "--workdir", str(workdir))
     assert result.returncode == 0, result.stderr[-2000:]
     after_p, after_x = by_key(server, [customer])
     column = {name: i for i, name in enumerate(repo.MODEL_FEATURES)}

@@ -227,8 +227,16 @@ def serve(args: argparse.Namespace) -> int:
     """The V2 model server (foreground)."""
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1-65535, got {args.port}")
-    quiet()
     from workloads.features.errors import ModelError  # noqa: PLC0415
+    from workloads.features.model import check_features, read_card  # noqa: PLC0415
+
+    # The model directory first: a wrong one is one message at once, not after the
+    # seconds Feast and KServe take to import (the predictor checks it again on load).
+    try:
+        check_features(read_card(args.model_dir))
+    except ModelError as err:
+        raise UsageError(str(err)) from err
+    quiet()
     from workloads.features.predictor import TabularPredictor  # noqa: PLC0415
     from workloads.serving.app import serve_models  # noqa: PLC0415
     from workloads.serving.limits import Limits  # noqa: PLC0415
@@ -301,12 +309,17 @@ def train_command(args: argparse.Namespace) -> int:
     if not args.tracking_uri:
         raise UsageError("give the MLflow tracking server: --tracking-uri (MLFLOW_TRACKING_URI)")
     prepare_workdir(args.workdir)
-    quiet()
     from workloads.features import cluster  # noqa: PLC0415
 
+    labels_uri = args.labels or store.path("labels.parquet")
+    # The label events first: a missing file is one message at once, not after the
+    # seconds Feast, MLflow and LightGBM take to import.
+    labels = cluster.read_labels(store, labels_uri)
+    quiet()
     cluster.train(
         store,
-        labels_uri=args.labels or store.path("labels.parquet"),
+        labels=labels,
+        labels_uri=labels_uri,
         workdir=args.workdir,
         tracking_uri=args.tracking_uri,
         seed=args.seed,

@@ -79,6 +79,7 @@ def read_labels(store: OfflineStore, uri: str) -> Any:
 def train(
     store: OfflineStore,
     *,
+    labels: Any,
     labels_uri: str,
     workdir: Path,
     tracking_uri: str,
@@ -86,13 +87,13 @@ def train(
     threads: int,
     say: Say,
 ) -> Any:
-    """Point-in-time retrieval from ``store``, training, export and registration;
-    returns the registered version (`workloads.features.track.Registered`)."""
+    """Point-in-time retrieval from ``store`` for ``labels`` (`read_labels` of
+    ``labels_uri``), training, export and registration; returns the registered version
+    (`workloads.features.track.Registered`)."""
     from feast import FeatureStore  # noqa: PLC0415
 
     from workloads.features import model, repo, track  # noqa: PLC0415
 
-    labels = read_labels(store, labels_uri)
     (workdir / "repo").mkdir(parents=True, exist_ok=True)
     feast_store = FeatureStore(config=repo.local_config(workdir))
     feast_store.apply(repo.definitions(store.uri, store.s3_endpoint))
