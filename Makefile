@@ -70,13 +70,9 @@ help: ## list the verbs
 # uv installs every lock (faster than pip: the README has the cold set-up figures). It is
 # itself installed by pip, hash-checked, from locks/uv.txt into its own .venv-uv. uv reads
 # its own configuration (UV_DEFAULT_INDEX, uv.toml), not pip's.
-# --compile-bytecode: uv, unlike pip, writes no .pyc files, and where Python may not write
-# them either (PYTHONDONTWRITEBYTECODE, a read-only image) every interpreter compiles the
-# packages it imports from source again: a torchrun worker of the training environment
-# spent half its start-up (~3 of 6 CPU s) doing that. Compiled once at install instead.
 UV_VENV := .venv-uv
 UV      := $(UV_VENV)/bin/uv
-UV_PIP  := $(UV) pip install --quiet --require-hashes --no-deps --compile-bytecode
+UV_PIP  := $(UV) pip install --quiet --require-hashes --no-deps
 
 $(UV): locks/uv.txt
 	$(PYTHON) -m venv $(UV_VENV)
@@ -105,7 +101,7 @@ $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
 	@if $(VENV_$(1))/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
 		2>/dev/null; then \
 		echo "torch $(TORCH_VERSION) into $(VENV_$(1)): CPU build from $(TORCH_INDEX)"; \
-		$(UV) pip install --quiet --python $(VENV_$(1))/bin/python --no-deps --compile-bytecode \
+		$(UV) pip install --quiet --python $(VENV_$(1))/bin/python --no-deps \
 			--index-url $(TORCH_INDEX) 'torch==$(TORCH_VERSION)'; \
 	else \
 		echo "warning: PyTorch's CPU index $(TORCH_INDEX) is unreachable; installing" \
