@@ -7,10 +7,10 @@ import pulumi
 
 from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.fabric.spec import (
+    NETWORK_OPERATOR_NS,
     efa_device_plugin_values,
     ib_ip_pool,
     ipoib_network,
-    network_operator_namespace,
     network_operator_network_policies,
     network_operator_values,
     nic_cluster_policy,
@@ -48,7 +48,7 @@ class Fabric(pulumi.ComponentResource):
         spec = args.infiniband
         if spec is not None and args.pools_with_fabric("infiniband"):
             fenced = register_namespace(
-                network_operator_namespace(args.kubernetes_version),
+                NETWORK_OPERATOR_NS.manifest(args.kubernetes_version),
                 network_operator_network_policies(args.network),
                 self,
                 provider,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modules.aws.online_store.spec import REDIS_PORT, OnlineStoreSpec
-from modules.k8s import security
+from modules.k8s import rbac, security
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -468,56 +468,27 @@ def rbac_objects(spec: FeaturesSpec) -> list[Manifest]:
         "verbs": ["create", "get"],
     }
     objects: list[Manifest] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(SERVICE_ACCOUNT),
-            "automountServiceAccountToken": True,
-        },
-        {
-            # TokenReview and SubjectAccessReview: the built-in role kube-rbac-proxy needs.
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {
+        rbac.service_account(_meta(SERVICE_ACCOUNT), mount_token=True),
+        # TokenReview and SubjectAccessReview: the built-in role kube-rbac-proxy needs.
+        rbac.role_binding(
+            {
                 "name": "feast-endpoint-auth-delegator",
                 "labels": {"app.kubernetes.io/part-of": "gpuplatform"},
             },
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:auth-delegator",
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": _meta("feast-online-reader"),
-            "rules": [role_rule],
-        },
+            "system:auth-delegator",
+            rbac.service_account_subjects(SERVICE_ACCOUNT, [NAMESPACE]),
+            role_kind="ClusterRole",
+            cluster=True,
+        ),
+        rbac.role(_meta("feast-online-reader"), [role_rule]),
     ]
     if spec.client_namespaces:
         objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": _meta("feast-online-readers"),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": "feast-online-reader",
-                },
-                "subjects": [
-                    {
-                        "kind": "Group",
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "name": f"system:serviceaccounts:{namespace}",
-                    }
-                    for namespace in spec.client_namespaces
-                ],
-            }
+            rbac.role_binding(
+                _meta("feast-online-readers"),
+                "feast-online-reader",
+                rbac.service_accounts_of(spec.client_namespaces),
+            )
         )
     return objects
 

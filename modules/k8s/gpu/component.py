@@ -9,8 +9,8 @@ import pulumi
 
 from modules.k8s.common import helm_release, register_namespace
 from modules.k8s.gpu.spec import (
+    GPU_OPERATOR_NS,
     gpu_configmaps,
-    gpu_operator_namespace,
     gpu_operator_network_policies,
     gpu_operator_values,
 )
@@ -33,7 +33,7 @@ class GpuEnablement(pulumi.ComponentResource):
         provider = args.provider
         onprem = args.onprem
         configured = register_namespace(
-            gpu_operator_namespace(args.kubernetes_version),
+            GPU_OPERATOR_NS.manifest(args.kubernetes_version),
             [*gpu_configmaps(args.pools), *gpu_operator_network_policies(args.network)],
             self,
             provider,

@@ -14,9 +14,9 @@ from modules.k8s.monitoring.alerts import prometheus_rule
 from modules.k8s.monitoring.dashboards import dashboards_configmap
 from modules.k8s.monitoring.spec import (
     GRAFANA_SERVICE,
+    MONITORING_NS,
     kube_prometheus_stack_values,
     monitoring_certificates,
-    monitoring_namespace,
     monitoring_network_policies,
     training_pod_monitor,
 )
@@ -41,7 +41,7 @@ class Monitoring(pulumi.ComponentResource):
         provider = args.provider
         # Grafana's dashboards and the namespace's fences exist before the release.
         configured = register_namespace(
-            monitoring_namespace(args.kubernetes_version),
+            MONITORING_NS.manifest(args.kubernetes_version),
             [
                 dashboards_configmap(),
                 *monitoring_network_policies(

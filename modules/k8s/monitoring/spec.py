@@ -28,8 +28,8 @@ from typing import Any, Literal
 from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
+    PlatformNamespace,
     metadata,
-    namespace,
     pool_taint_tolerations,
     system_node_selector,
 )
@@ -448,44 +448,57 @@ def monitoring_network_policies(
     return policies
 
 
-def training_pod_monitor(team_names: Sequence[str]) -> Manifest:
-    """Scrape training pods' ``metrics`` port in the team namespaces; label each series
-    with its Job (``training_job``)."""
+def team_pod_monitor(
+    name: str,
+    team_names: Sequence[str],
+    selector: Manifest,
+    ports: Sequence[str],
+    series_label: tuple[str, str],
+    *,
+    node: bool = True,
+) -> Manifest:
+    """A PodMonitor in ``monitoring`` over the team namespaces: the pods ``selector``
+    picks, scraped at ``/metrics`` on each of ``ports``. Each series gets the label
+    ``series_label[1]`` from the pod label whose Prometheus meta name ends in
+    ``series_label[0]`` and, with ``node``, the node's name (``node``)."""
+    pod_label, target = series_label
+    relabelings = [
+        {"sourceLabels": [f"__meta_kubernetes_pod_label_{pod_label}"], "targetLabel": target}
+    ]
+    if node:
+        relabelings.append(
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+        )
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": metadata(TRAINING_POD_MONITOR, MONITORING_NAMESPACE),
+        "metadata": metadata(name, MONITORING_NAMESPACE),
         "spec": {
             "namespaceSelector": {"matchNames": [team_namespace(t) for t in sorted(team_names)]},
-            "selector": {"matchLabels": {METRICS_LABEL: METRICS_LABEL_VALUE}},
+            "selector": selector,
             "podMetricsEndpoints": [
-                {
-                    "port": METRICS_PORT_NAME,
-                    "path": "/metrics",
-                    "relabelings": [
-                        {
-                            "sourceLabels": [
-                                "__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"
-                            ],
-                            "targetLabel": "training_job",
-                        },
-                        {
-                            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                            "targetLabel": "node",
-                        },
-                    ],
-                }
+                {"port": port, "path": "/metrics", "relabelings": relabelings} for port in ports
             ],
         },
     }
 
 
-def monitoring_namespace(kubernetes_version: str) -> Manifest:
-    # `privileged`: the node exporter DaemonSet uses the host's network, PID namespace
-    # and root file system to report node metrics. No team can run pods here.
-    return namespace(
-        MONITORING_NAMESPACE,
-        "privileged",
-        kubernetes_version,
-        reason="node-exporter reads host network, PID and filesystem metrics",
+def training_pod_monitor(team_names: Sequence[str]) -> Manifest:
+    """Scrape training pods' ``metrics`` port in the team namespaces; label each series
+    with its Job (``training_job``)."""
+    return team_pod_monitor(
+        TRAINING_POD_MONITOR,
+        team_names,
+        {"matchLabels": {METRICS_LABEL: METRICS_LABEL_VALUE}},
+        [METRICS_PORT_NAME],
+        ("batch_kubernetes_io_job_name", "training_job"),
     )
+
+
+# `privileged`: the node exporter DaemonSet uses the host's network, PID namespace and
+# root file system to report node metrics. No team can run pods here.
+MONITORING_NS = PlatformNamespace(
+    MONITORING_NAMESPACE,
+    "privileged",
+    "node-exporter reads host network, PID and filesystem metrics",
+)

@@ -9,8 +9,8 @@ from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.pki.spec import (
     CERT_MANAGER,
     CERT_MANAGER_NAMESPACE,
+    CERT_MANAGER_NS,
     RELEASE,
-    cert_manager_namespace,
     cert_manager_values,
     certificate_authority,
     network_policies,
@@ -28,7 +28,7 @@ class Pki(KubernetesComponent[KubernetesPlatformArgs]):
     def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         provider = args.provider
         fenced = register_namespace(
-            cert_manager_namespace(args.kubernetes_version),
+            CERT_MANAGER_NS.manifest(args.kubernetes_version),
             network_policies(args.network),
             self,
             provider,

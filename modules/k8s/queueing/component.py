@@ -11,8 +11,8 @@ from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.names import KUEUE_NAMESPACE, LOCAL_QUEUE_NAME, PRIORITY_CLASSES
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.queueing.spec import (
+    KUEUE_NS,
     cluster_queue,
-    kueue_namespace,
     kueue_network_policies,
     kueue_values,
     local_queue,
@@ -40,7 +40,7 @@ class Queueing(pulumi.ComponentResource):
         manager = args.fleet.manager if args.fleet is not None else None
         workers = [c for w in manager.workers for c in w.api_server_cidrs] if manager else []
         fenced = register_namespace(
-            kueue_namespace(args.kubernetes_version),
+            KUEUE_NS.manifest(args.kubernetes_version),
             kueue_network_policies(args.network, workers),
             self,
             provider,

@@ -12,11 +12,11 @@ from modules.k8s.common import helm_release, register
 from modules.k8s.names import KUBE_SYSTEM
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.storage.spec import (
+    STORAGE_NS,
     ebs_storage_classes,
     fsx_csi_values,
     fsx_root_volume,
     platform_storage_class,
-    storage_namespace,
     storage_network_policies,
     team_directories_job,
 )
@@ -53,7 +53,7 @@ class Storage(KubernetesComponent[KubernetesPlatformArgs]):
                 parent=self,
                 provider=provider,
             )
-            ns = register(storage_namespace(args.kubernetes_version), self, provider)
+            ns = register(STORAGE_NS.manifest(args.kubernetes_version), self, provider)
             root = [register(m, self, provider, depends_on=[ns]) for m in fsx_root_volume(fsx)]
             root += [
                 register(m, self, provider, depends_on=[ns])

@@ -19,16 +19,17 @@ from modules.k8s.tracking.manifests import (
     ADMIN_SECRET,
     AUTH_DATABASE_SECRET,
     CNPG_NAMESPACE,
+    CNPG_NS,
     DATABASE_SECRET,
     RELEASE,
     TRACKING_NAMESPACE,
+    TRACKING_NS,
     TRACKING_URI,
     StoreSettings,
     artifact_claim,
     backup_ca_secret,
     backup_credentials_secret,
     cloudnative_pg_values,
-    cnpg_namespace,
     cnpg_network_policies,
     credentials_secret,
     database_cluster,
@@ -45,7 +46,6 @@ from modules.k8s.tracking.manifests import (
     team_users_secret,
     tls_certificate,
     tls_service,
-    tracking_namespace,
     url_safe,
     user_sync_configmap,
 )
@@ -69,7 +69,7 @@ class Tracking(pulumi.ComponentResource):
         spec, inputs, provider = args.tracking, args.tracking_inputs, args.provider
         if spec is None or inputs is None:  # KubernetesPlatformArgs checks the pair
             raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
-        ns = register(tracking_namespace(args.kubernetes_version), self, provider)
+        ns = register(TRACKING_NS.manifest(args.kubernetes_version), self, provider)
         vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
         fences = [
             register(manifest, self, provider, depends_on=[ns])
@@ -137,7 +137,7 @@ class Tracking(pulumi.ComponentResource):
             if onprem is None:  # checked by KubernetesPlatformArgs
                 raise ValueError("an on-premises tracking server needs OnPremSpec")
             cnpg_fenced = register_namespace(
-                cnpg_namespace(args.kubernetes_version),
+                CNPG_NS.manifest(args.kubernetes_version),
                 cnpg_network_policies(args.network),
                 self,
                 provider,

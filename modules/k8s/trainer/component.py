@@ -14,9 +14,9 @@ from modules.k8s.trainer.runtimes import RuntimeSite, training_runtimes
 from modules.k8s.trainer.spec import (
     KUBEFLOW_TRAINER,
     TRAINER_NAMESPACE,
+    TRAINER_NS,
     network_policies,
     team_trainjob_rbac,
-    trainer_namespace,
     trainer_values,
 )
 
@@ -39,7 +39,7 @@ class KubeflowTrainer(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpuplatform:k8s:KubeflowTrainer", name, None, opts)
         provider = args.provider
-        ns = register(trainer_namespace(args.kubernetes_version), self, provider)
+        ns = register(TRAINER_NS.manifest(args.kubernetes_version), self, provider)
         # Default deny and the controllers' exact allowances, before anything runs there.
         fences = [
             register(m, self, provider, depends_on=[ns]) for m in network_policies(args.network)
