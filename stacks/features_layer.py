@@ -212,6 +212,7 @@ def build_feature_store(
     return FeatureStore(
         "features",
         FeatureStoreArgs(
+            provider=provider,
             spec=spec,
             placement=placement,
             kubernetes_version=config.kubernetes_version,
@@ -229,6 +230,5 @@ def build_feature_store(
             network=network,
             vpc_cidr=config.network.vpc_cidr if on_aws else None,
         ),
-        provider,
         pulumi.ResourceOptions(depends_on=depends_on),
     )
