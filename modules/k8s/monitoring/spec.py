@@ -43,7 +43,7 @@ from modules.k8s.names import (
 )
 from modules.k8s.pki.spec import CA_KEY, service_dns_names, serving_certificate
 from modules.pools import ACCELERATOR_LABEL, FABRIC_LABEL, POOL_LABEL, ROLE_LABEL
-from modules.validation import Checker
+from modules.validation import Checker, bounded
 
 GRAFANA_SERVICE = "grafana"
 #: kube-prometheus-stack's release (its fullname prefixes the Prometheus and Alertmanager
@@ -126,33 +126,20 @@ class MonitoringSpec:
             GpuNodeNotReady fires (default 5).
     """
 
-    retention_days: int = 15
-    prometheus_storage_gib: int = 100
-    alertmanager_storage_gib: int = 10
+    retention_days: int = bounded(1, 3650, default=15)
+    prometheus_storage_gib: int = bounded(10, 65_536, default=100)
+    alertmanager_storage_gib: int = bounded(1, 1024, default=10)
     grafana_access: Literal["port-forward", "internal-load-balancer"] = "port-forward"
-    scrape_interval_seconds: int = 30
-    idle_gpu_utilization_percent: int = 5
-    idle_gpu_minutes: int = 60
-    training_stall_minutes: int = 20
-    gpu_temperature_alert_celsius: int = 85
-    node_not_ready_minutes: int = 5
+    scrape_interval_seconds: int = bounded(5, 300, default=30)
+    idle_gpu_utilization_percent: int = bounded(1, 100, default=5)
+    idle_gpu_minutes: int = bounded(5, 1440, default=60)
+    training_stall_minutes: int = bounded(2, 1440, default=20)
+    gpu_temperature_alert_celsius: int = bounded(50, 110, default=85)
+    node_not_ready_minutes: int = bounded(1, 120, default=5)
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.ranges(
-            self,
-            {
-                "retention_days": (1, 3650),
-                "prometheus_storage_gib": (10, 65_536),
-                "alertmanager_storage_gib": (1, 1024),
-                "scrape_interval_seconds": (5, 300),
-                "idle_gpu_utilization_percent": (1, 100),
-                "idle_gpu_minutes": (5, 1440),
-                "training_stall_minutes": (2, 1440),
-                "gpu_temperature_alert_celsius": (50, 110),
-                "node_not_ready_minutes": (1, 120),
-            },
-        )
+        check.ranges(self)
         check.one_of(
             "grafana_access",
             self.grafana_access,

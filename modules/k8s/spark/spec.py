@@ -61,7 +61,7 @@ from modules.k8s.common import Manifest, metadata, toleration
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
 from modules.pools import POOL_LABEL, NodePoolProfile
-from modules.validation import Checker, Problem, TextFormat
+from modules.validation import Checker, Problem, TextFormat, bounded
 
 #: The upstream chart (kubeflow/spark-operator ``charts/spark-operator-chart``).
 SPARK_OPERATOR = Chart("spark-operator", "2.5.2", "https://kubeflow.github.io/spark-operator")
@@ -162,14 +162,14 @@ class SparkJobSpec:
     source: str
     dataset: str
     pool: str = ""
-    executors: int = 2
-    cores: int = 4
-    memory_gib: int = 6
-    python_memory_gib: int = 8
-    driver_cores: int = 2
-    driver_memory_gib: int = 4
-    driver_python_memory_gib: int = 4
-    scratch_gib: int = 50
+    executors: int = bounded(1, 256, default=2)
+    cores: int = bounded(1, 192, default=4)
+    memory_gib: int = bounded(1, 1024, default=6)
+    python_memory_gib: int = bounded(1, 1024, default=8)
+    driver_cores: int = bounded(1, 192, default=2)
+    driver_memory_gib: int = bounded(1, 1024, default=4)
+    driver_python_memory_gib: int = bounded(1, 1024, default=4)
+    scratch_gib: int = bounded(1, 4096, default=50)
     anonymise: bool = True
     near_dup: float | None = None
     suspend: bool = False
@@ -191,19 +191,7 @@ class SparkJobSpec:
             self.dataset,
             "a dataset name of letters, digits, '.', '_', '=', '-' such as corpus-v1",
         )
-        check.ranges(
-            self,
-            {
-                "executors": (1, 256),
-                "cores": (1, 192),
-                "memory_gib": (1, 1024),
-                "python_memory_gib": (1, 1024),
-                "driver_cores": (1, 192),
-                "driver_memory_gib": (1, 1024),
-                "driver_python_memory_gib": (1, 1024),
-                "scratch_gib": (1, 4096),
-            },
-        )
+        check.ranges(self)
         check.require(
             self.near_dup is None or 0.0 < self.near_dup < 1.0,
             "near_dup",

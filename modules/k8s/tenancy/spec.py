@@ -33,7 +33,7 @@ from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tenancy.quotas import GPU_RESOURCE, namespace_ceiling
 from modules.pools import NodePoolProfile
-from modules.validation import Checker, TextFormat
+from modules.validation import Checker, TextFormat, bounded
 
 _TEAM_NAME = TextFormat(
     r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$",
@@ -75,9 +75,9 @@ class TeamSpec:
     """
 
     name: str
-    gpu_quota: int = 0
-    cpu_quota: int = 0
-    memory_quota_gib: int = 0
+    gpu_quota: int = bounded(0, 100_000, default=0)
+    cpu_quota: int = bounded(0, 100_000, default=0)
+    memory_quota_gib: int = bounded(0, 100_000, default=0)
     borrow_limit_percent: int = 0
     fair_share_weight: int = 1
     max_priority: PriorityName = "research"
@@ -88,14 +88,7 @@ class TeamSpec:
     def __post_init__(self) -> None:
         check = Checker()
         check.matches("name", self.name, _TEAM_NAME)
-        check.ranges(
-            self,
-            {
-                "gpu_quota": (0, 100_000),
-                "cpu_quota": (0, 100_000),
-                "memory_quota_gib": (0, 100_000),
-            },
-        )
+        check.ranges(self)
         check.within(
             "borrow_limit_percent", self.borrow_limit_percent, 0, 1000, "percent of each quota"
         )
