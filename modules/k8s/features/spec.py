@@ -527,21 +527,24 @@ def client_egress_policy(namespace: str) -> Manifest:
 # -- materialisation -----------------------------------------------------------------
 
 
-def _feast_job_container(
+def _feast_job_pod(
     spec: FeaturesSpec,
     placement: Placement,
-    ca_mounts: list[Manifest],
     *,
+    restart_policy: str,
     name: str,
     command: list[str],
     args: list[str],
     cpu: tuple[str, str],
     memory: str,
 ) -> Manifest:
-    """A container of the features image that talks to the registry, the online store
-    and the offline store (materialisation, apply): their credentials and endpoints,
-    the repository's ``feature_store.yaml`` read-only, a writable /tmp, restricted."""
-    return {
+    """The pod of a Feast job (materialisation, apply): one container of the features
+    image, named ``name``, that talks to the registry, the online store and the offline
+    store (their credentials and endpoints), the repository's ``feature_store.yaml``
+    read-only, a writable /tmp and the online store's CA; restricted, on the system
+    pool."""
+    _, ca_volumes, ca_mounts = online_ca(placement)
+    container = {
         "name": name,
         "image": image(placement, "features", spec.image_tag),
         "command": command,
@@ -563,15 +566,26 @@ def _feast_job_container(
             *ca_mounts,
         ],
     }
+    return {
+        "restartPolicy": restart_policy,
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "securityContext": pod_security(),
+        "nodeSelector": dict(placement.node_selector),
+        "containers": [container],
+        "volumes": [
+            {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
+            {"name": "tmp", "emptyDir": {}},
+            *ca_volumes,
+        ],
+    }
 
 
 def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """``feast materialize-incremental`` up to now, on the schedule, one at a time."""
-    _, ca_volumes, ca_mounts = online_ca(placement)
-    container = _feast_job_container(
+    pod = _feast_job_pod(
         spec,
         placement,
-        ca_mounts,
+        restart_policy="Never",
         name="materialize",
         command=["/bin/sh", "-c"],
         args=[
@@ -597,18 +611,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                     "activeDeadlineSeconds": 3300,
                     "template": {
                         "metadata": {"labels": {"app.kubernetes.io/name": MATERIALIZE_NAME}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "serviceAccountName": SERVICE_ACCOUNT,
-                            "securityContext": pod_security(),
-                            "nodeSelector": dict(placement.node_selector),
-                            "containers": [container],
-                            "volumes": [
-                                {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
-                                {"name": "tmp", "emptyDir": {}},
-                                *ca_volumes,
-                            ],
-                        },
+                        "spec": pod,
                     },
                 }
             },
@@ -630,20 +633,9 @@ def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """``python -m workloads.features apply``: the repository's objects into the SQL
     registry, their sources under `Placement.offline_uri` (through the region's S3
     endpoint on AWS). Idempotent (Feast's apply); rerun when the image changes."""
-    _, ca_volumes, ca_mounts = online_ca(placement)
     args = ["--repo", "/feature_repo", "--offline-uri", placement.offline_uri]
     if placement.on_aws:
         args += ["--s3-endpoint", s3_endpoint(placement)]
-    container = _feast_job_container(
-        spec,
-        placement,
-        ca_mounts,
-        name="apply",
-        command=["python", "-m", "workloads.features", "apply"],
-        args=args,
-        cpu=("250m", "1"),
-        memory="1Gi",
-    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -652,18 +644,16 @@ def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
             "backoffLimit": 6,
             "ttlSecondsAfterFinished": 86400,
             "template": {
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "serviceAccountName": SERVICE_ACCOUNT,
-                    "securityContext": pod_security(),
-                    "nodeSelector": dict(placement.node_selector),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
-                        {"name": "tmp", "emptyDir": {}},
-                        *ca_volumes,
-                    ],
-                }
+                "spec": _feast_job_pod(
+                    spec,
+                    placement,
+                    restart_policy="OnFailure",
+                    name="apply",
+                    command=["python", "-m", "workloads.features", "apply"],
+                    args=args,
+                    cpu=("250m", "1"),
+                    memory="1Gi",
+                )
             },
         },
     }
