@@ -4,8 +4,9 @@ A component takes its name, one frozen args object and the usual resource option
 its type is ``gpuplatform:<room>:<class name>`` (``gpuplatform:aws:DataStore``), so the
 class name and the type in the state cannot drift apart; `declare` creates its
 resources, each a child of the component, and returns what the component registers as
-its outputs. Components that take more than their args (the Kubernetes services that
-wait for others) keep a constructor of their own.
+its outputs. The services of the Kubernetes platform take what they wait for too
+(`modules.k8s.platform.service`); the few components that take more keep a constructor
+of their own.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Typed args and config sections validate themselves in ``__post_init__``: each check
 appends a `Problem` naming the field, the bad value and what is allowed, and the
-dataclass raises one `InvalidArgsError` with the whole list. The stack config parser
+dataclass raises one `InvalidArgsError` with the whole list. A number field that only
+has to lie within a range declares the range with the field (`bounded`), and one call
+(`Checker.ranges`) checks them all. The stack config parser
 prefixes each field with its place in the stack file (``teams[1].gpuQuota``) and
 reports every problem of every section together.
 """
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 #: An OCI image tag (the distribution spec's grammar).
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -60,6 +63,16 @@ class TextFormat:
         return self.pattern.match(value) is not None
 
 
+#: The key of a `bounded` field's ``(low, high)`` in the field's metadata.
+_BOUNDS = "gpuplatform.bounds"
+
+
+def bounded(low: int, high: int, *, default: int) -> Any:
+    """A dataclass field (``default`` when not given) whose value must lie within
+    ``low`` to ``high``; `Checker.ranges` checks every such field of a dataclass."""
+    return field(default=default, metadata={_BOUNDS: (low, high)})
+
+
 class InvalidArgsError(ValueError):
     """Every problem found in one set of args."""
 
@@ -100,10 +113,13 @@ class Checker:
             f"use {low} to {high}" + (f" ({why})" if why else ""),
         )
 
-    def ranges(self, subject: object, bounds: Mapping[str, tuple[int, int]]) -> None:
-        """Each field of ``subject`` named in ``bounds`` lies within its ``(low, high)``."""
-        for name, (low, high) in bounds.items():
-            self.within(name, getattr(subject, name), low, high)
+    def ranges(self, subject: Any) -> None:
+        """Each `bounded` field of the dataclass ``subject`` lies within its bounds (in
+        the order of the fields)."""
+        for declared in fields(subject):
+            if _BOUNDS in declared.metadata:
+                low, high = declared.metadata[_BOUNDS]
+                self.within(declared.name, getattr(subject, declared.name), low, high)
 
     def ipv4_networks(
         self, field: str, values: Sequence[str]

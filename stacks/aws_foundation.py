@@ -31,6 +31,7 @@ from modules.aws.key_custody import KeyCustody, KeyCustodyArgs
 from modules.aws.kms import KEY_PURPOSES, RegionalKeys, RegionalKeysArgs
 from modules.aws.network import Network, NetworkArgs
 from modules.aws.node_pool import NodePool, NodePoolArgs, pool_zones
+from modules.aws.private_data_store import DataStorePlacement
 from modules.aws.storage import (
     DataStore,
     DataStoreArgs,
@@ -254,6 +255,12 @@ def build_aws_foundation(
     security_group_id = cluster.cluster.vpc_config.apply(
         lambda v: v.cluster_security_group_id or ""
     )
+    # Where the managed data stores (the tracking database, the online store) are.
+    data_stores = DataStorePlacement(
+        vpc_id=network.vpc.id,
+        subnet_ids=[s.id for s in network.private_subnets.values()],
+        client_security_group_id=security_group_id,
+    )
     build_access_and_link(
         config,
         name=name,
@@ -395,8 +402,7 @@ def build_aws_foundation(
         tracking_store, database = _tracking_store(
             config,
             name=name,
-            network=network,
-            cluster_security_group_id=security_group_id,
+            placement=data_stores,
             keys=keys,
             data=data,
             cluster=cluster,
@@ -446,13 +452,7 @@ def build_aws_foundation(
 
     features = None
     if config.features.enabled:
-        features = build_features_aws(
-            config,
-            stack_aws,
-            vpc_id=network.vpc.id,
-            subnet_ids=[s.id for s in network.private_subnets.values()],
-            cluster_security_group_id=security_group_id,
-        )
+        features = build_features_aws(config, stack_aws, data_stores)
 
     pipelines = None
     if config.pipelines.enabled and tracking_store is not None:  # config requires tracking
@@ -581,8 +581,7 @@ def _tracking_store(
     config: StackConfig,
     *,
     name: str,
-    network: Network,
-    cluster_security_group_id: pulumi.Input[str],
+    placement: DataStorePlacement,
     keys: RegionalKeys,
     data: DataStore,
     cluster: EksCluster,
@@ -594,9 +593,7 @@ def _tracking_store(
         "tracking-db",
         TrackingDatabaseArgs(
             name_prefix=name,
-            vpc_id=network.vpc.id,
-            subnet_ids=[s.id for s in network.private_subnets.values()],
-            client_security_group_id=cluster_security_group_id,
+            placement=placement,
             storage_key_arn=keys.arn("storage"),
             secrets_key_arn=keys.arn("secrets"),
             engine_major_version=RDS_POSTGRES_MAJOR,

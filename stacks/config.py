@@ -40,7 +40,7 @@ from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.residency import UAE_AWS_REGIONS
-from modules.validation import Checker
+from modules.validation import Checker, bounded
 from workloads.training.config import PRESETS
 
 from .config_parsing import ConfigError, camel, parse_section
@@ -227,19 +227,13 @@ class StorageConfig:
     """
 
     fsx: FsxConfig = field(default_factory=FsxConfig)
-    noncurrent_version_retention_days: int = 30
-    access_log_retention_days: int = 365
+    noncurrent_version_retention_days: int = bounded(1, 3650, default=30)
+    access_log_retention_days: int = bounded(1, 3650, default=365)
     registry_name: str = "training"
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.ranges(
-            self,
-            {
-                "noncurrent_version_retention_days": (1, 3650),
-                "access_log_retention_days": (1, 3650),
-            },
-        )
+        check.ranges(self)
         check.require(
             bool(re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", self.registry_name)),
             "registry_name",

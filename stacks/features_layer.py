@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 from modules.aws import iam
 from modules.aws.online_store.component import OnlineStore, OnlineStoreArgs
 from modules.aws.online_store.spec import auth_token_problem
+from modules.aws.private_data_store import DataStorePlacement
 from modules.aws.serving_access import model_artifact_read_access
 from modules.k8s.common import system_node_selector
 from modules.k8s.features import spec as fs
@@ -80,12 +81,7 @@ def registry_password() -> pulumi.Output[str]:
 
 
 def build_features_aws(
-    config: StackConfig,
-    aws: WorkloadAws,
-    *,
-    vpc_id: pulumi.Input[str],
-    subnet_ids: list[pulumi.Input[str]],
-    cluster_security_group_id: pulumi.Input[str],
+    config: StackConfig, aws: WorkloadAws, data_stores: DataStorePlacement
 ) -> FeaturesAws:
     """ElastiCache for the online store, the ``features`` image repository, and the
     feature store's Pod Identity role (read the offline store's prefix)."""
@@ -94,9 +90,7 @@ def build_features_aws(
         OnlineStoreArgs(
             name_prefix=aws.name,
             spec=config.features.online_store,
-            vpc_id=vpc_id,
-            subnet_ids=subnet_ids,
-            client_security_group_id=cluster_security_group_id,
+            placement=data_stores,
             storage_key_arn=aws.storage_key_arn,
             auth_token=redis_token(),
         ),
@@ -212,6 +206,7 @@ def build_feature_store(
     return FeatureStore(
         "features",
         FeatureStoreArgs(
+            provider=provider,
             spec=spec,
             placement=placement,
             kubernetes_version=config.kubernetes_version,
@@ -229,6 +224,5 @@ def build_feature_store(
             network=network,
             vpc_cidr=config.network.vpc_cidr if on_aws else None,
         ),
-        provider,
         pulumi.ResourceOptions(depends_on=depends_on),
     )

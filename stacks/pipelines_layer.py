@@ -209,6 +209,7 @@ def build_pipelines(
     return KubeflowPipelines(
         "pipelines",
         PipelinesArgs(
+            provider=provider,
             spec=spec,
             placement=placement,
             kubernetes_version=config.kubernetes_version,
@@ -218,6 +219,5 @@ def build_pipelines(
             parameters=parameters,
             tracking_password=tracking_password,
         ),
-        provider,
         pulumi.ResourceOptions(depends_on=depends_on),
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from modules.validation import Checker, InvalidArgsError, TextFormat
+from modules.validation import Checker, InvalidArgsError, TextFormat, bounded
 
 
 def problems(*calls: tuple[str, tuple[object, ...]]) -> list[str]:
@@ -75,12 +75,14 @@ def test_within_and_ranges_check_both_bounds() -> None:
 
     @dataclass(frozen=True)
     class Sizes:
-        small: int
-        large: int
+        small: int = bounded(1, 10, default=5)
+        unchecked: int = 0
+        large: int = bounded(100, 1000, default=500)
 
-    bounds = {"small": (1, 10), "large": (100, 1000)}
-    assert problems(("ranges", (Sizes(10, 100), bounds))) == []
-    assert problems(("ranges", (Sizes(11, 99), bounds))) == [
+    assert (Sizes().small, Sizes().large) == (5, 500)
+    assert problems(("ranges", (Sizes(10, -1, 100),))) == []
+    # In the order of the fields; a field declared without bounds is not checked.
+    assert problems(("ranges", (Sizes(11, -1, 99),))) == [
         "small: got 11; use 1 to 10",
         "large: got 99; use 100 to 1000",
     ]

@@ -4,6 +4,7 @@ control-plane log type to an encrypted log group, access entries, managed add-on
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -15,6 +16,58 @@ from . import iam
 from .logs import encrypted_log_group
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+
+
+@dataclass(frozen=True)
+class AddonRole:
+    """The IAM role of a managed add-on's ServiceAccount, through EKS Pod Identity.
+
+    Args:
+        service_account: the add-on's ServiceAccount (in ``kube-system``).
+        description: what the role is for (shown in IAM).
+        managed_policies: names of AWS-managed policies to attach.
+        inline_policies: inline policy name -> document (JSON).
+    """
+
+    service_account: str
+    description: str
+    managed_policies: Sequence[str]
+    inline_policies: Mapping[str, pulumi.Input[str]] | None = None
+
+
+def managed_addon(
+    name: str,
+    cluster_name: pulumi.Input[str],
+    addon_name: str,
+    parent: pulumi.Resource,
+    *,
+    role: AddonRole | None = None,
+    configuration: Mapping[str, str] | None = None,
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> aws.eks.Addon:
+    """The EKS managed add-on ``addon_name``, which takes over from the self-managed
+    default (``OVERWRITE`` on create), with its ``configuration``; with ``role``, its
+    ServiceAccount gets a role of its own (named ``name`` too) through EKS Pod Identity."""
+    associations: list[aws.eks.AddonPodIdentityAssociationArgsDict] | None = None
+    if role is not None:
+        created = iam.role(
+            name,
+            json.dumps(iam.pod_identity_trust()),
+            parent,
+            description=role.description,
+            managed_policies=role.managed_policies,
+            inline_policies=role.inline_policies,
+        )
+        associations = [{"role_arn": created.arn, "service_account": role.service_account}]
+    return aws.eks.Addon(
+        name,
+        cluster_name=cluster_name,
+        addon_name=addon_name,
+        configuration_values=json.dumps(configuration) if configuration is not None else None,
+        pod_identity_associations=associations,
+        resolve_conflicts_on_create="OVERWRITE",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
 
 
 def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
@@ -196,37 +249,23 @@ class EksCluster(AwsComponent[EksClusterArgs]):
             type="EC2_LINUX",
             opts=child,
         )
-        cni_role = iam.role(
+        cluster_name = self.cluster.name
+        agent = managed_addon(
+            f"{name}-pod-identity-agent", cluster_name, "eks-pod-identity-agent", self
+        )
+        managed_addon(
             f"{name}-vpc-cni",
-            json.dumps(iam.pod_identity_trust()),
+            cluster_name,
+            "vpc-cni",
             self,
-            description="VPC CNI (aws-node) through EKS Pod Identity",
-            managed_policies=["AmazonEKS_CNI_Policy"],
-        )
-        agent = aws.eks.Addon(
-            f"{name}-pod-identity-agent",
-            cluster_name=self.cluster.name,
-            addon_name="eks-pod-identity-agent",
-            resolve_conflicts_on_create="OVERWRITE",
-            opts=child,
-        )
-        aws.eks.Addon(
-            f"{name}-vpc-cni",
-            cluster_name=self.cluster.name,
-            addon_name="vpc-cni",
+            role=AddonRole(
+                "aws-node", "VPC CNI (aws-node) through EKS Pod Identity", ["AmazonEKS_CNI_Policy"]
+            ),
             # Network policies are enforced by the CNI itself (team default-deny).
-            configuration_values=json.dumps({"enableNetworkPolicy": "true"}),
-            pod_identity_associations=[{"role_arn": cni_role.arn, "service_account": "aws-node"}],
-            resolve_conflicts_on_create="OVERWRITE",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent]),
+            configuration={"enableNetworkPolicy": "true"},
+            depends_on=[agent],
         )
-        aws.eks.Addon(
-            f"{name}-kube-proxy",
-            cluster_name=self.cluster.name,
-            addon_name="kube-proxy",
-            resolve_conflicts_on_create="OVERWRITE",
-            opts=child,
-        )
+        managed_addon(f"{name}-kube-proxy", cluster_name, "kube-proxy", self)
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(
                 self.cluster.name, self.cluster.endpoint, self.cluster.certificate_authority.data
@@ -253,32 +292,18 @@ class ClusterAddons(AwsComponent[ClusterAddonsArgs]):
     Pod Identity role, allowed to use the storage key for the volumes it creates)."""
 
     def declare(self, name: str, args: ClusterAddonsArgs) -> Outputs:
-        child = pulumi.ResourceOptions(parent=self)
-        ebs_role = iam.role(
+        managed_addon(f"{name}-coredns", args.cluster_name, "coredns", self)
+        storage_key = iam.json_document(iam.key_grant_access, args.storage_key_arn)
+        managed_addon(
             f"{name}-ebs-csi",
-            json.dumps(iam.pod_identity_trust()),
+            args.cluster_name,
+            "aws-ebs-csi-driver",
             self,
-            description="EBS CSI controller through EKS Pod Identity",
-            managed_policies=["service-role/AmazonEBSCSIDriverPolicy"],
-            inline_policies={
-                "storage-key": iam.json_document(iam.key_grant_access, args.storage_key_arn)
-            },
-        )
-        aws.eks.Addon(
-            f"{name}-coredns",
-            cluster_name=args.cluster_name,
-            addon_name="coredns",
-            resolve_conflicts_on_create="OVERWRITE",
-            opts=child,
-        )
-        aws.eks.Addon(
-            f"{name}-ebs-csi",
-            cluster_name=args.cluster_name,
-            addon_name="aws-ebs-csi-driver",
-            pod_identity_associations=[
-                {"role_arn": ebs_role.arn, "service_account": "ebs-csi-controller-sa"}
-            ],
-            resolve_conflicts_on_create="OVERWRITE",
-            opts=child,
+            role=AddonRole(
+                "ebs-csi-controller-sa",
+                "EBS CSI controller through EKS Pod Identity",
+                ["service-role/AmazonEBSCSIDriverPolicy"],
+                {"storage-key": storage_key},
+            ),
         )
         return {}

@@ -5,14 +5,14 @@ master password held and rotated by Secrets Manager under the stack's secrets ke
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 from modules.aws.private_data_store import (
-    PrivateDataStoreNetworkArgs,
+    DataStorePlacement,
+    StoreAccess,
     private_data_store_network,
 )
 from modules.component_base import AwsComponent, Outputs
@@ -21,6 +21,13 @@ POSTGRES_PORT = 5432
 #: MLflow's database and the RDS master user (MLflow is the only client).
 DATABASE_NAME = "mlflow"
 MASTER_USERNAME = "mlflow"
+#: The database is reached on PostgreSQL's port from the EKS cluster only.
+ACCESS = StoreAccess(
+    POSTGRES_PORT,
+    "postgres",
+    "MLflow database: PostgreSQL from the EKS cluster only",
+    "PostgreSQL from the cluster's nodes and pods",
+)
 
 
 def parameter_family(major_version: str) -> str:
@@ -44,10 +51,8 @@ class TrackingDatabaseArgs:
 
     Args:
         name_prefix: stem of the AWS names (``<prefix>-mlflow``).
-        vpc_id: the stack's VPC.
-        subnet_ids: its private subnets (no route to an internet gateway).
-        client_security_group_id: the only security group admitted on 5432: the EKS
-            cluster security group, which the nodes and their pods carry.
+        placement: the stack's VPC, its private subnets, and the one security group
+            admitted on 5432 (`DataStorePlacement`).
         storage_key_arn: CMK encrypting storage, snapshots and Performance Insights.
         secrets_key_arn: CMK encrypting the Secrets Manager master secret.
         engine_major_version: PostgreSQL major version (e.g. ``"17"``).
@@ -59,9 +64,7 @@ class TrackingDatabaseArgs:
     """
 
     name_prefix: str
-    vpc_id: pulumi.Input[str]
-    subnet_ids: Sequence[pulumi.Input[str]]
-    client_security_group_id: pulumi.Input[str]
+    placement: DataStorePlacement
     storage_key_arn: pulumi.Input[str]
     secrets_key_arn: pulumi.Input[str]
     engine_major_version: str
@@ -81,19 +84,7 @@ class TrackingDatabase(AwsComponent[TrackingDatabaseArgs]):
         child = pulumi.ResourceOptions(parent=self)
         identifier = f"{args.name_prefix}-mlflow"
         network = private_data_store_network(
-            name,
-            aws.rds.SubnetGroup,
-            PrivateDataStoreNetworkArgs(
-                identifier=identifier,
-                vpc_id=args.vpc_id,
-                subnet_ids=args.subnet_ids,
-                client_security_group_id=args.client_security_group_id,
-                port=POSTGRES_PORT,
-                protocol="postgres",
-                security_group_description="MLflow database: PostgreSQL from the EKS cluster only",
-                rule_description="PostgreSQL from the cluster's nodes and pods",
-            ),
-            child,
+            name, aws.rds.SubnetGroup, identifier, args.placement, access=ACCESS, opts=child
         )
         parameters = aws.rds.ParameterGroup(
             name,

@@ -7,7 +7,7 @@ import ipaddress
 import json
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -131,13 +131,7 @@ class Network(AwsComponent[NetworkArgs]):
         child = pulumi.ResourceOptions(parent=self)
         igw = aws.ec2.InternetGateway(name, vpc_id=self.vpc.id, opts=child)
         public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=self.vpc.id, opts=child)
-        aws.ec2.Route(
-            f"{name}-public-default",
-            route_table_id=public_rt.id,
-            destination_cidr_block="0.0.0.0/0",
-            gateway_id=igw.id,
-            opts=child,
-        )
+        _default_route(f"{name}-public", public_rt, child, gateway_id=igw.id)
         nat_zones = args.zones if args.nat_gateway_per_zone else args.zones[:1]
         nats: dict[str, aws.ec2.NatGateway] = {}
         for zone, subnet in self.public_subnets.items():
@@ -159,13 +153,7 @@ class Network(AwsComponent[NetworkArgs]):
         for zone, subnet in self.private_subnets.items():
             table = aws.ec2.RouteTable(f"{name}-private-{zone}", vpc_id=self.vpc.id, opts=child)
             nat = nats.get(zone, nats[nat_zones[0]])
-            aws.ec2.Route(
-                f"{name}-private-{zone}-default",
-                route_table_id=table.id,
-                destination_cidr_block="0.0.0.0/0",
-                nat_gateway_id=nat.id,
-                opts=child,
-            )
+            _default_route(f"{name}-private-{zone}", table, child, nat_gateway_id=nat.id)
             aws.ec2.RouteTableAssociation(
                 f"{name}-private-{zone}", subnet_id=subnet.id, route_table_id=table.id, opts=child
             )
@@ -201,33 +189,37 @@ class Network(AwsComponent[NetworkArgs]):
             opts=child,
         )
         subnet_ids = [s.id for s in self.private_subnets.values()]
-        # S3 also gets an interface endpoint whose private DNS answers inside the VPC:
-        # pods then reach S3 at VPC addresses, which their default-deny egress policy
-        # allows (VPC CIDR on 443); the gateway endpoint's public S3 ranges it does not.
-        aws.ec2.VpcEndpoint(
-            f"{name}-s3-interface",
-            vpc_id=self.vpc.id,
-            service_name=f"com.amazonaws.{args.region}.s3",
-            vpc_endpoint_type="Interface",
-            private_dns_enabled=True,
-            dns_options=aws.ec2.VpcEndpointDnsOptionsArgs(
-                private_dns_only_for_inbound_resolver_endpoint=False
-            ),
-            subnet_ids=subnet_ids,
-            security_group_ids=[endpoint_sg.id],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
-        )
-        for service in INTERFACE_ENDPOINT_SERVICES:
+
+        def interface_endpoint(
+            resource_name: str, service: str, opts: pulumi.ResourceOptions, **more: Any
+        ) -> None:
+            """An interface endpoint of ``service`` in the private subnets, behind the
+            endpoints' security group, answering under the service's own DNS name."""
             aws.ec2.VpcEndpoint(
-                f"{name}-{service.replace('.', '-')}",
+                resource_name,
                 vpc_id=self.vpc.id,
                 service_name=f"com.amazonaws.{args.region}.{service}",
                 vpc_endpoint_type="Interface",
                 private_dns_enabled=True,
                 subnet_ids=subnet_ids,
                 security_group_ids=[endpoint_sg.id],
-                opts=child,
+                opts=opts,
+                **more,
             )
+
+        # S3 also gets an interface endpoint whose private DNS answers inside the VPC:
+        # pods then reach S3 at VPC addresses, which their default-deny egress policy
+        # allows (VPC CIDR on 443); the gateway endpoint's public S3 ranges it does not.
+        interface_endpoint(
+            f"{name}-s3-interface",
+            "s3",
+            pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+            dns_options=aws.ec2.VpcEndpointDnsOptionsArgs(
+                private_dns_only_for_inbound_resolver_endpoint=False
+            ),
+        )
+        for service in INTERFACE_ENDPOINT_SERVICES:
+            interface_endpoint(f"{name}-{service.replace('.', '-')}", service, child)
 
     def enable_flow_logs(self, logs_key_arn: pulumi.Input[str]) -> None:
         """Flow logs of all traffic into a log group encrypted with ``logs_key_arn``."""
@@ -259,3 +251,23 @@ class Network(AwsComponent[NetworkArgs]):
             max_aggregation_interval=60,
             opts=child,
         )
+
+
+def _default_route(
+    table_name: str,
+    table: aws.ec2.RouteTable,
+    opts: pulumi.ResourceOptions,
+    *,
+    gateway_id: pulumi.Input[str] | None = None,
+    nat_gateway_id: pulumi.Input[str] | None = None,
+) -> aws.ec2.Route:
+    """The route of everything outside the VPC (``0.0.0.0/0``) in ``table`` (named
+    ``table_name``): to the internet gateway, or to a NAT gateway."""
+    return aws.ec2.Route(
+        f"{table_name}-default",
+        route_table_id=table.id,
+        destination_cidr_block="0.0.0.0/0",
+        gateway_id=gateway_id,
+        nat_gateway_id=nat_gateway_id,
+        opts=opts,
+    )

@@ -19,14 +19,27 @@ SubnetGroup = aws.rds.SubnetGroup | aws.elasticache.SubnetGroup
 
 
 @dataclass(frozen=True)
-class PrivateDataStoreNetworkArgs:
-    """Args of `private_data_store_network`.
+class DataStorePlacement:
+    """Where the stack's managed data stores are, and who may reach them (one for every
+    store of the stack).
 
     Args:
-        identifier: the subnet group's AWS name (the store's identifier).
         vpc_id: the stack's VPC.
         subnet_ids: its private subnets (no route to an internet gateway).
-        client_security_group_id: the only security group admitted on ``port``.
+        client_security_group_id: the only security group admitted on a store's port:
+            the EKS cluster security group, which the nodes and their pods carry.
+    """
+
+    vpc_id: pulumi.Input[str]
+    subnet_ids: Sequence[pulumi.Input[str]]
+    client_security_group_id: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """How one kind of store is reached (declared once by the store's module).
+
+    Args:
         port: the store's TCP port.
         protocol: the store's protocol, lowercase (``postgres``, ``redis``): it names
             the ingress rule (``<name>-<protocol>-from-cluster``).
@@ -34,10 +47,6 @@ class PrivateDataStoreNetworkArgs:
         rule_description: what the ingress rule admits (shown in EC2).
     """
 
-    identifier: str
-    vpc_id: pulumi.Input[str]
-    subnet_ids: Sequence[pulumi.Input[str]]
-    client_security_group_id: pulumi.Input[str]
     port: int
     protocol: str
     security_group_description: str
@@ -55,30 +64,34 @@ class PrivateDataStoreNetwork:
 def private_data_store_network(
     name: str,
     subnet_group_kind: type[aws.rds.SubnetGroup] | type[aws.elasticache.SubnetGroup],
-    args: PrivateDataStoreNetworkArgs,
+    identifier: str,
+    placement: DataStorePlacement,
+    *,
+    access: StoreAccess,
     opts: pulumi.ResourceOptions,
 ) -> PrivateDataStoreNetwork:
     """The subnet group (``subnet_group_kind``: ``aws.rds.SubnetGroup`` or
-    ``aws.elasticache.SubnetGroup``), the security group and its one ingress rule, all
-    named ``name`` (the rule ``<name>-<protocol>-from-cluster``) with ``opts``."""
+    ``aws.elasticache.SubnetGroup``; its AWS name ``identifier``, the store's), the
+    security group and its one ingress rule, all named ``name`` (the rule
+    ``<name>-<protocol>-from-cluster``) with ``opts``."""
     subnets = subnet_group_kind(
         name,
-        name=args.identifier,
+        name=identifier,
         description="Private subnets of the stack's VPC",
-        subnet_ids=list(args.subnet_ids),
+        subnet_ids=list(placement.subnet_ids),
         opts=opts,
     )
     group = aws.ec2.SecurityGroup(
-        name, vpc_id=args.vpc_id, description=args.security_group_description, opts=opts
+        name, vpc_id=placement.vpc_id, description=access.security_group_description, opts=opts
     )
     aws.vpc.SecurityGroupIngressRule(
-        f"{name}-{args.protocol}-from-cluster",
+        f"{name}-{access.protocol}-from-cluster",
         security_group_id=group.id,
-        referenced_security_group_id=args.client_security_group_id,
+        referenced_security_group_id=placement.client_security_group_id,
         ip_protocol="tcp",
-        from_port=args.port,
-        to_port=args.port,
-        description=args.rule_description,
+        from_port=access.port,
+        to_port=access.port,
+        description=access.rule_description,
         opts=opts,
     )
     return PrivateDataStoreNetwork(subnet_group=subnets, security_group=group)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pulumi
@@ -71,6 +72,29 @@ def namespace(
         "kind": "Namespace",
         "metadata": metadata(name, labels={**psa, **(labels or {})}, annotations=annotations),
     }
+
+
+@dataclass(frozen=True)
+class PlatformNamespace:
+    """A namespace the platform owns (an operator's or a service's), declared once where
+    its service is: its name, its Pod Security level and, for a level other than
+    ``restricted``, why (`namespace` refuses one without a reason).
+
+    Args:
+        name: the namespace.
+        pod_security: the level Pod Security Admission enforces.
+        reason: why the level is looser than ``restricted`` (kept on the object).
+        labels: labels beyond the Pod Security ones.
+    """
+
+    name: str
+    pod_security: PodSecurityLevel = "restricted"
+    reason: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def manifest(self, kubernetes_version: str) -> Manifest:
+        """The Namespace for a cluster of ``kubernetes_version`` (the PSA version label)."""
+        return namespace(self.name, self.pod_security, kubernetes_version, self.reason, self.labels)
 
 
 def cluster_ip_service(

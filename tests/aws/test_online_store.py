@@ -16,6 +16,7 @@ from modules.aws.online_store.spec import (
     auth_token_problem,
     connection_string,
 )
+from modules.aws.private_data_store import DataStorePlacement
 from modules.validation import InvalidArgsError
 from tests.conftest import RunUnderMocks
 
@@ -31,9 +32,11 @@ def program(spec: OnlineStoreSpec) -> None:
         OnlineStoreArgs(
             name_prefix="gpu-test",
             spec=spec,
-            vpc_id="vpc-1",
-            subnet_ids=["subnet-private-a", "subnet-private-b"],
-            client_security_group_id="sg-cluster",
+            placement=DataStorePlacement(
+                vpc_id="vpc-1",
+                subnet_ids=["subnet-private-a", "subnet-private-b"],
+                client_security_group_id="sg-cluster",
+            ),
             storage_key_arn=KEY,
             auth_token=pulumi.Output.secret(TOKEN),
         ),

@@ -288,6 +288,7 @@ def program(placement: fs.Placement) -> None:
     FeatureStore(
         "features",
         FeatureStoreArgs(
+            provider=provider,
             spec=SPEC,
             placement=placement,
             kubernetes_version="1.33",
@@ -300,7 +301,6 @@ def program(placement: fs.Placement) -> None:
             network=NETWORK,
             vpc_cidr=VPC if placement.on_aws else None,
         ),
-        provider,
     )
 
 

@@ -862,6 +862,7 @@ def component_objects(
         KubeflowPipelines(
             "pipelines",
             PipelinesArgs(
+                provider=provider,
                 spec=spec,
                 placement=placement,
                 kubernetes_version="1.33",
@@ -871,7 +872,6 @@ def component_objects(
                 parameters=values,
                 tracking_password="a-tracking-password",
             ),
-            provider,
         )
 
     return [

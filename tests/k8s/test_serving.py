@@ -359,6 +359,36 @@ def test_the_layer_without_serving_installs_none_of_it() -> None:
     assert "cert-manager" in names
 
 
+@pytest.mark.parametrize(
+    ("field", "ceiling", "expected"),
+    [
+        ("drift_token_js_threshold", 1, "a Jensen-Shannon distance in (0, 1]"),
+        ("drift_prompt_length_psi_threshold", 10, "a PSI in (0, 10]"),
+        ("error_rate_percent", 100, "a percentage in (0, 100]"),
+        ("latency_p99_seconds", 600, "seconds in (0, 600]"),
+    ],
+)
+def test_an_alert_threshold_lies_above_zero_up_to_its_ceiling(
+    field: str, ceiling: int, expected: str
+) -> None:
+    assert getattr(replace(SPEC, **{field: ceiling}), field) == ceiling
+    for wrong in (0, ceiling * 1.5):
+        with pytest.raises(InvalidArgsError) as raised:
+            replace(SPEC, **{field: wrong})
+        (problem,) = raised.value.problems
+        assert (problem.field, problem.value) == (field, wrong)
+        assert problem.expected.startswith(expected)
+
+
+def test_drift_must_last_5_to_1440_minutes_before_it_alerts() -> None:
+    assert replace(SPEC, drift_minutes=5).drift_minutes == 5
+    with pytest.raises(InvalidArgsError) as raised:
+        replace(SPEC, drift_minutes=1441)
+    assert [p.describe() for p in raised.value.problems] == [
+        "drift_minutes: got 1441; use 5 to 1440"
+    ]
+
+
 def test_an_onprem_layer_needs_the_site_registry() -> None:
     with pytest.raises(InvalidArgsError) as raised:
         onprem_args(serving=ServingSpec())

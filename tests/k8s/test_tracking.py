@@ -255,7 +255,7 @@ def test_the_fences_pass_the_strict_schema(on_aws: bool) -> None:
         *tracking.server_network_policies(NETWORK, "10.42.0.0/16" if on_aws else None),
         *tracking.cnpg_network_policies(NETWORK),
         tracking.team_egress_policy("nlp"),
-        tracking.tracking_namespace("1.33"),
+        tracking.TRACKING_NS.manifest("1.33"),
         tracking.artifact_claim(SPEC, "cephfs-encrypted", "ReadWriteMany"),
         tracking.tls_service(),
         tracking.user_sync_configmap(),

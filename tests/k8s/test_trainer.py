@@ -43,6 +43,7 @@ from modules.k8s.trainer.spec import (
     horovod_image,
     trainer_values,
 )
+from modules.k8s.trainer.training_job.spec import TrainingJobSpec
 from modules.validation import InvalidArgsError
 from stacks.config import parse_stack_config
 from stacks.config_parsing import ConfigError
@@ -53,6 +54,7 @@ from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
 from tests.k8s.vendored_crds import vendored_crd_errors
+from tests.support.pools import P5EN
 from workloads.training.config import preset
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "kubeflow-trainer"
@@ -617,3 +619,45 @@ def test_torch_and_deepspeed_runtimes_log_to_the_clusters_mlflow(stack: str) -> 
             names = {e["name"] for c in pod["containers"] for e in c.get("env", [])}
             tracked = "MLFLOW_TRACKING_URI" in names
             assert tracked is (framework != "mpi"), runtime["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("field", "floor", "unset"),
+    [
+        ("min_busbw_gbps", 0, True),
+        ("max_restarts", 0, False),
+        ("backoff_limit", 0, False),
+        ("shm_size_gib", 1, True),
+        ("scratch_size_gib", 1, False),
+    ],
+)
+def test_a_training_jobs_counts_and_sizes_have_a_floor(field: str, floor: int, unset: bool) -> None:
+    """Each count or size of a `TrainingJobSpec` is refused below its floor, by name, and
+    accepted at it (and unset where the field has a default of its own)."""
+
+    def job(value: float | None) -> TrainingJobSpec:
+        return TrainingJobSpec(
+            name="gpt2-124m",
+            namespace="team-a",
+            pool=P5EN,
+            local_queue="team-a-queue",
+            priority_class="research",
+            service_account="team-a-training",
+            image="registry.example/training:0.1.0",
+            checkpoint_claim="fsx-checkpoints",
+            preset="gpt2-124m",
+            nodes=2,
+            # The Indexed Job launcher takes every setting (the Trainer's runtimes fix
+            # some of them).
+            launcher="indexed-job",
+            **{field: value},
+        )
+
+    assert getattr(job(floor), field) == floor
+    if unset:
+        assert getattr(job(None), field) is None
+    with pytest.raises(InvalidArgsError) as raised:
+        job(floor - 1)
+    (problem,) = raised.value.problems
+    assert (problem.field, problem.value) == (field, floor - 1)
+    assert problem.expected.startswith(f">= {floor}")

@@ -9,7 +9,6 @@ the online copy of the features.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -25,10 +24,19 @@ from modules.aws.online_store.spec import (
     OnlineStoreSpec,
 )
 from modules.aws.private_data_store import (
-    PrivateDataStoreNetworkArgs,
+    DataStorePlacement,
+    StoreAccess,
     private_data_store_network,
 )
 from modules.component_base import AwsComponent, Outputs
+
+#: The online store is reached on Redis's port (TLS) from the EKS cluster only.
+ACCESS = StoreAccess(
+    REDIS_PORT,
+    "redis",
+    "Feature store online store: Redis from the EKS cluster only",
+    "Redis (TLS) from the cluster's nodes and pods",
+)
 
 
 @dataclass(frozen=True)
@@ -38,19 +46,15 @@ class OnlineStoreArgs:
     Args:
         name_prefix: stem of the AWS names (``<prefix>-features``).
         spec: the validated settings.
-        vpc_id: the stack's VPC.
-        subnet_ids: its private subnets.
-        client_security_group_id: the only security group admitted on 6379 (the EKS
-            cluster security group, which nodes and pods carry).
+        placement: the stack's VPC, its private subnets, and the one security group
+            admitted on 6379 (`DataStorePlacement`).
         storage_key_arn: the stack's CMK for data at rest (and the snapshots).
         auth_token: the Redis AUTH token (a Pulumi secret; config ``featuresRedisAuthToken``).
     """
 
     name_prefix: str
     spec: OnlineStoreSpec
-    vpc_id: pulumi.Input[str]
-    subnet_ids: Sequence[pulumi.Input[str]]
-    client_security_group_id: pulumi.Input[str]
+    placement: DataStorePlacement
     storage_key_arn: pulumi.Input[str]
     auth_token: pulumi.Input[str]
 
@@ -65,21 +69,7 @@ class OnlineStore(AwsComponent[OnlineStoreArgs]):
         identifier = f"{args.name_prefix}-features"
         spec = args.spec
         network = private_data_store_network(
-            name,
-            aws.elasticache.SubnetGroup,
-            PrivateDataStoreNetworkArgs(
-                identifier=identifier,
-                vpc_id=args.vpc_id,
-                subnet_ids=args.subnet_ids,
-                client_security_group_id=args.client_security_group_id,
-                port=REDIS_PORT,
-                protocol="redis",
-                security_group_description=(
-                    "Feature store online store: Redis from the EKS cluster only"
-                ),
-                rule_description="Redis (TLS) from the cluster's nodes and pods",
-            ),
-            child,
+            name, aws.elasticache.SubnetGroup, identifier, args.placement, access=ACCESS, opts=child
         )
         parameters = aws.elasticache.ParameterGroup(
             name,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.component_base import KubernetesComponent, Outputs
+from modules.component_base import Outputs
 from modules.k8s.autoscaler.spec import cluster_autoscaler_values
-from modules.k8s.common import helm_release
 from modules.k8s.names import KUBE_SYSTEM
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import CLUSTER_AUTOSCALER
 
 
-class Autoscaler(KubernetesComponent[KubernetesPlatformArgs]):
+class Autoscaler(PlatformService):
     """The Cluster Autoscaler in ``kube-system``."""
 
     def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
@@ -22,12 +22,5 @@ class Autoscaler(KubernetesComponent[KubernetesPlatformArgs]):
         values = pulumi.Output.all(args.eks.cluster_name, args.eks.region).apply(
             lambda names: cluster_autoscaler_values(names[0], names[1], version)
         )
-        self.release = helm_release(
-            "cluster-autoscaler",
-            CLUSTER_AUTOSCALER,
-            KUBE_SYSTEM,
-            values=values,
-            parent=self,
-            provider=args.provider,
-        )
+        self.release = self.install("cluster-autoscaler", CLUSTER_AUTOSCALER, KUBE_SYSTEM, values)
         return {"chartVersion": CLUSTER_AUTOSCALER.version}

@@ -25,8 +25,8 @@ from typing import Any
 from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
+    PlatformNamespace,
     metadata,
-    namespace,
     pool_taint_tolerations,
     required_node_affinity,
     system_node_selector,
@@ -157,15 +157,13 @@ def efa_device_plugin_values(region: str) -> dict[str, Any]:
     return values
 
 
-def network_operator_namespace(kubernetes_version: str) -> Manifest:
-    # `privileged`: the operator's node agents load drivers (DOCA-OFED), install CNI
-    # binaries on the host and register device plugins through host paths.
-    return namespace(
-        NETWORK_OPERATOR_NAMESPACE,
-        "privileged",
-        kubernetes_version,
-        reason="Network Operator node agents install drivers and CNI plugins on the host",
-    )
+# `privileged`: the operator's node agents load drivers (DOCA-OFED), install CNI binaries
+# on the host and register device plugins through host paths.
+NETWORK_OPERATOR_NS = PlatformNamespace(
+    NETWORK_OPERATOR_NAMESPACE,
+    "privileged",
+    "Network Operator node agents install drivers and CNI plugins on the host",
+)
 
 
 def network_operator_values() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.common import helm_release, namespace, register
 from modules.k8s.features import network as policies
 from modules.k8s.features import spec as fs
@@ -42,6 +43,7 @@ class FeatureStoreArgs:
     """Args of `FeatureStore`.
 
     Args:
+        provider: the cluster's Kubernetes provider; every object uses it explicitly.
         spec: the validated settings.
         placement: AWS or on premises, the registry, the offline URI, the system pool.
         kubernetes_version: the cluster's minor version (Pod Security labels).
@@ -60,6 +62,7 @@ class FeatureStoreArgs:
             S3/STS endpoints are; ``None`` on premises.
     """
 
+    provider: k8s.Provider
     spec: fs.FeaturesSpec
     placement: fs.Placement
     kubernetes_version: str
@@ -85,18 +88,11 @@ def _secret(name: str, ns: str, data: dict[str, pulumi.Input[str]]) -> fs.Manife
     }
 
 
-class FeatureStore(pulumi.ComponentResource):
+class FeatureStore(KubernetesComponent[FeatureStoreArgs]):
     """Feast's registry, online store, feature server and materialisation."""
 
-    def __init__(
-        self,
-        name: str,
-        args: FeatureStoreArgs,
-        provider: k8s.Provider,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:FeatureStore", name, None, opts)
-        spec, placement = args.spec, args.placement
+    def declare(self, name: str, args: FeatureStoreArgs) -> Outputs:
+        spec, placement, provider = args.spec, args.placement, args.provider
         ns = register(
             namespace(fs.NAMESPACE, "restricted", args.kubernetes_version), self, provider
         )
@@ -207,7 +203,7 @@ class FeatureStore(pulumi.ComponentResource):
             provider=provider,
             depends_on=[ns, *stores],
         )
-        self.register_outputs({})
+        return {}
 
     def _training(
         self,

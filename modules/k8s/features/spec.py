@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modules.aws.online_store.spec import REDIS_PORT, OnlineStoreSpec
-from modules.k8s import security
+from modules.k8s import rbac, security
 from modules.k8s.versions import Chart
 from modules.validation import Checker
 
@@ -468,56 +468,27 @@ def rbac_objects(spec: FeaturesSpec) -> list[Manifest]:
         "verbs": ["create", "get"],
     }
     objects: list[Manifest] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(SERVICE_ACCOUNT),
-            "automountServiceAccountToken": True,
-        },
-        {
-            # TokenReview and SubjectAccessReview: the built-in role kube-rbac-proxy needs.
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {
+        rbac.service_account(_meta(SERVICE_ACCOUNT), mount_token=True),
+        # TokenReview and SubjectAccessReview: the built-in role kube-rbac-proxy needs.
+        rbac.role_binding(
+            {
                 "name": "feast-endpoint-auth-delegator",
                 "labels": {"app.kubernetes.io/part-of": "gpuplatform"},
             },
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:auth-delegator",
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": _meta("feast-online-reader"),
-            "rules": [role_rule],
-        },
+            "system:auth-delegator",
+            rbac.service_account_subjects(SERVICE_ACCOUNT, [NAMESPACE]),
+            role_kind="ClusterRole",
+            cluster=True,
+        ),
+        rbac.role(_meta("feast-online-reader"), [role_rule]),
     ]
     if spec.client_namespaces:
         objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": _meta("feast-online-readers"),
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": "feast-online-reader",
-                },
-                "subjects": [
-                    {
-                        "kind": "Group",
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "name": f"system:serviceaccounts:{namespace}",
-                    }
-                    for namespace in spec.client_namespaces
-                ],
-            }
+            rbac.role_binding(
+                _meta("feast-online-readers"),
+                "feast-online-reader",
+                rbac.service_accounts_of(spec.client_namespaces),
+            )
         )
     return objects
 
@@ -556,21 +527,24 @@ def client_egress_policy(namespace: str) -> Manifest:
 # -- materialisation -----------------------------------------------------------------
 
 
-def _feast_job_container(
+def _feast_job_pod(
     spec: FeaturesSpec,
     placement: Placement,
-    ca_mounts: list[Manifest],
     *,
+    restart_policy: str,
     name: str,
     command: list[str],
     args: list[str],
     cpu: tuple[str, str],
     memory: str,
 ) -> Manifest:
-    """A container of the features image that talks to the registry, the online store
-    and the offline store (materialisation, apply): their credentials and endpoints,
-    the repository's ``feature_store.yaml`` read-only, a writable /tmp, restricted."""
-    return {
+    """The pod of a Feast job (materialisation, apply): one container of the features
+    image, named ``name``, that talks to the registry, the online store and the offline
+    store (their credentials and endpoints), the repository's ``feature_store.yaml``
+    read-only, a writable /tmp and the online store's CA; restricted, on the system
+    pool."""
+    _, ca_volumes, ca_mounts = online_ca(placement)
+    container = {
         "name": name,
         "image": image(placement, "features", spec.image_tag),
         "command": command,
@@ -592,15 +566,26 @@ def _feast_job_container(
             *ca_mounts,
         ],
     }
+    return {
+        "restartPolicy": restart_policy,
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "securityContext": pod_security(),
+        "nodeSelector": dict(placement.node_selector),
+        "containers": [container],
+        "volumes": [
+            {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
+            {"name": "tmp", "emptyDir": {}},
+            *ca_volumes,
+        ],
+    }
 
 
 def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """``feast materialize-incremental`` up to now, on the schedule, one at a time."""
-    _, ca_volumes, ca_mounts = online_ca(placement)
-    container = _feast_job_container(
+    pod = _feast_job_pod(
         spec,
         placement,
-        ca_mounts,
+        restart_policy="Never",
         name="materialize",
         command=["/bin/sh", "-c"],
         args=[
@@ -626,18 +611,7 @@ def materialize_cronjob(spec: FeaturesSpec, placement: Placement) -> Manifest:
                     "activeDeadlineSeconds": 3300,
                     "template": {
                         "metadata": {"labels": {"app.kubernetes.io/name": MATERIALIZE_NAME}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "serviceAccountName": SERVICE_ACCOUNT,
-                            "securityContext": pod_security(),
-                            "nodeSelector": dict(placement.node_selector),
-                            "containers": [container],
-                            "volumes": [
-                                {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
-                                {"name": "tmp", "emptyDir": {}},
-                                *ca_volumes,
-                            ],
-                        },
+                        "spec": pod,
                     },
                 }
             },
@@ -659,20 +633,9 @@ def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """``python -m workloads.features apply``: the repository's objects into the SQL
     registry, their sources under `Placement.offline_uri` (through the region's S3
     endpoint on AWS). Idempotent (Feast's apply); rerun when the image changes."""
-    _, ca_volumes, ca_mounts = online_ca(placement)
     args = ["--repo", "/feature_repo", "--offline-uri", placement.offline_uri]
     if placement.on_aws:
         args += ["--s3-endpoint", s3_endpoint(placement)]
-    container = _feast_job_container(
-        spec,
-        placement,
-        ca_mounts,
-        name="apply",
-        command=["python", "-m", "workloads.features", "apply"],
-        args=args,
-        cpu=("250m", "1"),
-        memory="1Gi",
-    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -681,18 +644,16 @@ def apply_job(spec: FeaturesSpec, placement: Placement) -> Manifest:
             "backoffLimit": 6,
             "ttlSecondsAfterFinished": 86400,
             "template": {
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "serviceAccountName": SERVICE_ACCOUNT,
-                    "securityContext": pod_security(),
-                    "nodeSelector": dict(placement.node_selector),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
-                        {"name": "tmp", "emptyDir": {}},
-                        *ca_volumes,
-                    ],
-                }
+                "spec": _feast_job_pod(
+                    spec,
+                    placement,
+                    restart_policy="OnFailure",
+                    name="apply",
+                    command=["python", "-m", "workloads.features", "apply"],
+                    args=args,
+                    cpu=("250m", "1"),
+                    memory="1Gi",
+                )
             },
         },
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modules.k8s import rbac
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.features.spec import pod_security, restricted_container
 from modules.k8s.names import LOCAL_QUEUE_NAME, team_namespace
@@ -168,9 +169,4 @@ def train_job(
 
 
 def service_account(team: str) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(SERVICE_ACCOUNT, team_namespace(team)),
-        "automountServiceAccountToken": False,
-    }
+    return rbac.service_account(metadata(SERVICE_ACCOUNT, team_namespace(team)), mount_token=False)

@@ -4,16 +4,14 @@ the manager and on a worker."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.k8s.common import register
+from modules.component_base import Outputs
 from modules.k8s.fleet.spec import (
     BURST_LOCAL_QUEUE,
-    FleetManagerInputs,
-    FleetWorkerInputs,
     admission_check,
     burst_flavor,
     burst_local_queue,
@@ -29,86 +27,57 @@ from modules.k8s.fleet.spec import (
     worker_secret,
 )
 from modules.k8s.names import KUEUE_NAMESPACE
+from modules.k8s.platform.service import PlatformService
+from modules.k8s.platform.spec import KubernetesPlatformArgs
 
 
 def _decode_token(data: Mapping[str, str] | None) -> str:
     return base64.b64decode((data or {}).get("token", "")).decode()
 
 
-class FleetManager(pulumi.ComponentResource):
-    """MultiKueue on the manager: worker Secrets and clusters, config, admission check,
-    the teams' burst queues."""
+class FleetManager(PlatformService):
+    """MultiKueue on the manager (``args.fleet.manager``): worker Secrets and clusters,
+    config, admission check, the teams' burst queues."""
 
-    def __init__(
-        self,
-        name: str,
-        fleet: FleetManagerInputs,
-        provider: k8s.Provider,
-        *,
-        depends_on: Sequence[pulumi.Resource],
-        team_namespaces: Mapping[str, pulumi.Resource],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:FleetManager", name, None, opts)
-        deps = list(depends_on)
-        secrets = [
-            register(worker_secret(w.stack, w.kubeconfig), self, provider, depends_on=deps)
-            for w in fleet.workers
-        ]
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
+        fleet = args.fleet.manager if args.fleet is not None else None
+        if fleet is None:  # the platform creates a manager only where the stack is one
+            raise ValueError("a fleet manager needs FleetManagerInputs")
+        deps = self.waits_for
+        secrets = [self.add(worker_secret(w.stack, w.kubeconfig), deps) for w in fleet.workers]
         clusters = [
-            register(multikueue_cluster(w.stack, w.site), self, provider, depends_on=[*deps, s])
+            self.add(multikueue_cluster(w.stack, w.site), [*deps, s])
             for w, s in zip(fleet.workers, secrets, strict=True)
         ]
-        config = register(
-            multikueue_config([w.stack for w in fleet.workers]),
-            self,
-            provider,
-            depends_on=[*deps, *clusters],
-        )
-        check = register(admission_check(), self, provider, depends_on=[config])
-        flavor = register(burst_flavor(), self, provider, depends_on=deps)
+        config = self.add(multikueue_config([w.stack for w in fleet.workers]), [*deps, *clusters])
+        check = self.add(admission_check(), [config])
+        flavor = self.add(burst_flavor(), deps)
         self.local_queues: dict[str, pulumi.Resource] = {}
         for quota in fleet.burst_quotas:
-            cq = register(burst_queue(quota), self, provider, depends_on=[check, flavor])
-            self.local_queues[quota.team] = register(
-                burst_local_queue(quota.team),
-                self,
-                provider,
-                depends_on=[cq, team_namespaces[quota.team]],
+            cq = self.add(burst_queue(quota), [check, flavor])
+            self.local_queues[quota.team] = self.add(
+                burst_local_queue(quota.team), [cq, self.team_namespaces[quota.team]]
             )
-        self.register_outputs(
-            {
-                "workers": [worker_cluster_name(w.stack) for w in fleet.workers],
-                "burstQueues": {t: BURST_LOCAL_QUEUE for t in self.local_queues},
-            }
-        )
+        return {
+            "workers": [worker_cluster_name(w.stack) for w in fleet.workers],
+            "burstQueues": {t: BURST_LOCAL_QUEUE for t in self.local_queues},
+        }
 
 
-class FleetWorker(pulumi.ComponentResource):
-    """The manager's identity on a worker, and its kubeconfig as a secret output."""
+class FleetWorker(PlatformService):
+    """The manager's identity on a worker (``args.fleet.worker``), and its kubeconfig as a
+    secret output."""
 
-    def __init__(
-        self,
-        name: str,
-        worker: FleetWorkerInputs,
-        provider: k8s.Provider,
-        *,
-        depends_on: Sequence[pulumi.Resource],
-        team_namespaces: Mapping[str, Sequence[pulumi.Resource]],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:FleetWorker", name, None, opts)
-        deps = list(depends_on)
-        identity = [
-            register(m, self, provider, depends_on=deps) for m in manager_identity(worker.manager)
-        ]
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
+        worker = args.fleet.worker if args.fleet is not None else None
+        if worker is None:  # the platform creates a worker only where the stack is one
+            raise ValueError("a fleet worker needs FleetWorkerInputs")
+        deps = self.waits_for
+        identity = [self.add(m, deps) for m in manager_identity(worker.manager)]
         for team in worker.burst_teams:
-            register(
-                rendezvous_service(team),
-                self,
-                provider,
-                depends_on=[*deps, *team_namespaces.get(team, ())],
-            )
+            # A burst team without a namespace here gets its Service all the same.
+            team_ns = self.team_namespaces.get(team)
+            self.add(rendezvous_service(team), [*deps, *([team_ns] if team_ns is not None else [])])
         secret_manifest = token_secret(worker.manager)
         # A typed Secret, so its token (filled in by the token controller) is an output.
         token = k8s.core.v1.Secret(
@@ -117,7 +86,7 @@ class FleetWorker(pulumi.ComponentResource):
             type=secret_manifest["type"],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=provider,
+                provider=args.provider,
                 depends_on=identity,
                 additional_secret_outputs=["data"],
             ),
@@ -129,4 +98,4 @@ class FleetWorker(pulumi.ComponentResource):
                 )
             )
         )
-        self.register_outputs({"manager": worker.manager})
+        return {"manager": worker.manager}

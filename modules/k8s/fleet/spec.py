@@ -45,6 +45,7 @@ from typing import Any
 import pulumi
 import yaml
 
+from modules.k8s import rbac
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.names import KUEUE_NAMESPACE, team_cluster_queue, team_namespace
 from modules.k8s.queueing.spec import team_queue
@@ -370,30 +371,16 @@ def manager_identity(manager: str) -> list[Manifest]:
     """ServiceAccount, ClusterRole and ClusterRoleBinding for the manager stack."""
     name = manager_service_account(manager)
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": metadata(name, KUEUE_NAMESPACE),
-            # The token is read from its own Secret below; pods never mount it.
-            "automountServiceAccountToken": False,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": metadata(name),
-            "rules": [dict(r) for r in MANAGER_RULES],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": metadata(name),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": KUEUE_NAMESPACE}],
-        },
+        # The token is read from its own Secret below; pods never mount it.
+        rbac.service_account(metadata(name, KUEUE_NAMESPACE), mount_token=False),
+        rbac.role(metadata(name), MANAGER_RULES, cluster=True),
+        rbac.role_binding(
+            metadata(name),
+            name,
+            rbac.service_account_subjects(name, [KUEUE_NAMESPACE]),
+            role_kind="ClusterRole",
+            cluster=True,
+        ),
     ]
 
 

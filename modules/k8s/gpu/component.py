@@ -3,54 +3,40 @@ builds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import pulumi
-
-from modules.k8s.common import helm_release, register_namespace
+from modules.component_base import Outputs
 from modules.k8s.gpu.spec import (
+    GPU_OPERATOR_NS,
     gpu_configmaps,
-    gpu_operator_namespace,
     gpu_operator_network_policies,
     gpu_operator_values,
 )
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.versions import GPU_OPERATOR
 
 
-class GpuEnablement(pulumi.ComponentResource):
+class GpuEnablement(PlatformService):
     """The GPU Operator and its configuration (only on stacks with GPU pools)."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:GpuEnablement", name, None, opts)
-        provider = args.provider
-        onprem = args.onprem
-        configured = register_namespace(
-            gpu_operator_namespace(args.kubernetes_version),
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
+        configured = self.fenced_namespace(
+            GPU_OPERATOR_NS,
             [*gpu_configmaps(args.pools), *gpu_operator_network_policies(args.network)],
-            self,
-            provider,
         )
-        self.release = helm_release(
+        onprem = args.onprem
+        values = gpu_operator_values(
+            args.pools,
+            install_driver=onprem.install_gpu_driver if onprem else False,
+            install_toolkit=onprem.install_container_toolkit if onprem else False,
+            scrape_interval_seconds=args.monitoring.scrape_interval_seconds,
+        )
+        # The ServiceMonitor CRD comes with the monitoring stack (``waits_for``).
+        self.release = self.install(
             "gpu-operator",
             GPU_OPERATOR,
             GPU_OPERATOR_NAMESPACE,
-            values=gpu_operator_values(
-                args.pools,
-                install_driver=onprem.install_gpu_driver if onprem else False,
-                install_toolkit=onprem.install_container_toolkit if onprem else False,
-                scrape_interval_seconds=args.monitoring.scrape_interval_seconds,
-            ),
-            parent=self,
-            provider=provider,
-            # The ServiceMonitor CRD comes with the monitoring stack.
-            depends_on=[*configured, *depends_on],
+            values,
+            [*configured, *self.waits_for],
         )
-        self.register_outputs({"chartVersion": GPU_OPERATOR.version})
+        return {"chartVersion": GPU_OPERATOR.version}

@@ -24,8 +24,8 @@ import yaml
 from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
+    PlatformNamespace,
     metadata,
-    namespace,
     pool_taint_tolerations,
     required_node_affinity,
     system_node_selector,
@@ -106,16 +106,14 @@ def device_plugin_configs(pools: Sequence[NodePoolProfile]) -> dict[str, str]:
     return {name: yaml.safe_dump(config, sort_keys=False) for name, config in configs.items()}
 
 
-def gpu_operator_namespace(kubernetes_version: str) -> Manifest:
-    # `privileged`: the operator's node agents (driver and toolkit installers, device
-    # plugin, DCGM exporter, MIG manager) need host paths, host PID and privileged
-    # containers to manage the GPUs. No team can run pods here.
-    return namespace(
-        GPU_OPERATOR_NAMESPACE,
-        "privileged",
-        kubernetes_version,
-        reason="GPU Operator node agents need host access and privileged containers",
-    )
+# `privileged`: the operator's node agents (driver and toolkit installers, device plugin,
+# DCGM exporter, MIG manager) need host paths, host PID and privileged containers to
+# manage the GPUs. No team can run pods here.
+GPU_OPERATOR_NS = PlatformNamespace(
+    GPU_OPERATOR_NAMESPACE,
+    "privileged",
+    "GPU Operator node agents need host access and privileged containers",
+)
 
 
 def default_device_plugin_config(pools: Sequence[NodePoolProfile]) -> str:

@@ -4,44 +4,33 @@ the training PodMonitor, the dashboards and the alert rules that `spec`, `dashbo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import pulumi
-
-from modules.k8s.common import helm_release, register, register_namespace
+from modules.component_base import Outputs
 from modules.k8s.cost.spec import OPENCOST_NAMESPACE
 from modules.k8s.monitoring.alerts import prometheus_rule
 from modules.k8s.monitoring.dashboards import dashboards_configmap
 from modules.k8s.monitoring.spec import (
     GRAFANA_SERVICE,
+    MONITORING_NS,
     kube_prometheus_stack_values,
     monitoring_certificates,
-    monitoring_namespace,
     monitoring_network_policies,
     training_pod_monitor,
 )
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.pki.spec import cert_manager_pod_monitor
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
+from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.versions import KUBE_PROMETHEUS_STACK
 
 
-class Monitoring(pulumi.ComponentResource):
+class Monitoring(PlatformService):
     """kube-prometheus-stack, the training PodMonitor, dashboards and alert rules."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        storage_class: str,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Monitoring", name, None, opts)
-        provider = args.provider
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         # Grafana's dashboards and the namespace's fences exist before the release.
-        configured = register_namespace(
-            monitoring_namespace(args.kubernetes_version),
+        configured = self.fenced_namespace(
+            MONITORING_NS,
             [
                 dashboards_configmap(),
                 *monitoring_network_policies(
@@ -51,34 +40,25 @@ class Monitoring(pulumi.ComponentResource):
                     managed_control_plane=args.eks is not None,
                 ),
             ],
-            self,
-            provider,
         )
         ns = configured[0]
-        # The servers' certificates (``depends_on`` carries the cluster CA's issuer):
+        # The servers' certificates (``waits_for`` carries the cluster CA's issuer):
         # their pods mount the Secrets, so they exist before the release waits on them.
-        certificates = [
-            register(m, self, provider, depends_on=[ns, *depends_on])
-            for m in monitoring_certificates()
-        ]
-        self.release = helm_release(
+        certificates = [self.add(m, [ns, *self.waits_for]) for m in monitoring_certificates()]
+        values = kube_prometheus_stack_values(
+            args.monitoring,
+            platform_storage_class(args),
+            managed_control_plane=args.eks is not None,
+        )
+        self.release = self.install(
             "kube-prometheus-stack",
             KUBE_PROMETHEUS_STACK,
             MONITORING_NAMESPACE,
-            values=kube_prometheus_stack_values(
-                args.monitoring, storage_class, managed_control_plane=args.eks is not None
-            ),
-            parent=self,
-            provider=provider,
-            depends_on=[*configured, *certificates, *depends_on],
+            values,
+            [*configured, *certificates, *self.waits_for],
         )
-        register(prometheus_rule(args.monitoring), self, provider, depends_on=[self.release])
-        register(cert_manager_pod_monitor(), self, provider, depends_on=[self.release])
+        self.add(prometheus_rule(args.monitoring), [self.release])
+        self.add(cert_manager_pod_monitor(), [self.release])
         if args.teams:
-            register(
-                training_pod_monitor([t.name for t in args.teams]),
-                self,
-                provider,
-                depends_on=[self.release],
-            )
-        self.register_outputs({"grafanaService": f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}"})
+            self.add(training_pod_monitor([t.name for t in args.teams]), [self.release])
+        return {"grafanaService": f"{MONITORING_NAMESPACE}/{GRAFANA_SERVICE}"}

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
+    PlatformNamespace,
     metadata,
-    namespace,
     pool_taint_tolerations,
     system_node_selector,
 )
@@ -43,7 +43,7 @@ from modules.k8s.names import (
 )
 from modules.k8s.pki.spec import CA_KEY, service_dns_names, serving_certificate
 from modules.pools import ACCELERATOR_LABEL, FABRIC_LABEL, POOL_LABEL, ROLE_LABEL
-from modules.validation import Checker
+from modules.validation import Checker, bounded
 
 GRAFANA_SERVICE = "grafana"
 #: kube-prometheus-stack's release (its fullname prefixes the Prometheus and Alertmanager
@@ -126,33 +126,20 @@ class MonitoringSpec:
             GpuNodeNotReady fires (default 5).
     """
 
-    retention_days: int = 15
-    prometheus_storage_gib: int = 100
-    alertmanager_storage_gib: int = 10
+    retention_days: int = bounded(1, 3650, default=15)
+    prometheus_storage_gib: int = bounded(10, 65_536, default=100)
+    alertmanager_storage_gib: int = bounded(1, 1024, default=10)
     grafana_access: Literal["port-forward", "internal-load-balancer"] = "port-forward"
-    scrape_interval_seconds: int = 30
-    idle_gpu_utilization_percent: int = 5
-    idle_gpu_minutes: int = 60
-    training_stall_minutes: int = 20
-    gpu_temperature_alert_celsius: int = 85
-    node_not_ready_minutes: int = 5
+    scrape_interval_seconds: int = bounded(5, 300, default=30)
+    idle_gpu_utilization_percent: int = bounded(1, 100, default=5)
+    idle_gpu_minutes: int = bounded(5, 1440, default=60)
+    training_stall_minutes: int = bounded(2, 1440, default=20)
+    gpu_temperature_alert_celsius: int = bounded(50, 110, default=85)
+    node_not_ready_minutes: int = bounded(1, 120, default=5)
 
     def __post_init__(self) -> None:
         check = Checker()
-        check.ranges(
-            self,
-            {
-                "retention_days": (1, 3650),
-                "prometheus_storage_gib": (10, 65_536),
-                "alertmanager_storage_gib": (1, 1024),
-                "scrape_interval_seconds": (5, 300),
-                "idle_gpu_utilization_percent": (1, 100),
-                "idle_gpu_minutes": (5, 1440),
-                "training_stall_minutes": (2, 1440),
-                "gpu_temperature_alert_celsius": (50, 110),
-                "node_not_ready_minutes": (1, 120),
-            },
-        )
+        check.ranges(self)
         check.one_of(
             "grafana_access",
             self.grafana_access,
@@ -448,44 +435,57 @@ def monitoring_network_policies(
     return policies
 
 
-def training_pod_monitor(team_names: Sequence[str]) -> Manifest:
-    """Scrape training pods' ``metrics`` port in the team namespaces; label each series
-    with its Job (``training_job``)."""
+def team_pod_monitor(
+    name: str,
+    team_names: Sequence[str],
+    selector: Manifest,
+    ports: Sequence[str],
+    series_label: tuple[str, str],
+    *,
+    node: bool = True,
+) -> Manifest:
+    """A PodMonitor in ``monitoring`` over the team namespaces: the pods ``selector``
+    picks, scraped at ``/metrics`` on each of ``ports``. Each series gets the label
+    ``series_label[1]`` from the pod label whose Prometheus meta name ends in
+    ``series_label[0]`` and, with ``node``, the node's name (``node``)."""
+    pod_label, target = series_label
+    relabelings = [
+        {"sourceLabels": [f"__meta_kubernetes_pod_label_{pod_label}"], "targetLabel": target}
+    ]
+    if node:
+        relabelings.append(
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+        )
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": metadata(TRAINING_POD_MONITOR, MONITORING_NAMESPACE),
+        "metadata": metadata(name, MONITORING_NAMESPACE),
         "spec": {
             "namespaceSelector": {"matchNames": [team_namespace(t) for t in sorted(team_names)]},
-            "selector": {"matchLabels": {METRICS_LABEL: METRICS_LABEL_VALUE}},
+            "selector": selector,
             "podMetricsEndpoints": [
-                {
-                    "port": METRICS_PORT_NAME,
-                    "path": "/metrics",
-                    "relabelings": [
-                        {
-                            "sourceLabels": [
-                                "__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"
-                            ],
-                            "targetLabel": "training_job",
-                        },
-                        {
-                            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                            "targetLabel": "node",
-                        },
-                    ],
-                }
+                {"port": port, "path": "/metrics", "relabelings": relabelings} for port in ports
             ],
         },
     }
 
 
-def monitoring_namespace(kubernetes_version: str) -> Manifest:
-    # `privileged`: the node exporter DaemonSet uses the host's network, PID namespace
-    # and root file system to report node metrics. No team can run pods here.
-    return namespace(
-        MONITORING_NAMESPACE,
-        "privileged",
-        kubernetes_version,
-        reason="node-exporter reads host network, PID and filesystem metrics",
+def training_pod_monitor(team_names: Sequence[str]) -> Manifest:
+    """Scrape training pods' ``metrics`` port in the team namespaces; label each series
+    with its Job (``training_job``)."""
+    return team_pod_monitor(
+        TRAINING_POD_MONITOR,
+        team_names,
+        {"matchLabels": {METRICS_LABEL: METRICS_LABEL_VALUE}},
+        [METRICS_PORT_NAME],
+        ("batch_kubernetes_io_job_name", "training_job"),
     )
+
+
+# `privileged`: the node exporter DaemonSet uses the host's network, PID namespace and
+# root file system to report node metrics. No team can run pods here.
+MONITORING_NS = PlatformNamespace(
+    MONITORING_NAMESPACE,
+    "privileged",
+    "node-exporter reads host network, PID and filesystem metrics",
+)

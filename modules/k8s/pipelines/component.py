@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from modules.component_base import KubernetesComponent, Outputs
 from modules.k8s.common import Manifest, register
 from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import manifests as kfp
@@ -32,6 +33,7 @@ class PipelinesArgs:
     """Args of `KubeflowPipelines`.
 
     Args:
+        provider: the cluster's Kubernetes provider; every object uses it explicitly.
         spec: the validated settings.
         placement: where KFP's state and images are (`PipelinesPlacement`).
         kubernetes_version: the cluster's minor version (Pod Security labels).
@@ -47,6 +49,7 @@ class PipelinesArgs:
             fences to the server are installed with it; None: the runs reach no MLflow.
     """
 
+    provider: k8s.Provider
     spec: PipelinesSpec
     placement: PipelinesPlacement
     kubernetes_version: str
@@ -57,19 +60,12 @@ class PipelinesArgs:
     tracking_password: pulumi.Input[str] | None = None
 
 
-class KubeflowPipelines(pulumi.ComponentResource):
+class KubeflowPipelines(KubernetesComponent[PipelinesArgs]):
     """Kubeflow Pipelines 2.17.0, its database and store settings, its fences, and the
     data-to-model loop (upload, recurring run, drift trigger)."""
 
-    def __init__(
-        self,
-        name: str,
-        args: PipelinesArgs,
-        provider: k8s.Provider,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:KubeflowPipelines", name, None, opts)
-        spec, placement = args.spec, args.placement
+    def declare(self, name: str, args: PipelinesArgs) -> Outputs:
+        spec, placement, provider = args.spec, args.placement, args.provider
 
         def add(manifest: Manifest, after: Sequence[pulumi.Resource] = (), **kw: Any) -> Any:
             return register(manifest, self, provider, depends_on=after, **kw)
@@ -125,4 +121,4 @@ class KubeflowPipelines(pulumi.ComponentResource):
                 resource = add(manifest, [ns, *installed, *certificates])
                 if manifest["kind"] == "Certificate":
                     certificates.append(resource)
-        self.register_outputs({"namespace": NAMESPACE, "pipelineVersion": version})
+        return {"namespace": NAMESPACE, "pipelineVersion": version}

@@ -12,7 +12,7 @@ pair.
 
 The platform's own objects:
 
-* the Namespace (`pipelines_namespace`), restricted;
+* the Namespace (`PIPELINES_NS`), restricted;
 * state: the database credentials under upstream's Secret names and PgBouncer's
   configuration (`database_secrets`, `proxy_config`), the databases themselves (on the
   tracking RDS instance: `database_init_job`; on premises a CloudNativePG cluster:
@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from modules.k8s import netpol
-from modules.k8s.common import Manifest, metadata, namespace
+from modules.k8s.common import Manifest, PlatformNamespace, metadata
 from modules.k8s.monitoring.spec import ALERT_ROUTING_LABEL, ALERT_ROUTING_VALUE
 from modules.k8s.pipelines.spec import (
     DATABASE_CLUSTER,
@@ -187,23 +187,17 @@ def place(
     return manifest
 
 
+#: ``kubeflow`` with Pod Security ``restricted`` (KFP 2.17 compiles runs' pods to the
+#: restricted profile) and the label that lets its AlertmanagerConfig route alerts.
+PIPELINES_NS = PlatformNamespace(NAMESPACE, labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE})
+
+
 def install_objects(
     spec: PipelinesSpec, placement: PipelinesPlacement, kubernetes_version: str, root: Any
 ) -> list[Manifest]:
     """The platform's Namespace, then every object of the render, placed (`place`)."""
     placed = [place(m, spec, placement, root) for m in _parsed()]
-    return [pipelines_namespace(kubernetes_version), *placed]
-
-
-def pipelines_namespace(kubernetes_version: str) -> Manifest:
-    """``kubeflow`` with Pod Security ``restricted`` (KFP 2.17 compiles runs' pods to the
-    restricted profile) and the label that lets its AlertmanagerConfig route alerts."""
-    return namespace(
-        NAMESPACE,
-        "restricted",
-        kubernetes_version,
-        labels={ALERT_ROUTING_LABEL: ALERT_ROUTING_VALUE},
-    )
+    return [PIPELINES_NS.manifest(kubernetes_version), *placed]
 
 
 # -- the object store and the API server's configuration -------------------------------

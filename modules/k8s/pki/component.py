@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pulumi
 
-from modules.component_base import KubernetesComponent, Outputs
-from modules.k8s.common import helm_release, register, register_namespace
+from modules.component_base import Outputs
 from modules.k8s.pki.spec import (
     CERT_MANAGER,
     CERT_MANAGER_NAMESPACE,
+    CERT_MANAGER_NS,
     RELEASE,
-    cert_manager_namespace,
     cert_manager_values,
     certificate_authority,
     network_policies,
 )
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 
 
-class Pki(KubernetesComponent[KubernetesPlatformArgs]):
+class Pki(PlatformService):
     """cert-manager, its fences, and the cluster CA.
 
     Attributes:
@@ -26,25 +26,12 @@ class Pki(KubernetesComponent[KubernetesPlatformArgs]):
     """
 
     def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
-        provider = args.provider
-        fenced = register_namespace(
-            cert_manager_namespace(args.kubernetes_version),
-            network_policies(args.network),
-            self,
-            provider,
-        )
+        fenced = self.fenced_namespace(CERT_MANAGER_NS, network_policies(args.network))
         registry = args.serving.registry if args.serving is not None else None
-        release = helm_release(
-            RELEASE,
-            CERT_MANAGER,
-            CERT_MANAGER_NAMESPACE,
-            values=cert_manager_values(registry),
-            parent=self,
-            provider=provider,
-            depends_on=fenced,
-        )
+        values = cert_manager_values(registry)
+        release = self.install(RELEASE, CERT_MANAGER, CERT_MANAGER_NAMESPACE, values, fenced)
         issued: list[pulumi.Resource] = [release]
         for manifest in certificate_authority():
-            issued = [register(manifest, self, provider, depends_on=issued)]
+            issued = [self.add(manifest, issued)]
         self.issuer: pulumi.Resource = issued[0]
         return {"certManager": CERT_MANAGER.version}

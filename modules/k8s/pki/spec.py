@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from modules.k8s import names, netpol
-from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
+from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.versions import Chart
 
 #: cert-manager issues the cluster's serving certificates; the chart installs its own
@@ -59,8 +59,7 @@ METRICS_PORT_NAME = "http-metrics"
 POD_MONITOR = "cert-manager"
 
 
-def cert_manager_namespace(kubernetes_version: str) -> Manifest:
-    return namespace(CERT_MANAGER_NAMESPACE, "restricted", kubernetes_version)
+CERT_MANAGER_NS = PlatformNamespace(CERT_MANAGER_NAMESPACE)
 
 
 def cert_manager_values(registry: str | None) -> dict[str, Any]:

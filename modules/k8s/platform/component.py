@@ -14,6 +14,8 @@ together with the resources to ``depends_on``.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pulumi
 
 from modules.component_base import KubernetesComponent, Outputs
@@ -25,18 +27,19 @@ from modules.k8s.gpu.component import GpuEnablement
 from modules.k8s.monitoring.component import Monitoring
 from modules.k8s.names import TeamPlacement, team_placement
 from modules.k8s.pki.component import Pki
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.platform.summary import installed_charts, pool_plugins
 from modules.k8s.queueing.component import Queueing
 from modules.k8s.serving.component import Serving
 from modules.k8s.site.component import SiteDeclaration
 from modules.k8s.storage.component import Storage
-from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tenancy.component import Tenancy
 from modules.k8s.tracking.component import Tracking
-from modules.k8s.tracking.manifests import team_tracking_access
-from modules.k8s.trainer.component import KubeflowTrainer
-from modules.k8s.trainer.runtimes import RuntimeSite
+from modules.k8s.trainer.component import KubeflowTrainer, runtime_site
+
+#: One of the platform's services (`service` in `KubernetesPlatform.declare`).
+ServiceT = TypeVar("ServiceT", bound=PlatformService)
 
 
 class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
@@ -65,8 +68,8 @@ class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
             oidc=oidc,
             kubernetes_version=args.kubernetes_version,
         )
-        storage = Storage(f"{name}-storage", args, child)
-        pki = Pki(f"{name}-pki", args, child)
+        storage = Storage(f"{name}-storage", args, opts=child)
+        pki = Pki(f"{name}-pki", args, opts=child)
         tenancy = Tenancy(
             f"{name}-tenancy",
             args,
@@ -74,13 +77,13 @@ class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
             opts=child,
             pki_ready=[pki.issuer],
         )
-        monitoring = Monitoring(
-            f"{name}-monitoring",
-            args,
-            platform_storage_class(args),
-            depends_on=[*storage.ready.classes, pki.issuer],
-            opts=child,
-        )
+
+        def service(kind: type[ServiceT], part: str, *after: pulumi.Resource) -> ServiceT:
+            """The service ``kind`` of the platform, after ``after`` (and what it puts in
+            a team namespace after the namespace)."""
+            return kind(f"{name}-{part}", args, tenancy.namespaces, depends_on=after, opts=child)
+
+        monitoring = service(Monitoring, "monitoring", *storage.ready.classes, pki.issuer)
         self.platform_ready: list[pulumi.Resource] = [site.configmap]
         # -- cost allocation (OpenCost, budgets; docs/cost.md) --
         if args.cost is not None:
@@ -94,69 +97,31 @@ class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
                 opts=child,
             )
         if args.gpu_pools:
-            gpu = GpuEnablement(f"{name}-gpu", args, depends_on=[monitoring.release], opts=child)
+            gpu = service(GpuEnablement, "gpu", monitoring.release)
             self.platform_ready.append(gpu.release)
-        fabric = Fabric(f"{name}-fabric", args, tenancy.namespaces, child)
+        fabric = service(Fabric, "fabric")
         self.platform_ready += fabric.releases
-        queueing = Queueing(
-            f"{name}-queueing",
-            args,
-            tenancy.namespaces,
-            depends_on=[monitoring.release],
-            opts=child,
-        )
+        queueing = service(Queueing, "queueing", monitoring.release)
         self.platform_ready += [queueing.release, *queueing.priority_classes]
-        # What every training pod gets from the cluster: its team's MLflow wiring (where
-        # the cluster tracks) and a ServiceAccount token only where a cloud identity
-        # uses it (EKS Pod Identity).
-        tracking = team_tracking_access() if args.tracking_enabled else None
-        cloud_identity = args.eks is not None
         # -- Kubeflow Trainer (TrainJobs, the platform's runtimes) --
         if args.trainer.enabled:
-            trainer = KubeflowTrainer(
-                f"{name}-trainer",
-                args,
-                tenancy.namespaces,
-                depends_on=[queueing.release],
-                opts=child,
-                site=RuntimeSite(tracking, cloud_identity),
-            )
+            trainer = service(KubeflowTrainer, "trainer", queueing.release)
             self.platform_ready += [trainer.release, *trainer.runtimes]
         # -- fleet (MultiKueue, docs/fleet.md) --
         self.fleet_kubeconfig: pulumi.Output[str] | None = None
         self.burst_queues: dict[str, pulumi.Resource] = {}
         if args.fleet is not None and args.fleet.manager is not None:
-            manager = FleetManager(
-                f"{name}-fleet",
-                args.fleet.manager,
-                args.provider,
-                depends_on=[queueing.release],
-                team_namespaces=tenancy.namespaces,
-                opts=child,
-            )
+            manager = service(FleetManager, "fleet", queueing.release)
             self.burst_queues = manager.local_queues
         if args.fleet is not None and args.fleet.worker is not None:
-            worker = FleetWorker(
-                f"{name}-fleet-worker",
-                args.fleet.worker,
-                args.provider,
-                depends_on=[queueing.release],
-                team_namespaces={t: [ns] for t, ns in tenancy.namespaces.items()},
-                opts=child,
-            )
+            worker = service(FleetWorker, "fleet-worker", queueing.release)
             self.fleet_kubeconfig = worker.kubeconfig
         # -- end fleet --
         if args.eks is not None:
-            Autoscaler(f"{name}-autoscaler", args, child)
+            Autoscaler(f"{name}-autoscaler", args, opts=child)
         # -- tracking (MLflow) --
         if args.tracking_enabled:
-            Tracking(
-                f"{name}-tracking",
-                args,
-                tenancy.namespaces,
-                depends_on=[monitoring.release, pki.issuer, *storage.ready.classes],
-                opts=child,
-            )
+            service(Tracking, "tracking", monitoring.release, pki.issuer, *storage.ready.classes)
         # Model serving: KServe, its runtimes and monitoring (InferenceServices wait on it).
         self.serving_ready: list[pulumi.Resource] = []
         if args.serving is not None:
@@ -172,13 +137,15 @@ class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
 
         self.placements: dict[str, TeamPlacement] = {}
         self.team_ready: dict[str, list[pulumi.Resource]] = {}
+        # What every training pod gets from the cluster, as the trainer's runtimes do.
+        pods_get = runtime_site(args)
         for team in args.teams:
             self.placements[team.name] = team_placement(
                 team.name,
                 args.secondary_network,
                 team.allowed_priorities,
-                tracking=tracking,
-                cloud_identity=cloud_identity,
+                tracking=pods_get.tracking,
+                cloud_identity=pods_get.cloud_identity,
             )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],

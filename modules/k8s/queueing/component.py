@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 
-from modules.k8s.common import helm_release, register, register_namespace
+from modules.component_base import Outputs
 from modules.k8s.names import KUEUE_NAMESPACE, LOCAL_QUEUE_NAME, PRIORITY_CLASSES
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.queueing.spec import (
+    KUEUE_NS,
     cluster_queue,
-    kueue_namespace,
     kueue_network_policies,
     kueue_values,
     local_queue,
@@ -23,59 +22,30 @@ from modules.k8s.tenancy.quotas import queue_pools
 from modules.k8s.versions import KUEUE
 
 
-class Queueing(pulumi.ComponentResource):
+class Queueing(PlatformService):
     """Kueue, its flavors and queues, and the PriorityClasses."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        team_namespaces: dict[str, pulumi.Resource],
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Queueing", name, None, opts)
-        provider = args.provider
-        self.priority_classes = [register(m, self, provider) for m in priority_classes()]
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
+        self.priority_classes = [self.add(m) for m in priority_classes()]
         manager = args.fleet.manager if args.fleet is not None else None
         workers = [c for w in manager.workers for c in w.api_server_cidrs] if manager else []
-        fenced = register_namespace(
-            kueue_namespace(args.kubernetes_version),
-            kueue_network_policies(args.network, workers),
-            self,
-            provider,
+        fenced = self.fenced_namespace(KUEUE_NS, kueue_network_policies(args.network, workers))
+        values = kueue_values(
+            args.queueing,
+            # -- fleet: MultiKueue settings on a manager --
+            args.site.name if args.fleet is not None and args.fleet.manager else None,
         )
-        self.release = helm_release(
-            "kueue",
-            KUEUE,
-            KUEUE_NAMESPACE,
-            values=kueue_values(
-                args.queueing,
-                # -- fleet: MultiKueue settings on a manager --
-                args.site.name if args.fleet is not None and args.fleet.manager else None,
-            ),
-            parent=self,
-            provider=provider,
-            depends_on=[*fenced, *depends_on],
+        self.release = self.install(
+            "kueue", KUEUE, KUEUE_NAMESPACE, values, [*fenced, *self.waits_for]
         )
-        flavors = [
-            register(resource_flavor(p), self, provider, depends_on=[self.release])
-            for p in queue_pools(args.pools)
-        ]
+        flavors = [self.add(resource_flavor(p), [self.release]) for p in queue_pools(args.pools)]
         self.local_queues: dict[str, pulumi.Resource] = {}
         for team in args.teams:
-            cq = register(
-                cluster_queue(team, args.pools, args.queueing),
-                self,
-                provider,
-                depends_on=[self.release, *flavors],
+            cq = self.add(cluster_queue(team, args.pools, args.queueing), [self.release, *flavors])
+            self.local_queues[team.name] = self.add(
+                local_queue(team), [cq, self.team_namespaces[team.name]]
             )
-            self.local_queues[team.name] = register(
-                local_queue(team), self, provider, depends_on=[cq, team_namespaces[team.name]]
-            )
-        self.register_outputs(
-            {
-                "localQueues": {t: LOCAL_QUEUE_NAME for t in self.local_queues},
-                "priorityClasses": list(PRIORITY_CLASSES),
-            }
-        )
+        return {
+            "localQueues": {t: LOCAL_QUEUE_NAME for t in self.local_queues},
+            "priorityClasses": list(PRIORITY_CLASSES),
+        }

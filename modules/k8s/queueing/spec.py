@@ -25,7 +25,7 @@ import pulumi
 import yaml
 
 from modules.k8s import netpol
-from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
+from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.names import (
     COHORT_NAME,
     KUEUE_NAMESPACE,
@@ -263,9 +263,8 @@ def priority_classes() -> list[Manifest]:
     ]
 
 
-def kueue_namespace(kubernetes_version: str) -> Manifest:
-    # The Kueue controller runs non-root with all capabilities dropped: restricted fits.
-    return namespace(KUEUE_NAMESPACE, "restricted", kubernetes_version)
+# The Kueue controller runs non-root with all capabilities dropped: restricted fits.
+KUEUE_NS = PlatformNamespace(KUEUE_NAMESPACE)
 
 
 #: Kueue's controller pods (the chart's selector labels) and their ports: the admission

@@ -27,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from modules.k8s import netpol
+from modules.k8s import netpol, rbac
 from modules.k8s.common import Manifest, metadata, system_node_selector
 from modules.k8s.names import team_namespace
+from modules.k8s.security import restricted_container
 from modules.k8s.serving.observability import (
     ISVC_POD_LABEL,
     PREDICTOR_HTTP_PORT_NAME,
@@ -108,18 +109,6 @@ def kserve_values(spec: ServingSpec, region: str | None) -> dict[str, Any]:
     }
 
 
-def _runtime_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUNTIME_UID,
-        "runAsGroup": RUNTIME_UID,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def _default_resources(cpu: str, memory: str) -> dict[str, dict[str, str]]:
     # Each InferenceService sets its own from the pool; these apply only where it does not.
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
@@ -173,7 +162,7 @@ def cpu_runtime(spec: ServingSpec) -> Manifest:
                         {"name": PREDICTOR_HTTP_PORT_NAME, "containerPort": 8080, "protocol": "TCP"}
                     ],
                     "resources": _default_resources("1", "2Gi"),
-                    "securityContext": _runtime_security(),
+                    "securityContext": restricted_container(RUNTIME_UID),
                     "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                 }
             ],
@@ -217,7 +206,7 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
                         },
                     ],
                     "resources": _default_resources("1", "4Gi"),
-                    "securityContext": _runtime_security(),
+                    "securityContext": restricted_container(RUNTIME_UID),
                     "volumeMounts": [
                         {"name": "tmp", "mountPath": "/tmp"},
                         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -236,36 +225,23 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
 
 
 def inference_service_account(team: str) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(INFERENCE_SERVICE_ACCOUNT, team_namespace(team)),
-        # Pod Identity and the kube-rbac-proxy sidecar need the token.
-        "automountServiceAccountToken": True,
-    }
+    # Pod Identity and the kube-rbac-proxy sidecar need the token.
+    meta = metadata(INFERENCE_SERVICE_ACCOUNT, team_namespace(team))
+    return rbac.service_account(meta, mount_token=True)
 
 
 def auth_delegation(teams: Sequence[str]) -> Manifest:
     """Lets the inference pods' kube-rbac-proxy create TokenReviews and
     SubjectAccessReviews (the built-in ``system:auth-delegator`` role), nothing else."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": metadata("gpuplatform-inference-auth-delegator"),
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "system:auth-delegator",
-        },
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": INFERENCE_SERVICE_ACCOUNT,
-                "namespace": team_namespace(team),
-            }
-            for team in sorted(teams)
-        ],
-    }
+    return rbac.role_binding(
+        metadata("gpuplatform-inference-auth-delegator"),
+        "system:auth-delegator",
+        rbac.service_account_subjects(
+            INFERENCE_SERVICE_ACCOUNT, [team_namespace(team) for team in sorted(teams)]
+        ),
+        role_kind="ClusterRole",
+        cluster=True,
+    )
 
 
 def api_server_egress(spec: ServingSpec, team: str, network: netpol.ClusterNetwork) -> Manifest:

@@ -35,7 +35,8 @@ from modules.k8s.monitoring.dashboards import (
     dashboard_model,
     label_variable,
 )
-from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
+from modules.k8s.monitoring.spec import team_pod_monitor
+from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.serving.spec import ServingSpec
 
 #: KServe labels every predictor pod with its InferenceService's name.
@@ -138,54 +139,26 @@ def inference_pod_monitor(team_names: Sequence[str]) -> Manifest:
     """Scrape every predictor pod KServe runs in the team namespaces: the CPU predictor
     on its REST port, Triton on its metrics port. Each series gets the InferenceService
     name (``inference_service``) and the namespace."""
-    relabelings = [
-        {
-            "sourceLabels": ["__meta_kubernetes_pod_label_serving_kserve_io_inferenceservice"],
-            "targetLabel": "inference_service",
-        },
-        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
-    ]
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": metadata(SERVING_POD_MONITOR, MONITORING_NAMESPACE),
-        "spec": {
-            "namespaceSelector": {"matchNames": [team_namespace(t) for t in sorted(team_names)]},
-            "selector": {"matchExpressions": [{"key": ISVC_POD_LABEL, "operator": "Exists"}]},
-            "podMetricsEndpoints": [
-                {"port": port, "path": "/metrics", "relabelings": relabelings}
-                for port in (PREDICTOR_HTTP_PORT_NAME, TRITON_METRICS_PORT_NAME)
-            ],
-        },
-    }
+    return team_pod_monitor(
+        SERVING_POD_MONITOR,
+        team_names,
+        {"matchExpressions": [{"key": ISVC_POD_LABEL, "operator": "Exists"}]},
+        [PREDICTOR_HTTP_PORT_NAME, TRITON_METRICS_PORT_NAME],
+        ("serving_kserve_io_inferenceservice", "inference_service"),
+    )
 
 
 def drift_pod_monitor(team_names: Sequence[str]) -> Manifest:
     """Scrape every InferenceService's drift service in the team namespaces, its series
     labelled with the InferenceService (``inference_service``) as the predictors' are."""
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": metadata(DRIFT_POD_MONITOR, MONITORING_NAMESPACE),
-        "spec": {
-            "namespaceSelector": {"matchNames": [team_namespace(t) for t in sorted(team_names)]},
-            "selector": {"matchExpressions": [{"key": DRIFT_POD_LABEL, "operator": "Exists"}]},
-            "podMetricsEndpoints": [
-                {
-                    "port": DRIFT_METRICS_PORT_NAME,
-                    "path": "/metrics",
-                    "relabelings": [
-                        {
-                            "sourceLabels": [
-                                "__meta_kubernetes_pod_label_gpuplatform_ae_drift_for"
-                            ],
-                            "targetLabel": "inference_service",
-                        }
-                    ],
-                }
-            ],
-        },
-    }
+    return team_pod_monitor(
+        DRIFT_POD_MONITOR,
+        team_names,
+        {"matchExpressions": [{"key": DRIFT_POD_LABEL, "operator": "Exists"}]},
+        [DRIFT_METRICS_PORT_NAME],
+        ("gpuplatform_ae_drift_for", "inference_service"),
+        node=False,
+    )
 
 
 def _threshold(value: float) -> Target:

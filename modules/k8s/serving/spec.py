@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.versions import Chart
-from modules.validation import Checker
+from modules.validation import Checker, bounded
 
 KSERVE_VERSION = "v0.20.0"
 #: KServe's charts are OCI artifacts (its install guide: ``helm install kserve-crd
@@ -48,6 +48,19 @@ SERVING_CA_ISSUER = CLUSTER_CA_ISSUER
 #: ServiceAccount of inference pods in each team namespace; on EKS the AWS side binds
 #: ``<team namespace>/inference`` to a read-only role on the model artifacts.
 INFERENCE_SERVICE_ACCOUNT = "inference"
+
+
+#: The alert thresholds that lie above zero, up to a ceiling: field -> (ceiling, what is
+#: allowed, as the problem says it).
+_ABOVE_ZERO = {
+    "drift_token_js_threshold": (1, "a Jensen-Shannon distance in (0, 1]"),
+    "drift_prompt_length_psi_threshold": (
+        10,
+        "a PSI in (0, 10]; 0.1 is a moderate and 0.2 a significant shift",
+    ),
+    "error_rate_percent": (100, "a percentage in (0, 100]"),
+    "latency_p99_seconds": (600, "seconds in (0, 600]"),
+}
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,7 @@ class ServingSpec:
     api_server_cidrs: tuple[str, ...] = ()
     drift_token_js_threshold: float = 0.1
     drift_prompt_length_psi_threshold: float = 0.2
-    drift_minutes: int = 30
+    drift_minutes: int = bounded(5, 1440, default=30)
     error_rate_percent: float = 5.0
     latency_p99_seconds: float = 2.0
     install_metrics_server: bool = True
@@ -99,33 +112,10 @@ class ServingSpec:
             check.fixed_image_tag(name, getattr(self, name))
         check.registry("registry", self.registry)
         check.cidrs("api_server_cidrs", self.api_server_cidrs)
-        check.require(
-            0 < self.drift_token_js_threshold <= 1,
-            "drift_token_js_threshold",
-            self.drift_token_js_threshold,
-            "a Jensen-Shannon distance in (0, 1]",
-        )
-        check.require(
-            0 < self.drift_prompt_length_psi_threshold <= 10,
-            "drift_prompt_length_psi_threshold",
-            self.drift_prompt_length_psi_threshold,
-            "a PSI in (0, 10]; 0.1 is a moderate and 0.2 a significant shift",
-        )
-        check.require(
-            5 <= self.drift_minutes <= 1440, "drift_minutes", self.drift_minutes, "use 5 to 1440"
-        )
-        check.require(
-            0 < self.error_rate_percent <= 100,
-            "error_rate_percent",
-            self.error_rate_percent,
-            "a percentage in (0, 100]",
-        )
-        check.require(
-            0 < self.latency_p99_seconds <= 600,
-            "latency_p99_seconds",
-            self.latency_p99_seconds,
-            "seconds in (0, 600]",
-        )
+        for name, (ceiling, expected) in _ABOVE_ZERO.items():
+            value = getattr(self, name)
+            check.require(0 < value <= ceiling, name, value, expected)
+        check.ranges(self)
         check.done()
 
     def image(self, repository: str, tag: str) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from modules.validation import Checker
+from modules.validation import Checker, bounded
 
 LEVELS = ("None", "Metadata", "Request", "RequestResponse")
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
@@ -268,9 +268,9 @@ class ApiAuditSpec:
     omit_managed_fields: bool = True
     policy_path: str = "/etc/kubernetes/audit/policy.yaml"
     log_path: str = "/var/log/kubernetes/audit/audit.log"
-    max_age_days: int = 30
-    max_backups: int = 10
-    max_size_mib: int = 100
+    max_age_days: int = bounded(1, 3650, default=30)
+    max_backups: int = bounded(1, 1000, default=10)
+    max_size_mib: int = bounded(1, 10_000, default=100)
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -306,9 +306,7 @@ class ApiAuditSpec:
                 value,
                 "an absolute path on the control-plane nodes",
             )
-        check.ranges(
-            self, {"max_age_days": (1, 3650), "max_backups": (1, 1000), "max_size_mib": (1, 10_000)}
-        )
+        check.ranges(self)
         check.done()
 
     def document(self) -> dict[str, Any]:

@@ -56,12 +56,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from modules.k8s import netpol, security
+from modules.k8s import netpol, rbac, security
 from modules.k8s.common import Manifest, metadata, toleration
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.k8s.versions import Chart
 from modules.pools import POOL_LABEL, NodePoolProfile
-from modules.validation import Checker, Problem, TextFormat
+from modules.validation import Checker, Problem, TextFormat, bounded
 
 #: The upstream chart (kubeflow/spark-operator ``charts/spark-operator-chart``).
 SPARK_OPERATOR = Chart("spark-operator", "2.5.2", "https://kubeflow.github.io/spark-operator")
@@ -162,14 +162,14 @@ class SparkJobSpec:
     source: str
     dataset: str
     pool: str = ""
-    executors: int = 2
-    cores: int = 4
-    memory_gib: int = 6
-    python_memory_gib: int = 8
-    driver_cores: int = 2
-    driver_memory_gib: int = 4
-    driver_python_memory_gib: int = 4
-    scratch_gib: int = 50
+    executors: int = bounded(1, 256, default=2)
+    cores: int = bounded(1, 192, default=4)
+    memory_gib: int = bounded(1, 1024, default=6)
+    python_memory_gib: int = bounded(1, 1024, default=8)
+    driver_cores: int = bounded(1, 192, default=2)
+    driver_memory_gib: int = bounded(1, 1024, default=4)
+    driver_python_memory_gib: int = bounded(1, 1024, default=4)
+    scratch_gib: int = bounded(1, 4096, default=50)
     anonymise: bool = True
     near_dup: float | None = None
     suspend: bool = False
@@ -191,19 +191,7 @@ class SparkJobSpec:
             self.dataset,
             "a dataset name of letters, digits, '.', '_', '=', '-' such as corpus-v1",
         )
-        check.ranges(
-            self,
-            {
-                "executors": (1, 256),
-                "cores": (1, 192),
-                "memory_gib": (1, 1024),
-                "python_memory_gib": (1, 1024),
-                "driver_cores": (1, 192),
-                "driver_memory_gib": (1, 1024),
-                "driver_python_memory_gib": (1, 1024),
-                "scratch_gib": (1, 4096),
-            },
-        )
+        check.ranges(self)
         check.require(
             self.near_dup is None or 0.0 < self.near_dup < 1.0,
             "near_dup",
@@ -530,12 +518,8 @@ def service_account(team: str) -> Manifest:
     """A team's ServiceAccount in its namespace, with no API token by default: only the
     driver pod mounts one (it creates the executor pods, `driver_role`); Pod Identity
     brings its own token."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(service_account_name(team), jobs_namespace(team)),
-        "automountServiceAccountToken": False,
-    }
+    meta = metadata(service_account_name(team), jobs_namespace(team))
+    return rbac.service_account(meta, mount_token=False)
 
 
 #: What a driver does with the Kubernetes API (Spark on Kubernetes: it creates, watches
@@ -553,30 +537,15 @@ DRIVER_RULES = (
 def driver_role(team: str) -> Manifest:
     """The drivers' Role in the team's namespace (`DRIVER_RULES`, nothing cluster-wide,
     nothing in any other namespace)."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(DRIVER_ROLE, jobs_namespace(team)),
-        "rules": [dict(rule) for rule in DRIVER_RULES],
-    }
+    return rbac.role(metadata(DRIVER_ROLE, jobs_namespace(team)), DRIVER_RULES)
 
 
 def driver_role_binding(team: str) -> Manifest:
     """The team's ServiceAccount bound to the team's `driver_role` (both in the team's
     namespace; the binding names no other subject)."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(DRIVER_ROLE, jobs_namespace(team)),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": DRIVER_ROLE},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": service_account_name(team),
-                "namespace": jobs_namespace(team),
-            }
-        ],
-    }
+    ns = jobs_namespace(team)
+    subjects = rbac.service_account_subjects(service_account_name(team), [ns])
+    return rbac.role_binding(metadata(DRIVER_ROLE, ns), DRIVER_ROLE, subjects)
 
 
 def _placement(pool: NodePoolProfile) -> Manifest:

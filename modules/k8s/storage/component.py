@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import pulumi
 
-from modules.component_base import KubernetesComponent, Outputs
-from modules.k8s.common import helm_release, register
+from modules.component_base import Outputs
 from modules.k8s.names import KUBE_SYSTEM
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.storage.spec import (
+    STORAGE_NS,
     ebs_storage_classes,
     fsx_csi_values,
     fsx_root_volume,
     platform_storage_class,
-    storage_namespace,
     storage_network_policies,
     team_directories_job,
 )
@@ -31,39 +31,29 @@ class StorageResources:
     team_directories: list[pulumi.Resource]
 
 
-class Storage(KubernetesComponent[KubernetesPlatformArgs]):
+class Storage(PlatformService):
     """Storage classes, the FSx CSI driver and the shared file system's team directories."""
 
     def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
-        provider = args.provider
         self.ready = StorageResources(classes=[], team_directories=[])
         if args.eks is None:
             # On premises the classes exist already; they are named in config.
             return {"platformStorageClass": platform_storage_class(args)}
         self.ready.classes = [
-            register(m, self, provider) for m in ebs_storage_classes(args.eks.storage_kms_key_arn)
+            self.add(m) for m in ebs_storage_classes(args.eks.storage_kms_key_arn)
         ]
         fsx = args.eks.fsx
         if fsx is not None:
-            driver = helm_release(
-                "aws-fsx-csi-driver",
-                FSX_CSI_DRIVER,
-                KUBE_SYSTEM,
-                values=fsx_csi_values(),
-                parent=self,
-                provider=provider,
+            driver = self.install(
+                "aws-fsx-csi-driver", FSX_CSI_DRIVER, KUBE_SYSTEM, fsx_csi_values()
             )
-            ns = register(storage_namespace(args.kubernetes_version), self, provider)
-            root = [register(m, self, provider, depends_on=[ns]) for m in fsx_root_volume(fsx)]
-            root += [
-                register(m, self, provider, depends_on=[ns])
-                for m in storage_network_policies(args.network)
-            ]
-            job = register(
+            # The root volume and the fences, then the Job that makes the team directories.
+            _, *root = self.fenced_namespace(
+                STORAGE_NS, [*fsx_root_volume(fsx), *storage_network_policies(args.network)]
+            )
+            job = self.add(
                 team_directories_job([t.name for t in args.teams], fsx.init_image),
-                self,
-                provider,
-                depends_on=[driver, *root],
+                [driver, *root],
             )
             self.ready.team_directories = [job]
         return {"platformStorageClass": platform_storage_class(args)}

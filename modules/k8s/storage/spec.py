@@ -29,8 +29,8 @@ import pulumi
 from modules.k8s import netpol
 from modules.k8s.common import (
     Manifest,
+    PlatformNamespace,
     metadata,
-    namespace,
     pool_taint_tolerations,
     system_node_selector,
 )
@@ -183,15 +183,13 @@ def fsx_root_volume(fsx: FsxInputs) -> list[Manifest]:
     ]
 
 
-def storage_namespace(kubernetes_version: str) -> Manifest:
-    # `baseline`, not `restricted`: the directory Job runs as root with CAP_CHOWN to
-    # hand each team directory to the trainer UID. No team can run pods here.
-    return namespace(
-        STORAGE_NAMESPACE,
-        "baseline",
-        kubernetes_version,
-        reason="the team-directory Job runs as root with CAP_CHOWN on the shared file system",
-    )
+# `baseline`, not `restricted`: the directory Job runs as root with CAP_CHOWN to hand each
+# team directory to the trainer UID. No team can run pods here.
+STORAGE_NS = PlatformNamespace(
+    STORAGE_NAMESPACE,
+    "baseline",
+    "the team-directory Job runs as root with CAP_CHOWN on the shared file system",
+)
 
 
 def storage_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 import pulumi
 
+from modules.k8s import rbac
 from modules.k8s.common import Manifest, metadata, namespace
 from modules.k8s.names import (
     KUBE_SYSTEM,
@@ -32,7 +33,7 @@ from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tenancy.quotas import GPU_RESOURCE, namespace_ceiling
 from modules.pools import NodePoolProfile
-from modules.validation import Checker, TextFormat
+from modules.validation import Checker, TextFormat, bounded
 
 _TEAM_NAME = TextFormat(
     r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$",
@@ -74,9 +75,9 @@ class TeamSpec:
     """
 
     name: str
-    gpu_quota: int = 0
-    cpu_quota: int = 0
-    memory_quota_gib: int = 0
+    gpu_quota: int = bounded(0, 100_000, default=0)
+    cpu_quota: int = bounded(0, 100_000, default=0)
+    memory_quota_gib: int = bounded(0, 100_000, default=0)
     borrow_limit_percent: int = 0
     fair_share_weight: int = 1
     max_priority: PriorityName = "research"
@@ -87,14 +88,7 @@ class TeamSpec:
     def __post_init__(self) -> None:
         check = Checker()
         check.matches("name", self.name, _TEAM_NAME)
-        check.ranges(
-            self,
-            {
-                "gpu_quota": (0, 100_000),
-                "cpu_quota": (0, 100_000),
-                "memory_quota_gib": (0, 100_000),
-            },
-        )
+        check.ranges(self)
         check.within(
             "borrow_limit_percent", self.borrow_limit_percent, 0, 1000, "percent of each quota"
         )
@@ -324,60 +318,27 @@ def team_rbac(team: TeamSpec, oidc: OidcSpec | None = None) -> list[Manifest]:
     it); on premises with OpenID Connect also the team's identity-provider group as the
     API server names it (``<groupsPrefix><group>``)."""
     ns = team_namespace(team.name)
-    groups = [team_group(team.name)]
+    team_groups = [team_group(team.name)]
     if oidc is not None:
-        groups.append(oidc.team_group(team.name))
-    subjects = [
-        {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}
-        for group in groups
-    ]
+        team_groups.append(oidc.team_group(team.name))
+    subjects = rbac.groups(team_groups)
+    queue_reading = {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["localqueues", "workloads"],
+        "verbs": ["get", "list", "watch"],
+    }
     return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": metadata("team-edit", ns),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "edit",
-            },
-            "subjects": subjects,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": metadata("queue-viewer", ns),
-            "rules": [
-                {
-                    "apiGroups": ["kueue.x-k8s.io"],
-                    "resources": ["localqueues", "workloads"],
-                    "verbs": ["get", "list", "watch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": metadata("team-queue-viewer", ns),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "queue-viewer",
-            },
-            "subjects": [dict(s) for s in subjects],
-        },
+        rbac.role_binding(metadata("team-edit", ns), "edit", subjects, role_kind="ClusterRole"),
+        rbac.role(metadata("queue-viewer", ns), [queue_reading]),
+        rbac.role_binding(metadata("team-queue-viewer", ns), "queue-viewer", subjects),
     ]
 
 
 def trainer_service_account(team: TeamSpec) -> Manifest:
     """The ``trainer`` ServiceAccount. Training pods do not talk to the Kubernetes API,
     so no API token is mounted; EKS Pod Identity injects its own credentials token."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(TRAINER_SERVICE_ACCOUNT, team_namespace(team.name)),
-        "automountServiceAccountToken": False,
-    }
+    meta = metadata(TRAINER_SERVICE_ACCOUNT, team_namespace(team.name))
+    return rbac.service_account(meta, mount_token=False)
 
 
 class TenancyArgs(Protocol):

@@ -6,29 +6,30 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from modules.k8s.common import helm_release, register, register_namespace
+from modules.component_base import Outputs
+from modules.k8s.platform.service import PlatformService
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.tracking.manifests import (
     ADMIN_INI_SECRET,
     ADMIN_SECRET,
     AUTH_DATABASE_SECRET,
     CNPG_NAMESPACE,
+    CNPG_NS,
     DATABASE_SECRET,
     RELEASE,
     TRACKING_NAMESPACE,
+    TRACKING_NS,
     TRACKING_URI,
     StoreSettings,
     artifact_claim,
     backup_ca_secret,
     backup_credentials_secret,
     cloudnative_pg_values,
-    cnpg_namespace,
     cnpg_network_policies,
     credentials_secret,
     database_cluster,
@@ -45,7 +46,6 @@ from modules.k8s.tracking.manifests import (
     team_users_secret,
     tls_certificate,
     tls_service,
-    tracking_namespace,
     url_safe,
     user_sync_configmap,
 )
@@ -54,39 +54,24 @@ from modules.k8s.tracking.users import team_password, users_json
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 
 
-class Tracking(pulumi.ComponentResource):
+class Tracking(PlatformService):
     """The MLflow tracking server, its database on premises, and its fences."""
 
-    def __init__(
-        self,
-        name: str,
-        args: KubernetesPlatformArgs,
-        team_namespaces: Mapping[str, pulumi.Resource],
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("gpuplatform:k8s:Tracking", name, None, opts)
-        spec, inputs, provider = args.tracking, args.tracking_inputs, args.provider
+    def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
+        spec, inputs = args.tracking, args.tracking_inputs
         if spec is None or inputs is None:  # KubernetesPlatformArgs checks the pair
             raise ValueError("the tracking server needs TrackingSpec and TrackingInputs")
-        ns = register(tracking_namespace(args.kubernetes_version), self, provider)
         vpc_cidr = args.eks.vpc_cidr if args.eks is not None else None
-        fences = [
-            register(manifest, self, provider, depends_on=[ns])
-            for manifest in server_network_policies(args.network, vpc_cidr, spec.database_backup)
-        ]
-        # The endpoint's certificate (the cluster CA's issuer is among ``depends_on``):
+        ns, *fences = self.fenced_namespace(
+            TRACKING_NS, server_network_policies(args.network, vpc_cidr, spec.database_backup)
+        )
+        # The endpoint's certificate (the cluster CA's issuer is among ``waits_for``):
         # the server pods mount it, so it exists before the release waits for them.
-        certificate = register(tls_certificate(), self, provider, depends_on=[ns, *depends_on])
-        ready: list[pulumi.Resource] = [ns, certificate, *fences, *depends_on]
+        certificate = self.add(tls_certificate(), [ns, *self.waits_for])
+        ready: list[pulumi.Resource] = [ns, certificate, *fences, *self.waits_for]
         admin = pulumi.Output.from_input(inputs.admin_password)
         ready += [
-            register(
-                credentials_secret(name, spec.admin_username, password),
-                self,
-                provider,
-                depends_on=[ns],
-            )
+            self.add(credentials_secret(name, spec.admin_username, password), [ns])
             for name, password in (
                 (ADMIN_SECRET, admin),
                 (ADMIN_INI_SECRET, admin.apply(ini_safe_admin)),
@@ -94,27 +79,11 @@ class Tracking(pulumi.ComponentResource):
         ]
         store = inputs.store
         if store is not None:
+            user, password = store.database_username, store.database_password
+            ready.append(self.add(credentials_secret(DATABASE_SECRET, user, password), [ns]))
+            url_password = pulumi.Output.from_input(password).apply(url_safe)
             ready.append(
-                register(
-                    credentials_secret(
-                        DATABASE_SECRET, store.database_username, store.database_password
-                    ),
-                    self,
-                    provider,
-                    depends_on=[ns],
-                )
-            )
-            ready.append(
-                register(
-                    credentials_secret(
-                        AUTH_DATABASE_SECRET,
-                        store.database_username,
-                        pulumi.Output.from_input(store.database_password).apply(url_safe),
-                    ),
-                    self,
-                    provider,
-                    depends_on=[ns],
-                )
+                self.add(credentials_secret(AUTH_DATABASE_SECRET, user, url_password), [ns])
             )
             values: pulumi.Input[Mapping[str, Any]] = pulumi.Output.all(
                 store.database_host, store.bucket_name, store.storage_key_arn
@@ -136,50 +105,29 @@ class Tracking(pulumi.ComponentResource):
             onprem = args.onprem
             if onprem is None:  # checked by KubernetesPlatformArgs
                 raise ValueError("an on-premises tracking server needs OnPremSpec")
-            cnpg_fenced = register_namespace(
-                cnpg_namespace(args.kubernetes_version),
-                cnpg_network_policies(args.network),
-                self,
-                provider,
-            )
-            operator = helm_release(
+            cnpg_fenced = self.fenced_namespace(CNPG_NS, cnpg_network_policies(args.network))
+            operator = self.install(
                 "cloudnative-pg",
                 CLOUDNATIVE_PG,
                 CNPG_NAMESPACE,
-                values=cloudnative_pg_values(),
-                parent=self,
-                provider=provider,
-                depends_on=[*cnpg_fenced, *depends_on],
+                cloudnative_pg_values(),
+                [*cnpg_fenced, *self.waits_for],
             )
             # Backups to the site's object store: its access key (secret config values)
             # and CA bundle exist before the cluster archives its first WAL file.
-            backup_secrets = self._backup_secrets(spec, inputs, ns, provider)
+            backup_secrets = self._backup_secrets(spec, inputs, ns)
             # The database and the artifacts are data: protected like checkpoint claims.
-            database = register(
+            database = self.add(
                 database_cluster(spec, onprem.storage_class),
-                self,
-                provider,
-                depends_on=[ns, operator, *backup_secrets],
+                [ns, operator, *backup_secrets],
                 protect=True,
             )
             ready.append(database)
             if spec.database_backup is not None:
-                register(
-                    scheduled_backup(spec.database_backup),
-                    self,
-                    provider,
-                    depends_on=[database],
-                )
-            ready.append(
-                register(
-                    artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode),
-                    self,
-                    provider,
-                    depends_on=[ns],
-                    protect=True,
-                )
-            )
-            register(database_pod_monitor(), self, provider, depends_on=[ns, *depends_on])
+                self.add(scheduled_backup(spec.database_backup), [database])
+            claim = artifact_claim(spec, onprem.checkpoint_class, onprem.checkpoint_access_mode)
+            ready.append(self.add(claim, [ns], protect=True))
+            self.add(database_pod_monitor(), [ns, *self.waits_for])
             values = mlflow_values(
                 spec,
                 StoreSettings(
@@ -190,41 +138,29 @@ class Tracking(pulumi.ComponentResource):
                     ssl_mode="require",
                 ),
             )
-        for team, team_ns in team_namespaces.items():
-            register(team_egress_policy(team), self, provider, depends_on=[team_ns])
+        for team, team_ns in self.team_namespaces.items():
+            self.add(team_egress_policy(team), [team_ns])
         users_secret, sync_script = self._team_users(
             args,
             inputs.team_passwords,
             admin,
-            team_namespaces,
             ns,
             services=inputs.service_passwords,
         )
         ready += [users_secret, sync_script]
-        self.release = helm_release(
-            RELEASE,
-            MLFLOW,
-            TRACKING_NAMESPACE,
-            values=values,
-            parent=self,
-            provider=provider,
-            depends_on=ready,
-        )
-        endpoint = register(tls_service(), self, provider, depends_on=[ns])
-        register(
+        self.release = self.install(RELEASE, MLFLOW, TRACKING_NAMESPACE, values, ready)
+        endpoint = self.add(tls_service(), [ns])
+        self.add(
             service_monitor(args.monitoring.scrape_interval_seconds),
-            self,
-            provider,
-            depends_on=[self.release, endpoint, *depends_on],
+            [self.release, endpoint, *self.waits_for],
         )
-        self.register_outputs({"trackingUri": TRACKING_URI, "users": self.users})
+        return {"trackingUri": TRACKING_URI, "users": self.users}
 
     def _backup_secrets(
         self,
         spec: TrackingSpec,
         inputs: TrackingInputs,
         ns: pulumi.Resource,
-        provider: k8s.Provider,
     ) -> list[pulumi.Resource]:
         """The database backups' Secrets: the object store's access key (as secrets) and
         the site CA bundle where given; none without backups."""
@@ -237,15 +173,10 @@ class Tracking(pulumi.ComponentResource):
             pulumi.Output.secret(value) for value in inputs.backup_credentials
         )
         secrets: list[pulumi.Resource] = [
-            register(
-                backup_credentials_secret(access_key_id, secret_access_key),
-                self,
-                provider,
-                depends_on=[ns],
-            )
+            self.add(backup_credentials_secret(access_key_id, secret_access_key), [ns])
         ]
         if backup.endpoint_ca:
-            secrets.append(register(backup_ca_secret(backup), self, provider, depends_on=[ns]))
+            secrets.append(self.add(backup_ca_secret(backup), [ns]))
         return secrets
 
     def _team_users(
@@ -253,7 +184,6 @@ class Tracking(pulumi.ComponentResource):
         args: KubernetesPlatformArgs,
         given: Mapping[str, pulumi.Input[str]],
         admin: pulumi.Output[str],
-        team_namespaces: Mapping[str, pulumi.Resource],
         ns: pulumi.Resource,
         *,
         services: Mapping[str, pulumi.Input[str]],
@@ -263,7 +193,6 @@ class Tracking(pulumi.ComponentResource):
         (``services``: user name -> password; their Secrets are the services' own) and
         the script. Returns the latter (the release waits for them); ``self.users`` is
         the user names the users file holds (read back from it: not secret)."""
-        provider = args.provider
         passwords: dict[str, pulumi.Output[str]] = {}
         for team in args.teams:
             password = given.get(team.name)
@@ -272,11 +201,9 @@ class Tracking(pulumi.ComponentResource):
                 if password is not None
                 else admin.apply(functools.partial(_derived, team.name))
             )
-            register(
+            self.add(
                 team_credentials_secret(team.name, passwords[team.name]),
-                self,
-                provider,
-                depends_on=[team_namespaces[team.name]],
+                [self.team_namespaces[team.name]],
             )
         service_outputs = {u: pulumi.Output.secret(p) for u, p in services.items()}
         users = pulumi.Output.all(
@@ -284,8 +211,8 @@ class Tracking(pulumi.ComponentResource):
         ).apply(_users_file)
         self.users: pulumi.Output[list[str]] = pulumi.Output.unsecret(users.apply(_user_names))
         return (
-            register(team_users_secret(users), self, provider, depends_on=[ns]),
-            register(user_sync_configmap(), self, provider, depends_on=[ns]),
+            self.add(team_users_secret(users), [ns]),
+            self.add(user_sync_configmap(), [ns]),
         )
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import pulumi
 
 from modules.k8s import netpol
-from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
+from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.security import restricted_container, restricted_pod
@@ -140,12 +140,8 @@ class StoreSettings:
     ssl_mode: str = "require"
 
 
-def tracking_namespace(kubernetes_version: str) -> Manifest:
-    return namespace(TRACKING_NAMESPACE, "restricted", kubernetes_version)
-
-
-def cnpg_namespace(kubernetes_version: str) -> Manifest:
-    return namespace(CNPG_NAMESPACE, "restricted", kubernetes_version)
+TRACKING_NS = PlatformNamespace(TRACKING_NAMESPACE)
+CNPG_NS = PlatformNamespace(CNPG_NAMESPACE)
 
 
 def credentials_secret(

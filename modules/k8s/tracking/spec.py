@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 import pulumi
 
-from modules.validation import Checker, TextFormat
+from modules.validation import Checker, TextFormat, bounded
 
 #: RDS instance classes of the burstable and general-purpose families MLflow's small,
 #: mostly-idle database fits (``db.t4g.medium``, ``db.m7g.large`` ...).
@@ -159,34 +159,23 @@ class TrackingSpec:
     enabled: bool = True
     admin_username: str = "admin"
     default_permission: Permission = "READ"
-    replicas: int = 1
-    cpu_millicores: int = 1000
-    memory_mib: int = 2048
+    replicas: int = bounded(1, 10, default=1)
+    cpu_millicores: int = bounded(250, 16_000, default=1000)
+    memory_mib: int = bounded(512, 65_536, default=2048)
     database_instance_class: str = "db.t4g.medium"
-    database_storage_gib: int = 20
+    database_storage_gib: int = bounded(20, 65_536, default=20)
     database_max_storage_gib: int = 100
-    database_backup_retention_days: int = 7
+    database_backup_retention_days: int = bounded(1, 35, default=7)
     database_multi_az: bool = False
-    database_instances: int = 2
-    artifact_storage_gib: int = 100
+    database_instances: int = bounded(1, 5, default=2)
+    artifact_storage_gib: int = bounded(1, 65_536, default=100)
     database_backup: DatabaseBackupSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
         check.matches("admin_username", self.admin_username, _USERNAME)
         check.one_of("default_permission", self.default_permission, get_args(Permission))
-        check.ranges(
-            self,
-            {
-                "replicas": (1, 10),
-                "cpu_millicores": (250, 16_000),
-                "memory_mib": (512, 65_536),
-                "database_storage_gib": (20, 65_536),
-                "database_backup_retention_days": (1, 35),
-                "database_instances": (1, 5),
-                "artifact_storage_gib": (1, 65_536),
-            },
-        )
+        check.ranges(self)
         check.require(
             self.database_max_storage_gib >= self.database_storage_gib
             and self.database_max_storage_gib <= 65_536,

@@ -15,6 +15,7 @@ from typing import Any
 
 from modules.k8s.common import Manifest, toleration
 from modules.k8s.names import TRAINER_GID, TRAINER_UID
+from modules.k8s.security import restricted_container, restricted_pod
 from modules.k8s.tenancy.quotas import allocatable_memory_gib, allocatable_vcpus
 from modules.pools import NodePoolProfile
 
@@ -92,29 +93,15 @@ def container_resources(pool: NodePoolProfile) -> dict[str, dict[str, str]]:
 
 def restricted_container_security() -> dict[str, Any]:
     """The restricted Pod Security profile for one container: non-root, read-only root
-    filesystem, no capabilities, RuntimeDefault seccomp (training and inference pods)."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": TRAINER_GID,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        # EFA and InfiniBand verbs need locked memory, which the node's container
-        # runtime grants through RLIMIT_MEMLOCK; no added capability (IPC_LOCK) needed.
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    filesystem, no capabilities, RuntimeDefault seccomp (training and inference pods).
+    EFA and InfiniBand verbs need locked memory, which the node's container runtime grants
+    through RLIMIT_MEMLOCK; no added capability (IPC_LOCK) needed."""
+    return restricted_container(RUN_AS_USER, TRAINER_GID)
 
 
 def pod_security_context() -> dict[str, Any]:
     """The pod's security context: the trainer's UID/GID, and the volumes' group."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": TRAINER_GID,
-        "fsGroup": TRAINER_GID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    return restricted_pod(RUN_AS_USER, TRAINER_GID)
 
 
 def scratch_volumes(

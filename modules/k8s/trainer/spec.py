@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from modules.k8s import netpol
-from modules.k8s.common import Manifest, metadata, namespace, system_node_selector
+from modules.k8s import netpol, rbac
+from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.names import team_group, team_namespace
 from modules.k8s.site.oidc import OidcSpec
 from modules.k8s.versions import Chart
@@ -200,9 +200,8 @@ def trainer_values(spec: TrainerSpec) -> dict[str, Any]:
     }
 
 
-def trainer_namespace(kubernetes_version: str) -> Manifest:
-    """The controllers' namespace: restricted (both run non-root, no capabilities)."""
-    return namespace(TRAINER_NAMESPACE, "restricted", kubernetes_version)
+#: The controllers' namespace: restricted (both run non-root, no capabilities).
+TRAINER_NS = PlatformNamespace(TRAINER_NAMESPACE)
 
 
 def network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
@@ -240,44 +239,29 @@ def team_trainjob_rbac(team: str, oidc: OidcSpec | None = None) -> list[Manifest
     subjects are the team's groups as its namespace's ``edit`` binding names them:
     ``team:<name>``, and on premises with OpenID Connect the identity provider's group."""
     ns = team_namespace(team)
-    groups = [team_group(team)]
+    team_groups = [team_group(team)]
     if oidc is not None:
-        groups.append(oidc.team_group(team))
+        team_groups.append(oidc.team_group(team))
+    rules = [
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["trainjobs"],
+            "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"],
+        },
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["trainjobs/status"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": ["jobset.x-k8s.io"],
+            "resources": ["jobsets", "jobsets/status"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
     return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": metadata("trainjob-editor", ns),
-            "rules": [
-                {
-                    "apiGroups": ["trainer.kubeflow.org"],
-                    "resources": ["trainjobs"],
-                    "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"],
-                },
-                {
-                    "apiGroups": ["trainer.kubeflow.org"],
-                    "resources": ["trainjobs/status"],
-                    "verbs": ["get"],
-                },
-                {
-                    "apiGroups": ["jobset.x-k8s.io"],
-                    "resources": ["jobsets", "jobsets/status"],
-                    "verbs": ["get", "list", "watch"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": metadata("team-trainjob-editor", ns),
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "trainjob-editor",
-            },
-            "subjects": [
-                {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}
-                for group in groups
-            ],
-        },
+        rbac.role(metadata("trainjob-editor", ns), rules),
+        rbac.role_binding(
+            metadata("team-trainjob-editor", ns), "trainjob-editor", rbac.groups(team_groups)
+        ),
     ]

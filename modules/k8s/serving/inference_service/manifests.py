@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modules.k8s import netpol
+from modules.k8s import netpol, rbac
 from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.security import restricted_pod
@@ -88,11 +88,7 @@ def endpoint_certificate(spec: InferenceServiceSpec) -> dict[str, Any]:
     return {
         "apiVersion": "cert-manager.io/v1",
         "kind": "Certificate",
-        "metadata": {
-            "name": tls_secret_name(spec),
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
+        "metadata": _meta(spec, tls_secret_name(spec)),
         "spec": {
             "secretName": tls_secret_name(spec),
             "dnsNames": [
@@ -154,11 +150,7 @@ def proxy_configmap(spec: InferenceServiceSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": f"{spec.name}-auth",
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
+        "metadata": _meta(spec, f"{spec.name}-auth"),
         "data": {PROXY_CONFIG_FILE: proxy_config(spec)},
     }
 
@@ -234,6 +226,12 @@ def _labels(spec: InferenceServiceSpec) -> dict[str, str]:
     }
 
 
+def _meta(spec: InferenceServiceSpec, name: str) -> dict[str, Any]:
+    """The metadata of one of the InferenceService's objects: ``name``, in its namespace,
+    with its labels."""
+    return {"name": name, "namespace": spec.namespace, "labels": _labels(spec)}
+
+
 def _model(spec: InferenceServiceSpec, version: ModelVersion) -> dict[str, Any]:
     return {
         # KServe's name for the model server container (the canary's CRD schema
@@ -307,12 +305,7 @@ def inference_service_manifest(
     return {
         "apiVersion": KSERVE_API,
         "kind": "InferenceService",
-        "metadata": {
-            "name": spec.name,
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-            "annotations": annotations,
-        },
+        "metadata": {**_meta(spec, spec.name), "annotations": annotations},
         "spec": isvc_spec,
     }
 
@@ -369,50 +362,20 @@ def client_egress_policies(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
 
 
 def caller_role(spec: InferenceServiceSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {
-            "name": f"{spec.name}-caller",
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "rules": [
-            {
-                "apiGroups": ["serving.kserve.io"],
-                "resources": [f"inferenceservices/{PROXY_SUBRESOURCE}"],
-                "resourceNames": [spec.name],
-                # POST (infer) maps to create, GET (ready, metadata) to get.
-                "verbs": ["create", "get"],
-            }
-        ],
+    calling = {
+        "apiGroups": ["serving.kserve.io"],
+        "resources": [f"inferenceservices/{PROXY_SUBRESOURCE}"],
+        "resourceNames": [spec.name],
+        # POST (infer) maps to create, GET (ready, metadata) to get.
+        "verbs": ["create", "get"],
     }
+    return rbac.role(_meta(spec, f"{spec.name}-caller"), [calling])
 
 
 def caller_binding(spec: InferenceServiceSpec) -> dict[str, Any]:
     """Every ServiceAccount of each client namespace may call the endpoint."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {
-            "name": f"{spec.name}-callers",
-            "namespace": spec.namespace,
-            "labels": _labels(spec),
-        },
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": f"{spec.name}-caller",
-        },
-        "subjects": [
-            {
-                "kind": "Group",
-                "apiGroup": "rbac.authorization.k8s.io",
-                "name": f"system:serviceaccounts:{ns}",
-            }
-            for ns in sorted(spec.client_namespaces)
-        ],
-    }
+    callers = rbac.service_accounts_of(sorted(spec.client_namespaces))
+    return rbac.role_binding(_meta(spec, f"{spec.name}-callers"), f"{spec.name}-caller", callers)
 
 
 def inference_service_manifests(

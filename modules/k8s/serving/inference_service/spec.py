@@ -267,18 +267,21 @@ class InferenceServiceSpec:
     @property
     def cpu(self) -> int:
         """CPU per replica in millicores."""
-        if self.cpu_millicores is not None:
-            return self.cpu_millicores
-        share = self.pool.gpus_per_node * self.pool.gpu_replicas if self.pool.has_gpus else 4
-        return max(100, cpu_request_millicores(self.pool) // share)
+        return self._per_replica(self.cpu_millicores, cpu_request_millicores(self.pool), 100)
 
     @property
     def memory(self) -> int:
         """Memory per replica in MiB."""
-        if self.memory_mib is not None:
-            return self.memory_mib
+        return self._per_replica(self.memory_mib, memory_request_mib(self.pool), 256)
+
+    def _per_replica(self, given: int | None, node_request: int, floor: int) -> int:
+        """``given`` where set; otherwise a replica's share of what a node of the pool
+        can request (one replica per GPU, or a quarter of a CPU node), at least
+        ``floor``."""
+        if given is not None:
+            return given
         share = self.pool.gpus_per_node * self.pool.gpu_replicas if self.pool.has_gpus else 4
-        return max(256, memory_request_mib(self.pool) // share)
+        return max(floor, node_request // share)
 
     @property
     def canary_replicas(self) -> int:

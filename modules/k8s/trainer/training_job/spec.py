@@ -44,6 +44,17 @@ Framework = Literal["torch", "deepspeed", "mpi"]
 Launcher = Literal["trainer", "indexed-job"]
 
 
+#: The counts and sizes with a floor: field -> (floor, what is allowed). Unset (None) is
+#: the default where the field may be unset.
+_FLOORS = {
+    "min_busbw_gbps": (0, ">= 0"),
+    "max_restarts": (0, ">= 0"),
+    "backoff_limit": (0, ">= 0"),
+    "shm_size_gib": (1, ">= 1 (or unset for the default)"),
+    "scratch_size_gib": (1, ">= 1"),
+}
+
+
 @dataclass(frozen=True)
 class TrainingJobSpec:
     """One training job: which preset, on which pool, queued how, saved where.
@@ -282,14 +293,9 @@ class TrainingJobSpec:
                 f"a threshold in GB/s: pool {self.pool.name}'s instance type "
                 f"{self.pool.instance_type!r} has none in workloads.training.fabric.MIN_BUSBW_GBPS",
             )
-        check.require(
-            self.min_busbw_gbps is None or self.min_busbw_gbps >= 0,
-            "min_busbw_gbps",
-            self.min_busbw_gbps,
-            ">= 0",
-        )
-        check.require(self.max_restarts >= 0, "max_restarts", self.max_restarts, ">= 0")
-        check.require(self.backoff_limit >= 0, "backoff_limit", self.backoff_limit, ">= 0")
+        for name, (floor, expected) in _FLOORS.items():
+            value = getattr(self, name)
+            check.require(value is None or value >= floor, name, value, expected)
         check.require(
             1024 <= self.metrics_port <= 65535
             and self.metrics_port not in (DCGM_EXPORTER_PORT, RDZV_PORT),
@@ -304,13 +310,6 @@ class TrainingJobSpec:
             self.termination_grace_period_s,
             f"more than torchrun's {TORCHRUN_SIGTERM_WINDOW_S} s checkpoint window",
         )
-        check.require(
-            self.shm_size_gib is None or self.shm_size_gib >= 1,
-            "shm_size_gib",
-            self.shm_size_gib,
-            ">= 1 (or unset for the default)",
-        )
-        check.require(self.scratch_size_gib >= 1, "scratch_size_gib", self.scratch_size_gib, ">= 1")
         check.require(
             self.checkpoint_mount_path.startswith("/"),
             "checkpoint_mount_path",
