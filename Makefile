@@ -146,8 +146,8 @@ CODE_data      := $(DATA_JOB)
 CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
-	tests/test_readme_commands.py tests/test_verb_dependencies.py tests/workloads/test_deploy.py \
-	tests/workloads/test_job_tracking.py
+	tests/test_readme_commands.py tests/test_user_errors.py tests/test_verb_dependencies.py \
+	tests/workloads/test_deploy.py tests/workloads/test_job_tracking.py
 TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \
 	compat config data elastic engines entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
 	profile trainer_image_boundary tracking_client train))

@@ -13,12 +13,17 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.support.user_errors import ENVIRONMENT_VARIABLE, NO_CREDENTIALS, make_variables_read
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: The README and the guides: their `make` commands and variables must be the Makefile's.
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 #: Commands that need what this machine and CI do not have, by the command's start.
 NOT_OFFLINE: dict[str, str] = {
@@ -29,8 +34,12 @@ NOT_OFFLINE: dict[str, str] = {
     "make audit": "reads a live AWS account (tested against moto in tests/policies)",
     ".venv/bin/python -m policies.audit": "reads a live AWS account (tested against moto)",
     "make review PLAN=file.json": "file.json stands for the user's own plan",
-    # The walkthrough "From a checkpoint to a served model" runs in its own test below.
-    "make train ARGS=": "the walkthrough (test_the_walkthrough_serves_a_model)",
+    # The walkthroughs "From a checkpoint to a served model" and "Tracked, registered and
+    # promoted" run in their own tests below.
+    "make train ARGS=": "the walkthroughs (test_the_walkthrough_serves_a_model, ...)",
+    "make track TRACK_PORT=5001": "the tracked walkthrough (test_the_tracked_walkthrough_...)",
+    "make register RUN=<run id> TRACK_PORT=5001": "the tracked walkthrough",
+    "make promote NAME=tiny TRACK_PORT=5001": "the tracked walkthrough",
     "make export CHECKPOINT=build/demo/": "the walkthrough",
     "make serve MODEL=build/export/demo": "the walkthrough",
     "curl -s -X POST http://127.0.0.1:8080/": "the walkthrough",
@@ -48,6 +57,7 @@ NOT_OFFLINE: dict[str, str] = {
     "make rollback": "needs a registered model on a tracking server, tested in tests/workloads",
     "make export": "needs a checkpoint, tested in tests/workloads",
     "make lock": "needs PyPI and rewrites locks/",
+    "make pii-eval": "a minute of PII scanning; its figures are in docs/data.md",
     "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
     "make features": "installs .venv-features from PyPI; run by tests/features/test_serving.py",
     "make bench-features": "minutes of benchmarking after make features; figures in BENCHMARKS.md",
@@ -58,13 +68,6 @@ RUN_ANYWAY = {"make bootstrap ARGS=--dry-run"}
 
 #: Commands run as written, with the exit code the README promises (default 0).
 EXPECTED_EXIT: dict[str, int] = {}
-
-#: No credentials reach the commands: what needs an account must say so, not use one.
-NO_CREDENTIALS = {
-    "AWS_CONFIG_FILE": "/nonexistent",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
 
 
 def readme_commands() -> list[str]:
@@ -166,10 +169,10 @@ def test_readme_command_runs_as_documented(command: str) -> None:
 WALKTHROUGH = "## From a checkpoint to a served model"
 
 
-def walkthrough_commands() -> list[str]:
-    """The commands of the README's walkthrough section, in order."""
+def walkthrough_commands(heading: str = WALKTHROUGH) -> list[str]:
+    """The commands of the README's walkthrough section under ``heading``, in order."""
     text = README.read_text()
-    section = text[text.index(WALKTHROUGH) :]
+    section = text[text.index(heading) :]
     section = section[: section.index("\n## ", 1)]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL):
@@ -217,3 +220,122 @@ def test_the_walkthrough_serves_a_model() -> None:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+TRACKED = "## Tracked, registered and promoted"
+#: The tracked walkthrough's server (`make track TRACK_PORT=5001`).
+TRACKED_SERVER = "http://127.0.0.1:5001"
+
+
+def run_as_written(command: str) -> str:
+    """Run a README command from the repository root; its stdout, or a failed test."""
+    result = subprocess.run(
+        command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_the_tracked_walkthrough_registers_a_challenger_and_promotes_it() -> None:
+    """The second walkthrough as the README shows it, after the first (its two runs go
+    on from the first one's checkpoint folder): a tracking server, two tracked runs each
+    registered, their ids read from training's output as the README says, and the dry
+    run of `make promote`, which needs the challenger the second registration made."""
+    track, train, register, train_again, register_again, promote = walkthrough_commands(TRACKED)
+    assert track.startswith("make track") and promote.startswith("make promote")
+    assert "<run id>" in register and "<run id>" in register_again
+    server = subprocess.Popen(
+        ["timeout", "900", *shlex.split(track)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, f"{track} exited {server.returncode}"
+            try:
+                with urllib.request.urlopen(f"{TRACKED_SERVER}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{track} did not answer /health"
+            time.sleep(1)
+        aliases = []
+        for trained, registered in ((train, register), (train_again, register_again)):
+            run_ids = re.findall(r"runs/([0-9a-f]{32})", run_as_written(trained))
+            assert run_ids, f"{trained} printed no `View run` line: no run was tracked"
+            said = run_as_written(registered.replace("<run id>", run_ids[-1]))
+            aliases += re.findall(r"alias '(\w+)' now names version", said)
+        # On a new registry: champion, then challenger; on one the walkthrough filled
+        # before, both are challengers. Either way there is one for promote to move.
+        assert len(aliases) == 2 and aliases[1] == "challenger", aliases
+        said = run_as_written(promote)
+        assert "would move" in said and "is unchanged (dry run)" in said, said
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+# --- the docs and the Makefile agree on variable names (issue 30, item 5) -------------
+
+#: ``make <verb> VAR=value ...``: the verb and its assignments (values may be quoted).
+MAKE_ASSIGNMENTS = re.compile(
+    r"\bmake ([a-z][a-z-]*)((?:[ \t]+[A-Z][A-Z0-9_]*=(?:'[^'\n]*'|\"[^\"\n]*\"|[^\s`'\"]*))+)"
+)
+
+
+def documented_make_variables() -> dict[str, set[str]]:
+    """Each verb and the variables the docs give it in a ``make <verb> VAR=...``."""
+    found: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for verb, assignments in MAKE_ASSIGNMENTS.findall(doc.read_text()):
+            unquoted = re.sub(r"(['\"]).*?\1", "", assignments)
+            names = re.findall(r"(?:^|\s)([A-Z][A-Z0-9_]*)=", unquoted)
+            found.setdefault(verb, set()).update(names)
+    return found
+
+
+def test_the_docs_give_each_verb_variables_it_reads() -> None:
+    """Every ``make <verb> VAR=...`` in the README and docs/ names a variable that verb's
+    commands read: make runs it (``make -n``) with a marker for each, and every marker
+    must reach the commands. A variable make ignores would be ignored silently."""
+    documented = documented_make_variables()
+    assert {"data", "train", "register", "serve"} <= documented.keys()  # the parser works
+    ignored = []
+    for verb, names in sorted(documented.items()):
+        markers = {name: f"doc-marker-{name.lower()}" for name in sorted(names)}
+        result = subprocess.run(
+            ["make", "-n", "--no-print-directory", verb]
+            + [f"{name}={marker}" for name, marker in markers.items()],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"make -n {verb}: {result.stderr[-2000:]}"
+        ignored += [f"make {verb} {name}=" for name, m in markers.items() if m not in result.stdout]
+    assert not ignored, f"the docs give variables these verbs do not read: {ignored}"
+
+
+def test_the_docs_name_only_variables_make_reads() -> None:
+    """A ``NAME=`` the docs name in a paragraph about a make verb (``naming
+    `WORKDIR=` ``) is one the Makefile reads, or an environment variable."""
+    read = make_variables_read((ROOT / "Makefile").read_text())
+    unread = []
+    for doc in DOCS:
+        for paragraph in re.split(r"\n\s*\n", doc.read_text()):
+            if not re.search(r"\bmake [a-z]", paragraph):
+                continue
+            unread += [
+                f"{doc.relative_to(ROOT)}: {name}="
+                for name in re.findall(r"`([A-Z][A-Z0-9_]*)=", paragraph)
+                if name not in read and not ENVIRONMENT_VARIABLE.match(name)
+            ]
+    assert not unread, f"the docs name variables the Makefile does not read: {unread}"
