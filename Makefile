@@ -166,7 +166,7 @@ print-environments: ## each environment's venv, checked code and tests, one line
 		echo "$(env) tests $(TESTS_$(env))";)
 
 plan: $(DEPS_plan) ## offline plan of STACK (default uae-prod) -> build/plan/STACK.json
-	@$(PY) -m stacks.offline_plan $(STACK)
+	@$(PY) -m stacks.offline_plan '$(STACK)'
 
 plan-all: $(DEPS_plan) ## offline plan of every shipped stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
@@ -177,8 +177,8 @@ REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDE
 
 review: $(DEPS_plan) ## policy review of STACK's plan (or PLAN=file.json; PACK_CONFIG=, RENDERED=) -> build/review/NAME/
 	@if [ -n "$(PLAN)" ]; then $(call exact,$(PY) -m policies.review --plan "$(PLAN)" $(REVIEW_ARGS)); \
-	else $(PY) -m stacks.offline_plan --quiet $(STACK) \
-		&& $(call exact,$(PY) -m policies.review --plan build/plan/$(STACK).json $(REVIEW_ARGS)); fi
+	else $(PY) -m stacks.offline_plan --quiet '$(STACK)' \
+		&& $(call exact,$(PY) -m policies.review --plan 'build/plan/$(STACK).json' $(REVIEW_ARGS)); fi
 
 review-all: $(DEPS_plan) ## policy review of every shipped stack
 	@for s in $(STACKS); do $(MAKE) --no-print-directory review STACK=$$s || exit 1; done
@@ -338,7 +338,7 @@ gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/
 .PHONY: cost prices-refresh
 
 cost: $(DEPS_plan) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
-	@$(PY) -m stacks.cost $(STACK)
+	@$(PY) -m stacks.cost '$(STACK)'
 
 prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh

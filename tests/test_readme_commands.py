@@ -339,3 +339,35 @@ def test_the_docs_name_only_variables_make_reads() -> None:
                 if name not in read and not ENVIRONMENT_VARIABLE.match(name)
             ]
     assert not unread, f"the docs name variables the Makefile does not read: {unread}"
+
+
+def test_the_docs_run_each_module_in_its_own_environment() -> None:
+    """``.venv-<env>/bin/python -m <module>`` in the README and docs/ names the
+    environment whose code holds the module (the Makefile's CODE_<env>): another
+    environment lacks its image's packages."""
+    listing = subprocess.run(
+        ["make", "--no-print-directory", "-s", "print-environments"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    venvs = {env: rest for env, key, rest in (line.split(" ", 2) for line in listing) if key == "venv"}
+    code = {env: rest.split() for env, key, rest in (line.split(" ", 2) for line in listing) if key == "code"}
+
+    def environment_of(module: Path) -> str:
+        for env, paths in code.items():
+            if any(module == Path(p) or Path(p) in module.parents for p in paths):
+                return venvs[env]
+        return ""
+
+    wrong = []
+    for doc in DOCS:
+        for venv, module in re.findall(r"(\.venv[\w-]*)/bin/python -m ([\w.]+)", doc.read_text()):
+            path = Path(*module.split("."))
+            file = next((f for f in (path.with_suffix(".py"), path / "__main__.py")
+                         if (ROOT / f).is_file()), None)  # fmt: skip
+            if file is not None and environment_of(file) not in ("", venv):
+                wrong.append(f"{doc.relative_to(ROOT)}: {venv} -m {module} ({environment_of(file)})")
+    assert not wrong, f"the docs run these modules in another environment's Python: {wrong}"

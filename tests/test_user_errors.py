@@ -248,20 +248,20 @@ CASES = [
          2, "{home}/notes"),
     # --- features, bench-features (features) --------------------------------------------
     Case("features-no-customers", "arguments",
-         "make features FEATURES_DIR={home}/fs ARGS='--customers 0'", 2, "--customers",
+         "make features WORKDIR={home}/fs ARGS='--customers 0'", 2, "--customers",
          issue="wrong 7"),
-    Case("features-busy-port", "ports", "make features FEATURES_DIR={home}/fs PORT={busy}", 2,
+    Case("features-busy-port", "ports", "make features WORKDIR={home}/fs PORT={busy}", 2,
          "{busy}", issue="wrong 8"),
-    Case("features-port-not-a-number", "ports", "make features FEATURES_DIR={home}/fs PORT=abc",
+    Case("features-port-not-a-number", "ports", "make features WORKDIR={home}/fs PORT=abc",
          2, "'abc'"),
-    Case("features-dir-is-the-users-folder", "paths", "make features FEATURES_DIR={home}/notes",
+    Case("features-dir-is-the-users-folder", "paths", "make features WORKDIR={home}/notes",
          2, "was not made by this command", issue="wrong 9"),
-    Case("features-dir-is-a-file", "paths", "make features FEATURES_DIR={home}/afile", 2,
+    Case("features-dir-is-a-file", "paths", "make features WORKDIR={home}/afile", 2,
          "is a file", issue="wrong 9"),
     Case("features-tracking-uri-not-a-url", "URIs",
-         "make features FEATURES_DIR={home}/fs TRACKING_URI=htp:/nowhere", 2, "htp:/nowhere"),
+         "make features WORKDIR={home}/fs TRACKING_URI=htp:/nowhere", 2, "htp:/nowhere"),
     Case("bench-features-before-features", "paths",
-         "make bench-features FEATURES_DIR={home}/fs", 2, "run `make features`"),
+         "make bench-features WORKDIR={home}/fs", 2, "run `make features`"),
     # --- pipeline (pipelines) -----------------------------------------------------------
     Case("pipeline-without-source", "arguments", "make pipeline", 2, "give SOURCE="),
     Case("pipeline-missing-source", "paths",
@@ -392,7 +392,11 @@ def results(
             }
             done = {name: future.result() for name, future in futures.items()}
     cpu = sum(result.outcome.cpu_s for result in done.values())
-    print(f"\nuser errors: {len(done)} cases, {cpu:.1f} s CPU")
+    costly = sorted(done.items(), key=lambda item: -item[1].outcome.cpu_s)[:5]
+    print(
+        f"\nuser errors: {len(done)} cases, {cpu:.1f} s CPU; most: "
+        + ", ".join(f"{name} {result.outcome.cpu_s:.1f} s" for name, result in costly)
+    )
     yield done
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import signal
@@ -115,10 +116,16 @@ class Outcome:
     timed_out: bool
 
     def message_lines(self) -> list[str]:
-        """The command's lines on stderr, make's own left out."""
-        return [
+        """The command's lines on stderr: make's own left out, and argparse's usage
+        summary above its one ``<prog>: error: ...`` line."""
+        lines = [
             line for line in self.stderr.splitlines() if line.strip() and not MAKE_LINE.match(line)
         ]
+        usage = next((i for i, line in enumerate(lines) if line.startswith("usage: ")), None)
+        error = next((i for i, line in enumerate(lines) if ": error: " in line), None)
+        if usage is not None and error is not None and usage < error:
+            del lines[usage:error]
+        return lines
 
 
 def run(
@@ -191,7 +198,7 @@ TEXT = (
 def _write_shard(path: Path, tokens: int) -> None:
     """A byte-tokenizer shard of ``tokens`` tokens (the trainer's format)."""
     body = (TEXT.encode() * (tokens // len(TEXT) + 1))[:tokens]
-    path.write_bytes(pack_header(tokens, BYTE_VOCAB_SIZE) + array("H", body).tobytes())
+    path.write_bytes(pack_header(tokens, BYTE_VOCAB_SIZE) + array("H", list(body)).tobytes())
 
 
 def _dataset(path: Path, train_tokens: int, *, manifest: bool) -> None:
@@ -209,7 +216,7 @@ def user_tree(home: Path) -> None:
     - ``notes/``: a folder of the user's own text, no shards, no dataset;
     - ``no-sources/``: a folder without a ``.txt`` or ``.jsonl`` file;
     - ``afile``: a plain file, where a directory is expected;
-    - ``bad.json``: malformed JSON; ``plan.json``: a plan of no resources;
+    - ``bad.json``: malformed JSON; ``plan.json``: a plan of one resource, the stack;
     - ``corrupt-ckpt/step_000010/``: a checkpoint whose ``.metadata`` is garbage;
     - ``bad-export/``: a model directory whose model card is malformed;
     - ``data-bad-manifest/``: shards with a ``manifest.json`` that is not JSON;
@@ -225,7 +232,8 @@ def user_tree(home: Path) -> None:
     (home / "no-sources" / "readme.md").write_text("not a source file\n")
     (home / "afile").write_text("a file, not a directory\n")
     (home / "bad.json").write_text('{"steps": [ this is not json\n')
-    (home / "plan.json").write_text('{"steps": []}\n')
+    stack = {"urn": "urn:pulumi:dev::p::pulumi:pulumi:Stack::p-dev", "type": "pulumi:pulumi:Stack"}
+    (home / "plan.json").write_text(json.dumps({"steps": [{"op": "create", "newState": stack}]}))
     step = home / "corrupt-ckpt" / "step_000010"
     step.mkdir(parents=True)
     (step / ".metadata").write_bytes(b"\x80\x04garbage, not a pickle")
@@ -289,21 +297,22 @@ def closed_port() -> int:
 
 
 def lock_path(out: Path) -> Path:
-    """The lock a run of `make data` or `make export` holds next to its OUT while it
-    writes there."""
-    return out.with_name(f".{out.name}.lock")
+    """The lock a run of `make data` or `make export` holds beside its OUT while it
+    writes there: ``<OUT>.lock`` (`workloads.output_lock`)."""
+    return out.with_name(out.name + ".lock")
 
 
 @contextlib.contextmanager
 def held(out: Path) -> Iterator[None]:
-    """OUT as a first run holds it while it runs: its lock (`lock_path`) taken with
-    ``flock`` by a live process, this one, whose id it holds."""
+    """OUT as a first run holds it while it runs: its lock file (`lock_path`) held with
+    ``flock`` by a live process, this one, and naming it as the run's lock does."""
     path = lock_path(out)
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": "", "command": "make"}
     with path.open("a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
-        handle.write(f"{os.getpid()}\n")
+        handle.write(json.dumps(holder))
         handle.flush()
         try:
             yield
