@@ -246,6 +246,14 @@ def test_the_tracked_walkthrough_registers_a_challenger_and_promotes_it() -> Non
     track, train, register, train_again, register_again, promote = walkthrough_commands(TRACKED)
     assert track.startswith("make track") and promote.startswith("make promote")
     assert "<run id>" in register and "<run id>" in register_again
+    # Its runs go on from the first walkthrough's checkpoint folder (test above), or from
+    # scratch: one that this walkthrough already took past its first run's step would
+    # make that run train nothing (the README says so), so it starts again.
+    folder = ROOT / re.findall(r"--ckpt-dir (\S+)", train)[0]
+    first_steps = int(re.findall(r"--steps (\d+)", train)[0])
+    steps = [int(p.name[5:]) for p in folder.glob("step_*") if p.name[5:].isdigit()]
+    if steps and max(steps) >= first_steps:
+        shutil.rmtree(folder)
     server = subprocess.Popen(
         ["timeout", "900", *shlex.split(track)],
         cwd=ROOT,
@@ -352,22 +360,25 @@ def test_the_docs_run_each_module_in_its_own_environment() -> None:
         text=True,
         timeout=60,
         check=True,
-    ).stdout.splitlines()
-    venvs = {env: rest for env, key, rest in (line.split(" ", 2) for line in listing) if key == "venv"}
-    code = {env: rest.split() for env, key, rest in (line.split(" ", 2) for line in listing) if key == "code"}
+    ).stdout
+    lists: dict[str, dict[str, list[str]]] = {}
+    for line in listing.splitlines():
+        env, key, *values = line.split()
+        lists.setdefault(env, {})[key] = values
 
-    def environment_of(module: Path) -> str:
-        for env, paths in code.items():
-            if any(module == Path(p) or Path(p) in module.parents for p in paths):
-                return venvs[env]
+    def venv_of(module: str) -> str:
+        """The venv whose code holds ``module`` ("" for one that is not the project's)."""
+        path = Path(*module.split("."))
+        for file in (path.with_suffix(".py"), path / "__main__.py"):
+            for named in lists.values():
+                if any(file == Path(p) or Path(p) in file.parents for p in named["code"]):
+                    return named["venv"][0]
         return ""
 
-    wrong = []
-    for doc in DOCS:
-        for venv, module in re.findall(r"(\.venv[\w-]*)/bin/python -m ([\w.]+)", doc.read_text()):
-            path = Path(*module.split("."))
-            file = next((f for f in (path.with_suffix(".py"), path / "__main__.py")
-                         if (ROOT / f).is_file()), None)  # fmt: skip
-            if file is not None and environment_of(file) not in ("", venv):
-                wrong.append(f"{doc.relative_to(ROOT)}: {venv} -m {module} ({environment_of(file)})")
+    wrong = [
+        f"{doc.relative_to(ROOT)}: {venv}/bin/python -m {module} (its code is {venv_of(module)}'s)"
+        for doc in DOCS
+        for venv, module in re.findall(r"(\.venv[\w-]*)/bin/python -m ([\w.]+)", doc.read_text())
+        if venv_of(module) not in ("", venv)
+    ]
     assert not wrong, f"the docs run these modules in another environment's Python: {wrong}"

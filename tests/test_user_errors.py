@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -370,13 +369,13 @@ def run_case(case: Case, base: Path, ports: dict[str, int]) -> Result:
 @pytest.fixture(scope="module")
 def results(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Result]]:
+) -> dict[str, Result]:
     """Every selected case's result, the cases run in parallel (subprocesses)."""
     for venv in sorted(set(VENVS.values())):
         if not (ROOT / venv / "bin" / "python").exists():
             pytest.fail(f"these cases need {venv}; `make setup` creates every environment")
     selected = {
-        item.callspec.params["case"].id
+        item.callspec.id  # the case's id (`ids=` below)
         for item in request.session.items
         if isinstance(item, pytest.Function)
         and item.originalname == "test_a_user_error_is_one_clear_message"
@@ -397,7 +396,7 @@ def results(
         f"\nuser errors: {len(done)} cases, {cpu:.1f} s CPU; most: "
         + ", ".join(f"{name} {result.outcome.cpu_s:.1f} s" for name, result in costly)
     )
-    yield done
+    return done
 
 
 def problems(case: Case, result: Result) -> list[str]:
