@@ -439,12 +439,15 @@ def test_the_codes_are_the_readmes() -> None:
     """Each case's command behind its verb is in the README's "Exit codes" table, and
     the table gives that code for it."""
     table = documented_codes()
-    wrong = []
+    wrong: dict[str, list[str]] = {}
     for case in CASES:
         modules = behind(case)
         documented = [module for module in modules if module in table]
         if not documented:
-            wrong.append(f"{case.id}: {' / '.join(modules)} is not in the table")
+            wrong.setdefault(f"{' / '.join(modules)} is not in the table", []).append(case.id)
         elif not any(case.code in table[module] for module in documented):
-            wrong.append(f"{case.id}: the table gives no {case.code} for {documented}")
-    assert not wrong, "README, Exit codes:\n" + "\n".join(sorted(set(wrong)))
+            problem = f"the table gives no {case.code} for {' / '.join(documented)}"
+            wrong.setdefault(problem, []).append(case.id)
+    assert not wrong, "README, Exit codes:\n" + "\n".join(
+        f"{problem} (cases {', '.join(ids)})" for problem, ids in sorted(wrong.items())
+    )
