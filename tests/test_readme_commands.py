@@ -11,6 +11,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -223,8 +224,6 @@ def test_the_walkthrough_serves_a_model() -> None:
 
 
 TRACKED = "## Tracked, registered and promoted"
-#: The tracked walkthrough's server (`make track TRACK_PORT=5001`).
-TRACKED_SERVER = "http://127.0.0.1:5001"
 
 
 def run_as_written(command: str) -> str:
@@ -251,6 +250,10 @@ def test_the_tracked_walkthrough_runs_as_written() -> None:
     for folder in re.findall(r"--ckpt-dir (\S+)", " ".join(commands)):
         if folder not in first_walkthrough:
             shutil.rmtree(ROOT / folder, ignore_errors=True)
+    # The README's port: a server already there (another checkout's) is not this one's.
+    port = int(re.findall(r"TRACK_PORT=(\d+)", track)[0])
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: stop that server"
     server = subprocess.Popen(
         ["timeout", "900", *shlex.split(track)],
         cwd=ROOT,
@@ -263,7 +266,7 @@ def test_the_tracked_walkthrough_runs_as_written() -> None:
         while True:
             assert server.poll() is None, f"{track} exited {server.returncode}"
             try:
-                with urllib.request.urlopen(f"{TRACKED_SERVER}/health", timeout=5) as answer:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
                     if answer.status == 200:
                         break
             except OSError:
