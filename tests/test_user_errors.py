@@ -308,13 +308,18 @@ def documented_codes() -> dict[str, set[int]]:
     """The README's "Exit codes" table: each command's module and the codes it gives."""
     section = README[README.index("## Exit codes") :]
     section = section[: section.index("\n## ", 1)]
-    header, _, *rows = [line for line in section.splitlines() if line.startswith("|")]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = [line for line in lines[start:] if line.startswith("|")]
+    # One table: a row after the prose below it would be rendered as text, not a row.
+    assert lines[start : start + len(table)] == table, "a README exit-code row is outside the table"
+    header, _, *rows = table
     codes = [int(cell) for cell in header.strip("|").split("|")[1:]]
     found: dict[str, set[int]] = {}
     for row in rows:
-        first, *cells = [cell.strip() for cell in row.strip("|").split("|")]
-        module = re.search(r"-m ([\w.]+)", first)
-        assert module, f"README exit-code row names no `-m module`: {first}"
+        command, *cells = [cell.strip() for cell in row.strip("|").split("|")]
+        module = re.search(r"-m ([\w.]+)", command)
+        assert module, f"README exit-code row names no `-m module`: {command}"
         found[module[1]] = {code for code, cell in zip(codes, cells, strict=True) if cell}
     return found
 
