@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.user_errors import ENVIRONMENT_VARIABLE, NO_CREDENTIALS, make_variables_read
+from tests.test_environments import ENVIRONMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -184,6 +185,28 @@ def walkthrough_commands(heading: str = WALKTHROUGH) -> list[str]:
     return commands
 
 
+def run_as_written(command: str) -> str:
+    """Run a README command from the repository root; its stdout, or a failed test."""
+    result = subprocess.run(
+        command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def serving(command: str, *, seconds: int) -> subprocess.Popen[bytes]:
+    """A README command that serves until stopped (Ctrl-C), started in a session of its
+    own (the test stops the whole of it) and killed after ``seconds`` in any case."""
+    return subprocess.Popen(
+        ["timeout", str(seconds), *shlex.split(command)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 @pytest.mark.slow
 def test_the_walkthrough_serves_a_model() -> None:
     """Train, export, serve and the exact curl request, as the README shows them."""
@@ -191,17 +214,8 @@ def test_the_walkthrough_serves_a_model() -> None:
     assert serve.startswith("make serve") and curl.startswith("curl ")
     shutil.rmtree(ROOT / "build" / "demo", ignore_errors=True)
     for command in (train, export):
-        result = subprocess.run(
-            command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
-        )
-        assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-    server = subprocess.Popen(
-        ["timeout", "300", *shlex.split(serve)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+        run_as_written(command)
+    server = serving(serve, seconds=300)
     try:
         deadline = time.monotonic() + 240
         answer = None
@@ -226,16 +240,6 @@ def test_the_walkthrough_serves_a_model() -> None:
 TRACKED = "## Tracked, registered and promoted"
 
 
-def run_as_written(command: str) -> str:
-    """Run a README command from the repository root; its stdout, or a failed test."""
-    result = subprocess.run(
-        command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
-    )
-    assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    return result.stdout + result.stderr
-
-
 @pytest.mark.slow
 def test_the_tracked_walkthrough_runs_as_written() -> None:
     """The second walkthrough as the README shows it, after the first: a tracking server
@@ -254,13 +258,7 @@ def test_the_tracked_walkthrough_runs_as_written() -> None:
     port = int(re.findall(r"TRACK_PORT=(\d+)", track)[0])
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: stop that server"
-    server = subprocess.Popen(
-        ["timeout", "900", *shlex.split(track)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = serving(track, seconds=900)
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -353,24 +351,12 @@ def test_the_docs_run_each_module_in_its_own_environment() -> None:
     """``.venv-<env>/bin/python -m <module>`` in the README and docs/ names the
     environment whose code holds the module (the Makefile's CODE_<env>): another
     environment lacks its image's packages."""
-    listing = subprocess.run(
-        ["make", "--no-print-directory", "-s", "print-environments"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    lists: dict[str, dict[str, list[str]]] = {}
-    for line in listing.splitlines():
-        env, key, *values = line.split()
-        lists.setdefault(env, {})[key] = values
 
     def venv_of(module: str) -> str:
         """The venv whose code holds ``module`` ("" for one that is not the project's)."""
         path = Path(*module.split("."))
         for file in (path.with_suffix(".py"), path / "__main__.py"):
-            for named in lists.values():
+            for named in ENVIRONMENTS.values():
                 if any(file == Path(p) or Path(p) in file.parents for p in named["code"]):
                     return named["venv"][0]
         return ""
