@@ -169,7 +169,7 @@ plan: $(DEPS_plan) ## offline plan of STACK (default uae-prod) -> build/plan/STA
 	@$(PY) -m stacks.offline_plan $(STACK)
 
 plan-all: $(DEPS_plan) ## offline plan of every shipped stack
-	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
+	@$(PY) -m stacks.offline_plan $(STACKS)
 
 # PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
 # RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
