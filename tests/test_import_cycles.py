@@ -23,6 +23,7 @@ Both sides of each are standard library only (`test_what_the_rooms_share_is_stan
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -224,7 +225,10 @@ def _component_of(module: str, graph: Mapping[str, list[Edge]]) -> list[str]:
     return sorted(_reach(module, graph) & _reach(module, graph, reverse=True))
 
 
+@functools.cache
 def project_graph() -> dict[str, list[Edge]]:
+    """The project's import graph, parsed once per session (four tests read it; none
+    changes it)."""
     return import_graph(project_modules(ROOT, ROOMS), ROOT)
 
 
