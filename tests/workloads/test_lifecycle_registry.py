@@ -198,6 +198,16 @@ def test_promote_and_rollback_move_the_aliases(
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     if not client.search_model_versions("name='tiny'"):
         assert register.main([first, "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    # Right after the first registration there is nothing to promote: one line that
+    # says what makes a challenger.
+    assert promote.main(["promote", "--name", "tiny", "--tracking-uri", uri, "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        "promote: model 'tiny' has no 'challenger' alias, so there is nothing to promote yet: "
+        "version 1, its only version, is the champion already. `make register RUN=<id>` of a "
+        "newer run makes its version the challenger; `make promote` then makes that the "
+        "champion\n"
+    )
     # A second run's version becomes the challenger, with the canary rollout printed.
     assert register.main([second, "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
@@ -235,6 +245,7 @@ def test_promote_and_rollback_move_the_aliases(
     assert promote.main(["promote", *argv]) == 2
     err = capsys.readouterr().err
     assert "model 'tiny' has no 'challenger' alias" in err and "Traceback" not in err
+    assert "its newest version, 2, is the champion already" in err
     assert aliases() == {"champion": "2", "previous": "1"}
 
     assert promote.main(["rollback", *argv, "--dry-run", "--runtime", "cpu"]) == 0
