@@ -71,6 +71,8 @@ class Holder:
 
 def lock_path(out: Path) -> Path:
     """The lock file of ``out``: beside it, never inside (OUT stays as the run leaves it)."""
+    if out.name in ("", ".."):  # "." or "..": the folder's own name
+        out = out.resolve()
     return out.with_name(out.name + SUFFIX)
 
 

@@ -431,14 +431,23 @@ def test_an_out_that_cannot_be_written_is_refused_before_spark(
         "(File exists); choose an OUT in a folder you can write\n"
     )
     copy = shutil.copytree(dataset, tmp_path / "dataset")
-    monkeypatch.setattr(job.os, "access", lambda path, mode: Path(path) != copy)
-    assert job.main([str(root), "--out", str(copy)]) == job.EXIT_USER_ERROR
+    with monkeypatch.context() as patch:
+        patch.setattr(job.os, "access", lambda path, mode: Path(path) != copy)
+        assert job.main([str(root), "--out", str(copy)]) == job.EXIT_USER_ERROR
     assert capsys.readouterr().err == (
         f"prepare: OUT {copy} is not writable; make it writable or choose another OUT. "
         "Nothing was changed.\n"
     )
     assert verify_dataset(copy) is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "dataset"]
+    # An OUT with no name of its own: no place beside it to build the dataset in.
+    monkeypatch.chdir(tmp_path / "dataset")
+    for out_arg in (".", ".."):
+        assert job.main([str(root), "--out", out_arg]) == job.EXIT_USER_ERROR
+        assert capsys.readouterr().err == (
+            f"prepare: OUT {out_arg} names no folder of its own; give one, e.g. "
+            "build/data/name\n"
+        )
 
 
 def test_a_failed_spark_job_is_one_line_naming_the_log(

@@ -46,8 +46,8 @@ ended without releasing it is taken over, saying so.
 
 What Spark's JVM, its Python workers and Py4J print (a Ctrl-C or a failed task prints
 hundreds of lines of Java and Python stack traces) goes to a log file in the system's
-temporary directory, not the terminal; the one line the job prints on a failure or an
-interrupt names it. Ctrl-C stops the job: Spark is stopped, the staging directory
+temporary directory (or ``--spark-log``), not the terminal; the one line the job prints
+on a failure or an interrupt names it. Ctrl-C stops the job: Spark is stopped, the staging directory
 removed, OUT left as it was, and the job exits 130.
 
 Exit status: 0 dataset written; 1 dataset refused by validation (nothing written); 2 bad
@@ -234,6 +234,8 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
     """Refuse an OUT this job may not replace; touches nothing."""
     if out.exists() and not out.is_dir():
         raise UserError(f"OUT {out} is a file; give a directory (absent, empty or a dataset)")
+    if out.name in ("", ".."):  # the dataset is renamed into OUT's place, beside it
+        raise UserError(f"OUT {out} names no folder of its own; give one, e.g. build/data/name")
     resolved = out.resolve()
     for source in sources:
         if resolved == source.path or resolved in source.path.parents:

@@ -17,8 +17,9 @@ names. So each command prints the exact ``pulumi config set``/``rm`` lines that 
 new champion (and no canary) into the stack, and the ``pulumi up`` that applies them;
 the storage paths come from the version's tags, written by `make register`.
 
-Exit status: 0 done (or dry run), 2 unknown model, a missing alias, an unreachable
-server.
+Exit status: 0 done (or dry run), 2 unknown model, a missing alias (right after the
+first `make register` there is no challenger yet, and the message says what makes one),
+a tracking URI that is not a server's URL, an unreachable server.
 """
 
 from __future__ import annotations
