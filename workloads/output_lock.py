@@ -82,7 +82,9 @@ def _read_holder(fd: int) -> Holder | None:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         body = json.loads(os.read(fd, 65536).decode("utf-8"))
-        return Holder(int(body["pid"]), str(body["host"]), str(body["started"]), str(body["command"]))
+        return Holder(
+            int(body["pid"]), str(body["host"]), str(body["started"]), str(body["command"])
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

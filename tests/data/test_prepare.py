@@ -445,8 +445,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_spark(
     for out_arg in (".", ".."):
         assert job.main([str(root), "--out", out_arg]) == job.EXIT_USER_ERROR
         assert capsys.readouterr().err == (
-            f"prepare: OUT {out_arg} names no folder of its own; give one, e.g. "
-            "build/data/name\n"
+            f"prepare: OUT {out_arg} names no folder of its own; give one, e.g. build/data/name\n"
         )
 
 
@@ -534,7 +533,8 @@ def test_ctrl_c_is_one_line_and_a_second_run_meanwhile_is_refused(
         err = capsys.readouterr().err
         assert err.startswith(
             f"prepare: OUT {out} is being written by another run (pid {process.pid} on "
-        ) and len(err.splitlines()) == 1
+        ), err
+        assert len(err.splitlines()) == 1
         os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=300)
     finally:

@@ -84,8 +84,7 @@ def ingest(source: Path, out: Path) -> dict[str, Any]:
         staging.mkdir()
     except OSError as err:  # a file where a folder should be, a read-only folder
         raise UserError(
-            f"OUT {out} cannot be written ({err.strerror}); choose an OUT in a folder you "
-            "can write"
+            f"OUT {out} cannot be written ({err.strerror}); choose an OUT in a folder you can write"
         ) from err
     try:
         files = [_copy(s, staging) for s in sources]

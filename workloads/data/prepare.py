@@ -353,6 +353,7 @@ def start_spark(
     driver_memory: str,
     local_dir: Path,
     event_log_dir: Path | None = None,
+    *,
     log: SparkLog | None = None,
 ) -> Any:
     """A local-mode SparkSession on ``java``, listening on loopback only, no UI;
@@ -464,10 +465,12 @@ class SparkLog:
         except OSError:
             return False
 
-    def finish(self) -> str:
-        """Remove the log when nothing was written to it; otherwise `` (Spark's own
-        output: <path>)`` for the job's last line."""
-        if self.written():
+    def finish(self, keep: bool) -> str:
+        """`` (Spark's own output: <path>)`` for the job's last line when ``keep`` (a
+        failed or interrupted job) and something was written; otherwise "", and the log
+        is removed (Spark's start-up notices are all a job that went well leaves in it),
+        unless the user named it."""
+        if keep and self.written():
             return f" (Spark's own output: {self.path})"
         if not self._existed:
             with contextlib.suppress(OSError):
@@ -1210,7 +1213,7 @@ def prepare(
             assert java is not None
             events = staging / "events" if places.event_log else None
             session = start_spark(
-                java, workers, driver_memory, staging / "spark-local", events, log
+                java, workers, driver_memory, staging / "spark-local", events, log=log
             )
         else:
             session = spark
@@ -1498,10 +1501,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(args.out, log)
     except (UserError, StoreError, JavaError, pii.PiiSetupError) as err:
-        print(f"prepare: {err}{log.finish() if log else ''}", file=sys.stderr)
+        if log:
+            log.finish(keep=False)
+        print(f"prepare: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except DatasetRefusedError as refused:
-        print(str(refused) + (log.finish() if log else ""), file=sys.stderr)
+        if log:
+            log.finish(keep=False)
+        print(str(refused), file=sys.stderr)
         if args.refusal_report is not None:
             args.refusal_report.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(args.refusal_report, {"validation": refused.report})
@@ -1512,16 +1519,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _interrupted(args.out, log)
         print(
             f"prepare: the Spark job failed ({type(err).__name__}: {_cause(err)}); OUT was "
-            f"not changed{log.finish() if log else ''}",
+            f"not changed{log.finish(keep=True) if log else ''}",
             file=sys.stderr,
         )
         return EXIT_JOB_FAILED
+    if log:
+        log.finish(keep=False)
     print(
         f"prepare: dataset {outcome.report['dataset']['name']} version {outcome.digest} in "
         f"{outcome.out}: {outcome.documents} documents, {outcome.tokens} tokens, "
         f"{outcome.train_shards} train + {outcome.val_shards} val shard(s); "
         f"{pii_summary(outcome.report['pii'])}; {outcome.report['run']['seconds']:.1f} s"
-        + (log.finish() if log else "")
     )
     return EXIT_OK
 
@@ -1534,7 +1542,9 @@ def _interrupted(out: str, log: SparkLog | None) -> int:
         if object_store.is_s3(out)
         else f"OUT {out} was not changed"
     )
-    print(f"prepare: interrupted; {unchanged}{log.finish() if log else ''}", file=sys.stderr)
+    print(
+        f"prepare: interrupted; {unchanged}{log.finish(keep=True) if log else ''}", file=sys.stderr
+    )
     return EXIT_INTERRUPTED
 
 

@@ -440,17 +440,27 @@ def export_checkpoint(
     try:
         # Again under the lock: an export that just ended may have written OUT.
         check_output(out, root)
-        return _export(step, step_dir, root, out, config, options, run_id, revision)
+        return _export(
+            step_dir,
+            out,
+            config,
+            step=step,
+            root=root,
+            options=options,
+            run_id=run_id,
+            revision=revision,
+        )
     finally:
         lock.release()
 
 
 def _export(
-    step: int,
     step_dir: Path,
-    root: Path,
     out: Path,
     config: TrainConfig,
+    *,
+    step: int,
+    root: Path,
     options: ExportOptions,
     run_id: str,
     revision: str,
