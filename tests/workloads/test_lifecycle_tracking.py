@@ -138,10 +138,11 @@ def test_a_tracking_uri_that_is_no_server_is_one_message_and_writes_nothing(
     its own traceback."""
     monkeypatch.chdir(tmp_path)
     hint = "give the server's URL, e.g. TRACKING_URI=http://127.0.0.1:5000"
-    for verb, status in (
-        ("register", register.main(["0123456789abcdef", "--tracking-uri", uri])),
-        ("promote", promote.main(["promote", "--name", "tiny", "--tracking-uri", uri])),
+    for verb, main, argv in (
+        ("register", register.main, ["0123456789abcdef"]),
+        ("promote", promote.main, ["promote", "--name", "tiny"]),
     ):
+        status = main([*argv, "--tracking-uri", uri])
         err = capsys.readouterr().err
         assert status == 2, err
         assert err.startswith(f"{verb}: the tracking URI {uri!r} {why}") and hint in err
