@@ -7,6 +7,8 @@ stacks' Triton services point, and promote/rollback move the aliases (dry runs d
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -284,3 +286,25 @@ def test_promote_errors_are_one_message(
     assert len(result.stderr.splitlines()) == 1
     assert promote.main(["promote", "--tracking-uri", dead]) == 2
     assert "make promote NAME=<model>" in capsys.readouterr().err
+
+
+def test_the_readmes_tracked_walkthrough_trains_new_runs_and_promotes_a_challenger() -> None:
+    """The README's "Tracked, registered and promoted" commands, as the test above runs
+    their steps (run by hand end to end with `make`): each training run writes a
+    checkpoint folder of its own (training resumes a folder's finished run and makes no
+    new one), and `make promote` comes after a second registration, the one that makes
+    a challenger (after the first there is nothing to promote)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Tracked, registered and promoted")
+    section = text[start : text.index("\n## ", start + 1)]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    verbs = [shlex.split(c)[1] for c in commands]
+    assert verbs[0] == "track" and verbs.count("train") == 2
+    folders = [re.search(r"--ckpt-dir (\S+)", c) for c in commands if " train " in f" {c} "]
+    ckpt_dirs = [m.group(1).strip('"') for m in folders if m]
+    earlier = re.findall(r"--ckpt-dir (\S+)", text[:start])
+    assert len(set(ckpt_dirs)) == 2 and not set(ckpt_dirs) & {d.strip('"') for d in earlier}
+    first_promote = verbs.index("promote")
+    assert verbs[:first_promote].count("register") == 2
+    assert verbs.index("register") > verbs.index("train")
