@@ -44,7 +44,8 @@ $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
 
 # `$(call exact,<command>)`: run it and, when it fails, say which code it exited with
 # (make itself can only exit 2); the README's exit-code table says what each code means.
-exact = $(1) || { rc=$$?; echo "make: the command exited $$rc (README, Exit codes); make exits 2" >&2; exit $$rc; }
+# Not after a Ctrl-C (130): the command said so in its one line, and make says Interrupt.
+exact = $(1) || { rc=$$?; [ $$rc -eq 130 ] || echo "make: the command exited $$rc (README, Exit codes); make exits 2" >&2; exit $$rc; }
 
 STACK  ?= uae-prod
 STACKS := uae-prod uae-dev smb-cpu onprem-ib
@@ -136,13 +137,17 @@ CODE_plan      := stacks modules policies tools
 # byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
 DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
 	make_pii_sample validate bench ingest object_store))
+# The one-writer lock of an output directory: the data job's and the export's (standard
+# library only; checked here with the data job, and followed into by the lifecycle
+# environment's mypy from the export that imports it).
+OUTPUT_LOCK    := workloads/output_lock.py
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
-	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
+	$(filter-out workloads/__init__.py $(OUTPUT_LOCK),$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
-CODE_data      := $(DATA_JOB)
+CODE_data      := $(DATA_JOB) $(OUTPUT_LOCK)
 CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
@@ -280,13 +285,13 @@ track: $(DEPS_lifecycle) ## local MLflow tracking server + registry on 127.0.0.1
 	@$(PY_lifecycle) -m workloads.tracking.server --port $(TRACK_PORT)
 
 register: $(DEPS_lifecycle) ## register run RUN=<id> as MLflow ONNX models + Triton repository (server: TRACKING_URI= or TRACK_PORT=)
-	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 promote: $(DEPS_lifecycle) ## NAME=<model>: challenger -> champion (old champion kept as previous); ARGS=--dry-run
-	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 rollback: $(DEPS_lifecycle) ## NAME=<model>: champion back to previous; ARGS=--dry-run
-	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 export: $(DEPS_lifecycle) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card + triton/ in build/export/NAME (or OUT=: absent, empty or an earlier export)
 	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }
