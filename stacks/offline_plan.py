@@ -250,25 +250,14 @@ def _remove_stale(path: Path) -> str:
     return f"\n(removed the previous {path}: it no longer matches the stack file)"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stack", help=f"stack name ({', '.join(available_stacks())})")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (build/plan)")
-    parser.add_argument("--quiet", action="store_true", help="write the JSON, print one line")
-    parser.add_argument(
-        "--backend",
-        metavar="URL",
-        help="the stack's state backend (default: PULUMI_BACKEND_URL, else the bootstrap's "
-        "state bucket for account 123456789012)",
-    )
-    options = parser.parse_args(argv)
-    path = options.out / f"{options.stack}.json"
+def plan_stack(stack: str, out: Path, quiet: bool, backend: str | None) -> int:
+    """Plan ``stack`` into ``out/<stack>.json`` and print its summary (one line with
+    ``quiet``); 0, or 2 with one line on stderr (nothing of the stack's left behind)."""
+    path = out / f"{stack}.json"
     try:
-        config, secret_keys = load_stack_file(options.stack)
-        state = for_offline_plan(
-            options.stack, options.backend, path=STACKS_DIR / f"Pulumi.{options.stack}.yaml"
-        )
-        registrations = plan_registrations(options.stack, config, secret_keys, state)
+        config, secret_keys = load_stack_file(stack)
+        state = for_offline_plan(stack, backend, path=STACKS_DIR / f"Pulumi.{stack}.yaml")
+        registrations = plan_registrations(stack, config, secret_keys, state)
     except PlanError as err:
         stale = _remove_stale(path)
         print(f"error: {err}{stale}", file=sys.stderr)
@@ -281,10 +270,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = f"error: cannot write the plan to {path}: {err.strerror or err}{stale}"
         print(message, file=sys.stderr)
         return 2
-    if options.quiet:
+    if quiet:
         print(f"plan: {path} ({len(document['steps'])} resources)")
     else:
-        print(render_summary(options.stack, registrations, path))
+        print(render_summary(stack, registrations, path))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "stacks",
+        nargs="+",
+        metavar="stack",
+        help=f"stack name ({', '.join(available_stacks())}); several are planned in turn in "
+        "one process (`make plan-all`), stopping at the first that fails",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (build/plan)")
+    parser.add_argument("--quiet", action="store_true", help="write the JSON, print one line")
+    parser.add_argument(
+        "--backend",
+        metavar="URL",
+        help="the stack's state backend (default: PULUMI_BACKEND_URL, else the bootstrap's "
+        "state bucket for account 123456789012)",
+    )
+    options = parser.parse_args(argv)
+    for stack in options.stacks:
+        code = plan_stack(stack, options.out, options.quiet, options.backend)
+        if code:
+            return code
     return 0
 
 

@@ -11,10 +11,12 @@ endpoints), derived from its URN so the same program always yields the same valu
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,23 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
 
 
+#: Data sources answered from moto's static catalog (the same answer for the same
+#: arguments and region, whatever a test created): answered once per process.
+CATALOG_TOKENS = frozenset(
+    {
+        "aws:index/getAvailabilityZones:getAvailabilityZones",
+        "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings",
+        "aws:ec2/getInstanceType:getInstanceType",
+    }
+)
+_CATALOG_ANSWERS: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def _ec2(region: str) -> Any:
+    """An EC2 client of ``region`` (moto's, inside ``mock_aws``)."""
+    return boto3.client("ec2", region_name=region)
+
+
 class CatalogMocks(pulumi_mocks.Mocks):
     """Answers invokes from moto's AWS catalog and fills in computed outputs.
 
@@ -167,7 +186,15 @@ class CatalogMocks(pulumi_mocks.Mocks):
             raise ValueError(
                 f"{args.token}: no region (every AWS call needs the region-pinned provider)"
             )
-        return answer(args.args, region), []
+        if args.token not in CATALOG_TOKENS:
+            return answer(args.args, region), []
+        # moto's catalog of a region does not change: each question is asked of it once
+        # per process. Asking again created a boto3 client each time, which read and
+        # decoded the service's JSON model again (a third of a plan's CPU time).
+        key = (args.token, region, json.dumps(args.args, sort_keys=True, default=str))
+        if key not in _CATALOG_ANSWERS:
+            _CATALOG_ANSWERS[key] = answer(args.args, region)
+        return copy.deepcopy(_CATALOG_ANSWERS[key]), []
 
     @staticmethod
     def _caller_identity(_args: dict[str, Any], _region: str) -> dict[str, Any]:
@@ -176,7 +203,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
 
     @staticmethod
     def _zones(_args: dict[str, Any], region: str) -> dict[str, Any]:
-        zones = boto3.client("ec2", region_name=region).describe_availability_zones()
+        zones = _ec2(region).describe_availability_zones()
         available = sorted(
             (z for z in zones["AvailabilityZones"] if z["State"] == "available"),
             key=lambda z: z["ZoneName"],
@@ -193,7 +220,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
         filters = [
             {"Name": f["name"], "Values": list(f["values"])} for f in args.get("filters") or []
         ]
-        client = boto3.client("ec2", region_name=region)
+        client = _ec2(region)
         offerings: list[dict[str, Any]] = []
         for page in client.get_paginator("describe_instance_type_offerings").paginate(
             LocationType=args.get("locationType", "availability-zone"), Filters=filters
@@ -210,7 +237,7 @@ class CatalogMocks(pulumi_mocks.Mocks):
     @staticmethod
     def _instance_type(args: dict[str, Any], region: str) -> dict[str, Any]:
         name = args["instanceType"]
-        client = boto3.client("ec2", region_name=region)
+        client = _ec2(region)
         described = client.describe_instance_types(InstanceTypes=[name])["InstanceTypes"]
         if not described:
             raise ValueError(f"instance type {name} does not exist")
@@ -422,6 +449,25 @@ def computed_outputs(
     return out
 
 
+@contextlib.contextmanager
+def _without_source_positions() -> Iterator[None]:
+    """Registrations without the stack trace and source position the SDK attaches to each
+    for the engine's diagnostics: the plan records neither, and extracting every frame of
+    every registration's call stack (`traceback.extract_stack`, source lines read) was
+    a tenth of a plan's CPU time. Private SDK function (pulumi 3.272's
+    `pulumi.runtime.resource._get_stack_trace`); restored when the run ends, so a real
+    `pulumi up` in the same process would be unaffected."""
+    from pulumi.runtime import resource as sdk_resource  # noqa: PLC0415
+    from pulumi.runtime.proto import source_pb2  # noqa: PLC0415
+
+    original = sdk_resource._get_stack_trace
+    sdk_resource._get_stack_trace = source_pb2.StackTrace
+    try:
+        yield
+    finally:
+        sdk_resource._get_stack_trace = original
+
+
 def run_program(
     program: Callable[[], None],
     *,
@@ -437,7 +483,7 @@ def run_program(
     """
     import pulumi  # noqa: PLC0415 - imported late so set_mocks configures a fresh runtime
 
-    with mock_aws():
+    with mock_aws(), _without_source_positions():
         mocks = CatalogMocks()
         monitor = RecordingMonitor(mocks)
         # A fresh root stack per run, so one process can plan several stacks.

@@ -23,6 +23,7 @@ Both sides of each are standard library only (`test_what_the_rooms_share_is_stan
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -224,7 +225,10 @@ def _component_of(module: str, graph: Mapping[str, list[Edge]]) -> list[str]:
     return sorted(_reach(module, graph) & _reach(module, graph, reverse=True))
 
 
+@functools.cache
 def project_graph() -> dict[str, list[Edge]]:
+    """The project's import graph, parsed once per session (four tests read it; none
+    changes it)."""
     return import_graph(project_modules(ROOT, ROOMS), ROOT)
 
 
@@ -312,6 +316,9 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.
     "workloads.layout": set(),
+    # One writer per output directory: the lock beside OUT and the swap into place,
+    # shared by the data job and the export (standard library only).
+    "workloads.output_lock": set(),
     # The tabular example: its own features, model and export, served by the V2 server.
     "workloads.features": {
         "workloads.inference",
@@ -320,7 +327,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     },
 }
 #: Modules of the workloads root that any stage may import.
-SHARED_WORKLOAD_MODULES = {"workloads.layout"}
+SHARED_WORKLOAD_MODULES = {"workloads.layout", "workloads.output_lock"}
 #: What the Pulumi rooms (`modules/`, `stacks/`) may import of the workloads: the
 #: trainer's settings that a TrainingJob is made of (config and presets, fabric
 #: settings, the metrics port) and where an export's files are. Torch-free: standard

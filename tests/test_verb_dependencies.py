@@ -7,6 +7,7 @@ importing any package that only `locks/plan-test.txt` brings fails."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -107,3 +108,19 @@ def test_the_blocker_really_blocks() -> None:
     # The test tools and moto's server extras; never what plan.txt itself installs.
     assert {"pytest", "jsonschema", "kubernetes_validate", "mypy", "flask"} <= set(blocked)
     assert not {"pulumi", "pulumi_aws", "moto", "boto3", "yaml"} & set(blocked)
+
+
+def test_a_test_job_hands_its_tests_neither_makes_flags_nor_args() -> None:
+    """make puts command-line variables in its recipes' environment: a test that runs a verb
+    (`make serve`, `make export`) would read `make test ARGS=...`'s ARGS as its own."""
+    printed = subprocess.run(
+        ["make", "-n", "--no-print-directory", "pytest-serving", "ARGS=--durations=3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MAKE")},
+    ).stdout
+    command = next(line for line in printed.splitlines() if "bin/pytest" in line)
+    unset = set(re.findall(r"-u (\w+)", command.split("bin/pytest")[0]))
+    assert {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS"} <= unset, command

@@ -144,7 +144,9 @@ class VendorError(Exception):
 
 def keys(text: str) -> list[Key]:
     """(kind, name) of every object of a multi-document YAML text."""
-    return [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(text) if d]
+    # libyaml's loader where PyYAML has it: the render is tens of thousands of lines.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [(d["kind"], d["metadata"]["name"]) for d in yaml.load_all(text, Loader=loader) if d]
 
 
 def kustomize(directory: Path) -> str:

@@ -107,6 +107,8 @@ def test_a_file_that_changes_during_the_copy_stops_the_step(
         (["{tmp}/missing", "--out", "{tmp}/o"], "does not exist"),
         (["{tmp}/only-md", "--out", "{tmp}/o"], "holds no .txt or .jsonl file"),
         (["{src}", "--out", "{src}/a.txt"], "is not an empty directory"),
+        # A folder that cannot be made (under a file): one line, not an OSError's traceback.
+        (["{src}", "--out", "{tmp}/only-md/x.md/o"], "cannot be written (File exists)"),
     ],
 )
 def test_user_errors_are_one_message(

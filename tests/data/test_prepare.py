@@ -8,11 +8,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
+import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,12 +145,19 @@ def test_planted_values_are_gone_and_counted(
     assert "<EMIRATES_ID>" in text and "<PHONE_NUMBER>" in text and "<CREDIT_CARD>" in text
     report = json.loads((dataset / REPORT).read_text())
     counts = Counter(entity for entity, _ in facts["values"])
-    assert report["pii"]["hits_by_type"] == {e: counts.get(e, 0) for e in pii.ENTITIES}
+    # Names were not searched for (no NER model): not counted, said so.
+    assert report["pii"]["hits_by_type"] == {e: counts.get(e, 0) for e in pii.PATTERN_ENTITIES}
+    assert "PERSON" not in report["pii"]["hits_by_type"]
     assert report["pii"]["documents_with_pii"] == len(facts["values"])
     assert report["pii"]["anonymised"] is True
     assert report["pii"]["not_scanned"] == [
         "PERSON: no NER model (--ner-model); names were not searched for"
     ]
+    # The line `make data` ends with says so too, instead of "PERSON 0".
+    line = job.pii_summary(report["pii"])
+    assert line == "PII: " + ", ".join(f"{e} {counts.get(e, 0)}" for e in pii.PATTERN_ENTITIES) + (
+        "; PERSON not scanned (no --ner-model)"
+    )
     # The report holds counts and positions, never the values.
     raw_report = (dataset / REPORT).read_text()
     assert not any(value in raw_report for _, value in facts["values"])
@@ -231,13 +242,25 @@ def test_same_input_same_version_whatever_the_partitioning(
 
 
 def test_no_anonymise_is_recorded_and_near_duplicates_dropped(
-    spark: Any, source: tuple[Path, dict[str, Any]], tmp_path: Path
+    spark: Any,
+    source: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root, facts = source
     settings = dataclasses.replace(SETTINGS, anonymise=False, near_dup=0.7)
     out = tmp_path / "plain"
     out.mkdir()  # an empty OUT is taken as it is
+    # ... and so is the lock of a run that ended without releasing it (no process holds
+    # it), saying whose it was.
+    stale = {"pid": 4194304, "host": "h", "started": "2026-11-29T09:00:00Z", "command": "x"}
+    (tmp_path / "plain.lock").write_text(json.dumps(stale))
     outcome = job.prepare(root, out, settings, spark=spark)
+    assert capsys.readouterr().err == (
+        f"prepare: taking over the lock {tmp_path / 'plain.lock'} of an earlier run that "
+        "ended without releasing it (pid 4194304 on h, started 2026-11-29T09:00:00Z)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]  # lock released
     manifest = json.loads((out / MANIFEST).read_text())
     report = outcome.report
     assert manifest["settings"]["anonymise"] is False and manifest["settings"]["pii_entities"] == []
@@ -248,6 +271,7 @@ def test_no_anonymise_is_recorded_and_near_duplicates_dropped(
         "hits_by_type": {},
         "documents_with_pii": None,
     }
+    assert job.pii_summary(report["pii"]) == "PII: NOT anonymised (--no-anonymise)"
     text = read_stream(out).decode()
     assert all(value in text for _, value in facts["values"])  # kept, as asked
     assert NEAR_A in text and NEAR_B not in text
@@ -381,6 +405,149 @@ def test_bad_settings_are_refused_before_spark(
     assert status == job.EXIT_USER_ERROR
     assert "--near-dup must be a Jaccard similarity in (0, 1)" in err
     assert "--val-fraction must be in [0, 1)" in err
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_spark(
+    source: tuple[Path, dict[str, Any]],
+    dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Found before the job, not after it: an OUT whose folder cannot be made (here
+    under a file), and an OUT the user cannot write (its earlier dataset could not be
+    replaced; faked with os.access, since these tests may run as root)."""
+    root, _ = source
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(job, "start_spark", no_spark)
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "out"
+    assert job.main([str(root), "--out", str(out)]) == job.EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        f"prepare: OUT {out} cannot be written: its folder {out.parent} cannot be created "
+        "(File exists); choose an OUT in a folder you can write\n"
+    )
+    copy = shutil.copytree(dataset, tmp_path / "dataset")
+    with monkeypatch.context() as patch:
+        patch.setattr(job.os, "access", lambda path, mode: Path(path) != copy)
+        assert job.main([str(root), "--out", str(copy)]) == job.EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        f"prepare: OUT {copy} is not writable; make it writable or choose another OUT. "
+        "Nothing was changed.\n"
+    )
+    assert verify_dataset(copy) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "dataset"]
+    # An OUT with no name of its own: no place beside it to build the dataset in.
+    monkeypatch.chdir(tmp_path / "dataset")
+    for out_arg in (".", ".."):
+        assert job.main([str(root), "--out", out_arg]) == job.EXIT_USER_ERROR
+        assert capsys.readouterr().err == (
+            f"prepare: OUT {out_arg} names no folder of its own; give one, e.g. build/data/name\n"
+        )
+
+
+def test_a_failed_spark_job_is_one_line_naming_the_log(
+    cli: Any,
+    source: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What Py4J logs (with its traceback) goes to the log, and the job's one line names
+    the log; OUT and its folder are left as they were."""
+    root, _ = source
+
+    def failing_job(*args: object, **kwargs: object) -> None:
+        try:
+            raise ConnectionResetError("Answer from Java side is empty")
+        except ConnectionResetError:
+            logging.getLogger("py4j.clientserver").exception("Exception while sending command.")
+            raise
+
+    monkeypatch.setattr(job, "run_spark_job", failing_job)
+    log = tmp_path / "spark.log"
+    out = tmp_path / "out"
+    status = cli([str(root), "--out", str(out), "--spark-log", str(log)])
+    assert status == job.EXIT_JOB_FAILED
+    assert capsys.readouterr().err == (
+        "prepare: the Spark job failed (ConnectionResetError: Answer from Java side is empty); "
+        f"OUT was not changed (Spark's own output: {log})\n"
+    )
+    assert "Traceback" in log.read_text() and "Exception while sending command." in log.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spark.log"]
+
+
+def _session_processes(leader: int, marker: str) -> list[int]:
+    """The processes of ``leader``'s process group whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == leader and marker.encode() in (
+                (entry / "cmdline").read_bytes()
+            ):
+                found.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue  # ended meanwhile
+    return found
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+def test_ctrl_c_is_one_line_and_a_second_run_meanwhile_is_refused(
+    dataset: Path,
+    source: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m workloads.data.prepare` in its own process group, over an earlier
+    dataset: while it runs, a second run to the same OUT stops at once, naming it; then
+    Ctrl-C (SIGINT to the whole group, as a terminal sends it: the JVM and Spark's
+    Python workers get it too) while the workers run gives one line naming the log of
+    Spark's own output, exit 130, OUT as it was, and no staging directory or lock."""
+    root, _ = source
+    out = shutil.copytree(dataset, tmp_path / "dataset")
+    before = _tree(out)
+    log = tmp_path / "spark.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workloads.data.prepare", str(root), "--out", str(out),
+         "--workers", "1", "--spark-log", str(log)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while not _session_processes(process.pid, "pyspark.daemon"):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "Spark's Python workers never started"
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert job.main([str(root), "--out", str(out)]) == job.EXIT_USER_ERROR
+        assert time.monotonic() - started < 30  # at once, not after a job
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"prepare: OUT {out} is being written by another run (pid {process.pid} on "
+        ), err
+        assert len(err.splitlines()) == 1
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert (process.returncode, stdout) == (job.EXIT_INTERRUPTED, ""), stderr[-3000:]
+    assert stderr == (
+        f"prepare: interrupted; OUT {out} was not changed (Spark's own output: {log})\n"
+    )
+    assert "KeyboardInterrupt" in log.read_text()  # the tracebacks are there instead
+    assert _tree(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset", "spark.log"]
 
 
 # Last in this file: it runs in a JVM of its own, after the session's Spark jobs

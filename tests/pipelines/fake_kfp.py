@@ -356,7 +356,8 @@ def fake_kfp(tls: Path | None = None) -> Iterator[tuple[str, State]]:
         context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
         server.socket = context.wrap_socket(server.socket, server_side=True)
         base = f"https://localhost:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.05 s, not the default 0.5 s per test
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield base, state

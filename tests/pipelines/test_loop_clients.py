@@ -213,7 +213,8 @@ def trigger(kfp: tuple[str, State]) -> Iterator[tuple[str, State]]:
         clock=Clock(state),
     )
     server = HTTPServer(("127.0.0.1", 0), handler(app, "/alerts"))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.05 s, not the default 0.5 s per test
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", state

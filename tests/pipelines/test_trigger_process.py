@@ -118,7 +118,8 @@ def test_a_stalled_connection_does_not_hold_the_trigger(monkeypatch: pytest.Monk
         cooldown=timedelta(hours=1),
     )  # fmt: skip
     server = HTTPServer(("127.0.0.1", 0), retrain.handler(app, "/alerts"))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.05 s, not the default 0.5 s per test
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     port = server.server_address[1]
     try:

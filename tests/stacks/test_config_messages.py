@@ -119,6 +119,17 @@ def test_a_failed_plan_removes_the_previous_plan(
     assert list(out.iterdir()) == []
 
 
+def test_several_stacks_are_planned_in_turn_and_the_first_failure_stops_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make plan-all` plans every stack in one process: an unknown stack ends the run
+    with its one line and exit 2 before the next stack is planned."""
+    out = tmp_path / "plan"
+    assert offline_plan.main(["--quiet", "--out", str(out), "uae-prd", "smb-cpu"]) == 2
+    assert "uae-prd" in capsys.readouterr().err
+    assert not (out / "smb-cpu.json").exists()
+
+
 def test_a_failed_write_removes_the_previous_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,10 +6,19 @@ kubernetes-validate ships the upstream schemas of each release in strict mode
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kubernetes_validate
+
+# kubernetes-validate reads and decodes a kind's schema and the version's whole
+# `_definitions.json` again for every object it validates (`utils.schema_contents`); the
+# files do not change, so each is read once per process (the plan tests validate
+# thousands of objects). Read-only use: jsonschema does not change a schema it is given.
+kubernetes_validate.utils.schema_contents = functools.cache(  # type: ignore[assignment]
+    kubernetes_validate.utils.schema_contents
+)
 
 #: CRD groups that end in ``.k8s.io`` although the upstream schema does not have them.
 CRD_GROUPS_UNDER_K8S_IO = frozenset({"sparkoperator.k8s.io"})

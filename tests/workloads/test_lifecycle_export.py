@@ -5,6 +5,7 @@ own ``ModelConfig`` and matches the ONNX graph."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,6 +40,7 @@ from workloads.inference import export as export_cli
 from workloads.inference.export import ExportOptions, export_checkpoint
 from workloads.inference.source import load_model
 from workloads.inference.triton import MAX_BATCH_SIZE, max_batch_size
+from workloads.output_lock import acquire
 from workloads.training.checkpoint import complete_checkpoints
 
 
@@ -275,18 +277,35 @@ def test_export_refuses_a_foreign_folder_and_the_checkpoint_itself(
     assert not (ckpt / "export").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs
 
+    # An output another export is writing (it holds the lock beside it): refused at
+    # once, naming that export, nothing written.
+    busy = tmp_path / "busy"
+    held = acquire(busy, "OUT", print)
+    try:
+        _fails([str(ckpt), "--out", str(busy)], capsys, f"OUT {busy} is being written by another")
+    finally:
+        held.release()
+    assert not busy.exists()
+
     # An earlier export (here one from before Triton repositories, and of another step)
-    # is replaced whole.
+    # is replaced whole; the lock an export killed on the way left beside it is taken
+    # over, saying so.
     earlier = tmp_path / "exports" / "tiny"
     shutil.copytree(out, earlier, ignore=shutil.ignore_patterns("triton"))
     card = read_card(earlier)
     stale = card.to_json().replace(f'"step": "{card.source["step"]}"', '"step": "0"')
     (earlier / "model_card.json").write_text(stale)
+    killed = {"pid": 4194304, "host": "h", "started": "2026-11-29T09:00:00Z", "command": "x"}
+    (tmp_path / "exports" / "tiny.lock").write_text(json.dumps(killed))
+    capsys.readouterr()
     assert export_cli.main([str(ckpt), "--out", str(earlier)]) == 0
+    assert capsys.readouterr().err == (
+        f"export: taking over the lock {earlier}.lock of an earlier run that ended without "
+        "releasing it (pid 4194304 on h, started 2026-11-29T09:00:00Z)\n"
+    )
     assert read_card(earlier).source["step"] == "30"
     assert (earlier / "triton" / "tiny-int8" / "config.pbtxt").is_file()
-    assert [p.name for p in earlier.parent.iterdir()] == ["tiny"]  # nothing left aside
-    capsys.readouterr()
+    assert [p.name for p in earlier.parent.iterdir()] == ["tiny"]  # nothing aside, no lock
 
     # A file the user put into an export makes it theirs: refused, kept as it is.
     (earlier / "notes.txt").write_text("mine now")
@@ -340,5 +359,17 @@ def test_a_failure_mid_export_leaves_the_earlier_export_whole(
     with monkeypatch.context() as patch:
         patch.setattr(Path, "rename", failing_rename)
         _fails([str(ckpt), "--out", str(earlier)], capsys, "Input/output error")
+    assert tree_digests(earlier) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+    # Ctrl-C while the model is being exported: one line, exit 130, the earlier export
+    # whole, its temporary directory and lock gone.
+    def interrupted(*args: object, **kwargs: object) -> int:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export_cli, "export_onnx", interrupted)
+        assert export_cli.main([str(ckpt), "--out", str(earlier)]) == export_cli.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "export: interrupted; nothing at the output was changed\n"
     assert tree_digests(earlier) == before
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]

@@ -7,6 +7,8 @@ stacks' Triton services point, and promote/rollback move the aliases (dry runs d
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -198,6 +200,16 @@ def test_promote_and_rollback_move_the_aliases(
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     if not client.search_model_versions("name='tiny'"):
         assert register.main([first, "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    # Right after the first registration there is nothing to promote: one line that
+    # says what makes a challenger.
+    assert promote.main(["promote", "--name", "tiny", "--tracking-uri", uri, "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        "promote: model 'tiny' has no 'challenger' alias, so there is nothing to promote yet: "
+        "version 1, its only version, is the champion already. `make register RUN=<id>` of a "
+        "newer run makes its version the challenger; `make promote` then makes that the "
+        "champion\n"
+    )
     # A second run's version becomes the challenger, with the canary rollout printed.
     assert register.main([second, "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
@@ -235,6 +247,7 @@ def test_promote_and_rollback_move_the_aliases(
     assert promote.main(["promote", *argv]) == 2
     err = capsys.readouterr().err
     assert "model 'tiny' has no 'challenger' alias" in err and "Traceback" not in err
+    assert "its newest version, 2, is the champion already" in err
     assert aliases() == {"champion": "2", "previous": "1"}
 
     assert promote.main(["rollback", *argv, "--dry-run", "--runtime", "cpu"]) == 0
@@ -273,3 +286,25 @@ def test_promote_errors_are_one_message(
     assert len(result.stderr.splitlines()) == 1
     assert promote.main(["promote", "--tracking-uri", dead]) == 2
     assert "make promote NAME=<model>" in capsys.readouterr().err
+
+
+def test_the_readmes_tracked_walkthrough_trains_new_runs_and_promotes_a_challenger() -> None:
+    """The README's "Tracked, registered and promoted" commands, as the test above runs
+    their steps (run by hand end to end with `make`): each training run writes a
+    checkpoint folder of its own (training resumes a folder's finished run and makes no
+    new one), and `make promote` comes after a second registration, the one that makes
+    a challenger (after the first there is nothing to promote)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Tracked, registered and promoted")
+    section = text[start : text.index("\n## ", start + 1)]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    verbs = [shlex.split(c)[1] for c in commands]
+    assert verbs[0] == "track" and verbs.count("train") == 2
+    folders = [re.search(r"--ckpt-dir (\S+)", c) for c in commands if " train " in f" {c} "]
+    ckpt_dirs = [m.group(1).strip('"') for m in folders if m]
+    earlier = re.findall(r"--ckpt-dir (\S+)", text[:start])
+    assert len(set(ckpt_dirs)) == 2 and not set(ckpt_dirs) & {d.strip('"') for d in earlier}
+    first_promote = verbs.index("promote")
+    assert verbs[:first_promote].count("register") == 2
+    assert verbs.index("register") > verbs.index("train")

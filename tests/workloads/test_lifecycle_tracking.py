@@ -15,7 +15,7 @@ from tests.workloads.lifecycle_helpers import mlflow_server, tiny_config, train_
 from workloads.inference import OnnxLM, read_card
 from workloads.inference import export as export_cli
 from workloads.layout import ARTIFACT_PREFIX, TRITON_STORAGE_PATH
-from workloads.tracking import register
+from workloads.tracking import promote, register
 from workloads.training.lineage import read_run_record
 
 
@@ -114,3 +114,37 @@ def test_register_against_an_unreachable_server_is_one_message(
     assert f"cannot reach the tracking server at {dead}" in err and "Traceback" not in err
     assert register.main(["  ", "--tracking-uri", dead]) == 2
     assert "RUN= is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [
+        ("not-a-url", "is not an http(s):// or sqlite:/// URI"),
+        ("ftp://127.0.0.1:5000", "is not an http(s):// or sqlite:/// URI"),
+        ("http://", "names no server (host and port)"),
+        ("http://127.0.0.1:50o0", "is not a URL (Port could not be cast to integer value"),
+        ("sqlite://", "names no database file"),
+    ],
+)
+def test_a_tracking_uri_that_is_no_server_is_one_message_and_writes_nothing(
+    uri: str,
+    why: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checked before MLflow is asked: it takes a URI without a scheme for a folder to
+    make a file store in (here, in the working directory), and fails on the rest with
+    its own traceback."""
+    monkeypatch.chdir(tmp_path)
+    hint = "give the server's URL, e.g. TRACKING_URI=http://127.0.0.1:5000"
+    for verb, main, argv in (
+        ("register", register.main, ["0123456789abcdef"]),
+        ("promote", promote.main, ["promote", "--name", "tiny"]),
+    ):
+        status = main([*argv, "--tracking-uri", uri])
+        err = capsys.readouterr().err
+        assert status == 2, err
+        assert err.startswith(f"{verb}: the tracking URI {uri!r} {why}") and hint in err
+        assert len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ import datetime
 import ipaddress
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -129,7 +130,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf key of this test server",
     }
     log = (root / "server.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    # Its own process group: `mlflow server` runs uvicorn as a child, which SIGTERM to the
+    # CLI left to shut down gracefully (the teardown waited out its 20 s every run).
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     uri = f"https://127.0.0.1:{port}"
     context = __import__("ssl").create_default_context(cafile=str(ca))
     try:
@@ -150,12 +155,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         finally:
             forks.close()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        os.killpg(process.pid, signal.SIGKILL)  # a test server: nothing to flush
+        process.wait(timeout=20)
         log.close()
 
 

@@ -13,7 +13,7 @@ changed during the copy stops the step. OUT must be absent or empty; it is writt
 hidden sibling and renamed into place at the end, so it never holds half a copy.
 
 Exit status: 0 copied; 2 a SOURCE with nothing to read, an OUT that is not absent or
-empty, a file that cannot be read or changed while it was copied.
+empty or cannot be written, a file that cannot be read or changed while it was copied.
 """
 
 from __future__ import annotations
@@ -78,9 +78,14 @@ def ingest(source: Path, out: Path) -> dict[str, Any]:
     """
     sources = list_sources(source)
     _check_out(out, source)
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
-    staging.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as err:  # a file where a folder should be, a read-only folder
+        raise UserError(
+            f"OUT {out} cannot be written ({err.strerror}); choose an OUT in a folder you can write"
+        ) from err
     try:
         files = [_copy(s, staging) for s in sources]
         listing = {

@@ -40,21 +40,36 @@ must be absent, empty, or an earlier dataset of this job (its manifest, report a
 shards and nothing else); anything else is refused and left untouched. An ``s3://`` OUT
 must hold no object at all (a dataset in the store is written once).
 
+One run at a time writes an OUT: a second run to the same OUT is refused at once (a lock
+beside it, ``<OUT>.lock``: `workloads.output_lock`), and a lock left by a run that
+ended without releasing it is taken over, saying so.
+
+What Spark's JVM, its Python workers and Py4J print (a Ctrl-C or a failed task prints
+hundreds of lines of Java and Python stack traces) goes to a log file in the system's
+temporary directory (or ``--spark-log``), not the terminal; the one line the job prints
+on a failure or an interrupt names it. Ctrl-C stops the job: Spark is stopped, the staging directory
+removed, OUT left as it was, and the job exits 130.
+
 Exit status: 0 dataset written; 1 dataset refused by validation (nothing written); 2 bad
-arguments, SOURCE, OUT or environment (no Java, a missing NER model); 3 the Spark job
-failed.
+arguments, SOURCE, OUT (another run writing it, not writable) or environment (no Java, a
+missing NER model); 3 the Spark job failed (OUT unchanged); 130 interrupted (OUT
+unchanged).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import logging
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -64,6 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
 
+from workloads import output_lock
 from workloads.data import clean, object_store, pii
 from workloads.data.java import JavaError, JavaRuntime, find_java, spark_java_home
 from workloads.data.manifest import (
@@ -107,6 +123,8 @@ EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USER_ERROR = 2
 EXIT_JOB_FAILED = 3
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports a command SIGINT stopped.
+EXIT_INTERRUPTED = 130
 
 
 class UserError(Exception):
@@ -216,12 +234,25 @@ def check_out(out: Path, sources: Sequence[Source]) -> None:
     """Refuse an OUT this job may not replace; touches nothing."""
     if out.exists() and not out.is_dir():
         raise UserError(f"OUT {out} is a file; give a directory (absent, empty or a dataset)")
+    if out.name in ("", ".."):  # the dataset is renamed into OUT's place, beside it
+        raise UserError(f"OUT {out} names no folder of its own; give one, e.g. build/data/name")
     resolved = out.resolve()
     for source in sources:
         if resolved == source.path or resolved in source.path.parents:
             raise UserError(f"OUT {out} holds the source {source.relative}; choose another OUT")
     if not out.is_dir():
         return
+    # The new dataset is renamed into OUT's place and the earlier one deleted: found
+    # out now, not after the whole job.
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(
+            f"OUT {out} is not writable; make it writable or choose another OUT. Nothing "
+            "was changed."
+        )
+    if os.path.ismount(out):
+        raise UserError(
+            f"OUT {out} is a mount point, which cannot be replaced; give a folder inside it"
+        )
     foreign = foreign_entries(out)
     if not foreign:
         return
@@ -322,11 +353,15 @@ def start_spark(
     driver_memory: str,
     local_dir: Path,
     event_log_dir: Path | None = None,
+    *,
+    log: SparkLog | None = None,
 ) -> Any:
     """A local-mode SparkSession on ``java``, listening on loopback only, no UI;
     ``local_dir`` holds Spark's scratch space (and a ``java`` wrapper where one is
     needed, `workloads.data.java.spark_java_home`); Spark's event log goes to
-    ``event_log_dir`` where one is given."""
+    ``event_log_dir`` where one is given; the JVM's output (and its Python workers')
+    to ``log`` where one is given, else to this process's stdout and stderr. The
+    caller's Ctrl-C handler stays in place (PySpark's own would replace it)."""
     local_dir.mkdir(parents=True, exist_ok=True)
     os.environ["JAVA_HOME"] = str(spark_java_home(java, local_dir))
     # The Python workers run this interpreter and import this package.
@@ -354,9 +389,117 @@ def start_spark(
         builder = builder.config("spark.eventLog.enabled", "true").config(
             "spark.eventLog.dir", event_log_dir.as_uri()
         )
-    spark = builder.getOrCreate()
+    handler = signal.getsignal(signal.SIGINT) if _main_thread() else None
+    with log.jvm_output() if log is not None else contextlib.nullcontext():
+        spark = builder.getOrCreate()
+    if handler is not None:
+        # SparkContext installs a handler that cancels every job and raises
+        # KeyboardInterrupt; the caller's (`Interrupts`) also ignores a second Ctrl-C
+        # while the job cleans up, and stopping the session cancels the jobs anyway.
+        signal.signal(signal.SIGINT, handler)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class SparkLog:
+    """Where Spark's own output goes instead of the terminal: the JVM's stdout and
+    stderr (its log4j lines, and the Python workers' output it relays) and the driver's
+    Python logging and warnings (Py4J logs an interrupted call with its traceback). A
+    Ctrl-C or a failed task makes them print hundreds of lines of Java and Python stack
+    traces that say nothing a user can act on; the job's one line names this file.
+
+    Args:
+        path: the file (appended to), made when something is first written to it;
+            default ``prepare-<UTC time>-<pid>.log`` in the system's temporary directory.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        default = Path(tempfile.gettempdir()) / f"prepare-{stamp}-{os.getpid()}.log"
+        self.path = path if path is not None else default
+        self._existed = self.path.exists()  # a file named by the user is never removed
+
+    @contextlib.contextmanager
+    def jvm_output(self) -> Iterator[None]:
+        """The processes started in the block (the JVM, and through it Spark's Python
+        workers) write their stdout and stderr to the log for as long as they live; this
+        process's own are back on the terminal after the block."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        saved = (os.dup(1), os.dup(2))
+        try:
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, log):
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def python_logging(self) -> Iterator[None]:
+        """Python's logging and warnings to the log for the block."""
+        handler = logging.FileHandler(self.path, encoding="utf-8", delay=True)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        logging.captureWarnings(True)
+        try:
+            yield
+        finally:
+            logging.captureWarnings(False)
+            root.removeHandler(handler)
+            handler.close()
+
+    def written(self) -> bool:
+        try:
+            return self.path.stat().st_size > 0
+        except OSError:
+            return False
+
+    def finish(self, keep: bool) -> str:
+        """`` (Spark's own output: <path>)`` for the job's last line when ``keep`` (a
+        failed or interrupted job) and something was written; otherwise "", and the log
+        is removed (Spark's start-up notices are all a job that went well leaves in it),
+        unless the user named it."""
+        if keep and self.written():
+            return f" (Spark's own output: {self.path})"
+        if not self._existed:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        return ""
+
+
+class Interrupts:
+    """Ctrl-C (SIGINT) in the block: the first raises KeyboardInterrupt and records it
+    (`seen`), later ones are ignored so that stopping Spark and removing the staging
+    directory run to their end. The handler in place before is put back after."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> Interrupts:
+        if _main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def under_spark_submit() -> bool:
@@ -783,7 +926,11 @@ def run_spark_job(
                 if pii_settings is None or settings.ner_model
                 else ["PERSON: no NER model (--ner-model); names were not searched for"]
             ),
-            "hits_by_type": {e: hits.get(e, 0) for e in pii.ENTITIES} if pii_settings else {},
+            # Only the types searched for: a type not searched for is in not_scanned,
+            # never counted as 0.
+            "hits_by_type": {e: hits.get(e, 0) for e in pii_settings.entities}
+            if pii_settings
+            else {},
             "documents_with_pii": sum(p[3] for p in parts) if pii_settings else None,
         },
         "documents": sum(p[2] for p in parts),
@@ -900,18 +1047,42 @@ def versions() -> dict[str, str]:
     return found
 
 
-def publish(staging: Path, out: Path) -> None:
-    """Move ``staging`` into ``out``'s place: a rename, after setting aside an earlier
-    dataset there (removed once the new one is in place)."""
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    if out.is_dir():
-        aside = out.with_name(f".{out.name}.old-{secrets.token_hex(4)}")
-        out.rename(aside)
-        staging.rename(out)
-        shutil.rmtree(aside)
-    else:
-        staging.rename(out)
+def _lock_out(out: Path, sources: Sequence[Source]) -> output_lock.Lock:
+    """OUT's lock (`workloads.output_lock`), its folder made first where missing; OUT
+    checked again under it."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"OUT {out} cannot be written: its folder {out.parent} cannot be created "
+            f"({err.strerror}); choose an OUT in a folder you can write"
+        ) from err
+    try:
+        lock = output_lock.acquire(
+            out, f"OUT {out}", lambda line: print(f"prepare: {line}", file=sys.stderr)
+        )
+    except output_lock.OutputLockError as err:
+        raise UserError(str(err)) from err
+    try:
+        check_out(out, sources)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _staging(out: Path | S3Location, scratch: Path | None) -> Path:
+    """The run's staging directory: for a local OUT a hidden sibling (one file system,
+    so the dataset is renamed into place), for an ``s3://`` OUT under ``scratch``."""
+    where = out.parent if isinstance(out, Path) else (scratch or tempfile.gettempdir())
+    try:
+        if isinstance(out, Path):
+            staging = out.with_name(f".{out.name}.tmp-{secrets.token_hex(4)}")
+            staging.mkdir()
+            return staging
+        return Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
+    except OSError as err:
+        raise UserError(f"cannot create the staging area in {where}: {err.strerror}") from err
 
 
 @dataclass(frozen=True)
@@ -984,6 +1155,7 @@ def prepare(
     kms_key: str | None = None,
     event_log_uri: str | None = None,
     scratch: Path | None = None,
+    log: SparkLog | None = None,
 ) -> Outcome:
     """The whole job. Raises `UserError`, `StoreError`, `DatasetRefusedError` or Spark's
     errors.
@@ -999,6 +1171,8 @@ def prepare(
             the session ends, from a ``finally`` (not when the process is killed).
         scratch: the existing local directory of the staging area for an ``s3://`` OUT
             (default the system's temporary directory); a missing one is a `UserError`.
+        log: where the output of the Spark it starts goes (`SparkLog`); by default the
+            terminal.
     """
     problems = settings.problems()
     if problems:
@@ -1024,25 +1198,23 @@ def prepare(
     if settings.anonymise and settings.ner_model:
         pii.check_ner_model(settings.ner_model)
     workers = workers or os.cpu_count() or 1
-    if isinstance(places.out, Path):
-        places.out.parent.mkdir(parents=True, exist_ok=True)
-        staging = places.out.with_name(f".{places.out.name}.tmp-{secrets.token_hex(4)}")
-        staging.mkdir()
-    else:
-        try:
-            staging = Path(tempfile.mkdtemp(prefix=".prepare-", dir=scratch))
-        except OSError as err:
-            where = scratch or tempfile.gettempdir()
-            raise UserError(f"cannot create the staging area in {where}: {err.strerror}") from err
-    started = time.perf_counter()
+    # One run at a time writes a local OUT: a second one stops here, before Spark
+    # starts. Taken once everything was checked, before anything is written; OUT is
+    # checked again under it (a run that just ended may have put a dataset there).
+    lock = _lock_out(places.out, sources) if isinstance(places.out, Path) else None
+    staging: Path | None = None
     try:
+        staging = _staging(places.out, scratch)
+        started = time.perf_counter()
         own = spark is None
         if spark is None and submitted:
             session = submitted_session()
         elif spark is None:
             assert java is not None
             events = staging / "events" if places.event_log else None
-            session = start_spark(java, workers, driver_memory, staging / "spark-local", events)
+            session = start_spark(
+                java, workers, driver_memory, staging / "spark-local", events, log=log
+            )
         else:
             session = spark
         event_dir = None
@@ -1132,10 +1304,13 @@ def prepare(
                 s3, data_dir, places.out, places.kms_key, [s["name"] for s in shards]
             )
         else:
-            check_out(places.out, sources)  # OUT may have changed while the job ran
-            publish(data_dir, places.out)
+            check_out(places.out, sources)  # OUT may have been changed by hand meanwhile
+            output_lock.swap_into_place(data_dir, places.out)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if lock is not None:
+            lock.release()
     return Outcome(
         out=str(places.out),
         digest=digest,
@@ -1267,6 +1442,14 @@ def build_parser() -> argparse.ArgumentParser:
         "system's temporary directory)",
     )
     parser.add_argument(
+        "--spark-log",
+        type=Path,
+        default=None,
+        help="file that Spark's own output (JVM, Python workers, Py4J) is appended to "
+        "(default: prepare-<time>-<pid>.log in the system's temporary directory; kept and "
+        "named when the job fails or is interrupted)",
+    )
+    parser.add_argument(
         "--refusal-report",
         type=Path,
         default=None,
@@ -1295,22 +1478,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"prepare: --workers must be at least 1, got {args.workers}", file=sys.stderr)
         return EXIT_USER_ERROR
+    if args.spark_log is not None and not args.spark_log.parent.is_dir():
+        print(f"prepare: --spark-log {args.spark_log}: no such folder", file=sys.stderr)
+        return EXIT_USER_ERROR
+    # Under spark-submit (the driver pod) Spark's output is the pod's log, as it is.
+    log = None if under_spark_submit() else SparkLog(args.spark_log)
+    interrupts = Interrupts()
     try:
-        outcome = prepare(
-            args.source,
-            args.out,
-            settings,
-            name=args.name,
-            workers=args.workers,
-            driver_memory=args.driver_memory,
-            kms_key=args.kms_key,
-            event_log_uri=args.event_log_uri,
-            scratch=args.scratch,
-        )
+        with interrupts, log.python_logging() if log else contextlib.nullcontext():
+            outcome = prepare(
+                args.source,
+                args.out,
+                settings,
+                name=args.name,
+                workers=args.workers,
+                driver_memory=args.driver_memory,
+                kms_key=args.kms_key,
+                event_log_uri=args.event_log_uri,
+                scratch=args.scratch,
+                log=log,
+            )
+    except KeyboardInterrupt:
+        return _interrupted(args.out, log)
     except (UserError, StoreError, JavaError, pii.PiiSetupError) as err:
+        if log:
+            log.finish(keep=False)
         print(f"prepare: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except DatasetRefusedError as refused:
+        if log:
+            log.finish(keep=False)
         print(str(refused), file=sys.stderr)
         if args.refusal_report is not None:
             args.refusal_report.parent.mkdir(parents=True, exist_ok=True)
@@ -1318,24 +1515,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"prepare: report written to {args.refusal_report}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as err:  # Spark and Py4J errors: one line, not a JVM stack trace
+        if interrupts.seen:  # an interrupted Py4J call can surface as Py4J's own error
+            return _interrupted(args.out, log)
         print(
             f"prepare: the Spark job failed ({type(err).__name__}: {_cause(err)}); OUT was "
-            "not changed",
+            f"not changed{log.finish(keep=True) if log else ''}",
             file=sys.stderr,
         )
         return EXIT_JOB_FAILED
-    pii_line = (
-        "PII: " + ", ".join(f"{k} {v}" for k, v in outcome.report["pii"]["hits_by_type"].items())
-        if settings.anonymise
-        else "PII: NOT anonymised (--no-anonymise)"
-    )
+    if log:
+        log.finish(keep=False)
     print(
         f"prepare: dataset {outcome.report['dataset']['name']} version {outcome.digest} in "
         f"{outcome.out}: {outcome.documents} documents, {outcome.tokens} tokens, "
-        f"{outcome.train_shards} train + {outcome.val_shards} val shard(s); {pii_line}; "
-        f"{outcome.report['run']['seconds']:.1f} s"
+        f"{outcome.train_shards} train + {outcome.val_shards} val shard(s); "
+        f"{pii_summary(outcome.report['pii'])}; {outcome.report['run']['seconds']:.1f} s"
     )
     return EXIT_OK
+
+
+def _interrupted(out: str, log: SparkLog | None) -> int:
+    """The one line of a run stopped by Ctrl-C (its staging directory is gone, its lock
+    released, OUT as it was)."""
+    unchanged = (
+        f"no dataset was written to {out}"
+        if object_store.is_s3(out)
+        else f"OUT {out} was not changed"
+    )
+    print(
+        f"prepare: interrupted; {unchanged}{log.finish(keep=True) if log else ''}", file=sys.stderr
+    )
+    return EXIT_INTERRUPTED
+
+
+def pii_summary(found: Mapping[str, Any]) -> str:
+    """The report's PII section in a few words: the hits of each type searched for, and
+    the types that were not searched for (``PERSON`` without an NER model) said so, not
+    counted as 0."""
+    if not found["anonymised"]:
+        return "PII: NOT anonymised (--no-anonymise)"
+    line = "PII: " + ", ".join(f"{entity} {n}" for entity, n in found["hits_by_type"].items())
+    skipped = [entity for entity in pii.ENTITIES if entity not in found["hits_by_type"]]
+    if skipped:
+        line += f"; {', '.join(skipped)} not scanned (no --ner-model)"
+    return line
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ and a model card, with parity checked before anything is put in place.
    ``config.pbtxt`` and ``1/model.onnx`` (a hard link to the export's file).
 6. Everything is written to a hidden temporary directory beside the output, which is
    swapped into place only when every step passed: an output directory with a model
-   card is always a finished, checked export.
+   card is always a finished, checked export. One export at a time writes an output:
+   a second one to the same output stops at once (the lock ``<OUT>.lock`` beside it,
+   `workloads.output_lock`), and a lock a crashed export left is taken over, saying so.
 
 The export never destroys what it did not make. ``--out`` may be absent, an empty
 directory, or an earlier export (a readable model card and only the files an export
@@ -25,7 +27,8 @@ to, or containing the checkpoint directory. An earlier export is replaced by ren
 it aside, renaming the new one in and only then deleting the old one; a failure on the
 way leaves the earlier export whole.
 
-Exit status: 0 written, 2 bad checkpoint / config / output / failed parity.
+Exit status: 0 written, 2 bad checkpoint / config / output (another export writing it) /
+failed parity, 130 interrupted (Ctrl-C; the output unchanged).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from onnxruntime.quantization import (
 )
 
 from modules.validation import InvalidArgsError
+from workloads import output_lock
 from workloads.data.byte_tokenizer import BYTE_VOCAB_SIZE, tokenize_files
 from workloads.data.shards import HEADER_BYTES, ShardError, read_header, shard_files
 from workloads.inference.card import (
@@ -94,6 +98,8 @@ from workloads.training.model import GPT
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports a command SIGINT stopped.
+EXIT_INTERRUPTED = 130
 DEFAULT_EXPORT_ROOT = Path("build/export")
 #: fp32 ONNX vs PyTorch: the same math in another kernel order; differences are
 #: rounding (~1e-6 on the tiny model), so 1e-3 on logits is tight yet robust to depth.
@@ -381,33 +387,31 @@ def check_output(out: Path, checkpoint: Path) -> None:
         )
 
 
+def _cannot_write(out: Path, err: OSError) -> ExportError:
+    return ExportError(f"cannot write the export to {out} ({err.strerror}); choose a writable OUT=")
+
+
 def _prepare_output(out: Path) -> Path:
     """A fresh hidden directory beside ``out`` (same file system, so the final rename
-    is atomic); `ExportError` when ``out``'s parent cannot be written."""
+    is atomic); `ExportError` when ``out``'s folder cannot be written."""
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     except OSError as err:
-        raise ExportError(
-            f"cannot write the export to {out} ({err.strerror}); choose a writable OUT="
-        ) from err
+        raise _cannot_write(out, err) from err
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Put the finished export ``tmp`` at ``out``: an earlier export (or an empty
-    directory) is renamed aside first and deleted only once the new one is in place;
-    if renaming the new one in fails, the earlier one is renamed back."""
-    if not out.exists():
-        tmp.rename(out)
-        return
-    old = out.with_name(f".{out.name}.old-{dt.datetime.now():%Y%m%d%H%M%S%f}")
-    out.rename(old)
+def _lock_output(out: Path) -> output_lock.Lock:
+    """``out``'s lock (`workloads.output_lock`), its folder made first where missing."""
     try:
-        tmp.rename(out)
-    except BaseException:
-        old.rename(out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _cannot_write(out, err) from err
+    try:
+        return output_lock.acquire(
+            out, f"OUT {out}", lambda line: print(f"export: {line}", file=sys.stderr)
+        )
+    except output_lock.OutputLockError as err:
+        raise ExportError(str(err)) from err
 
 
 def export_checkpoint(
@@ -432,6 +436,36 @@ def export_checkpoint(
     root = checkpoint_root(step_dir)
     check_output(out, root)  # before any work: a refused OUT costs nothing
     check_model_name(out.name)
+    lock = _lock_output(out)  # one export at a time into ``out``
+    try:
+        # Again under the lock: an export that just ended may have written OUT.
+        check_output(out, root)
+        return _export(
+            step_dir,
+            out,
+            config,
+            step=step,
+            root=root,
+            options=options,
+            run_id=run_id,
+            revision=revision,
+        )
+    finally:
+        lock.release()
+
+
+def _export(
+    step_dir: Path,
+    out: Path,
+    config: TrainConfig,
+    *,
+    step: int,
+    root: Path,
+    options: ExportOptions,
+    run_id: str,
+    revision: str,
+) -> ModelCard:
+    """`export_checkpoint`'s work, under ``out``'s lock."""
     model = load_model(step_dir, config)
     windows = heldout_tokens(config, options.heldout_sequences)
     tmp = _prepare_output(out)
@@ -488,7 +522,7 @@ def export_checkpoint(
             logit_rows=model.vocab_rows,
         )
         check_output(out, root)  # again: the export took minutes, OUT may have changed
-        _swap_into_place(tmp, out)
+        output_lock.swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -562,6 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:  # its temporary directory is gone, its lock released
+        print("export: interrupted; nothing at the output was changed", file=sys.stderr)
+        return EXIT_INTERRUPTED
     p = card.parity
     print(
         f"export: {out}/ ({FP32_FILE}, {INT8_FILE}, {CARD_FILE}, {REFERENCE_FILE}, "

@@ -17,8 +17,9 @@ names. So each command prints the exact ``pulumi config set``/``rm`` lines that 
 new champion (and no canary) into the stack, and the ``pulumi up`` that applies them;
 the storage paths come from the version's tags, written by `make register`.
 
-Exit status: 0 done (or dry run), 2 unknown model, a missing alias, an unreachable
-server.
+Exit status: 0 done (or dry run), 2 unknown model, a missing alias (right after the
+first `make register` there is no challenger yet, and the message says what makes one),
+a tracking URI that is not a server's URL, an unreachable server.
 """
 
 from __future__ import annotations
@@ -73,8 +74,14 @@ def _aliases(client: Any, uri: str, name: str) -> dict[str, str]:
     return {alias: str(version) for alias, version in dict(model.aliases).items()}
 
 
-def plan(action: str, name: str, aliases: dict[str, str]) -> tuple[str, list[Move]]:
+def plan(
+    action: str, name: str, aliases: dict[str, str], versions: Sequence[str] = ()
+) -> tuple[str, list[Move]]:
     """The new champion and the alias moves of ``promote`` or ``rollback``.
+
+    Args:
+        versions: the model's version numbers, for the message when there is nothing
+            to promote.
 
     Raises:
         RegistryError: the alias the action needs is not set.
@@ -83,11 +90,7 @@ def plan(action: str, name: str, aliases: dict[str, str]) -> tuple[str, list[Mov
     if action == "promote":
         challenger = aliases.get(CHALLENGER)
         if not challenger:
-            raise RegistryError(
-                f"model {name!r} has no {CHALLENGER!r} alias, so there is nothing to promote "
-                f"(aliases: {_listed(aliases)}). `make register RUN=<id>` of a new run makes "
-                f"its version the challenger while a champion exists"
-            )
+            raise RegistryError(_nothing_to_promote(name, aliases, versions))
         moves = [Move(PREVIOUS, champion)] if champion else []
         return challenger, [*moves, Move(CHAMPION, challenger), Move(CHALLENGER, "")]
     previous = aliases.get(PREVIOUS)
@@ -97,6 +100,23 @@ def plan(action: str, name: str, aliases: dict[str, str]) -> tuple[str, list[Mov
             f"(aliases: {_listed(aliases)}); `make promote` sets it to the champion it replaces"
         )
     return previous, [Move(CHAMPION, previous), Move(PREVIOUS, "")]
+
+
+def _nothing_to_promote(name: str, aliases: dict[str, str], versions: Sequence[str]) -> str:
+    """Why ``promote`` has nothing to do, and what makes a challenger."""
+    head = f"model {name!r} has no {CHALLENGER!r} alias, so there is nothing to promote"
+    register = "`make register RUN=<id>` of a newer run makes its version the challenger"
+    champion = aliases.get(CHAMPION, "")
+    newest = max(versions, key=int, default="")
+    if champion and champion == newest and len(versions) == 1:
+        # Right after the first `make register`: its version is the champion already.
+        return (
+            f"{head} yet: version {champion}, its only version, is the champion already. "
+            f"{register}; `make promote` then makes that the champion"
+        )
+    if champion and champion == newest:
+        return f"{head}: its newest version, {champion}, is the champion already. {register}"
+    return f"{head} (aliases: {_listed(aliases)}). {register} while a champion exists"
 
 
 def _listed(aliases: dict[str, str]) -> str:
@@ -153,7 +173,11 @@ def run(
     """Carry out (or, with ``dry_run``, only plan) ``action``; returns the lines to print."""
     client = make_client(uri)
     aliases = _aliases(client, uri, name)
-    champion, moves = plan(action, name, aliases)
+    versions: list[str] = []
+    if action == "promote" and not aliases.get(CHALLENGER):  # for the message only
+        found = call(uri, lambda: client.search_model_versions(f"name='{name}'"))
+        versions = [str(v.version) for v in found]
+    champion, moves = plan(action, name, aliases, versions)
     version = call(uri, lambda: client.get_model_version(name, champion))
     storage_path = str(version.tags.get(STORAGE_TAGS[runtime], ""))
     verb = "would move" if dry_run else "moved"

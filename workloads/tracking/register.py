@@ -23,8 +23,9 @@ model version that is an MLflow model, with its Triton repository.
 6. Aliases: the first version becomes ``champion``; a later one ``challenger`` (what a
    canary runs; `make promote` makes it the champion).
 
-Exit status: 0 registered (or already registered), 2 unknown run, no checkpoint,
-unreachable server or a failed export.
+Exit status: 0 registered (or already registered), 2 unknown run, no checkpoint, a
+tracking URI that is not a server's URL, unreachable server or a failed export, 130
+interrupted (Ctrl-C; running it again finishes the job, or finds the version made).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ from workloads.training.lineage import file_digest, read_run_record
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports a command SIGINT stopped.
+EXIT_INTERRUPTED = 130
 #: The ONNX flavor's file in an MLflow model directory (``mlflow.onnx``'s data path).
 MLFLOW_ONNX_FILE = "model.onnx"
 PARITY_FILE = "parity.json"
@@ -506,6 +509,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:  # a local file that cannot be read or written
         print(f"register: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:  # models logged without a version were marked FAILED
+        print(
+            "register: interrupted; run it again to register the run (a version already "
+            "made for it is found, not made twice)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     _report(result, run_id, args.tracking_uri)
     return EXIT_OK
 

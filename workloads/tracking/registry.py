@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 
@@ -23,12 +24,48 @@ CHALLENGER = "challenger"
 PREVIOUS = "previous"
 
 
+#: The tracking URIs the registry commands take: a tracking server (``make track``'s,
+#: the cluster's) or a local SQLite store. MLflow reads anything else without a scheme
+#: as a folder to create a file store in, and its other stores (databases, Databricks)
+#: are not the platform's.
+TRACKING_SCHEMES = ("http", "https", "sqlite")
+
+
 class RegistryError(RuntimeError):
     """A registry command that cannot go on, with what to do about it."""
 
 
+def tracking_uri_problem(uri: str) -> str:
+    """Why ``uri`` is not a tracking URI these commands take (`TRACKING_SCHEMES`), or
+    "" when it is; checked before MLflow is imported, so a typo costs nothing."""
+    hint = (
+        "give the server's URL, e.g. TRACKING_URI=http://127.0.0.1:5000 (`make track`'s; "
+        "TRACK_PORT= for another port), or sqlite:///<path>.db"
+    )
+    try:
+        parts = urlsplit(uri)
+        port = parts.port  # one that is not a number, or out of range, raises here
+    except ValueError as err:
+        return f"the tracking URI {uri!r} is not a URL ({err}); {hint}"
+    if parts.scheme not in TRACKING_SCHEMES:
+        return f"the tracking URI {uri!r} is not an http(s):// or sqlite:/// URI; {hint}"
+    if parts.scheme != "sqlite" and (not parts.hostname or port == 0):
+        return f"the tracking URI {uri!r} names no server (host and port); {hint}"
+    if parts.scheme == "sqlite" and parts.path in ("", "/"):
+        return f"the tracking URI {uri!r} names no database file; {hint}"
+    return ""
+
+
 def make_client(uri: str) -> Any:
-    """An `MlflowClient` for ``uri`` that gives up on a dead server in seconds."""
+    """An `MlflowClient` for ``uri`` that gives up on a dead server in seconds.
+
+    Raises:
+        RegistryError: ``uri`` is not a tracking URI these commands take
+            (`tracking_uri_problem`), found before MLflow is imported.
+    """
+    problem = tracking_uri_problem(uri)
+    if problem:
+        raise RegistryError(problem)
     for key, value in CLIENT_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - slow import, CLI only

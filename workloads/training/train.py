@@ -146,14 +146,28 @@ def _log_gpu_telemetry(topology: Topology, cuda: bool) -> None:
         print(f"[rank {topology.rank}] telemetry: {sample.summary()}", flush=True)
 
 
-def _maybe_inject_fault(config: TrainConfig, topology: Topology, step: int) -> None:
+def _maybe_inject_fault(
+    config: TrainConfig,
+    topology: Topology,
+    step: int,
+    checkpointer: Checkpointer | DeepSpeedCheckpointer | None,
+) -> None:
     """Test hook: SIGKILL this worker, on torchrun's first attempt only."""
-    if (
+    if not (
         config.fault_kill_at_step
         and step == config.fault_kill_at_step
-        and topology.rank == config.fault_kill_rank
         and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     ):
+        return
+    # Every rank lets its asynchronous checkpoint write finish and meets the others first,
+    # so the fault lands after the last checkpoint is on disk whatever the machine's load:
+    # the resume point a test expects is then known (on a busy machine the write of step 4
+    # was still running at step 7's kill, and the run restarted from scratch).
+    if checkpointer is not None:
+        checkpointer.wait()
+    if topology.distributed:
+        dist.barrier()
+    if topology.rank == config.fault_kill_rank:
         print(f"[rank {topology.rank}] fault injection: SIGKILL after step {step}", flush=True)
         if config.fault_kill_node:
             # The agent first, so it cannot restart this worker: the node is gone.
@@ -349,7 +363,7 @@ def _train(
         result = training.step(batches, config, step)
         window.add_step(result.data_wait_s)
         window_loss += result.loss
-        _maybe_inject_fault(config, topology, step)
+        _maybe_inject_fault(config, topology, step, checkpointer)
 
         if step % config.log_every == 0 or step == config.steps or step == start_step + 1:
             mean_loss = window_loss / window.steps
