@@ -182,6 +182,9 @@ CASES = [
     Case("bench-data-workdir-is-the-users-folder", "paths",
          "make bench-data ARGS='--workdir {home}/notes --mb 0.01 --builder-python "
          "{home}/no-python'", 2, "{home}/notes"),
+    Case("bench-data-builder-python-missing", "paths",
+         "make bench-data ARGS='--workdir {home}/bench --mb 0.01 --builder-python "
+         "{home}/no-python'", 2, "{home}/no-python"),
     # --- export, track, register, promote, bench-infer (lifecycle) ----------------------
     Case("export-without-checkpoint", "arguments", "make export", 2, "give CHECKPOINT="),
     Case("export-corrupt-metadata", "malformed files",

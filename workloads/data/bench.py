@@ -117,6 +117,45 @@ def scan_throughput(files: Sequence[Path], megabytes: float) -> dict[str, float]
     }
 
 
+#: Written into the work folder the bench makes: only a folder holding it is cleared.
+WORKDIR_MARKER = ".made-by-bench-data"
+
+
+def _builder_problem(builder_python: str) -> str:
+    """Why ``--builder-python`` cannot run, or ""."""
+    if shutil.which(builder_python) is None:
+        return (
+            f"--builder-python {builder_python} is not an executable Python; give one that "
+            "has torch (make bench-data passes the training environment's)"
+        )
+    return ""
+
+
+def _workdir_problem(work: Path) -> str:
+    """Why ``work`` may not be the bench's work folder, or "": the bench clears a folder
+    it made (its marker file inside) and never one it did not make."""
+    if (work.exists() or work.is_symlink()) and not (
+        work.is_dir() and not work.is_symlink() and (work / WORKDIR_MARKER).is_file()
+    ):
+        return (
+            f"--workdir {work} exists and was not made by this bench; give a folder that "
+            "does not exist yet (the bench deletes its work folder before each run)"
+        )
+    return ""
+
+
+def _claim_workdir(work: Path) -> str:
+    """``work`` made empty for this run (see `_workdir_problem`), or why it cannot be."""
+    if work.exists():
+        shutil.rmtree(work)
+    try:
+        work.mkdir(parents=True)
+        (work / WORKDIR_MARKER).write_text("made by python -m workloads.data.bench\n")
+    except OSError as err:
+        return f"--workdir {work} cannot be created: {err.strerror or err}"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.data.bench")
     parser.add_argument("--mb", type=float, default=50.0, help="corpus size (default 50 MB)")
@@ -128,7 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repo = Path(__file__).resolve().parents[2]
     work = args.workdir.resolve()
-    shutil.rmtree(work, ignore_errors=True)
+    problem = (
+        _workdir_problem(work) or _builder_problem(args.builder_python) or _claim_workdir(work)
+    )
+    if problem:
+        print(f"bench-data: {problem}", file=sys.stderr)
+        return 2
     files, raw_bytes, documents = write_corpus(work / "corpus", args.mb)
     mb = raw_bytes / 1e6
     print(f"corpus: {len(files)} files, {mb:.1f} MB, {documents} documents", flush=True)
