@@ -48,6 +48,7 @@ NOT_OFFLINE: dict[str, str] = {
     "make rollback": "needs a registered model on a tracking server, tested in tests/workloads",
     "make export": "needs a checkpoint, tested in tests/workloads",
     "make lock": "needs PyPI and rewrites locks/",
+    "make checkov": "installs checkov from PyPI; an independent scan, not part of make test",
     "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
     "make features": "installs .venv-features from PyPI; run by tests/features/test_serving.py",
     "make bench-features": "minutes of benchmarking after make features; figures in BENCHMARKS.md",
