@@ -1035,6 +1035,8 @@ OWN = {
     | {
         ("Secret", kfp.DATABASE_INIT_SECRET),
         ("Job", "kfp-database-init"),
+        # The region's RDS CAs, which the database proxy verifies the instance with.
+        ("ConfigMap", kfp.DATABASE_CA),
         ("NetworkPolicy", "allow-database"),
         ("NetworkPolicy", "allow-metadata-database"),
     },
