@@ -118,7 +118,9 @@ def runtime_jobs(runtime: Mapping[str, Any]) -> Iterator[Manifest]:
         yield _job(runtime, job["name"], copy.deepcopy(job["template"]["spec"]))
 
 
-def trainjob_jobs(trainjob: Mapping[str, Any], runtimes: Mapping[str, Manifest]) -> Iterator[Manifest]:
+def trainjob_jobs(
+    trainjob: Mapping[str, Any], runtimes: Mapping[str, Manifest]
+) -> Iterator[Manifest]:
     """A TrainJob's Jobs: its runtime's, with its ``trainer`` on the trainer container."""
     ref = trainjob["spec"]["runtimeRef"]
     runtime = runtimes.get(str(ref["name"]))
@@ -129,7 +131,8 @@ def trainjob_jobs(trainjob: Mapping[str, Any], runtimes: Mapping[str, Manifest])
         )
     trainer = trainjob["spec"].get("trainer", {})
     for job in runtime_jobs(runtime):
-        job["metadata"] = _meta(trainjob, job["metadata"]["name"].removeprefix(_name(runtime) + "-"))
+        part = str(job["metadata"]["name"]).removeprefix(_name(runtime) + "-")
+        job["metadata"] = _meta(trainjob, part)
         for container in job["spec"]["template"]["spec"].get("containers", []):
             if container.get("name") != TRAINER_CONTAINER:
                 continue
@@ -167,9 +170,11 @@ def serving_pods(isvc: Mapping[str, Any], runtimes: Mapping[str, Manifest]) -> I
             runtime = runtimes.get(str(model.get("runtime", "")))
             base = _runtime_pod_spec(runtime) if runtime is not None else {}
             containers = base.pop("containers", [])
-            served = next((c for c in containers if c.get("name") == "kserve-container"), {})
-            served = {**served, **{k: v for k, v in model.items() if k not in MODEL_FIELDS}}
-            served["args"] = [*served.get("args", [])]
+            runtime_container: Manifest = next(
+                (c for c in containers if c.get("name") == "kserve-container"), {}
+            )
+            own = {k: v for k, v in model.items() if k not in MODEL_FIELDS}
+            served: Manifest = {**runtime_container, **own}
             for key, value in base.items():
                 spec.setdefault(key, value)
             spec["containers"] = [served, *spec.get("containers", [])]
@@ -231,11 +236,13 @@ def _read_json(path: Path, what: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path,
-                        help="build/plan/<stack>.json files (with --counts: checkov reports)")  # fmt: skip
+    parser.add_argument(
+        "files", nargs="+", type=Path, help="build/plan/<stack>.json (--counts: checkov reports)"
+    )
     parser.add_argument("--out", type=Path, help="folder of <stack>/objects.yaml")
-    parser.add_argument("--counts", action="store_true",
-                        help="print the failed checks of checkov's JSON reports instead")  # fmt: skip
+    parser.add_argument(
+        "--counts", action="store_true", help="print the failed checks of checkov's reports"
+    )
     args = parser.parse_args(argv)
     if args.counts:
         reports = {f.stem: failed_checks(_read_json(f, "run make checkov")) for f in args.files}

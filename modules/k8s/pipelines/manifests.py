@@ -392,8 +392,8 @@ def proxy_ini(database_host: str) -> str:
     address, or the CloudNativePG cluster's read-write Service, whose certificate names
     ``<service>.<namespace>.svc.<cluster domain>``, the operator's
     ``KUBERNETES_CLUSTER_DOMAIN``, default cluster.local), and authenticates KFP with
-    SCRAM from the users file (a Secret). Session pooling: KFP's API server runs ``CREATE DATABASE`` and migrations,
-    which need a session."""
+    SCRAM from the users file (a Secret). Session pooling: KFP's API server runs
+    ``CREATE DATABASE`` and migrations, which need a session."""
     return "\n".join(
         [
             "[databases]",
