@@ -185,7 +185,7 @@ $(CHECKOV_VENV)/bin/checkov: | $(UV)
 checkov: $(DEPS_plan) $(CHECKOV_VENV)/bin/checkov ## checkov over the shipped plans' Kubernetes objects and pods -> failed checks per stack
 	@for s in $(STACKS); do $(PY) -m stacks.offline_plan --quiet $$s || exit 1; done
 	@$(PY) -m tools.plan_k8s_objects $(foreach s,$(STACKS),build/plan/$(s).json) --out build/checkov
-	@for s in $(STACKS); do $(CHECKOV_VENV)/bin/checkov --quiet --compact --soft-fail \
+	@for s in $(STACKS); do $(CHECKOV_VENV)/bin/checkov --quiet --compact --soft-fail --skip-download \
 		--framework kubernetes -d build/checkov/$$s -o json > build/checkov/$$s.json || exit 1; done
 	@$(PY) -m tools.plan_k8s_objects --counts $(foreach s,$(STACKS),build/checkov/$(s).json)
 

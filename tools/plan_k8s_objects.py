@@ -7,7 +7,8 @@ controller makes from a custom resource are written out as the pods (or Jobs) it
 makes, so that a scanner which knows only the built-in kinds checks them too:
 
 * a ``ClusterTrainingRuntime`` or ``TrainingRuntime``: one Job per replicated job
-  (its ``template``, as JobSet creates it);
+  (its ``template``, as JobSet creates it; a cluster-scoped runtime's in the stand-in
+  namespace `TRAINJOB_NAMESPACE`, since its pods run in each TrainJob's);
 * a ``TrainJob``: the Jobs of the runtime it names (from the same plan), with the
   TrainJob's ``trainer`` (image, command, args, resources per node) on the trainer's
   container, as Kubeflow Trainer applies them;
@@ -71,6 +72,9 @@ RUNTIME_FIELDS = frozenset(
 MODEL_FIELDS = frozenset({"modelFormat", "runtime", "storageUri", "protocolVersion", "storage"})
 #: The trainer's container in a training runtime's ``node`` job (Kubeflow Trainer).
 TRAINER_CONTAINER = "node"
+#: A cluster-scoped runtime's pods run in the namespace of each TrainJob that names it
+#: (a team's), never in ``default``: its Jobs are written in this stand-in namespace.
+TRAINJOB_NAMESPACE = "trainjob-namespace"
 
 
 def kubernetes_objects(plan: Mapping[str, Any]) -> list[Manifest]:
@@ -98,6 +102,8 @@ def _meta(obj: Mapping[str, Any], suffix: str) -> Manifest:
     }
     if meta.get("namespace"):
         made["namespace"] = meta["namespace"]
+    elif obj["kind"] == "ClusterTrainingRuntime":
+        made["namespace"] = TRAINJOB_NAMESPACE
     if meta.get("labels"):
         made["labels"] = dict(meta["labels"])
     return made

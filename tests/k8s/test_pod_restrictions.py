@@ -10,14 +10,17 @@ session's shared ones (`tests.conftest.shipped_plan`), so this costs a walk over
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import shipped_plan
-from tools.plan_k8s_objects import expanded, kubernetes_objects
+from tools.plan_k8s_objects import expanded, kubernetes_objects, main
 
 SHIPPED_STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
 #: The platform's UIDs start here (no image's system user, nor the 1000 many base
@@ -71,7 +74,8 @@ def _where(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj["metadata"].get("annotations") or {}  # type: ignore[no-any-return]
+    annotations: Mapping[str, Any] = obj["metadata"].get("annotations") or {}
+    return annotations
 
 
 def _containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -137,3 +141,36 @@ def test_every_root_file_system_is_read_only(stack: str) -> None:
         for container in _containers(spec):
             own = container.get("securityContext") or {}
             assert own.get("readOnlyRootFilesystem") is True, (*_where(obj), container["name"])
+
+
+# -- the tool behind `make checkov` -------------------------------------------------------
+
+
+def test_the_tool_writes_each_plans_objects_and_counts_checkovs_failures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, plan = shipped_plan("uae-dev")
+    (tmp_path / "uae-dev.json").write_text(json.dumps(plan), encoding="utf-8")
+    assert main([str(tmp_path / "uae-dev.json"), "--out", str(tmp_path / "out")]) == 0
+    written = list(yaml.safe_load_all((tmp_path / "out" / "uae-dev" / "objects.yaml").read_text()))
+    assert written == [*_objects("uae-dev")]
+    # A cluster-scoped runtime's Jobs stand in the TrainJobs' namespace, not default.
+    made = [o for o in written if str(_annotations(o).get(MADE_FROM, "")).startswith("Cluster")]
+    assert made and {o["metadata"]["namespace"] for o in made} == {"trainjob-namespace"}
+    failed = [{"check_id": "CKV_K8S_38", "check_name": "tokens"}] * 2
+    report = [{"check_type": "kubernetes", "results": {"failed_checks": failed}}]
+    (tmp_path / "uae-dev-report.json").write_text(json.dumps(report), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--counts", str(tmp_path / "uae-dev-report.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["CKV_K8S_38\t2\t2\ttokens", "total\t2\t2\t"]
+
+
+def test_the_tool_says_in_one_line_what_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "missing.json"), "--out", str(tmp_path)])
+    message = str(exit_info.value.code)
+    assert message.startswith("plan_k8s_objects: cannot read ") and "make plan-all" in message
+    assert "\n" not in message

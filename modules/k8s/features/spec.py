@@ -575,6 +575,8 @@ def _feast_job_pod(
     return {
         "restartPolicy": restart_policy,
         "serviceAccountName": SERVICE_ACCOUNT,
+        # Said here too, not only on the ServiceAccount: neither job calls the API.
+        "automountServiceAccountToken": False,
         "securityContext": pod_security(),
         "nodeSelector": dict(placement.node_selector),
         "containers": [container],
