@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from modules.k8s.names import team_group, team_namespace
 from policies import stackconfig
 from policies.catalogue import resource_rule, stack_rule
 from policies.documents import (
@@ -263,10 +264,8 @@ def eks_access_scope(stack: StackView, settings: Settings) -> StackFindings:
 
 ROLE_BINDING_TYPE = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
-#: A team's namespace and its platform group (`modules.k8s.names`): ``team-<name>``,
-#: ``team:<name>``.
-TEAM_NAMESPACE_PREFIX = "team-"
-TEAM_GROUP_PREFIX = "team:"
+#: A team's namespace is ``team-<name>`` (`modules.k8s.names.team_namespace`).
+TEAM_NAMESPACE_PREFIX = team_namespace("")
 AUTHENTICATION_CONFIGURATION = "AuthenticationConfiguration"
 #: Kubernetes' user-facing ClusterRoles: bound in a team's namespace, the team's grant.
 NAMESPACE_ROLES = ("admin", "edit", "view")
@@ -288,7 +287,7 @@ def _team_grants(stack: StackView) -> Iterator[tuple[ResourceView, str, list[str
         ]
         role = binding.props.get("roleRef")
         granted = dig(role, "kind") == "ClusterRole" and dig(role, "name") in NAMESPACE_ROLES
-        if granted and f"{TEAM_GROUP_PREFIX}{team}" in groups:
+        if granted and team_group(team) in groups:
             yield binding, team, groups
 
 
@@ -344,8 +343,8 @@ def team_has_a_way_in(stack: StackView, settings: Settings) -> StackFindings:
                 known(value, path)  # an entry whose groups are not known may be the way in
             yield (
                 binding.urn,
-                f"team {team}: no one can sign in to its namespace "
-                f"{TEAM_NAMESPACE_PREFIX}{team}: none of its groups ({', '.join(groups)}) "
+                f"team {team}: no one can sign in to its namespace {team_namespace(team)}: "
+                f"none of its groups ({', '.join(groups)}) "
                 "is given by an EKS access entry or by the API server's OpenID Connect "
                 "issuer",
             )
