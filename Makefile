@@ -176,6 +176,24 @@ plan: $(DEPS_plan) ## offline plan of STACK (default uae-prod) -> build/plan/STA
 plan-all: $(DEPS_plan) ## offline plan of every shipped stack
 	@$(PY) -m stacks.offline_plan $(STACKS)
 
+# checkov (an independent scanner, not one of the platform's dependencies: no lock, not
+# in `make test`) in its own environment under build/tools, over every Kubernetes object
+# of the shipped plans and the pods their custom resources make (tools/plan_k8s_objects.py);
+# prints how many objects fail each check, per stack.
+CHECKOV_VENV := build/tools/checkov
+CHECKOV_SPEC ?= checkov>=3.3,<3.4
+.PHONY: checkov
+$(CHECKOV_VENV)/bin/checkov: | $(UV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python '$(CHECKOV_SPEC)'
+
+checkov: $(DEPS_plan) $(CHECKOV_VENV)/bin/checkov ## checkov over the shipped plans' Kubernetes objects and pods -> failed checks per stack
+	@for s in $(STACKS); do $(PY) -m stacks.offline_plan --quiet $$s || exit 1; done
+	@$(PY) -m tools.plan_k8s_objects $(foreach s,$(STACKS),build/plan/$(s).json) --out build/checkov
+	@for s in $(STACKS); do $(CHECKOV_VENV)/bin/checkov --quiet --compact --soft-fail --skip-download \
+		--framework kubernetes -d build/checkov/$$s -o json > build/checkov/$$s.json || exit 1; done
+	@$(PY) -m tools.plan_k8s_objects --counts $(foreach s,$(STACKS),build/checkov/$(s).json)
+
 # PACK_CONFIG=file: the pack config `pulumi preview --policy-pack-config` takes;
 # RENDERED=dir: `helm template` output per release (<namespace>/<release>.yaml).
 REVIEW_ARGS = $(if $(PACK_CONFIG),--policy-config "$(PACK_CONFIG)") $(if $(RENDERED),--rendered "$(RENDERED)")

@@ -61,7 +61,6 @@ def build_example_job(
             cpu_training=not pool.has_gpus,
             launcher="trainer" if trainer else "indexed-job",
             tracking=placement.tracking,
-            cloud_identity=placement.cloud_identity,
         )
     except InvalidArgsError as err:
         raise ConfigError(

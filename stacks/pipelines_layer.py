@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from modules.aws import iam
+from modules.aws import database, iam
 from modules.aws.pipelines_access import prefixes_access
 from modules.k8s.common import system_node_selector
 from modules.k8s.pipelines import loop
@@ -191,6 +191,7 @@ def build_pipelines(
             storage_key_arn=aws.storage_key_arn,
             database_host=aws.database_host,
             vpc_cidr=aws.vpc_cidr,
+            database_ca=database.ca_bundle(config.region),
         )
     else:
         store, onprem = spec.object_store, config.onprem

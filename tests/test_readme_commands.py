@@ -60,6 +60,7 @@ NOT_OFFLINE: dict[str, str] = {
     "make export": "needs a checkpoint, tested in tests/workloads",
     "make lock": "needs PyPI and rewrites locks/",
     "make pii-eval": "a minute of PII scanning; its figures are in docs/data.md",
+    "make checkov": "installs checkov from PyPI; an independent scan, not part of make test",
     "make gpu-check": "needs an NVIDIA GPU (its dry run is tested in tests/workloads)",
     "make features": "installs .venv-features from PyPI; run by tests/features/test_serving.py",
     "make bench-features": "minutes of benchmarking after make features; figures in BENCHMARKS.md",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_aws as aws
@@ -28,6 +29,26 @@ ACCESS = StoreAccess(
     "MLflow database: PostgreSQL from the EKS cluster only",
     "PostgreSQL from the cluster's nodes and pods",
 )
+
+
+#: The certificate authority of the instance's server certificate (RDS's identifier), and
+#: the folder of each region's RDS root certificates (``<region>-bundle.pem``, with their
+#: source), which clients that verify the database mount.
+CA_CERT_IDENTIFIER = "rds-ca-rsa2048-g1"
+CA_BUNDLES = Path(__file__).resolve().parent / "rds_ca"
+
+
+def ca_bundle(region: str) -> str:
+    """The PEM certificates of RDS's certificate authorities in ``region`` (the file's
+    comments, before the first certificate, say where they come from).
+
+    Raises:
+        ValueError: the repository holds no bundle for ``region``.
+    """
+    path = CA_BUNDLES / f"{region}-bundle.pem"
+    if not path.is_file():
+        raise ValueError(f"no RDS CA bundle for {region} in {CA_BUNDLES}; add AWS's")
+    return path.read_text(encoding="utf-8")
 
 
 def parameter_family(major_version: str) -> str:
@@ -122,7 +143,7 @@ class TrackingDatabase(AwsComponent[TrackingDatabaseArgs]):
             publicly_accessible=False,
             multi_az=args.multi_az,
             port=POSTGRES_PORT,
-            ca_cert_identifier="rds-ca-rsa2048-g1",
+            ca_cert_identifier=CA_CERT_IDENTIFIER,
             backup_retention_period=args.backup_retention_days,
             copy_tags_to_snapshot=True,
             delete_automated_backups=False,

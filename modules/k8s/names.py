@@ -113,8 +113,6 @@ class TeamPlacement:
             (``k8s.v1.cni.cncf.io/networks``), or ``None`` where there is none.
         tracking: how the team's jobs reach the tracking server, or ``None`` where the
             cluster runs none.
-        cloud_identity: the service account carries a cloud identity (EKS Pod Identity,
-            which authenticates with the account's token); ``False`` on premises.
     """
 
     namespace: str
@@ -124,7 +122,6 @@ class TeamPlacement:
     priority_classes: tuple[str, ...]
     secondary_network: str | None = None
     tracking: TrackingAccess | None = None
-    cloud_identity: bool = True
 
 
 def team_placement(
@@ -132,7 +129,6 @@ def team_placement(
     secondary_network: bool = False,
     priority_classes: tuple[str, ...] = tuple(PRIORITY_CLASSES),
     tracking: TrackingAccess | None = None,
-    cloud_identity: bool = True,
 ) -> TeamPlacement:
     """The placement of a team's jobs (pure: derived from the team name, the
     PriorityClasses the team may use and what the cluster offers)."""
@@ -144,7 +140,6 @@ def team_placement(
         priority_classes=priority_classes,
         secondary_network=secondary_network_name(team) if secondary_network else None,
         tracking=tracking,
-        cloud_identity=cloud_identity,
     )
 
 

@@ -4,6 +4,18 @@ one builder each, so that every component writes them the same way.
 Each builder takes the object's metadata whole (`modules.k8s.common.metadata`, or a
 component's own labels), since the components label their objects differently.
 Standard library only, as `modules.k8s.security` (the features spec uses both).
+
+API tokens: a pod mounts its ServiceAccount's Kubernetes API token only where a process
+in it calls the API (an operator, a Spark driver, kube-rbac-proxy's reviews). A pod that
+only reaches AWS needs none: EKS Pod Identity does not use it. Its admission webhook
+adds a projected token of its own to each pod whose ServiceAccount has an association
+(volume ``eks-pod-identity-token``, audience ``pods.eks.amazonaws.com``, with
+``AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`` and ``AWS_CONTAINER_CREDENTIALS_FULL_URI``),
+whatever ``automountServiceAccountToken`` says
+(https://docs.aws.amazon.com/eks/latest/userguide/pod-id-how-it-works.html; the
+webhook's test of a pod without volumes, github.com/aws/amazon-eks-pod-identity-webhook
+``pkg/handler/testdata/containercredentials/rawPodWithoutVolumes.pod.yaml``: the patch
+adds that projected volume and nothing of the API token's).
 """
 
 from __future__ import annotations
@@ -18,7 +30,8 @@ RBAC_VERSION = f"{RBAC_GROUP}/v1"
 
 
 def service_account(meta: Manifest, *, mount_token: bool) -> Manifest:
-    """A ServiceAccount; ``mount_token``: whether its pods get an API token mounted."""
+    """A ServiceAccount; ``mount_token``: whether its pods get an API token mounted (only
+    where they call the Kubernetes API: the module's docstring)."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",

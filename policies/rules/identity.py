@@ -1,4 +1,5 @@
-"""Identity: least privilege in IAM policies and trust policies; scoped training roles."""
+"""Identity: least privilege in IAM policies and trust policies; scoped training roles;
+scoped EKS access; and a way into the cluster for every team."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
+import yaml
+
+from modules.k8s.names import team_group, team_namespace
 from policies import stackconfig
 from policies.catalogue import resource_rule, stack_rule
 from policies.documents import (
@@ -255,4 +259,93 @@ def eks_access_scope(stack: StackView, settings: Settings) -> StackFindings:
                     f"{policy.removeprefix(EKS_ACCESS_POLICY_PREFIX)} to {principal}, which "
                     "is not one of cluster.adminRoleArns (admin policies can change RBAC)",
                 )
+    deferred.finish()
+
+
+ROLE_BINDING_TYPE = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+#: A team's namespace is ``team-<name>`` (`modules.k8s.names.team_namespace`).
+TEAM_NAMESPACE_PREFIX = team_namespace("")
+AUTHENTICATION_CONFIGURATION = "AuthenticationConfiguration"
+#: Kubernetes' user-facing ClusterRoles: bound in a team's namespace, the team's grant.
+NAMESPACE_ROLES = ("admin", "edit", "view")
+
+
+def _team_grants(stack: StackView) -> Iterator[tuple[ResourceView, str, list[str]]]:
+    """Each RoleBinding that grants a team its namespace: one of Kubernetes'
+    `NAMESPACE_ROLES`, in ``team-<name>``, to the team's group ``team:<name>`` among
+    others; (binding, team, its groups)."""
+    for binding in stack.of_type(ROLE_BINDING_TYPE):
+        namespace = str(dig(binding.props, "metadata", "namespace") or "")
+        if not namespace.startswith(TEAM_NAMESPACE_PREFIX):
+            continue
+        team = namespace.removeprefix(TEAM_NAMESPACE_PREFIX)
+        groups = [
+            str(s.get("name"))
+            for s in as_list(binding.props.get("subjects"))
+            if isinstance(s, Mapping) and s.get("kind") == "Group"
+        ]
+        role = binding.props.get("roleRef")
+        granted = dig(role, "kind") == "ClusterRole" and dig(role, "name") in NAMESPACE_ROLES
+        if granted and team_group(team) in groups:
+            yield binding, team, groups
+
+
+def _mapped_groups(stack: StackView) -> tuple[set[str], list[tuple[Any, str]]]:
+    """The Kubernetes groups EKS access entries give their IAM principals, and the
+    entries whose groups are not known yet (value, path)."""
+    groups: set[str] = set()
+    unknown: list[tuple[Any, str]] = []
+    for entry in stack.of_type(ACCESS_ENTRY_TYPE):
+        value = entry.props.get("kubernetesGroups")
+        if is_unknown(value):
+            unknown.append((value, f"{entry.name}.kubernetesGroups"))
+        else:
+            groups.update(str(g) for g in as_list(value))
+    return groups, unknown
+
+
+def _oidc_group_prefixes(stack: StackView) -> set[str]:
+    """The group prefixes of the API server's OpenID Connect issuers: the
+    ``AuthenticationConfiguration`` of a ConfigMap the control plane's file is copied
+    from (`modules.k8s.site.oidc`)."""
+    prefixes: set[str] = set()
+    for config in stack.of_type(CONFIGMAP_TYPE):
+        data = config.props.get("data")
+        for text in data.values() if isinstance(data, Mapping) else ():
+            if not isinstance(text, str) or AUTHENTICATION_CONFIGURATION not in text:
+                continue
+            try:
+                document = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            if not isinstance(document, Mapping):
+                continue
+            if document.get("kind") != AUTHENTICATION_CONFIGURATION:
+                continue
+            for issuer in as_list(document.get("jwt")):
+                prefix = dig(issuer, "claimMappings", "groups", "prefix")
+                if isinstance(prefix, str) and prefix:
+                    prefixes.add(prefix)
+    return prefixes
+
+
+@stack_rule("k8s-team-has-a-way-in")
+def team_has_a_way_in(stack: StackView, settings: Settings) -> StackFindings:
+    deferred = Deferred()
+    mapped, unknown = _mapped_groups(stack)
+    prefixes = _oidc_group_prefixes(stack)
+    for binding, team, groups in _team_grants(stack):
+        if any(g in mapped or any(g.startswith(p) for p in prefixes) for g in groups):
+            continue
+        with deferred.each():
+            for value, path in unknown:
+                known(value, path)  # an entry whose groups are not known may be the way in
+            yield (
+                binding.urn,
+                f"team {team}: no one can sign in to its namespace {team_namespace(team)}: "
+                f"none of its groups ({', '.join(groups)}) "
+                "is given by an EKS access entry or by the API server's OpenID Connect "
+                "issuer",
+            )
     deferred.finish()

@@ -6,8 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
-from modules.aws.database import master_password, parameter_family, tls_only_parameters
+from modules.aws.database import (
+    CA_CERT_IDENTIFIER,
+    ca_bundle,
+    master_password,
+    parameter_family,
+    tls_only_parameters,
+)
+from modules.residency import UAE_AWS_REGIONS
 from stacks.offline_runtime import Registration
 from tests.conftest import shipped_plan
 
@@ -74,3 +83,32 @@ def test_the_database_is_recoverable_and_protected(stack: str) -> None:
     assert inputs["deletionProtection"] is True and inputs["skipFinalSnapshot"] is False
     assert inputs["finalSnapshotIdentifier"].endswith("-final")
     assert inputs["backupRetentionPeriod"] >= 7
+
+
+#: The root of each certificate authority RDS offers (``ca_cert_identifier``), by the
+#: common name AWS gives it in a region.
+ROOT_NAMES = {
+    "rds-ca-rsa2048-g1": "Amazon RDS {region} Root CA RSA2048 G1",
+    "rds-ca-rsa4096-g1": "Amazon RDS {region} Root CA RSA4096 G1",
+    "rds-ca-ecc384-g1": "Amazon RDS {region} Root CA ECC384 G1",
+}
+
+
+@pytest.mark.parametrize("region", UAE_AWS_REGIONS)
+def test_the_regions_rds_ca_bundle_holds_the_instances_root(region: str) -> None:
+    """What clients verify the database with (Kubeflow Pipelines' PgBouncer): the
+    region's three RDS roots, each self-signed, a CA, valid for decades yet; the
+    instance's own (`CA_CERT_IDENTIFIER`) among them."""
+    certificates = x509.load_pem_x509_certificates(ca_bundle(region).encode())
+    names = [c.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value for c in certificates]
+    assert names == [ROOT_NAMES[identifier].format(region=region) for identifier in ROOT_NAMES]
+    assert ROOT_NAMES[CA_CERT_IDENTIFIER].format(region=region) in names
+    for certificate in certificates:
+        assert certificate.issuer == certificate.subject
+        assert certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        assert certificate.not_valid_after_utc.year >= 2060
+
+
+def test_a_region_without_a_bundle_is_refused() -> None:
+    with pytest.raises(ValueError, match="no RDS CA bundle for eu-west-1"):
+        ca_bundle("eu-west-1")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import botocore.session
 import pytest
@@ -22,6 +24,11 @@ from modules.aws.identity_spec import (
     TeamAccessSpec,
 )
 from modules.validation import InvalidArgsError
+from policies.model import StackView
+from policies.review.plan import parse_plan, stack_resources
+from policies.rules import RULES_BY_ID
+from policies.settings import Settings
+from stacks.config import PROJECT
 from stacks.config_parsing import ConfigError
 from stacks.offline_runtime import Registration
 from tests.conftest import shipped_plan
@@ -36,6 +43,7 @@ ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 WRITE = ("create", "update", "patch", "delete")
+WAY_IN = "k8s-team-has-a-way-in"
 
 
 def of_type(type_token: str) -> list[Registration]:
@@ -250,3 +258,31 @@ def test_the_shipped_identity_section_is_what_the_plan_serves() -> None:
             {**entries[access.role_arn]["tags"], GROUP_TAG: access.group, TEAM_TAG: access.team},
             sort_keys=True,
         )
+
+
+# -- every shipped team has a way in; the pack flags a team without one -----------------
+
+SHIPPED_STACKS = ("uae-prod", "uae-dev", "smb-cpu", "onprem-ib")
+#: How a team gets in: an access entry (AWS), the API server's OIDC settings (on premises).
+WAYS_IN = {ENTRY, "kubernetes:core/v1:ConfigMap"}
+
+
+def _way_in_findings(plan: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """What `k8s-team-has-a-way-in` finds in a plan document (that rule alone)."""
+    parsed = parse_plan(plan, Path("plan.json"))
+    stack = StackView.of(stack_resources(parsed))
+    return list(RULES_BY_ID[WAY_IN].check_stack(stack, Settings.from_config(None)))
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_shipped_team_has_a_way_in_and_without_it_the_pack_says_so(stack: str) -> None:
+    """smb-cpu and uae-dev map their teams' Identity Center groups (``identity``),
+    uae-prod its three, onprem-ib its teams' OIDC groups; without those, every team's
+    namespace grant is flagged."""
+    _, plan = shipped_plan(stack)
+    # The plan's config holds each section as its JSON text, as `pulumi preview` does.
+    teams = [t["name"] for t in json.loads(plan["config"][f"{PROJECT}:teams"])]
+    assert teams and _way_in_findings(plan) == []
+    cut = {**plan, "steps": [s for s in plan["steps"] if s["newState"]["type"] not in WAYS_IN]}
+    flagged = [message for _, message in _way_in_findings(cut)]
+    assert sorted(m.split(":", 1)[0] for m in flagged) == sorted(f"team {t}" for t in teams)

@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from modules.aws.database import ca_bundle
 from modules.aws.pipelines_access import prefixes_access
 from modules.k8s.monitoring.spec import (
     ALERT_ROUTING_LABEL,
@@ -72,6 +73,7 @@ AWS = ps.PipelinesPlacement(
     storage_key_arn="arn:aws:kms:me-central-1:123456789012:key/k",
     database_host=RDS,
     vpc_cidr="10.42.0.0/16",
+    database_ca=ca_bundle("me-central-1"),
 )
 STORE = ps.ObjectStoreSpec(
     endpoint="objects.dc1.internal:443", bucket="ml-pipelines", cidrs=("10.20.40.0/24",)
@@ -404,12 +406,51 @@ def test_the_proxy_speaks_tls_to_the_server_and_listens_on_loopback_only() -> No
     assert f"* = host={RDS} port=5432" in ini
     for line in (
         "listen_addr = 127.0.0.1",
-        "server_tls_sslmode = require",
+        # The server's certificate and name are verified, with the mounted CA.
+        "server_tls_sslmode = verify-full",
+        "server_tls_ca_file = /etc/pgbouncer/ca/ca.crt",
         "auth_type = scram-sha-256",
         "pool_mode = session",
     ):
         assert line in ini.splitlines()
     assert "password" not in ini
+
+
+@pytest.mark.parametrize(
+    ("spec", "placement", "source"),
+    [
+        (SPEC, AWS, {"configMap": {"name": "kfp-database-ca"}}),
+        (
+            ONPREM_SPEC,
+            ONPREM,
+            {"secret": {"secretName": "kfp-db-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ),
+    ],
+    ids=["aws", "onprem"],
+)
+@pytest.mark.parametrize("name", DATABASE_CLIENTS)
+def test_the_proxy_verifies_the_server_with_its_ca(
+    name: str, spec: ps.PipelinesSpec, placement: ps.PipelinesPlacement, source: dict[str, Any]
+) -> None:
+    """The CA file pgbouncer.ini names is mounted: on AWS the region's RDS authorities
+    (a ConfigMap of the platform's), on premises the ``ca.crt`` of CloudNativePG's CA
+    Secret for the cluster (``<cluster>-ca``), not its key."""
+    pod = find(installed(spec, placement), "Deployment", name)["spec"]["template"]["spec"]
+    proxy = pod["initContainers"][0]
+    (mount,) = [m for m in proxy["volumeMounts"] if m["mountPath"] == "/etc/pgbouncer/ca"]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert {k: v for k, v in volume.items() if k != "name"} == source
+    assert f"{mount['mountPath']}/ca.crt" in kfp.proxy_ini(RDS)
+
+
+def test_on_aws_the_proxys_ca_is_the_regions_rds_bundle() -> None:
+    configmap = kfp.database_ca_configmap(AWS)
+    meta = configmap["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("kfp-database-ca", "kubeflow")
+    assert configmap["data"] == {"ca.crt": ca_bundle("me-central-1")}
+    with pytest.raises(ValueError, match="RDS CA bundle"):
+        kfp.database_ca_configmap(replace(AWS, database_ca=""))
 
 
 def test_the_users_file_quotes_the_password() -> None:
@@ -994,6 +1035,8 @@ OWN = {
     | {
         ("Secret", kfp.DATABASE_INIT_SECRET),
         ("Job", "kfp-database-init"),
+        # The region's RDS CAs, which the database proxy verifies the instance with.
+        ("ConfigMap", kfp.DATABASE_CA),
         ("NetworkPolicy", "allow-database"),
         ("NetworkPolicy", "allow-metadata-database"),
     },

@@ -317,6 +317,8 @@ def test_the_pods_name_the_region_and_logs_are_uploaded_under_the_stack_key(stac
             # Pod Identity brings the credentials; the region's endpoint is boto3's own.
             assert not {"AWS_ACCESS_KEY_ID", ss.ENV_ENDPOINT} & set(variables)
         conf = spec["sparkConf"]
+        # Spark SQL's warehouse folder on a writable volume: the root file system is not.
+        assert conf["spark.sql.warehouse.dir"] == "file:///tmp/spark-warehouse"
         assert conf["spark.eventLog.enabled"] == "true"
         assert conf["spark.eventLog.dir"] == f"file://{ss.EVENT_LOG_DIR}"
         arguments = spec["arguments"]

@@ -1,7 +1,9 @@
-"""The EKS access-scope rule and the VPN tunnel rule on a compliant twin (team access
-scoped to its namespace, an admin with cluster-wide access, a VPN with strong tunnels),
-on broken twins and on twins with the property left out: exactly the expected rule
-fails, with a message naming the problem."""
+"""The EKS access-scope rule, the team way-in rule and the VPN tunnel rule on a compliant
+twin (team access scoped to its namespace through an access entry with the team's
+group, an admin with cluster-wide access, a VPN with strong tunnels; on premises a team
+bound through the API server's OpenID Connect groups), on broken twins and on twins with
+the property left out: exactly the expected rule fails, with a message naming the
+problem."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ TEAM = (
 )
 SCOPE = "aws-eks-access-scope"
 TUNNELS = "aws-vpn-strong-tunnels"
+WAY_IN = "k8s-team-has-a-way-in"
+BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+CONFIGMAP = "kubernetes:core/v1:ConfigMap"
+OIDC_CONFIG = "gpuplatform-authentication-config"
 
 
 def _add(plan: Plan, kind: str, name: str, inputs: dict[str, Any], **deps: list[str]) -> str:
@@ -63,12 +69,36 @@ def _vpn_inputs() -> dict[str, Any]:
     return {"customerGatewayId": "cgw-1", "type": "ipsec.1", "vpnGatewayId": "vgw-1", **camel}
 
 
+def _add_object(plan: Plan, kind: str, name: str, manifest: dict[str, Any]) -> None:
+    """A Kubernetes object, with the compliant plan's cluster provider."""
+    provider = find_step(plan, "kubernetes:core/v1:Namespace", "team-a")["provider"]
+    urn = f"urn:pulumi:test::{PROJECT}::{kind}::{name}"
+    state = {"urn": urn, "type": kind, "custom": True, "provider": provider, "inputs": manifest}
+    plan["steps"].append({"op": "create", "urn": urn, "provider": provider, "newState": state})
+
+
+def _team_binding(team: str, *groups: str) -> dict[str, Any]:
+    """The tenancy layer's grant of a team's namespace (`team_rbac`)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "team-edit", "namespace": f"team-{team}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups
+        ],
+    }
+
+
 def access_plan() -> Plan:
-    """The compliant plan plus an admin (cluster-wide) and a team (its namespace)."""
+    """The compliant plan plus an admin (cluster-wide) and a team (its namespace, and its
+    group team:nlp through its access entry)."""
     plan = compliant_plan()
     plan["config"][f"{PROJECT}:cluster"] = {"adminRoleArns": [ADMIN]}
     for name, principal in (("admin", ADMIN), ("team-nlp", TEAM)):
         _add(plan, ENTRY, name, {"clusterName": "c", "principalArn": principal, "type": "STANDARD"})
+    _inputs(plan, ENTRY, "team-nlp")["kubernetesGroups"] = ["team:nlp"]
+    _add_object(plan, BINDING, "team-nlp-edit", _team_binding("nlp", "team:nlp"))
     _add(
         plan,
         ASSOCIATION,
@@ -131,6 +161,13 @@ def no_admins(plan: Plan) -> None:
     plan["config"].pop(f"{PROJECT}:cluster")
 
 
+def team_groups(*groups: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, ENTRY, "team-nlp")["kubernetesGroups"] = list(groups)
+
+    return mutate
+
+
 CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("team cluster-wide", team_scope(type="cluster"), SCOPE, "cluster-wide access"),
     ("team admin policy", team_policy("AmazonEKSClusterAdminPolicy"), SCOPE, "can change RBAC"),
@@ -138,6 +175,8 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
     ("scope missing", drop(ASSOCIATION, "team-nlp", "accessScope"), SCOPE, "no access scope"),
     ("no namespaces", team_scope(type="namespace", namespaces=[]), SCOPE, "names no namespace"),
     ("admin not in config", no_admins, SCOPE, f"gives {ADMIN} cluster-wide"),
+    ("team's group given to no one", team_groups("team:speech"), WAY_IN, "team nlp: no one"),
+    ("entry's groups missing", drop(ENTRY, "team-nlp", "kubernetesGroups"), WAY_IN, "team:nlp"),
     ("tunnel1 IKEv1", tunnel("tunnel1IkeVersions", ["ikev1", "ikev2"]), TUNNELS, "ikev1"),
     ("tunnel2 IKE missing", drop(VPN, "site-link", "tunnel2IkeVersions"), TUNNELS, "not set"),
     (
@@ -161,7 +200,7 @@ COVERED_RULE_IDS = frozenset(c[2] for c in CASES)
 
 def test_the_compliant_twin_passes() -> None:
     assert failing_rules(access_plan()) == set()
-    assert {SCOPE, TUNNELS} <= set(RULES_BY_ID)
+    assert {SCOPE, TUNNELS, WAY_IN} <= set(RULES_BY_ID)
 
 
 # (The compliant twin's test is the one above: it checks the rules exist too.)
@@ -180,3 +219,61 @@ def test_a_principal_known_only_from_its_access_entry_is_still_judged() -> None:
     state["propertyDependencies"] = {"principalArn": [entry]}
     state["inputs"]["accessScope"] = {"type": "cluster"}
     assert any(TEAM in m for m in messages(plan, SCOPE))
+
+
+# -- on premises: a team's way in is the API server's OpenID Connect groups ------------
+
+OIDC_DOCUMENT = """\
+apiVersion: apiserver.config.k8s.io/v1beta1
+kind: AuthenticationConfiguration
+jwt:
+- issuer:
+    url: https://sso.dc1.internal/realms/gpu-platform
+    audiences: [kubernetes]
+  claimMappings:
+    username: {claim: email, prefix: 'oidc:'}
+    groups: {claim: groups, prefix: 'oidc:'}
+"""
+
+
+def oidc_plan() -> Plan:
+    """The compliant plan plus a team bound through its identity provider's group
+    (``oidc:ml-vision``) and the API server's configuration that prefixes it."""
+    plan = compliant_plan()
+    _add_object(plan, BINDING, "team-vision-edit",
+                _team_binding("vision", "team:vision", "oidc:ml-vision"))  # fmt: skip
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": OIDC_CONFIG, "namespace": "kube-system"},
+        "data": {"authentication-config.yaml": OIDC_DOCUMENT},
+    }
+    _add_object(plan, CONFIGMAP, OIDC_CONFIG, config)
+    return plan
+
+
+def no_oidc(plan: Plan) -> None:
+    plan["steps"] = [s for s in plan["steps"] if s["newState"]["type"] != CONFIGMAP
+                     or s["newState"]["inputs"]["metadata"]["name"] != OIDC_CONFIG]  # fmt: skip
+
+
+def oidc_document(text: str) -> Callable[[Plan], None]:
+    def mutate(plan: Plan) -> None:
+        _inputs(plan, CONFIGMAP, OIDC_CONFIG)["data"]["authentication-config.yaml"] = text
+
+    return mutate
+
+
+OIDC_CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
+    ("no OpenID Connect issuer", no_oidc, WAY_IN, "team vision: no one can sign in"),
+    (
+        "groups prefix missing",
+        oidc_document(OIDC_DOCUMENT.replace(", prefix: 'oidc:'}", "}")),
+        WAY_IN,
+        "team:vision, oidc:ml-vision",
+    ),
+]
+
+test_the_oidc_twin_passes, test_the_broken_oidc_twin_fails_exactly_the_rule = twin_tests(
+    oidc_plan, OIDC_CASES
+)

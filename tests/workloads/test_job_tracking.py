@@ -112,10 +112,11 @@ def test_without_a_tracking_server_the_job_has_no_tracking_settings() -> None:
     assert not [e for e in _trainer(check)["env"] if e["name"].startswith("MLFLOW_")]
 
 
-def test_no_token_is_mounted_without_a_cloud_identity() -> None:
-    assert _pod()["automountServiceAccountToken"] is True  # EKS Pod Identity uses it
-    assert _pod(cloud_identity=False)["automountServiceAccountToken"] is False
-    cpu = _pod(pool=CPU_POOL, nodes=1, cpu_training=True, cloud_identity=False)
+def test_no_api_token_is_mounted() -> None:
+    """Nothing in a training pod calls the Kubernetes API; EKS Pod Identity projects its
+    own token (modules.k8s.rbac)."""
+    assert _pod()["automountServiceAccountToken"] is False
+    cpu = _pod(pool=CPU_POOL, nodes=1, cpu_training=True)
     assert cpu["automountServiceAccountToken"] is False
 
 
@@ -157,13 +158,12 @@ def test_without_a_tracking_server_the_runtime_has_no_tracking_settings() -> Non
 
 
 @pytest.mark.parametrize("framework", ["torch", "deepspeed", "mpi"])
-def test_runtimes_mount_a_token_only_for_a_cloud_identity(framework: str) -> None:
-    for pod in _runtime_pods(_runtime(framework, pool=IB_POOL)).values():
-        assert pod["automountServiceAccountToken"] is True  # the default: EKS
-    onprem = _runtime(framework, RuntimeSite(tracking=ACCESS, cloud_identity=False), IB_POOL)
-    for pod in _runtime_pods(onprem).values():
-        assert pod["automountServiceAccountToken"] is False
-    assert crd_errors([onprem]) == []
+def test_runtimes_mount_no_api_token(framework: str) -> None:
+    for site in (None, RuntimeSite(tracking=ACCESS)):
+        runtime = _runtime(framework, site, IB_POOL)
+        for pod in _runtime_pods(runtime).values():
+            assert pod["automountServiceAccountToken"] is False
+        assert crd_errors([runtime]) == []
 
 
 # -- images and users -----------------------------------------------------------------

@@ -433,6 +433,9 @@ def proxy_objects(spec: FeaturesSpec, placement: Placement, ca_issuer: str) -> l
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": SERVICE_ACCOUNT,
+                        # kube-rbac-proxy reviews each caller's token and access
+                        # (TokenReview, SubjectAccessReview) with the API server.
+                        "automountServiceAccountToken": True,
                         "securityContext": pod_security(),
                         "nodeSelector": dict(placement.node_selector),
                         "containers": [container],
@@ -468,7 +471,10 @@ def rbac_objects(spec: FeaturesSpec) -> list[Manifest]:
         "verbs": ["create", "get"],
     }
     objects: list[Manifest] = [
-        rbac.service_account(_meta(SERVICE_ACCOUNT), mount_token=True),
+        # No API token by default: the feature server, apply and materialisation call no
+        # Kubernetes API (the registry is SQL, the stores Redis and S3; EKS Pod Identity
+        # projects its own token, modules.k8s.rbac); the endpoint's pod mounts one.
+        rbac.service_account(_meta(SERVICE_ACCOUNT), mount_token=False),
         # TokenReview and SubjectAccessReview: the built-in role kube-rbac-proxy needs.
         rbac.role_binding(
             {
@@ -569,6 +575,8 @@ def _feast_job_pod(
     return {
         "restartPolicy": restart_policy,
         "serviceAccountName": SERVICE_ACCOUNT,
+        # Said here too, not only on the ServiceAccount: neither job calls the API.
+        "automountServiceAccountToken": False,
         "securityContext": pod_security(),
         "nodeSelector": dict(placement.node_selector),
         "containers": [container],
@@ -776,7 +784,9 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "automountServiceAccountToken": False,
-                    "securityContext": {**pod_security(), "runAsUser": 26, "runAsGroup": 26},
+                    # As the platform's UID, not the image's postgres user (26): psql
+                    # only reads the image's files and writes nothing.
+                    "securityContext": pod_security(),
                     "nodeSelector": dict(placement.node_selector),
                     "containers": [
                         {
@@ -809,11 +819,7 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                                 "requests": {"cpu": "100m", "memory": "64Mi"},
                                 "limits": {"cpu": "500m", "memory": "128Mi"},
                             },
-                            "securityContext": {
-                                **restricted_container(),
-                                "runAsUser": 26,
-                                "runAsGroup": 26,
-                            },
+                            "securityContext": restricted_container(),
                         }
                     ],
                 },

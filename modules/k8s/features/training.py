@@ -74,8 +74,9 @@ def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
     pod = {
         "restartPolicy": "Never",
         "serviceAccountName": SERVICE_ACCOUNT,
-        # EKS Pod Identity authenticates with the service account's token.
-        "automountServiceAccountToken": True,
+        # The trainer calls no Kubernetes API, and EKS Pod Identity projects its own
+        # token (modules.k8s.rbac): none is mounted.
+        "automountServiceAccountToken": False,
         "priorityClassName": PRIORITY_CLASS,
         "securityContext": pod_security(),
         "affinity": {"nodeAffinity": pool_node_affinity(pool)},

@@ -80,6 +80,8 @@ class KubeflowPipelines(KubernetesComponent[PipelinesArgs]):
             ready.append(add(manifest, [ns]))
         host = pulumi.Output.from_input(kfp.database_host(placement))
         ready.append(add(kfp.proxy_config(host.apply(kfp.proxy_ini)), [ns]))
+        if placement.on_aws:
+            ready.append(add(kfp.database_ca_configmap(placement), [ns]))
         ready.append(add(kfp.apiserver_configmap(), [ns]))
         # The certificates (API server, UI proxy) and the CA bundle every client here
         # mounts (KFP's own, the loop's, the tracked steps).

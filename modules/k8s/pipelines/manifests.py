@@ -80,6 +80,15 @@ METADATA_SECRET = "metadata-postgres-db-secrets"  # POSTGRES_USER, POSTGRES_PASS
 PROXY_USERS_SECRET = "kfp-database-proxy-users"  # PgBouncer's auth_file
 OBJECT_STORE_SECRET = "mlpipeline-object-store"  # accesskey, secretkey (on premises)
 PROXY_CONFIG = "kfp-database-proxy"  # PgBouncer's pgbouncer.ini (no password)
+#: The CA PgBouncer verifies the database server with, mounted in its directory
+#: (``kustomize/patches/database-proxy.yaml``): on AWS a ConfigMap of the region's RDS
+#: authorities (`database_ca_configmap`), on premises the ``ca.crt`` of the Secret
+#: CloudNativePG keeps its cluster's CA in (``<cluster>-ca``; `place` swaps it in).
+PROXY_CA_VOLUME = "database-proxy-ca"
+PROXY_CA_DIR = "/etc/pgbouncer/ca"
+DATABASE_CA = "kfp-database-ca"
+CLUSTER_CA_SECRET = f"{DATABASE_CLUSTER}-ca"
+CA_FILE = "ca.crt"
 APISERVER_CONFIG = "ml-pipeline-config"  # the API server's config.json
 #: On premises: the database owner's credentials for CloudNativePG; on AWS: KFP's
 #: password for the init Job, in the ``mlflow`` namespace.
@@ -174,6 +183,14 @@ def place(
     if kind == "Deployment":
         pod = manifest["spec"]["template"]["spec"]
         pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement.node_selector}
+        if not placement.on_aws:
+            for volume in pod.get("volumes", []):
+                if volume["name"] == PROXY_CA_VOLUME:
+                    volume.pop("configMap")
+                    volume["secret"] = {
+                        "secretName": CLUSTER_CA_SECRET,
+                        "items": [{"key": CA_FILE, "path": CA_FILE}],
+                    }
         if name == "ml-pipeline":
             _container(pod, "ml-pipeline-api-server")["env"] += object_store_env(spec, placement)
         elif name == "ml-pipeline-ui":
@@ -370,10 +387,13 @@ def namespace_ca() -> Manifest:
 
 def proxy_ini(database_host: str) -> str:
     """PgBouncer's ``pgbouncer.ini``: listens on the pod's loopback, logs in to the
-    database server with TLS (``server_tls_sslmode = require``: encrypted, as the
-    tracking server's own connection is; the server's CA is not mounted), and
-    authenticates KFP with SCRAM from the users file (a Secret). Session pooling: KFP's
-    API server runs ``CREATE DATABASE`` and migrations, which need a session."""
+    database server with TLS, verifying its certificate with the mounted CA and its name
+    against ``database_host`` (``server_tls_sslmode = verify-full``: the RDS instance's
+    address, or the CloudNativePG cluster's read-write Service, whose certificate names
+    ``<service>.<namespace>.svc.<cluster domain>``, the operator's
+    ``KUBERNETES_CLUSTER_DOMAIN``, default cluster.local), and authenticates KFP with
+    SCRAM from the users file (a Secret). Session pooling: KFP's API server runs
+    ``CREATE DATABASE`` and migrations, which need a session."""
     return "\n".join(
         [
             "[databases]",
@@ -388,7 +408,8 @@ def proxy_ini(database_host: str) -> str:
             "pool_mode = session",
             "max_client_conn = 100",
             "default_pool_size = 20",
-            "server_tls_sslmode = require",
+            "server_tls_sslmode = verify-full",
+            f"server_tls_ca_file = {PROXY_CA_DIR}/{CA_FILE}",
             "client_tls_sslmode = disable",
             "ignore_startup_parameters = extra_float_digits",
             "logfile =",
@@ -402,6 +423,18 @@ def proxy_config(ini: Any) -> Manifest:
     """The ConfigMap with `proxy_ini` (no password in it: the policy pack reads the
     database host here)."""
     return _configmap(PROXY_CONFIG, {"pgbouncer.ini": ini})
+
+
+def database_ca_configmap(placement: PipelinesPlacement) -> Manifest:
+    """On AWS: the region's RDS authorities (`PipelinesPlacement.database_ca`), which the
+    database proxy verifies the instance with.
+
+    Raises:
+        ValueError: the placement carries no CA (the composition always gives one).
+    """
+    if not placement.database_ca.strip():
+        raise ValueError("Kubeflow Pipelines on AWS needs the RDS CA bundle (database_ca)")
+    return _configmap(DATABASE_CA, {CA_FILE: placement.database_ca})
 
 
 def proxy_userlist(password: str) -> str:

@@ -45,7 +45,8 @@ MLMD_VERSION = "1.14.0"
 ALPINE_TAG = "3.23"
 #: CloudNativePG's PgBouncer image (github.com/cloudnative-pg/pgbouncer-containers,
 #: ``pgBouncerVersion = "1.25.2-1.pgdg13+1"``; its entrypoint runs
-#: ``pgbouncer /etc/pgbouncer/pgbouncer.ini`` as UID 998).
+#: ``pgbouncer /etc/pgbouncer/pgbouncer.ini`` as its UID 998, the platform runs it as
+#: 10001: it reads only what the pod mounts and writes nothing).
 PGBOUNCER_TAG = "1.25.2"
 #: CloudNativePG's PostgreSQL image (the tracking database's major version, 17).
 POSTGRES_TAG = "17.6"
@@ -250,6 +251,9 @@ class PipelinesPlacement:
         node_selector: the system pool's labels (KFP's own pods run there).
         tracking_database_secret: on AWS the ``mlflow`` namespace's Secret holding the
             RDS master user (the database init Job runs there, as Feast's does).
+        database_ca: on AWS the PEM certificates of RDS's authorities in the region,
+            which the database proxy verifies the instance with (on premises it
+            verifies with the CloudNativePG cluster's own CA, a Secret of the cluster).
     """
 
     on_aws: bool
@@ -262,6 +266,7 @@ class PipelinesPlacement:
     vpc_cidr: str = ""
     storage_class: str = ""
     tracking_database_secret: str = "mlflow-db"
+    database_ca: str = ""
 
     def image(self, name: str) -> str:
         """A mirrored upstream image: ``<registry>/kubeflow-pipelines/<name>:<tag>``."""

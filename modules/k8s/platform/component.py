@@ -145,7 +145,6 @@ class KubernetesPlatform(KubernetesComponent[KubernetesPlatformArgs]):
                 args.secondary_network,
                 team.allowed_priorities,
                 tracking=pods_get.tracking,
-                cloud_identity=pods_get.cloud_identity,
             )
             self.team_ready[team.name] = [
                 tenancy.namespaces[team.name],

@@ -77,19 +77,22 @@ SPARK_API = "sparkoperator.k8s.io/v1beta2"
 #: PySpark in the data image (pyproject group ``data``: ``pyspark>=4.3,<4.4``). The job
 #: reaches the store with boto3 (`workloads.data.object_store`), not Hadoop's S3A.
 SPARK_VERSION = "4.3.0"
-#: The data image's repository name (``<registry>/data:<tag>``), its non-root user and
-#: the job's main file inside it (``workloads/data/Dockerfile``: the package under /app;
-#: run as a file, its directory comes first on ``sys.path``, and no module there
-#: shadows the standard library's).
+#: The data image's repository name (``<registry>/data:<tag>``), its non-root user (the
+#: platform's UIDs are 10001 and above, clear of the image's system users and of the
+#: 1000 many base images give their first user) and the job's main file inside it
+#: (``workloads/data/Dockerfile``: the package under /app; run as a file, its directory
+#: comes first on ``sys.path``, and no module there shadows the standard library's).
 DATA_REPOSITORY = "data"
-RUN_AS = 1000
+RUN_AS = 10001
 MAIN_FILE = "local:///app/workloads/data/prepare.py"
 #: The container names Spark and the operator expect in the pod templates.
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
-#: The driver's scratch space (the dataset before its upload) and its event-log volume.
+#: The driver's scratch space (the dataset before its upload) and its event-log volume;
+#: Spark SQL's warehouse, under every pod's writable /tmp (the root is read-only).
 WORK_DIR = "/work"
 EVENT_LOG_DIR = "/var/spark-events"
+WAREHOUSE_DIR = "/tmp/spark-warehouse"
 #: The driver's RPC port and every pod's block manager port (Spark on Kubernetes'
 #: defaults, set explicitly: the job's NetworkPolicy opens exactly these).
 DRIVER_PORT = 7078
@@ -411,9 +414,12 @@ def spark_conf(job: SparkJobSpec) -> dict[str, Any]:
     """The application's ``sparkConf``: event logs on, to the driver's local volume
     (`EVENT_LOG_DIR`; the job uploads them SSE-KMS to the store when it ends:
     ``--event-log-uri``), no UI, fixed driver and block manager ports (the job's
-    NetworkPolicy opens them between its own pods), a static set of executors, and
-    shuffles cut for the executors' cores."""
+    NetworkPolicy opens them between its own pods), a static set of executors,
+    shuffles cut for the executors' cores, and Spark SQL's warehouse (where the session
+    catalog makes its default database's folder) in the pods' writable /tmp: by default
+    it is the working directory, the image's read-only /app."""
     return {
+        "spark.sql.warehouse.dir": f"file://{WAREHOUSE_DIR}",
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": f"file://{EVENT_LOG_DIR}",
         "spark.eventLog.compress": "true",

@@ -21,10 +21,9 @@ from modules.k8s.trainer.spec import (
 
 def runtime_site(args: KubernetesPlatformArgs) -> RuntimeSite:
     """What every training pod gets from the cluster: its team's MLflow wiring (where the
-    cluster tracks) and a ServiceAccount token only where a cloud identity uses it (EKS
-    Pod Identity)."""
+    cluster tracks)."""
     tracking = team_tracking_access() if args.tracking_enabled else None
-    return RuntimeSite(tracking, cloud_identity=args.eks is not None)
+    return RuntimeSite(tracking)
 
 
 class KubeflowTrainer(PlatformService):

@@ -134,13 +134,9 @@ class RuntimeSite:
             names in every team namespace), or ``None`` where the cluster runs none.
             The torch and DeepSpeed runtimes wire it into the trainer; the MPI runtime
             (the Horovod example, which logs nothing to MLflow) does not.
-        cloud_identity: the trainer ServiceAccount carries a cloud identity (EKS Pod
-            Identity, which authenticates with the account's token, so the token is
-            mounted); ``False`` on premises, where no token is mounted.
     """
 
     tracking: TrackingAccess | None = None
-    cloud_identity: bool = True
 
 
 def runtime_name(framework: Framework, pool: str, priority: str) -> str:
@@ -247,9 +243,10 @@ def _pod_spec(
     spec: Manifest = {
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "serviceAccountName": TRAINER_SERVICE_ACCOUNT,
-        # EKS Pod Identity authenticates with the service account's token; on premises
-        # nothing in the pod uses it, so none is mounted.
-        "automountServiceAccountToken": site.cloud_identity,
+        # No process in a training pod calls the Kubernetes API (torchrun's c10d
+        # rendezvous and MPI's SSH go pod to pod), and EKS Pod Identity projects its own
+        # token (modules.k8s.rbac): none is mounted.
+        "automountServiceAccountToken": False,
         "priorityClassName": priority,
         "terminationGracePeriodSeconds": DEFAULT_GRACE_PERIOD_S,
         "securityContext": pod_security_context(),

@@ -183,7 +183,9 @@ def drift_deployment(spec: InferenceServiceSpec, images: DriftImages) -> dict[st
     }
     pod: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
-        "automountServiceAccountToken": spec.store == "s3",  # Pod Identity needs it
+        # Neither the storage initializer nor the drift service calls the Kubernetes API;
+        # EKS Pod Identity projects its own token (modules.k8s.rbac).
+        "automountServiceAccountToken": False,
         "securityContext": restricted_pod(RUN_AS_USER),
         "nodeSelector": dict(sorted(spec.pool.labels.items())),
         "initContainers": init,

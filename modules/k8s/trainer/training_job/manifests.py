@@ -459,9 +459,9 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         "restartPolicy": "Never",  # torchrun restarts workers; the Job recreates pods
         "subdomain": service_name(spec),
         "serviceAccountName": spec.service_account,
-        # EKS Pod Identity authenticates with the service account's token; on premises
-        # nothing uses it, so none is mounted.
-        "automountServiceAccountToken": spec.cloud_identity,
+        # No process in a training pod calls the Kubernetes API, and EKS Pod Identity
+        # projects its own token (modules.k8s.rbac): none is mounted.
+        "automountServiceAccountToken": False,
         "priorityClassName": spec.priority_class,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
         "securityContext": pod_security_context(),

@@ -149,10 +149,6 @@ class TrainingJobSpec:
             there. ``None``: not tracked (no tracking server on the cluster). On the
             ``trainer`` launcher the platform's runtime carries the cluster's tracking
             wiring for every team (`modules.k8s.trainer.runtimes.RuntimeSite`).
-        cloud_identity: (``indexed-job``) the service account carries a cloud identity
-            (EKS Pod Identity authenticates with its token, so the token is mounted);
-            ``False`` on premises, where no token is mounted. On the ``trainer``
-            launcher the runtime carries the cluster's setting.
     """
 
     name: str
@@ -190,7 +186,6 @@ class TrainingJobSpec:
     launcher: Launcher = "trainer"
     min_nodes: int | None = None
     tracking: TrackingAccess | None = None
-    cloud_identity: bool = True
 
     def __post_init__(self) -> None:
         check = Checker()
