@@ -129,7 +129,9 @@ def test_a_named_data_directory_without_shards_is_refused_and_left_alone(tmp_pat
     # a folder holding other files is still not written into.
     corpus = ("--corpus", str(text / "notes.txt"))
     assert launch.preflight(checked("--", "--data-dir", str(tmp_path / "new"), *corpus)) is None
-    assert "holds no token shards" in str(launch.preflight(checked("--", "--data-dir", str(text), *corpus)))
+    assert "holds no token shards" in str(
+        launch.preflight(checked("--", "--data-dir", str(text), *corpus))
+    )
     # The trainer itself (a pod's --data-dir on its scratch volume) fills only an absent
     # or empty directory from the corpus, never someone's folder.
     with pytest.raises(ShardError, match="holds no token shards"):
@@ -160,7 +162,9 @@ def test_the_data_is_checked_before_any_worker_starts(tmp_path: Path) -> None:
     # Too small for one step of every rank: 8 ranks x 16 x 256 tokens + 1.
     big = checked("--nproc", "8", "--", "--data-dir", str(data), "--seq-len", "128",
                   "--micro-batch-size", "32")  # fmt: skip
-    assert "fewer than one step needs (32769 = 8 ranks x 32 x 128 + 1)" in str(launch.preflight(big))
+    assert "fewer than one step needs (32769 = 8 ranks x 32 x 128 + 1)" in str(
+        launch.preflight(big)
+    )
     shard = data / "train_000001.bin"
     shard.write_bytes(shard.read_bytes()[:-2])
     problem = str(launch.preflight(run))
@@ -198,12 +202,17 @@ def test_the_checkpoint_is_checked_before_any_worker_starts(checkpoints: Path) -
     (newest / ".metadata").write_bytes(b"not a pickle")
     point = checkpoint.resume_point(checkpoints)
     assert point is not None and point.path == previous
-    assert point.skipped[0].startswith(f"checkpoint {newest} is corrupt: its .metadata cannot be read")
+    assert point.skipped[0].startswith(
+        f"checkpoint {newest} is corrupt: its .metadata cannot be read"
+    )
     assert preflight() is None and newest.is_dir()  # the launcher only looks
     # A cut data file is named as truncated; with none readable left, the run is refused.
     data_file = next(previous.glob("*.distcp"))
     data_file.write_bytes(data_file.read_bytes()[:100])
     problem = str(preflight())
     assert problem.startswith(f"no checkpoint in {checkpoints} can be resumed: ")
-    assert f"checkpoint {previous} is corrupt: its data file {data_file.name} is truncated (100 bytes" in problem
+    assert (
+        f"checkpoint {previous} is corrupt: its data file {data_file.name} is truncated (100 bytes"
+        in problem
+    )
     assert "EOFError" not in problem and "does not fit" not in problem

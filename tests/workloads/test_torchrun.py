@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,9 +29,10 @@ from tests.workloads.helpers import (
 from tests.workloads.training_runs import TrainerRun
 from workloads.data.byte_tokenizer import tokenize_files
 from workloads.data.manifest import describe_shards, write_manifest
-from workloads.training import launch
+from workloads.training import launch, train
 from workloads.training.checkpoint import complete_checkpoints
-from workloads.training.config import DEFAULT_CORPUS
+from workloads.training.config import DEFAULT_CORPUS, override, preset
+from workloads.training.distributed import Topology
 
 pytestmark = pytest.mark.slow
 
@@ -109,10 +111,12 @@ def _signal_when_logged(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-def test_ctrl_c_and_sigterm_leave_checkpoints_the_next_run_resumes(tmp_path: Path) -> None:
-    """Ctrl-C on `make train` (SIGINT to the launcher) and SIGTERM to torchrun (what the
-    kubelet sends a pod) each stop the run after a step with a checkpoint, in one line
-    and without a traceback, and the next run resumes from it."""
+def test_sigterm_and_ctrl_c_leave_checkpoints_the_next_run_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM to torchrun (what the kubelet sends a pod) and Ctrl-C on `make train`
+    (SIGINT to the launcher) each stop the run after a step with a checkpoint, in one
+    line and without a traceback, and the next run resumes from it."""
     ckpt, log = tmp_path / "ckpt", tmp_path / "log.jsonl"
 
     def args(steps: int) -> list[str]:
@@ -120,36 +124,45 @@ def test_ctrl_c_and_sigterm_leave_checkpoints_the_next_run_resumes(tmp_path: Pat
                            "--ckpt-dir", str(ckpt))  # fmt: skip
 
     env = torchrun_env() | {"TMPDIR": str(tmp_path)}
+    # 1. torchrun as a pod runs it; SIGTERM after 3 logged steps.
+    first = _signal_when_logged(
+        torchrun_command("workloads.train", args(1_000_000)), log, 3, signal.SIGTERM, env
+    )
+    output = first.stdout + first.stderr
+    assert "SIGTERM: stopped after step" in output, output
+    saved = complete_checkpoints(ckpt)
+    assert len(saved) == 1
+    step = saved[0][0]
+    assert step >= 3
+    assert f"checkpoint: step {step} ->" in output
+    # 2. `make train` resumes from it (the checkpoint is usable); Ctrl-C 3 steps later.
+    logged = len(log.read_text().splitlines())
     launcher = [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--"]
-    corpus = ["--corpus", str(DEFAULT_CORPUS)]
-    # 1. `make train`, Ctrl-C after 3 logged steps.
-    first = _signal_when_logged([*launcher, *args(1_000_000), *corpus], log, 3, signal.SIGINT, env)
-    assert first.returncode == 130, first
-    assert first.stderr == "", first.stderr  # no rank's traceback, no ChildFailedError
-    (line,) = [line for line in first.stdout.splitlines() if line.startswith("SIGINT:")]
+    second = _signal_when_logged(
+        [*launcher, *args(1_000_000), "--corpus", str(DEFAULT_CORPUS)],
+        log, logged + 3, signal.SIGINT, env,
+    )  # fmt: skip
+    assert second.returncode == 130, second
+    assert second.stderr == "", second.stderr  # no rank's traceback, no ChildFailedError
+    assert f"resume: from {ckpt / f'step_{step:08d}'} at step {step}" in second.stdout
+    assert losses_by_step(log).keys() >= {step + 1, step + 2}
+    (line,) = [line for line in second.stdout.splitlines() if line.startswith("SIGINT:")]
     assert line.startswith("SIGINT: stopped after step ") and line.endswith(" with a checkpoint")
     interrupted = int(line.split()[4])
-    assert interrupted >= 3 and f"checkpoint: step {interrupted} ->" in first.stdout
-    assert [step for step, _ in complete_checkpoints(ckpt)] == [interrupted]
+    assert interrupted >= step + 3 and f"checkpoint: step {interrupted} ->" in second.stdout
+    assert [s for s, _ in complete_checkpoints(ckpt)] == [step, interrupted]
     assert not list(tmp_path.glob("make-train-*"))  # the launcher's log went with it
-    # 2. The next run (torchrun as a pod runs it) resumes from it; SIGTERM 3 steps later.
-    logged = len(log.read_text().splitlines())
-    second = _signal_when_logged(
-        torchrun_command("workloads.train", args(1_000_000)), log, logged + 3, signal.SIGTERM, env
-    )
-    output = second.stdout + second.stderr
-    assert f"resume: from {ckpt / f'step_{interrupted:08d}'} at step {interrupted}" in output
-    assert "SIGTERM: stopped after step" in output, output
-    saved = [step for step, _ in complete_checkpoints(ckpt)]
-    assert len(saved) == 2 and saved[0] == interrupted
-    step = saved[1]
-    assert step >= interrupted + 3
-    assert f"checkpoint: step {step} ->" in output
-    # 3. That checkpoint is usable too: a new run resumes from it and finishes.
-    resumed = run_torchrun("workloads.train", args(step + 2))
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"at step {step}" in resumed.stdout
-    assert losses_by_step(log).keys() >= {step + 1, step + 2}
+    # 3. The next run resumes from the Ctrl-C checkpoint and finishes (in this process,
+    # a world of one: DCP reshards the two ranks' state; no third torchrun start).
+    config = override(
+        preset("tiny"),
+        {"data_dir": str(tmp_path / "data"), "log_jsonl": str(log), "metrics_port": "0",
+         "steps": str(interrupted + 2), "log_every": "1", "ckpt_dir": str(ckpt)},
+    )  # fmt: skip
+    capsys.readouterr()
+    assert train.run(config, Topology()) == train.EXIT_OK
+    assert f"at step {interrupted}" in capsys.readouterr().out
+    assert losses_by_step(log).keys() >= {interrupted + 1, interrupted + 2}
 
 
 def test_a_refusal_in_a_rank_is_one_message_the_rest_in_a_log(
@@ -165,8 +178,9 @@ def test_a_refusal_in_a_rank_is_one_message_the_rest_in_a_log(
     raw = bytearray(shard.read_bytes())
     raw[-1] ^= 0x01  # same size, one bit flipped
     shard.write_bytes(bytes(raw))
-    for name, value in (torchrun_env() | {"TMPDIR": str(tmp_path)}).items():
+    for name, value in torchrun_env().items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the launcher's log goes
     monkeypatch.chdir(REPO_ROOT)
     status = launch.run_workers(2, tiny_args(data, tmp_path / "log.jsonl", "--steps", "2"))
     out, err = capfd.readouterr()

@@ -73,7 +73,10 @@ def test_resume_from_a_checkpoint_gives_the_same_losses(
     with sigterm_restored():
         assert train.run(config, Topology()) == train.EXIT_OK
     out = capsys.readouterr().out
-    assert f"resume: checkpoint {tmp_path / 'ckpt' / 'step_00000008'} is corrupt: its .metadata " in out
+    assert (
+        f"resume: checkpoint {tmp_path / 'ckpt' / 'step_00000008'} is corrupt: its .metadata "
+        in out
+    )
     assert "set aside as step_00000008.corrupt" in out and "at step 4" in out
     assert (tmp_path / "ckpt" / "step_00000008.corrupt" / ".metadata").is_file()
     resumed = losses_by_step(tmp_path / "log.jsonl")

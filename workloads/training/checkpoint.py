@@ -94,7 +94,7 @@ def checkpoint_problem(path: Path) -> str | None:
         return None
     try:
         metadata = FileSystemReader(str(path)).read_metadata()
-    except Exception as err:  # noqa: BLE001 - unpickling garbage can raise anything
+    except Exception as err:
         return f"its {METADATA_FILE} cannot be read ({type(err).__name__}: {err})"
     needed: dict[str, int] = {}
     for info in (getattr(metadata, "storage_data", None) or {}).values():
@@ -108,7 +108,9 @@ def checkpoint_problem(path: Path) -> str | None:
             return f"its data file {name} is missing"
         size = data.stat().st_size
         if size < end:
-            return f"its data file {name} is truncated ({size} bytes, its {METADATA_FILE} needs {end})"
+            return (
+                f"its data file {name} is truncated ({size} bytes, its {METADATA_FILE} needs {end})"
+            )
     return None
 
 
@@ -193,10 +195,11 @@ def shape_problem(path: Path, expected: Mapping[str, Sequence[int]]) -> str | No
     saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     for name, shape in expected.items():
         entry = saved.get(f"model.{name}")
+        size = list(getattr(entry, "size", ()))
         if entry is None:
             found = f"has no model.{name}"
-        elif tuple(getattr(entry, "size", ())) != tuple(shape):
-            found = f"has model.{name} of shape {list(getattr(entry, 'size', ()))}, this run {list(shape)}"
+        elif size != list(shape):
+            found = f"has model.{name} of shape {size}, this run {list(shape)}"
         else:
             continue
         return (
@@ -414,4 +417,3 @@ class Checkpointer:
             global_batch=int(progress.get("global_batch", 0)),
             skipped=point.skipped,
         )
-

@@ -304,12 +304,12 @@ def preflight(launch: Launch) -> str | None:
 
 class _Forwarder:
     """Passes the first SIGINT or SIGTERM this process receives to torchrun, once: a
-    second would interrupt torchrun's own shutdown of its workers (they are in sessions
-    of their own, so the terminal's Ctrl-C reaches only this process and torchrun, which
-    is in a session of its own too)."""
+    second would interrupt torchrun's own shutdown of its workers. Torchrun runs in a
+    session of its own (as its workers do), so the terminal's Ctrl-C reaches it only
+    through here."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
         self.received: int | None = None
         self._previous = {
             sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -318,7 +318,14 @@ class _Forwarder:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
-            self.process.send_signal(signum)
+            if self.process is not None:
+                self.process.send_signal(signum)
+
+    def started(self, process: subprocess.Popen[bytes]) -> None:
+        """Forward to ``process`` from now on (and a signal that came before it)."""
+        self.process = process
+        if self.received is not None:
+            process.send_signal(self.received)
 
     def restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -332,15 +339,16 @@ def run_workers(nproc: int, train_args: Sequence[str]) -> int:
     log_path, report_path = work / "workers.log", work / "outcome.json"
     env = {**os.environ, outcome.REPORT_ENV: str(report_path)}
     sys.stdout.flush()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            torchrun_argv(nproc, train_args), stderr=log, env=env, start_new_session=True
-        )
-        forwarder = _Forwarder(process)
-        try:
+    forwarder = _Forwarder()
+    try:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                torchrun_argv(nproc, train_args), stderr=log, env=env, start_new_session=True
+            )
+            forwarder.started(process)
             status = process.wait()
-        finally:
-            forwarder.restore()
+    finally:
+        forwarder.restore()
     result = outcome.read_report(report_path)
     if status == EXIT_OK:
         message = None
