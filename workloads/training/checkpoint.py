@@ -6,7 +6,10 @@ step, the data loader's position and every rank's RNG state. Saving is asynchron
 by default (`dcp.async_save`: the state is staged to host memory, then written by a
 background thread while training continues). A directory counts as complete only
 once DCP has written its ``.metadata`` file, which the coordinator does after every
-rank's data is on disk, so a run killed mid-save resumes from the previous one.
+rank's data is on disk, so a run killed mid-save resumes from the previous one. A
+complete checkpoint that cannot be read (a ``.metadata`` that does not unpickle, a data
+file shorter than the metadata says) is named, set aside as ``step_<N>.corrupt``, and the
+run resumes from the newest readable one (`resume_point`).
 
 DCP reshards on load: a run restarted with another world size (an elastic job that
 lost a node) loads the same checkpoint into its own layout; the checkpoint records
