@@ -98,9 +98,11 @@ def losses_by_step(path: Path) -> dict[int, float]:
 
 @contextmanager
 def sigterm_restored() -> Iterator[None]:
-    """In-process training installs a SIGTERM handler; put pytest's back after."""
-    previous = signal.getsignal(signal.SIGTERM)
+    """In-process training installs SIGTERM and SIGINT handlers (and puts the previous
+    ones back when it returns); put pytest's back after, whatever happens."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

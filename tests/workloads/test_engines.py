@@ -19,6 +19,7 @@ import pytest
 import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from modules.validation import InvalidArgsError
 from tests.workloads.helpers import REPO_ROOT, sigterm_restored
@@ -29,6 +30,7 @@ from workloads.training.checkpoint import (
     CheckpointError,
     checkpoint_engine,
 )
+from workloads.training.compat import dcp_kwargs
 from workloads.training.config import override, preset
 from workloads.training.distributed import Topology
 from workloads.training.engine import build_model, resolve
@@ -182,6 +184,7 @@ def test_checkpoint_engine_tells_the_formats_apart(tmp_path: Path) -> None:
     assert checkpoint_engine(partial) is None
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # the DCP save below
 def test_an_unfit_deepspeed_checkpoint_is_refused_before_the_engine_is_built(
     tmp_path: Path,
 ) -> None:
@@ -206,8 +209,9 @@ def test_an_unfit_deepspeed_checkpoint_is_refused_before_the_engine_is_built(
     with pytest.raises(CheckpointError, match="saved with --zero-stage 2, this run has 3"):
         checkpointer(tmp_path / "ds", world_size=1, zero_stage=3).saved_global_batch()
     dcp = tmp_path / "dcp" / "step_00000002"
-    dcp.mkdir(parents=True)
-    (dcp / METADATA_FILE).write_bytes(b"")
+    # A readable DCP checkpoint (an unreadable one is skipped as corrupt, not refused).
+    dcp_save({"w": torch.zeros(1)}, checkpoint_id=str(dcp), **dcp_kwargs(dcp_save, True))
+    assert (dcp / METADATA_FILE).is_file()
     with pytest.raises(CheckpointError, match="written by the torch engine"):
         checkpointer(tmp_path / "dcp", world_size=1).saved_global_batch()
 

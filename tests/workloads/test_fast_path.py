@@ -136,9 +136,10 @@ def test_stop_flag_is_all_reduced_only_every_n_steps(monkeypatch: pytest.MonkeyP
         calls.append(int(tensor.item()))
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGINT)
+    stop = train.StopRequest(check_every=5)
     try:
-        stop = train.StopRequest(check_every=5)
+        assert signal.getsignal(signal.SIGINT) == stop._handle  # Ctrl-C stops as SIGTERM does
         group: Any = object()  # any group: the collective is faked
         agreed = [stop.agreed(group, step) for step in range(1, 8)]
         assert agreed == [False] * 7 and calls == [0]  # only after step 5
@@ -148,7 +149,8 @@ def test_stop_flag_is_all_reduced_only_every_n_steps(monkeypatch: pytest.MonkeyP
         # A world of one has no collective to save: it stops after the same step.
         assert stop.agreed(None, 11)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        stop.restore()
+    assert signal.getsignal(signal.SIGINT) == previous
 
 
 def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """Multi-process training on CPU under torchrun (gloo), as `make train` runs it, and the
-fault paths: a worker killed mid-run and resumed, SIGTERM, FSDP2's sharded checkpoints.
+fault paths: a worker killed mid-run and resumed, Ctrl-C and SIGTERM, a refusal in a
+rank, FSDP2's sharded checkpoints.
 
 The two-process runs that other tests also assert on are made once per session
 (tests/workloads/training_runs.py)."""
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +27,12 @@ from tests.workloads.helpers import (
     torchrun_env,
 )
 from tests.workloads.training_runs import TrainerRun
+from workloads.data.byte_tokenizer import tokenize_files
+from workloads.data.manifest import describe_shards, write_manifest
+from workloads.training import launch, train
 from workloads.training.checkpoint import complete_checkpoints
+from workloads.training.config import DEFAULT_CORPUS, override, preset
+from workloads.training.distributed import Topology
 
 pytestmark = pytest.mark.slow
 
@@ -81,49 +89,110 @@ def test_killed_worker_resumes_to_the_same_losses(tmp_path: Path, ddp_run: Train
         assert record["loss"] == expected[int(str(record["step"]))], record
 
 
-def test_sigterm_leaves_a_usable_checkpoint(tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
+def _signal_when_logged(
+    command: list[str], log: Path, records: int, sig: signal.Signals, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Start ``command``, send it ``sig`` once ``log`` holds ``records`` lines, and return
+    how it ended (its stdout and stderr apart)."""
     process = subprocess.Popen(
-        torchrun_command(
-            "workloads.train",
-            common_args(
-                tmp_path, "--steps", "1000000", "--log-every", "1", "--ckpt-dir", str(ckpt)
-            ),
-        ),
-        cwd=REPO_ROOT,
-        env=torchrun_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    log = tmp_path / "log.jsonl"
     try:
         deadline = time.monotonic() + 120
-        while not (log.exists() and len(log.read_text().splitlines()) >= 3):
-            assert process.poll() is None, process.communicate()[0]
+        while not (log.exists() and len(log.read_text().splitlines()) >= records):
+            assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(0.2)
-        process.send_signal(signal.SIGTERM)  # what the kubelet sends to the pod
-        output, _ = process.communicate(timeout=60)
+        process.send_signal(sig)
+        stdout, stderr = process.communicate(timeout=90)
     finally:
         if process.poll() is None:
             process.kill()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_sigterm_and_ctrl_c_leave_checkpoints_the_next_run_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM to torchrun (what the kubelet sends a pod) and Ctrl-C on `make train`
+    (SIGINT to the launcher) each stop the run after a step with a checkpoint, in one
+    line and without a traceback, and the next run resumes from it."""
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log.jsonl"
+
+    def args(steps: int) -> list[str]:
+        return common_args(tmp_path, "--steps", str(steps), "--log-every", "1",
+                           "--ckpt-dir", str(ckpt))  # fmt: skip
+
+    env = torchrun_env() | {"TMPDIR": str(tmp_path)}
+    # 1. torchrun as a pod runs it; SIGTERM after 3 logged steps.
+    first = _signal_when_logged(
+        torchrun_command("workloads.train", args(1_000_000)), log, 3, signal.SIGTERM, env
+    )
+    output = first.stdout + first.stderr
     assert "SIGTERM: stopped after step" in output, output
     saved = complete_checkpoints(ckpt)
     assert len(saved) == 1
     step = saved[0][0]
     assert step >= 3
     assert f"checkpoint: step {step} ->" in output
-    # The checkpoint is usable: a new run resumes from it and finishes.
-    resumed = run_torchrun(
-        "workloads.train",
-        common_args(
-            tmp_path, "--steps", str(step + 2), "--log-every", "1", "--ckpt-dir", str(ckpt)
-        ),
-    )
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"at step {step}" in resumed.stdout
+    # 2. `make train` resumes from it (the checkpoint is usable); Ctrl-C 3 steps later.
+    logged = len(log.read_text().splitlines())
+    launcher = [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--"]
+    second = _signal_when_logged(
+        [*launcher, *args(1_000_000), "--corpus", str(DEFAULT_CORPUS)],
+        log, logged + 3, signal.SIGINT, env,
+    )  # fmt: skip
+    assert second.returncode == 130, second
+    assert second.stderr == "", second.stderr  # no rank's traceback, no ChildFailedError
+    assert f"resume: from {ckpt / f'step_{step:08d}'} at step {step}" in second.stdout
     assert losses_by_step(log).keys() >= {step + 1, step + 2}
+    (line,) = [line for line in second.stdout.splitlines() if line.startswith("SIGINT:")]
+    assert line.startswith("SIGINT: stopped after step ") and line.endswith(" with a checkpoint")
+    interrupted = int(line.split()[4])
+    assert interrupted >= step + 3 and f"checkpoint: step {interrupted} ->" in second.stdout
+    assert [s for s, _ in complete_checkpoints(ckpt)] == [step, interrupted]
+    assert not list(tmp_path.glob("make-train-*"))  # the launcher's log went with it
+    # 3. The next run resumes from the Ctrl-C checkpoint and finishes (in this process,
+    # a world of one: DCP reshards the two ranks' state; no third torchrun start).
+    config = override(
+        preset("tiny"),
+        {"data_dir": str(tmp_path / "data"), "log_jsonl": str(log), "metrics_port": "0",
+         "steps": str(interrupted + 2), "log_every": "1", "ckpt_dir": str(ckpt)},
+    )  # fmt: skip
+    capsys.readouterr()
+    assert train.run(config, Topology()) == train.EXIT_OK
+    assert f"at step {interrupted}" in capsys.readouterr().out
+    assert losses_by_step(log).keys() >= {interrupted + 1, interrupted + 2}
+
+
+def test_a_refusal_in_a_rank_is_one_message_the_rest_in_a_log(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal the launcher could not see coming (a shard changed after its check):
+    the rank's one message, exit 2, and the other rank's traceback and torchrun's
+    ChildFailedError only in the log file whose path is printed."""
+    data = tmp_path / "data"
+    tokenize_files([DEFAULT_CORPUS], data)
+    write_manifest(data, {"name": "t", "shards": describe_shards(data)})
+    shard = data / "train_000000.bin"
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 0x01  # same size, one bit flipped
+    shard.write_bytes(bytes(raw))
+    for name, value in torchrun_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the launcher's log goes
+    monkeypatch.chdir(REPO_ROOT)
+    status = launch.run_workers(2, tiny_args(data, tmp_path / "log.jsonl", "--steps", "2"))
+    out, err = capfd.readouterr()
+    assert status == 2, (out, err)
+    message, log_line = err.splitlines()[0], err.splitlines()[-1]
+    assert message.startswith(f"train: the data directory {data} does not match its manifest")
+    assert err.count("shard train_000000.bin changed: sha256") == 1
+    assert "Traceback" not in out + err and "ChildFailedError" not in out + err
+    prefix = "make train: the workers' and torchrun's errors are in "
+    assert log_line.startswith(prefix)
+    worker_log = Path(log_line.removeprefix(prefix))
+    assert worker_log.parent.parent == tmp_path and "ChildFailedError" in worker_log.read_text()
 
 
 def test_fsdp2_sharded_checkpoint_resumes_to_the_same_losses(

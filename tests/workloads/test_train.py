@@ -3,7 +3,9 @@ checkpoint resumes to the same losses, and data errors are one clear message."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import urllib.request
 from pathlib import Path
 
@@ -43,7 +45,9 @@ def test_loss_falls_over_a_short_cpu_run_and_metrics_are_served(tmp_path: Path) 
     assert "training_tokens_per_second" in body and "training_data_wait_ratio" in body
 
 
-def test_resume_from_a_checkpoint_gives_the_same_losses(tmp_path: Path) -> None:
+def test_resume_from_a_checkpoint_gives_the_same_losses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tiny(
         tmp_path, steps="8", log_every="1", ckpt_dir=str(tmp_path / "ckpt"), ckpt_every="4"
     )
@@ -60,6 +64,54 @@ def test_resume_from_a_checkpoint_gives_the_same_losses(tmp_path: Path) -> None:
     resumed = losses_by_step(tmp_path / "log.jsonl")
     assert sorted(resumed) == [5, 6, 7, 8]
     assert all(resumed[s] == reference[s] for s in resumed), (resumed, reference)
+    # A damaged newest checkpoint (its .metadata cut short) is named, set aside, and the
+    # run resumes from the one before it, to the same losses.
+    metadata = tmp_path / "ckpt" / "step_00000008" / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:40])
+    (tmp_path / "log.jsonl").unlink()
+    capsys.readouterr()
+    with sigterm_restored():
+        assert train.run(config, Topology()) == train.EXIT_OK
+    out = capsys.readouterr().out
+    assert (
+        f"resume: checkpoint {tmp_path / 'ckpt' / 'step_00000008'} is corrupt: its .metadata "
+        in out
+    )
+    assert "set aside as step_00000008.corrupt" in out and "at step 4" in out
+    assert (tmp_path / "ckpt" / "step_00000008.corrupt" / ".metadata").is_file()
+    resumed = losses_by_step(tmp_path / "log.jsonl")
+    assert all(resumed[s] == reference[s] for s in resumed) and sorted(resumed) == [5, 6, 7, 8]
+
+
+def test_ctrl_c_in_process_stops_after_the_step_with_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A world of one: SIGINT during step 3 stops the run after it, with a checkpoint,
+    status 130, and pytest's own Ctrl-C handler is back afterwards."""
+    config = tiny(tmp_path, steps="50", log_every="1", ckpt_dir=str(tmp_path / "ckpt"))
+    original = train._maybe_inject_fault  # called after every step: Ctrl-C comes there
+
+    def interrupt_at_step_3(config: TrainConfig, topology: Topology, number: int) -> None:
+        original(config, topology, number)
+        if number == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(train, "_maybe_inject_fault", interrupt_at_step_3)
+    previous = signal.getsignal(signal.SIGINT)
+    assert train.run(config, Topology()) == 130
+    assert signal.getsignal(signal.SIGINT) == previous
+    assert "SIGINT: stopped after step 3 with a checkpoint" in capsys.readouterr().out
+    assert [step for step, _ in complete_checkpoints(tmp_path / "ckpt")] == [3]
+
+
+def test_the_metrics_endpoint_binds_the_configured_address(tmp_path: Path) -> None:
+    port = free_port()
+    config = tiny(tmp_path, metrics_port=str(port), metrics_host="127.0.0.1")
+    exporter = train._start_exporter(config, Topology(), train.RunLog(False, None))
+    assert exporter is not None and exporter.bound == ("127.0.0.1", port)
+    # A pod binds every interface (the cluster's Prometheus scrapes it over the pod
+    # network; its trainer arguments name no address); `make train` passes 127.0.0.1.
+    assert preset("tiny").metrics_host == "0.0.0.0"
 
 
 def test_finished_run_is_not_repeated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

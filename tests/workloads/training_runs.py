@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.workloads.helpers import run_in_repo, run_torchrun, tiny_args, torchrun_command
+from workloads.training.config import DEFAULT_CORPUS
 
 #: Steps of the DDP run: enough for the loss to fall by well over 1.5 (16 steps: 5.51 ->
 #: 3.45), with checkpoints every 4 steps that a worker killed at step 6 or 7 resumes from.
@@ -107,11 +108,12 @@ def ddp_args(run_dir: Path, *extra: str) -> list[str]:
 def ddp_run(factory: pytest.TempPathFactory) -> TrainerRun:
     """Two DDP ranks on `ddp_args`, started as `make train` starts them: through the
     launcher (``python -m workloads.training.launch --nproc 2 -- ...``), which checks
-    the arguments and hands them to torchrun."""
+    the arguments and the data and hands them to torchrun. The launcher tokenises a
+    corpus only into a data directory named with ``--corpus``: the bundled one here."""
 
     def start(run_dir: Path) -> tuple[list[str], subprocess.CompletedProcess[str]]:
         command = [sys.executable, "-m", "workloads.training.launch", "--nproc", "2", "--"]
-        command += ddp_args(run_dir)
+        command += ddp_args(run_dir, "--corpus", str(DEFAULT_CORPUS))
         return command, run_in_repo(command, timeout_s=300)
 
     return _once("ddp", factory, start)

@@ -22,6 +22,7 @@ from workloads.data.shard_format import (
     BYTE_VOCAB_SIZE,
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_FRACTION,
+    data_dir_problem,
 )
 from workloads.data.shards import ShardError, shard_files, write_shard
 
@@ -91,8 +92,13 @@ def tokenize_files(
 
 
 def ensure_shards(data_dir: Path, corpus: Path) -> list[Path]:
-    """The train shards of ``data_dir``, tokenising ``corpus`` into it first if it has
-    none. Safe when several ranks race: shard writes are atomic and identical."""
+    """The train shards of ``data_dir``, tokenising ``corpus`` into it first when it
+    is absent or empty (the trainer's default directory, a pod's scratch volume). A
+    directory holding anything else but no shards is refused (`ShardError`), never
+    written into. Safe when several ranks race: shard writes are atomic and identical."""
+    problem = data_dir_problem(data_dir, fill_from=str(corpus))
+    if problem is not None:
+        raise ShardError(problem)
     existing = shard_files(data_dir, "train")
     if existing:
         return existing

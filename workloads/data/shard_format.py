@@ -117,3 +117,68 @@ def read_header(path: Path) -> ShardInfo:
 def shard_files(data_dir: Path, split: str) -> list[Path]:
     """The ``{split}_*.bin`` shards of a directory, in name order."""
     return sorted(data_dir.glob(f"{split}_*.bin"))
+
+
+def data_dir_problem(data_dir: Path, *, fill_from: str = "") -> str | None:
+    """Why ``data_dir`` cannot be trained on, or None.
+
+    Args:
+        data_dir: where the ``train_*.bin`` shards should be.
+        fill_from: the text file the trainer may tokenise into ``data_dir`` when the
+            directory is absent or empty ("": it may not write there). A directory that
+            holds anything else is never written into: it is someone's folder, not ours.
+    """
+    if data_dir.exists() and not data_dir.is_dir():
+        return f"the data directory {data_dir} is not a directory; point --data-dir at one"
+    if data_dir.is_dir() and shard_files(data_dir, "train"):
+        return None
+    empty = not data_dir.exists() or not any(data_dir.iterdir())
+    if fill_from and empty:
+        return None
+    if not empty:
+        return (
+            f"the data directory {data_dir} holds no token shards (train_*.bin); if it holds "
+            f"text, make a dataset of it (`make data SOURCE={data_dir} OUT=<new dir>`) and "
+            "train on that"
+        )
+    state = "does not exist" if not data_dir.exists() else "is empty"
+    return (
+        f"the data directory {data_dir} {state}; make a dataset there (`make data "
+        f"SOURCE=<text dir> OUT={data_dir}`) or tokenise text into it (`python -m "
+        f"workloads.data.byte_tokenizer --output-dir {data_dir} FILE ...`)"
+    )
+
+
+def check_train_shards(
+    files: list[Path], *, ranks: int, batch: int, seq_len: int, vocab_size: int
+) -> list[ShardInfo]:
+    """The headers of ``files``, each checked against its size, the model's vocabulary
+    and the tokens one step of every rank reads (`ShardError` naming the first shard
+    that fails). The loader (`workloads.data.shards.ShardLoader`) and the launcher of
+    `make train`, before any worker starts, check with it.
+
+    Args:
+        files: the train shards, in the order the loader reads them.
+        ranks: data-parallel ranks; each takes its own slice of every step.
+        batch: sequences per rank per micro-step.
+        seq_len: tokens per sequence.
+        vocab_size: the model's (padded) vocabulary; a shard declaring a larger one is
+            refused.
+    """
+    if not files:
+        raise ShardError("no shards given")
+    infos = [read_header(path) for path in files]
+    need = ranks * batch * seq_len + 1
+    for info in infos:
+        if info.vocab_size > vocab_size:
+            raise ShardError(
+                f"{info.path}: tokenised for a vocabulary of {info.vocab_size} but the "
+                f"model has {vocab_size}; use a preset that matches the tokenizer"
+            )
+        if info.num_tokens < need:
+            raise ShardError(
+                f"{info.path}: {info.num_tokens} tokens, fewer than one step needs "
+                f"({need} = {ranks} ranks x {batch} x {seq_len} + 1); lower "
+                f"--micro-batch-size / --seq-len or use a larger corpus"
+            )
+    return infos

@@ -35,6 +35,7 @@ from workloads.data.shard_format import (
     VERSION,
     ShardError,
     ShardInfo,
+    check_train_shards,
     pack_header,
     read_header,
     shard_files,
@@ -112,24 +113,11 @@ class ShardLoader:
         world_size: int,
         vocab_size: int,
     ) -> None:
-        if not files:
-            raise ShardError("no shards given")
         self.batch, self.seq_len = batch, seq_len
         self.rank, self.world_size = rank, world_size
-        self.infos = [read_header(path) for path in files]
-        need = world_size * batch * seq_len + 1
-        for info in self.infos:
-            if info.vocab_size > vocab_size:
-                raise ShardError(
-                    f"{info.path}: tokenised for a vocabulary of {info.vocab_size} but the "
-                    f"model has {vocab_size}; use a preset that matches the tokenizer"
-                )
-            if info.num_tokens < need:
-                raise ShardError(
-                    f"{info.path}: {info.num_tokens} tokens, fewer than one step needs "
-                    f"({need} = {world_size} ranks x {batch} x {seq_len} + 1); lower "
-                    f"--micro-batch-size / --seq-len or use a larger corpus"
-                )
+        self.infos = check_train_shards(
+            files, ranks=world_size, batch=batch, seq_len=seq_len, vocab_size=vocab_size
+        )
         self._maps: dict[int, torch.Tensor] = {}
         self.state = LoaderState(0, 0)
 

@@ -6,7 +6,10 @@ step, the data loader's position and every rank's RNG state. Saving is asynchron
 by default (`dcp.async_save`: the state is staged to host memory, then written by a
 background thread while training continues). A directory counts as complete only
 once DCP has written its ``.metadata`` file, which the coordinator does after every
-rank's data is on disk, so a run killed mid-save resumes from the previous one.
+rank's data is on disk, so a run killed mid-save resumes from the previous one. A
+complete checkpoint that cannot be read (a ``.metadata`` that does not unpickle, a data
+file shorter than the metadata says) is named, set aside as ``step_<N>.corrupt``, and the
+run resumes from the newest readable one (`resume_point`).
 
 DCP reshards on load: a run restarted with another world size (an elastic job that
 lost a node) loads the same checkpoint into its own layout; the checkpoint records
@@ -18,8 +21,10 @@ directories in its own format, complete once its ``deepspeed.json`` exists
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +84,134 @@ def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the complete checkpoint ``path`` cannot be read, or None: a DCP checkpoint
+    whose ``.metadata`` does not unpickle, or whose data files are missing or shorter
+    than the metadata says (truncated); a DeepSpeed marker that is not JSON. Reads
+    only the metadata and the files' sizes, not the tensors."""
+    if checkpoint_engine(path) == "deepspeed":
+        try:
+            json.loads((path / DEEPSPEED_MARKER).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            return f"its {DEEPSPEED_MARKER} cannot be read ({err})"
+        return None
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except Exception as err:
+        return f"its {METADATA_FILE} cannot be read ({type(err).__name__}: {err})"
+    needed: dict[str, int] = {}
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        name = str(getattr(info, "relative_path", ""))
+        end = int(getattr(info, "offset", 0)) + int(getattr(info, "length", 0))
+        if name:
+            needed[name] = max(needed.get(name, 0), end)
+    for name, end in sorted(needed.items()):
+        data = path / name
+        if not data.is_file():
+            return f"its data file {name} is missing"
+        size = data.stat().st_size
+        if size < end:
+            return (
+                f"its data file {name} is truncated ({size} bytes, its {METADATA_FILE} needs {end})"
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a run resumes from.
+
+    Args:
+        step: its step.
+        path: its directory.
+        skipped: one line per newer checkpoint that was corrupt and skipped.
+    """
+
+    step: int
+    path: Path
+    skipped: tuple[str, ...] = ()
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename a corrupt checkpoint out of the ``step_<N>`` names (nothing is deleted), so
+    neither a resume nor the pruning of old checkpoints counts it again."""
+    target = path.with_name(f"{path.name}.corrupt")
+    number = 1
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{path.name}.corrupt{number}")
+    path.rename(target)
+    return target
+
+
+def resume_point(root: Path, *, set_aside: bool = False) -> ResumePoint | None:
+    """The newest complete checkpoint under ``root`` that can be read (`checkpoint_problem`),
+    naming each newer one that cannot; None when there is no complete checkpoint.
+
+    Args:
+        root: the checkpoint directory.
+        set_aside: rename the corrupt ones to ``step_<N>.corrupt`` (one process does
+            it: rank 0), so the run's new checkpoints replace them.
+
+    Raises:
+        CheckpointError: every complete checkpoint is corrupt.
+    """
+    skipped: list[str] = []
+    for step, path in reversed(complete_checkpoints(root)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return ResumePoint(step, path, tuple(skipped))
+        note = f"checkpoint {path} is corrupt: {problem}"
+        if set_aside:
+            note += f"; set aside as {_set_aside(path).name}"
+        skipped.append(note)
+    if skipped:
+        raise CheckpointError(
+            f"no checkpoint in {root} can be resumed: {'; '.join(skipped)}. Move them "
+            "away, or point --ckpt-dir at a new directory to start fresh."
+        )
+    return None
+
+
+def engine_problem(path: Path, engine: str) -> str | None:
+    """Why a run of ``engine`` (``torch`` or ``deepspeed``) cannot resume the checkpoint
+    ``path`` that another engine wrote, or None."""
+    written_by = checkpoint_engine(path)
+    if written_by == engine:
+        return None
+    if written_by == "deepspeed":
+        return (
+            f"checkpoint {path} was written by the DeepSpeed engine; resume it with "
+            "--engine deepspeed (and its --zero-stage), or point --ckpt-dir at a new "
+            "directory to start fresh"
+        )
+    return (
+        f"checkpoint {path} was written by the torch engine (DCP); resume it with "
+        "--engine torch, or point --ckpt-dir at a new directory to start fresh"
+    )
+
+
+def shape_problem(path: Path, expected: Mapping[str, Sequence[int]]) -> str | None:
+    """Why the DCP checkpoint ``path`` does not fit a model whose state-dict tensors
+    have the ``expected`` shapes (by name, as ``model.state_dict()`` names them), or
+    None. Reads the metadata only."""
+    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    for name, shape in expected.items():
+        entry = saved.get(f"model.{name}")
+        size = list(getattr(entry, "size", ()))
+        if entry is None:
+            found = f"has no model.{name}"
+        elif size != list(shape):
+            found = f"has model.{name} of shape {size}, this run {list(shape)}"
+        else:
+            continue
+        return (
+            f"checkpoint {path} does not fit this run (a different preset or model "
+            f"shape?): it {found}. Point --ckpt-dir at a new directory to start fresh."
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Resumed:
     """What a loaded checkpoint restores besides the weights and optimizer."""
@@ -89,6 +222,8 @@ class Resumed:
     rng_restored: bool
     #: Sequences per optimizer step of the run that saved it (0: not recorded).
     global_batch: int = 0
+    #: One line per newer checkpoint that was corrupt and skipped (`resume_point`).
+    skipped: tuple[str, ...] = ()
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -230,16 +365,13 @@ class Checkpointer:
     def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
         """Restore the newest complete checkpoint into ``model`` and ``optimizer``
         (and this rank's RNG); ``None`` when there is none."""
-        found = latest_checkpoint(self.root)
-        if found is None:
+        point = resume_point(self.root, set_aside=self.rank == 0)
+        if point is None:
             return None
-        _, path = found
-        if checkpoint_engine(path) != "torch":
-            raise CheckpointError(
-                f"checkpoint {path} was written by the DeepSpeed engine; resume it with "
-                "--engine deepspeed (and its --zero-stage), or point --ckpt-dir at a new "
-                "directory to start fresh"
-            )
+        path = point.path
+        problem = engine_problem(path, "torch")
+        if problem is not None:
+            raise CheckpointError(problem)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state: dict[str, Any] = {
             "model": model_sd,
@@ -267,6 +399,7 @@ class Checkpointer:
             )
         except (CheckpointException, RuntimeError, ValueError, KeyError) as err:
             # DCP wraps each rank's failure with its traceback; the last line is the cause.
+            # (A truncated or missing file is found before, by `resume_point`.)
             lines = [line.strip() for line in str(err).splitlines() if line.strip()]
             cause = lines[-1] if lines else type(err).__name__
             raise CheckpointError(
@@ -285,4 +418,5 @@ class Checkpointer:
             path=path,
             rng_restored=has_rng,
             global_batch=int(progress.get("global_batch", 0)),
+            skipped=point.skipped,
         )

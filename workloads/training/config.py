@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -120,10 +121,12 @@ class TrainConfig:
         beta2: AdamW beta2.
         grad_clip: global gradient-norm clip (0 disables).
         seed: seed of model initialisation and of every random draw.
-        data_dir: directory of ``train_*.bin`` / ``val_*.bin`` token shards; created
-            from ``corpus`` with the byte tokenizer when it holds none.
-        corpus: text file tokenised into ``data_dir`` when it is empty (default: the
-            corpus shipped in ``workloads/data/corpus.txt``).
+        data_dir: directory of ``train_*.bin`` / ``val_*.bin`` token shards; made
+            from ``corpus`` with the byte tokenizer when it is absent or empty (a
+            directory holding other files but no shards is refused, never written
+            into; `make train` fills only the default one or one named with --corpus).
+        corpus: text file tokenised into ``data_dir`` when it is absent or empty
+            (default: the corpus shipped in ``workloads/data/corpus.txt``).
         log_every: log (and export metrics) every N steps.
         log_jsonl: when set, rank 0 appends one JSON object per logged step here.
         ckpt_dir: checkpoint directory (FSx mount or local disk); empty disables
@@ -133,6 +136,10 @@ class TrainConfig:
             continues while the files are written.
         ckpt_keep: complete checkpoints to keep (older ones are deleted).
         metrics_port: Prometheus port served by each node's local rank 0 (0 disables).
+        metrics_host: the address it binds: every interface by default, which a pod
+            needs (the cluster's Prometheus scrapes it over the pod network); `make
+            train` binds 127.0.0.1 (`workloads.training.launch`), so that a workstation
+            does not serve its metrics to the network.
         tracking_uri: MLflow tracking server that rank 0 logs the run to (default:
             ``MLFLOW_TRACKING_URI``; empty: not tracked).
         dtype: ``bf16`` autocast, ``fp32``, or ``auto`` (bf16 on CUDA, fp32 on CPU).
@@ -207,6 +214,7 @@ class TrainConfig:
     async_ckpt: bool = True
     ckpt_keep: int = 2
     metrics_port: int = 9500
+    metrics_host: str = "0.0.0.0"
     tracking_uri: str = ""
     dtype: DType = "auto"
     tf32: Toggle = "auto"
@@ -273,6 +281,12 @@ class TrainConfig:
             self.metrics_port,
             "any port but 9400, which the DCGM exporter uses on GPU nodes",
         )
+        check.require(
+            _is_ip_address(self.metrics_host),
+            "metrics_host",
+            self.metrics_host,
+            "an IP address to bind (127.0.0.1: this machine only; 0.0.0.0: every interface)",
+        )
         for name, allowed in (
             ("dtype", DTYPES),
             ("tf32", TOGGLES),
@@ -321,6 +335,14 @@ class TrainConfig:
     def tokens_per_micro_step(self) -> int:
         """Tokens one process consumes per micro-step."""
         return self.micro_batch_size * self.seq_len
+
+
+def _is_ip_address(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _tiny() -> TrainConfig:

@@ -47,9 +47,9 @@ from workloads.training.checkpoint import (
     DEEPSPEED_MARKER,
     CheckpointError,
     Resumed,
-    checkpoint_engine,
     complete_checkpoints,
-    latest_checkpoint,
+    engine_problem,
+    resume_point,
     step_dir,
 )
 from workloads.training.config import TrainConfig
@@ -261,6 +261,30 @@ def read_marker(path: Path) -> SavedRun:
     )
 
 
+def fit_problem(path: Path, saved: SavedRun, world_size: int, zero_stage: int) -> str | None:
+    """Why a run of ``world_size`` ranks at ZeRO stage ``zero_stage`` cannot resume the
+    DeepSpeed checkpoint ``path`` (which recorded ``saved``), or None."""
+    problems = []
+    if saved.world_size != world_size:
+        problems.append(
+            f"it was saved by {saved.world_size} ranks and this run has "
+            f"{world_size} (DeepSpeed's ZeRO partitions load only at the "
+            "world size that saved them unless converted to its universal format, "
+            "which this trainer does not do; "
+            "resume at the same world size, or use the torch engine for elastic runs)"
+        )
+    if saved.zero_stage != zero_stage:
+        problems.append(
+            f"it was saved with --zero-stage {saved.zero_stage}, this run has {zero_stage}"
+        )
+    if not problems:
+        return None
+    return (
+        f"checkpoint {path} does not fit this run: {'; '.join(problems)}. Point "
+        "--ckpt-dir at a new directory to start fresh."
+    )
+
+
 class DeepSpeedCheckpointer:
     """`workloads.training.checkpoint.Checkpointer`'s counterpart for the DeepSpeed
     engine: the same ``step_<N>`` directories, resume and pruning rules, blocking
@@ -291,6 +315,7 @@ class DeepSpeedCheckpointer:
         self.group = group
         self.zero_stage = zero_stage
         self.keep = keep
+        self._skipped: tuple[str, ...] = ()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -355,37 +380,21 @@ class DeepSpeedCheckpointer:
         return 0 if latest is None else latest[1].global_batch
 
     def _resumable_latest(self) -> tuple[Path, SavedRun] | None:
-        """The newest complete checkpoint and what it records, or None; `CheckpointError`
+        """The newest readable checkpoint and what it records, or None; `CheckpointError`
         saying what to do when this run cannot resume it."""
-        found = latest_checkpoint(self.root)
-        if found is None:
+        point = resume_point(self.root, set_aside=self.topology.rank == 0)
+        if point is None:
             return None
-        _, path = found
-        if checkpoint_engine(path) != "deepspeed":
-            raise CheckpointError(
-                f"checkpoint {path} was written by the torch engine (DCP); resume it with "
-                "--engine torch, or point --ckpt-dir at a new directory to start fresh"
-            )
-        saved = read_marker(path)
-        problems = []
-        if saved.world_size != self.topology.world_size:
-            problems.append(
-                f"it was saved by {saved.world_size} ranks and this run has "
-                f"{self.topology.world_size} (DeepSpeed's ZeRO partitions load only at the "
-                "world size that saved them unless converted to its universal format, "
-                "which this trainer does not do; "
-                "resume at the same world size, or use the torch engine for elastic runs)"
-            )
-        if saved.zero_stage != self.zero_stage:
-            problems.append(
-                f"it was saved with --zero-stage {saved.zero_stage}, this run has {self.zero_stage}"
-            )
-        if problems:
-            raise CheckpointError(
-                f"checkpoint {path} does not fit this run: {'; '.join(problems)}. Point "
-                "--ckpt-dir at a new directory to start fresh."
-            )
-        return path, saved
+        problem = engine_problem(point.path, "deepspeed")
+        if problem is not None:
+            raise CheckpointError(problem)
+        # Kept for `load_latest`'s report: a second look finds them set aside.
+        self._skipped += point.skipped
+        saved = read_marker(point.path)
+        problem = fit_problem(point.path, saved, self.topology.world_size, self.zero_stage)
+        if problem is not None:
+            raise CheckpointError(problem)
+        return point.path, saved
 
     def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Resumed | None:
         latest = self._resumable_latest()
@@ -419,6 +428,7 @@ class DeepSpeedCheckpointer:
             path=path,
             rng_restored=has_rng,
             global_batch=saved.global_batch,
+            skipped=self._skipped,
         )
 
 

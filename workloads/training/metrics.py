@@ -140,11 +140,16 @@ class MetricsExporter:
     Args:
         port: TCP port (0: keep the gauges but serve nothing, e.g. in tests).
         registry: the registry to use (a fresh one by default, not the global).
+        host: the address to bind (``0.0.0.0``: every interface, as a pod needs).
     """
 
-    def __init__(self, port: int = 0, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, port: int = 0, registry: CollectorRegistry | None = None, *, host: str = "0.0.0.0"
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.port = port
+        #: The address actually bound (host, port), None when nothing is served.
+        self.bound: tuple[str, int] | None = None
 
         def gauge(name: str, text: str) -> Gauge:
             return Gauge(name, text, registry=self.registry)
@@ -157,7 +162,8 @@ class MetricsExporter:
         self.mfu = gauge(METRIC_MFU, "Model FLOPs utilisation against peak dense bf16 (0-1)")
         self.data_wait = gauge(METRIC_DATA_WAIT, "Share of step time spent waiting for data")
         if port:
-            start_http_server(port, registry=self.registry)
+            server, _ = start_http_server(port, addr=host, registry=self.registry)
+            self.bound = (str(server.server_address[0]), int(server.server_address[1]))
 
     def update(self, step: int, loss: float, stats: WindowStats) -> None:
         self.step.set(step)

@@ -4,15 +4,17 @@ One process per device; rank and world size come from torchrun's environment (a
 plain ``python -m workloads.train`` is a world of one). Every ``log_every`` steps rank 0
 logs loss, step time, tokens/s, TFLOP/s, MFU and the data-wait share, and each node's
 local rank 0 exports them as Prometheus metrics. With ``--ckpt-dir`` the run resumes
-from the newest complete checkpoint there, checkpoints every ``--ckpt-every`` steps
-and at the end, and on SIGTERM (a spot interruption or a preemption) saves a final
-checkpoint before exiting with status 143 so that the job is retried, not completed.
+from the newest readable checkpoint there (a corrupt newer one is named and set aside),
+checkpoints every ``--ckpt-every`` steps and at the end, and on SIGTERM (a spot
+interruption or a preemption) or SIGINT (Ctrl-C) saves a final checkpoint before exiting
+with status 143 or 130, so that a job is retried, not completed.
 
 A data directory with a ``manifest.json`` (`make data`) is verified before step one: a
 changed, missing or extra shard stops the run, naming it.
 
-Exit status: 0 done, 2 bad configuration or data (one message, no traceback), 143
-stopped by SIGTERM after its checkpoint.
+Exit status: 0 done, 2 bad configuration or data (one message, no traceback), 130 / 143
+stopped by SIGINT / SIGTERM after its checkpoint. Under `make train`'s launcher each
+rank also leaves that message and status for it (`workloads.training.outcome`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from modules.validation import InvalidArgsError
 from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.manifest import DatasetRef, ManifestError, verify_dataset
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.training import deepspeed_engine, distributed, fabric, telemetry
+from workloads.training import deepspeed_engine, distributed, fabric, outcome, telemetry
 from workloads.training.checkpoint import Checkpointer, CheckpointError
 from workloads.training.config import (
     TrainConfig,
@@ -67,25 +69,41 @@ from workloads.training.tracking import start_tracking
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
-EXIT_PREEMPTED = 128 + signal.SIGTERM
+#: The signals that stop a run after a step, with a checkpoint: the kubelet's SIGTERM
+#: (preemption, spot interruption) and Ctrl-C's SIGINT (which torchrun forwards).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopRequest:
-    """Records SIGTERM; `agreed` makes every rank stop after the same step.
+    """Records SIGTERM and SIGINT; `agreed` makes every rank stop after the same step.
+    `restore` puts the previous handlers back (in-process callers keep their Ctrl-C).
 
     Args:
         check_every: when distributed, the flag is all-reduced (a host-side
-            synchronisation of every rank) only after every N-th step, so a SIGTERM
+            synchronisation of every rank) only after every N-th step, so a signal
             stops the run at most N - 1 steps after the step it arrived in.
     """
 
     def __init__(self, check_every: int = 1) -> None:
         self.requested = False
+        #: The first stop signal received (SIGTERM until one is).
+        self.signum = signal.SIGTERM
         self.check_every = max(1, check_every)
-        signal.signal(signal.SIGTERM, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.requested:
+            self.signum = signal.Signals(signum)
         self.requested = True
+
+    @property
+    def status(self) -> int:
+        """The exit status of a run stopped by the signal: 128 + its number."""
+        return 128 + self.signum
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
     def agreed(self, group: dist.ProcessGroup | None, step: int = 0) -> bool:
         """Whether every rank stops after ``step``; every rank calls it after every
@@ -117,11 +135,12 @@ class RunLog:
                 handle.write(json.dumps(record) + "\n")
 
 
-def _start_exporter(port: int, topology: Topology, log: RunLog) -> MetricsExporter | None:
+def _start_exporter(config: TrainConfig, topology: Topology, log: RunLog) -> MetricsExporter | None:
     if topology.local_rank != 0:
         return None
+    port, host = config.metrics_port, config.metrics_host
     try:
-        exporter = MetricsExporter(port)
+        exporter = MetricsExporter(port, host=host)
     except OSError as err:
         print(
             f"[rank {topology.rank}] metrics: port {port} unavailable ({err.strerror}); "
@@ -130,7 +149,7 @@ def _start_exporter(port: int, topology: Topology, log: RunLog) -> MetricsExport
         )
         return MetricsExporter(0)
     if port:
-        log.line(f"metrics: serving training_* on :{port}/metrics")
+        log.line(f"metrics: serving training_* on {host}:{port}/metrics")
     return exporter
 
 
@@ -194,6 +213,15 @@ def _plan_batch(
 
 def run(config: TrainConfig, topology: Topology) -> int:
     """Train ``config`` as this process of ``topology``; returns the exit status."""
+    # First: a signal during the setup (compiling, loading) still stops the run cleanly.
+    stop = StopRequest(config.stop_check_every)
+    try:
+        return _set_up_and_train(config, topology, stop)
+    finally:
+        stop.restore()
+
+
+def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest) -> int:
     device = distributed.select_device(topology)
     resolved = resolve(config, device)
     apply_backend_flags(resolved)
@@ -218,7 +246,6 @@ def run(config: TrainConfig, topology: Topology) -> int:
     distributed.init_process_group(topology, device)
     control = distributed.cpu_group()
     ckpt_group = distributed.cpu_group()
-    stop = StopRequest(config.stop_check_every)
 
     dataset: DatasetRef | None = None
     if topology.local_rank == 0:
@@ -315,6 +342,8 @@ def _train(
     if checkpointer is not None:
         resumed = checkpointer.load_latest(model, optimizer)
         if resumed is not None:
+            for note in resumed.skipped:
+                log.line(f"resume: {note}")
             start_step = resumed.step
             batches.load_state(resumed.loader)
             log.line(
@@ -338,6 +367,8 @@ def _train(
     if start_step >= config.steps:
         log.line(f"train: already at step {start_step} of {config.steps}; nothing to do")
         return EXIT_OK
+    if stop.agreed(control, 0):  # a signal during the setup: no step is started
+        return _stopped(stop, topology, log, f"before step {start_step + 1}; nothing to save")
 
     tracker = start_tracking(
         config,
@@ -347,7 +378,7 @@ def _train(
         shards=[info.path for info in batches.loader.infos],
         dataset=dataset,
     )
-    exporter = _start_exporter(config.metrics_port, topology, log)
+    exporter = _start_exporter(config, topology, log)
     if exporter is not None:
         exporter.set_step(start_step)
     window = ThroughputWindow(
@@ -424,12 +455,9 @@ def _train(
             log.line(f"checkpoint: step {step} -> {path}" + (" (async)" if asynchronous else ""))
             tracker.checkpoint(path)
         if stopping:
-            log.line(
-                f"SIGTERM: stopped after step {step}"
-                + (" with a checkpoint" if checkpointer else " (no --ckpt-dir: not saved)")
-            )
             tracker.finish("KILLED")
-            return EXIT_PREEMPTED
+            saved = " with a checkpoint" if checkpointer else " (no --ckpt-dir: not saved)"
+            return _stopped(stop, topology, log, f"after step {step}{saved}")
 
     if checkpointer is not None:
         checkpointer.wait()
@@ -439,6 +467,23 @@ def _train(
         f"done: loss {first_loss:.4f} -> {last_loss:.4f} over steps {start_step + 1}-{config.steps}"
     )
     return EXIT_OK
+
+
+def _stopped(stop: StopRequest, topology: Topology, log: RunLog, what: str) -> int:
+    """Say that the run stopped on ``stop``'s signal (rank 0, one line) and return
+    the signal's exit status."""
+    message = f"{stop.signum.name}: stopped {what}"
+    log.line(message)
+    if topology.is_main:
+        outcome.report(stop.status, message)
+    return stop.status
+
+
+def _refuse(message: str) -> int:
+    """Print a refusal (this rank's one message) and leave it for the launcher."""
+    print(message, file=sys.stderr)
+    outcome.report(EXIT_USER_ERROR, message)
+    return EXIT_USER_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -452,20 +497,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = from_namespace(args)
         topology = distributed.read_topology()
     except InvalidArgsError as err:
-        print(describe_problems(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _refuse(describe_problems(err))
     except TopologyError as err:
-        print(f"train: bad torchrun environment: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _refuse(f"train: bad torchrun environment: {err}")
     started = time.perf_counter()
     try:
         status = run(config, topology)
     except InvalidArgsError as err:
-        print(describe_problems(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _refuse(describe_problems(err))
     except (ShardError, ManifestError, CheckpointError) as err:
-        print(f"train: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _refuse(f"train: {err}")
     finally:
         distributed.shutdown()
     if topology.is_main and status == EXIT_OK:
