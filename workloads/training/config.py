@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 from modules.validation import Checker, InvalidArgsError, Problem
 
@@ -329,12 +330,30 @@ class TrainConfig:
         check.require(
             self.fault_kill_at_step >= 0, "fault_kill_at_step", self.fault_kill_at_step, ">= 0"
         )
+        # A server that is down is carried on from (the run is kept, untracked); a URI that
+        # names no server is a typo, refused before any worker starts.
+        check.require(
+            not self.tracking_uri or _is_server_url(self.tracking_uri),
+            "tracking_uri",
+            self.tracking_uri,
+            "an MLflow server's http(s)://host:port URL (make track's: http://127.0.0.1:5000)",
+        )
         check.done()
 
     @property
     def tokens_per_micro_step(self) -> int:
         """Tokens one process consumes per micro-step."""
         return self.micro_batch_size * self.seq_len
+
+
+def _is_server_url(value: str) -> bool:
+    """An http(s) URL with a host (and a port that is a number, if it has one)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _is_ip_address(value: str) -> bool:
