@@ -94,6 +94,28 @@ def test_metadata_lists_key_raw_inputs_and_outputs(server: str) -> None:
     assert [o["name"] for o in meta["outputs"]] == ["churn_probability", "features"]
 
 
+def test_feasts_own_plan_in_the_repository_changes_nothing(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``feast plan`` in the repository `run` made (the function Feast's CLI calls, in
+    this process): it reads the definitions file beside ``feature_store.yaml`` and finds
+    the registry as applied, so it creates, updates and deletes nothing (a repository
+    without the file has it delete every object, and ``feast apply`` would)."""
+    from feast.repo_config import load_repo_config  # noqa: PLC0415 - Feast's CLI's own
+    from feast.repo_operations import plan  # noqa: PLC0415
+
+    repo_dir = workdir / "repo"
+    assert (repo_dir / repo.DEFINITIONS_FILE).is_file()
+    monkeypatch.chdir(Path.cwd())  # `plan` moves into the repository: back after the test
+    monkeypatch.syspath_prepend(str(repo_dir))  # as the CLI does (cli_check_repo)
+    config = load_repo_config(repo_dir, repo_dir / "feature_store.yaml")
+    plan(config, repo_dir, skip_source_validation=False)
+    out = capsys.readouterr().out
+    assert "No changes to registry" in out and "No changes to infrastructure" in out, out
+    for change in ("Created", "Updated", "Deleted"):
+        assert change not in out, out
+
+
 def test_prediction_by_key_has_the_online_features_behind_it(server: str, workdir: Path) -> None:
     activity = pd.read_parquet(workdir / "data" / ACTIVITY_FILE)
     keys = sorted(activity["customer_id"].unique().tolist())[:3]

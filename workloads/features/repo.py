@@ -198,6 +198,36 @@ def local_config(workdir: Path) -> Any:
     )
 
 
+#: The repository's definitions file, beside ``feature_store.yaml`` (`definitions_file`).
+DEFINITIONS_FILE = f"{PROJECT}.py"
+_DEFINITIONS = '''\
+"""The Feast objects that `make features` applied (written by python -m
+workloads.features run): `workloads.features.repo.definitions` over the working
+directory's data. Feast's CLI reads them from here: feast -c <this folder> plan."""
+
+import sys
+
+sys.path.insert(0, {root!r})  # the checkout that wrote this file
+
+from workloads.features.repo import definitions  # noqa: E402
+
+{names} = definitions({data!r})
+'''
+
+
+def definitions_file(data_dir: Path) -> str:
+    """The repository's Python file of Feast objects: `definitions` over ``data_dir``.
+
+    Feast's own commands (``feast plan``, ``feast apply``) take a repository's objects
+    from its Python files; with this one beside ``feature_store.yaml`` they see exactly
+    what `make features` applied, so ``feast plan`` there changes nothing. Without it
+    they would delete every object of the registry.
+    """
+    names = (ENTITY, PROFILE_VIEW, ACTIVITY_VIEW, RATIOS_VIEW, FEATURE_SERVICE)
+    root = str(Path(__file__).resolve().parents[2])
+    return _DEFINITIONS.format(root=root, names=", ".join(names), data=str(data_dir))
+
+
 def feature_store_yaml(workdir: Path) -> str:
     """The ``feature_store.yaml`` of `local_config` (written beside the registry, so
     ``feast -c <workdir>/repo ...`` works on the same store)."""
