@@ -202,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     (workdir / "repo" / "feature_store.yaml").write_text(repo.feature_store_yaml(workdir))
     (workdir / "repo" / repo.DEFINITIONS_FILE).write_text(repo.definitions_file(data_dir))
     store = open_local_store(workdir)
-    store.apply(repo.definitions(data_dir))
+    with contextlib.redirect_stdout(io.StringIO()):  # Feast's lines of what it applied
+        repo.apply_as_feast_cli(store, repo.definitions(data_dir))
     say(
         "apply",
         f"project {repo.PROJECT}: entity {repo.ENTITY}, feature views {repo.PROFILE_VIEW}, "

@@ -207,10 +207,13 @@ directory's data. Feast's CLI reads them from here: feast -c <this folder> plan.
 
 import sys
 
+from feast import Project
+
 sys.path.insert(0, {root!r})  # the checkout that wrote this file
 
-from workloads.features.repo import definitions  # noqa: E402
+from workloads.features.repo import PROJECT, definitions  # noqa: E402
 
+project = Project(name=PROJECT)
 {names} = definitions({data!r})
 '''
 
@@ -226,6 +229,35 @@ def definitions_file(data_dir: Path) -> str:
     names = (ENTITY, PROFILE_VIEW, ACTIVITY_VIEW, RATIOS_VIEW, FEATURE_SERVICE)
     root = str(Path(__file__).resolve().parents[2])
     return _DEFINITIONS.format(root=root, names=", ".join(names), data=str(data_dir))
+
+
+def apply_as_feast_cli(store: Any, objects: Sequence[Any]) -> None:
+    """Apply `definitions`' ``objects`` to ``store`` as ``feast apply`` applies the
+    repository's definitions file (`feast.repo_operations`): the objects as its parser
+    collects them (with their sources, the file's project and Feast's placeholder
+    entity), planned and applied, so that the registry also records the online store's
+    tables. A ``feast plan`` of the definitions file then compares like with like."""
+    from feast import Entity, FeatureService, FeatureView, Project  # noqa: PLC0415
+    from feast.feature_view import DUMMY_ENTITY  # noqa: PLC0415
+    from feast.on_demand_feature_view import OnDemandFeatureView  # noqa: PLC0415
+    from feast.repo_contents import RepoContents  # noqa: PLC0415
+    from feast.repo_operations import apply_total_with_repo_instance  # noqa: PLC0415
+
+    views = [o for o in objects if isinstance(o, FeatureView)]
+    contents = RepoContents(
+        projects=[Project(name=PROJECT)],
+        data_sources=[view.batch_source for view in views],
+        feature_views=views,
+        on_demand_feature_views=[o for o in objects if isinstance(o, OnDemandFeatureView)],
+        stream_feature_views=[],
+        label_views=[],
+        entities=[*(o for o in objects if isinstance(o, Entity)), DUMMY_ENTITY],
+        feature_services=[o for o in objects if isinstance(o, FeatureService)],
+        permissions=[],
+    )
+    apply_total_with_repo_instance(
+        store, PROJECT, store.registry, contents, skip_source_validation=False
+    )
 
 
 def feature_store_yaml(workdir: Path) -> str:
