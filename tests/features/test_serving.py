@@ -124,9 +124,7 @@ def test_feasts_own_plan_in_the_repository_changes_nothing(
     assert (repo_dir / repo.DEFINITIONS_FILE).is_file()
     monkeypatch.chdir(repo_dir)  # the parser names a file's module by its path from here
     monkeypatch.syspath_prepend(str(repo_dir))  # as the CLI does (cli_check_repo)
-    registry_diff, infra_diff, _ = FeatureStore(repo_path=str(repo_dir)).plan(
-        parse_repo(repo_dir)
-    )
+    registry_diff, infra_diff, _ = FeatureStore(repo_path=str(repo_dir)).plan(parse_repo(repo_dir))
     names = {d.name for d in registry_diff.feast_object_diffs}
     assert names >= {repo.ENTITY, repo.PROFILE_VIEW, repo.ACTIVITY_VIEW, repo.RATIOS_VIEW,
                      repo.FEATURE_SERVICE}  # fmt: skip

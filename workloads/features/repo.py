@@ -246,7 +246,7 @@ def apply_as_feast_cli(store: Any, objects: Sequence[Any]) -> None:
     views = [o for o in objects if isinstance(o, FeatureView)]
     contents = RepoContents(
         projects=[Project(name=PROJECT)],
-        data_sources=[view.batch_source for view in views],
+        data_sources=[view.batch_source for view in views if view.batch_source is not None],
         feature_views=views,
         on_demand_feature_views=[o for o in objects if isinstance(o, OnDemandFeatureView)],
         stream_feature_views=[],
