@@ -371,18 +371,25 @@ prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS
 # --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
 # In its own environment (.venv-features, locks/features.txt): the features image.
 FEATURES_PY   := $(PY_features)
-FEATURES_DIR  ?= build/features
+# WORKDIR=: the example's working directory (its --workdir; docs/features.md).
+WORKDIR       ?= build/features
 .PHONY: features bench-features
+# FEATURES_DIR= was this variable's earlier name: refused, rather than silently ignored.
+ifneq ($(filter features bench-features,$(MAKECMDGOALS)),)
+ifneq ($(FEATURES_DIR),)
+$(error features: FEATURES_DIR= is not read; give the working directory as WORKDIR=$(FEATURES_DIR))
+endif
+endif
 
 # TRACKING_URI= (on the command line or in the environment) registers on that server;
-# otherwise a SQLite store under FEATURES_DIR. PORT= fixes the server's port (else a free one).
-features: $(DEPS_features) ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict
-	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(FEATURES_DIR)' \
+# otherwise a SQLite store under WORKDIR. PORT= fixes the server's port (else a free one).
+features: $(DEPS_features) ## the feature-store example end to end: apply, materialise, train, export, register, serve, predict (WORKDIR=, PORT=, TRACKING_URI=)
+	@$(call exact,$(FEATURES_PY) -m workloads.features run --workdir '$(WORKDIR)' \
 		$(if $(filter-out file,$(origin TRACKING_URI)),--tracking-uri '$(TRACKING_URI)') \
 		$(if $(filter-out file,$(origin PORT)),--port '$(PORT)') $(ARGS))
 
-bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features)
-	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(FEATURES_DIR)' $(ARGS))
+bench-features: $(DEPS_features) ## lookup and predictor latency, ONNX Runtime vs LightGBM (after make features; WORKDIR=)
+	@$(call exact,$(FEATURES_PY) -m workloads.features bench --workdir '$(WORKDIR)' $(ARGS))
 
 # --- data (issue 20, docs/data.md): Spark preprocessing, validation, PII anonymisation ---
 # In its own environment (.venv-data, locks/data.txt): the data image. Spark needs Java

@@ -23,6 +23,10 @@ ARTIFACT_PREFIX = "mlflow/"
 TRITON_DIR = "triton"
 
 _ID = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+#: A registered model's name, which its Triton models take (``<name>``, ``<name>-int8``):
+#: a directory name, a V2 URL path segment and a quoted pbtxt string at once. Checked by
+#: the export and the registry commands, and by `make pipeline` before any step runs.
+MODEL_NAME = re.compile(rf"^{_ID}$")
 #: A registered version's Triton repository in the data bucket (what Triton serves).
 TRITON_STORAGE_PATH = re.compile(
     rf"^{re.escape(ARTIFACT_PREFIX)}(?P<experiment>{_ID})/models/(?P<model>{_ID})"

@@ -94,6 +94,58 @@ def test_metadata_lists_key_raw_inputs_and_outputs(server: str) -> None:
     assert [o["name"] for o in meta["outputs"]] == ["churn_probability", "features"]
 
 
+def test_get_model_config_reads_tritons_configuration(server: str) -> None:
+    config = triton.InferenceServerClient(server).get_model_config(NAME)
+    assert config["name"] == NAME
+    assert [t["name"] for t in config["input"]] == [repo.JOIN_KEY, *repo.BASE_FEATURES]
+    assert {t["name"]: t["data_type"] for t in config["output"]} == {
+        "churn_probability": "TYPE_FP32",
+        "features": "TYPE_FP32",
+    }
+
+
+def test_feasts_own_plan_in_the_repository_changes_nothing(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Feast's plan of the repository `run` made, computed as ``feast plan`` there
+    computes it: Feast's parser reads the definitions file beside ``feature_store.yaml``
+    and the store compares it with the registry. Nothing is to be created or deleted, in
+    the registry or the infrastructure (without the file Feast would delete every
+    object, and ``feast apply`` would do it).
+
+    Feast 0.67 reports a materialised feature view as updated whatever the files say:
+    the registry's copy carries the materialised intervals, and the plan prints its
+    source's creation time. With those equal, each object is the registry's."""
+    from feast import FeatureStore  # noqa: PLC0415 - Feast's own plan
+    from feast.diff.property_diff import TransitionType  # noqa: PLC0415
+    from feast.repo_operations import parse_repo  # noqa: PLC0415
+
+    repo_dir = workdir / "repo"
+    assert (repo_dir / repo.DEFINITIONS_FILE).is_file()
+    monkeypatch.chdir(repo_dir)  # the parser names a file's module by its path from here
+    monkeypatch.syspath_prepend(str(repo_dir))  # as the CLI does (cli_check_repo)
+    registry_diff, infra_diff, _ = FeatureStore(repo_path=str(repo_dir)).plan(parse_repo(repo_dir))
+    names = {d.name for d in registry_diff.feast_object_diffs}
+    assert names >= {repo.ENTITY, repo.PROFILE_VIEW, repo.ACTIVITY_VIEW, repo.RATIOS_VIEW,
+                     repo.FEATURE_SERVICE}  # fmt: skip
+    for diff in registry_diff.feast_object_diffs:
+        assert diff.transition_type in (TransitionType.UNCHANGED, TransitionType.UPDATE), (
+            diff.transition_type, diff.name)  # fmt: skip
+        if diff.transition_type == TransitionType.UPDATE:
+            assert [p.property_name for p in diff.feast_object_property_diffs] == [
+                "batch_source"
+            ], diff.name
+            current, desired = diff.current_feast_object, diff.new_feast_object
+            desired.materialization_intervals = current.materialization_intervals
+            assert current == desired, diff.name
+            sources = [current.batch_source.to_proto(), desired.batch_source.to_proto()]
+            for source in sources:
+                source.ClearField("meta")  # created and updated times
+            assert sources[0] == sources[1], diff.name
+    changes = [d for d in infra_diff.infra_object_diffs if d.transition_type.name != "UNCHANGED"]
+    assert not changes, infra_diff.to_string()
+
+
 def test_prediction_by_key_has_the_online_features_behind_it(server: str, workdir: Path) -> None:
     activity = pd.read_parquet(workdir / "data" / ACTIVITY_FILE)
     keys = sorted(activity["customer_id"].unique().tolist())[:3]

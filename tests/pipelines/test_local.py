@@ -115,6 +115,10 @@ def _refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
         ("no-server", ("cannot reach the tracking server", "make track", "TRACKING_URI=")),
         ("not-http", ("is not an HTTP(S) server", "make track")),
         ("bad-numbers", ("--steps must be at least 1", "--canary-percent must be in 1-99")),
+        # Found by the evaluate step after ingest, prepare and train, before.
+        ("bad-name", ("NAME='a b/c' (--name) cannot name a registered model",)),
+        ("bad-preset", ("PRESET='huge' (--preset) is not one of the trainer's presets: tiny",)),
+        ("root-is-a-file", ("is a file; give a folder for the run's files",)),
     ],
 )
 def test_user_errors_are_one_message_and_nothing_runs(
@@ -136,11 +140,19 @@ def test_user_errors_are_one_message_and_nothing_runs(
             "--canary-percent",
             "0",
         ],
+        "bad-name": [str(source), "--tracking-uri", uri, "--name", "a b/c"],
+        "bad-preset": [str(source), "--tracking-uri", uri, "--preset", "huge"],
+        "root-is-a-file": [str(source), "--tracking-uri", uri],
     }
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.md").write_text("not a source file\n")
+    if case == "root-is-a-file":
+        root = tmp_path / "file" / "runs"
+        (tmp_path / "file").write_text("mine\n")
     _refused(run_driver(*args[case], "--root", str(root)), *needles)
     assert not root.exists(), "nothing may be written before the checks pass"
+    if case == "root-is-a-file":
+        assert (tmp_path / "file").read_text() == "mine\n"
 
 
 def test_a_server_that_is_not_mlflow_is_refused(tmp_path: Path, source: Path) -> None:

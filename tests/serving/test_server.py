@@ -172,6 +172,14 @@ def test_every_bad_input_is_a_4xx_and_counted(server: str, case: str) -> None:
     assert get(f"{server}/v2/models/tiny/ready")[0] == 200
 
 
+def test_text_whose_data_does_not_fit_its_shape_says_so(server: str) -> None:
+    """Two prompts declared, one sent: the shape is the problem, not the text's encoding."""
+    status, answer = post(f"{server}/v2/models/tiny/infer", one_input("text", "BYTES", [2], ["a"]))
+    assert status == 400, answer
+    assert "'text': the data does not match shape [2]" in answer["error"], answer
+    assert "UTF-8" not in answer["error"]
+
+
 def test_unknown_model_is_404(server: str) -> None:
     status, answer = post(f"{server}/v2/models/nope/infer", text_request(["The "]))
     assert status == 404 and "nope" in answer["error"]

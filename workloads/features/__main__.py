@@ -29,6 +29,7 @@ import contextlib
 import io
 import logging
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -38,13 +39,26 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from workloads.features.server import HOST, UsageError, free_port, http_json, running_server
+from workloads.features.server import (
+    HOST,
+    UsageError,
+    check_port,
+    free_port,
+    http_json,
+    running_server,
+)
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
 DEFAULT_WORKDIR = Path("build/features")
 MARKER = ".workloads-features"
+#: Fewer weekly snapshots than this leave no label event a 30-day outcome (the data
+#: generator refuses them too: `workloads.features.data.generate`).
+MIN_WEEKS = 6
+#: The CA bundle MLflow's client verifies an HTTPS tracking server with.
+TLS_CA_ENV = "MLFLOW_TRACKING_SERVER_CERT_PATH"
 
 
 def say(step: str, message: str) -> None:
@@ -64,6 +78,49 @@ def quiet() -> None:
     logging.basicConfig(level=logging.ERROR)
     for name in ("feast", "mlflow", "alembic", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def at_least(args: argparse.Namespace, **lowest: float) -> None:
+    """Each named argument is at least its ``lowest`` value; one message naming every one
+    that is not. Checked first: before anything is written or a slow import starts."""
+    problems = [
+        f"--{name.replace('_', '-')} must be at least {low:g}, got {getattr(args, name)}"
+        for name, low in lowest.items()
+        if getattr(args, name) < low
+    ]
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
+def check_tracking_uri(uri: str, *, answers: bool = True) -> None:
+    """A tracking URI MLflow can use without writing anywhere unasked: an HTTP(S) server
+    (when ``answers``: one that answers MLflow's ``/health`` now, not after training), or
+    a database URI (``sqlite:///<path>`` in an existing folder, ``postgresql://``...).
+    A bare path would make MLflow write a file store wherever it points."""
+    hint = (
+        "give an MLflow server (http://127.0.0.1:5000, started with `make track`) or leave "
+        "TRACKING_URI unset for the local store under the working directory"
+    )
+    scheme = urlparse(uri).scheme
+    if not scheme or "://" not in uri:
+        raise UsageError(f"the tracking URI {uri!r} is not a URI; {hint}")
+    if scheme == "sqlite":
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise UsageError(f"the tracking URI {uri!r}: its database's folder {folder} is missing")
+    if scheme not in ("http", "https") or not answers:
+        return  # MLflow's database stores (postgresql://...) answer when first used
+    # MLflow's own TLS settings, as its client will use them.
+    context = ssl.create_default_context(cafile=os.environ.get(TLS_CA_ENV) or None)
+    try:
+        with urllib.request.urlopen(
+            f"{uri.rstrip('/')}/health", timeout=10, context=context
+        ) as answer:
+            healthy = answer.status == 200
+    except (OSError, ValueError):  # refused, unknown host, TLS, HTTP errors (all URLError)
+        healthy = False
+    if not healthy:
+        raise UsageError(f"no MLflow tracking server answers at {uri} (its /health); {hint}")
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -119,7 +176,13 @@ def materialize(workdir: Path) -> tuple[datetime, datetime]:
 def run(args: argparse.Namespace) -> int:
     """``make features``: every step of the example, printed."""
     workdir: Path = args.workdir
-    prepare_workdir(workdir)  # first: a refusal needs none of the slow imports
+    # Every argument first, then the working directory: a refusal needs none of the
+    # slow imports and leaves nothing behind.
+    at_least(args, customers=1, weeks=MIN_WEEKS, seed=0, threads=1)
+    check_port(args.port, free_one=True)
+    if args.tracking_uri:
+        check_tracking_uri(args.tracking_uri)
+    prepare_workdir(workdir)
     started = time.perf_counter()
     quiet()
     from workloads.features import data, model, repo, track  # noqa: PLC0415
@@ -133,15 +196,20 @@ def run(args: argparse.Namespace) -> int:
         f"-> {paths['activity'].parent}",
     )
 
+    # A whole Feast repository: its configuration and its definitions file (what Feast's
+    # CLI reads there), and the same objects applied to its registry.
+    data_dir = (workdir / "data").resolve()
     (workdir / "repo" / "feature_store.yaml").write_text(repo.feature_store_yaml(workdir))
+    (workdir / "repo" / repo.DEFINITIONS_FILE).write_text(repo.definitions_file(data_dir))
     store = open_local_store(workdir)
-    objects = repo.definitions((workdir / "data").resolve())
-    store.apply(objects)
+    with contextlib.redirect_stdout(io.StringIO()):  # Feast's lines of what it applied
+        repo.apply_as_feast_cli(store, repo.definitions(data_dir))
     say(
         "apply",
         f"project {repo.PROJECT}: entity {repo.ENTITY}, feature views {repo.PROFILE_VIEW}, "
         f"{repo.ACTIVITY_VIEW}, on-demand {repo.RATIOS_VIEW}, service {repo.FEATURE_SERVICE} "
-        f"(registry {workdir / 'repo' / 'registry.db'})",
+        f"(registry {workdir / 'repo' / 'registry.db'}, definitions "
+        f"{workdir / 'repo' / repo.DEFINITIONS_FILE})",
     )
 
     start, end = materialize(workdir)
@@ -225,8 +293,10 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """The V2 model server (foreground)."""
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be in 1-65535, got {args.port}")
+    at_least(args, threads=0, max_in_flight=1, max_body_bytes=1)
+    if not args.timeout_s > 0:
+        raise UsageError(f"--timeout-s must be above 0, got {args.timeout_s}")
+    check_port(args.port, args.host)
     from workloads.features.errors import ModelError  # noqa: PLC0415
     from workloads.features.model import check_features, read_card  # noqa: PLC0415
 
@@ -270,6 +340,7 @@ def materialize_command(args: argparse.Namespace) -> int:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    at_least(args, requests=1, rows=1, threads=1)
     require_workdir(args.workdir)
     quiet()
     from workloads.features import bench  # noqa: PLC0415
@@ -287,6 +358,7 @@ def offline_store(args: argparse.Namespace) -> Any:
 
 
 def publish_command(args: argparse.Namespace) -> int:
+    at_least(args, customers=1, weeks=MIN_WEEKS, seed=0)
     quiet()
     from workloads.features import cluster  # noqa: PLC0415
 
@@ -305,9 +377,12 @@ def apply_command(args: argparse.Namespace) -> int:
 
 
 def train_command(args: argparse.Namespace) -> int:
+    at_least(args, seed=0, threads=1)
     store = offline_store(args)
     if not args.tracking_uri:
         raise UsageError("give the MLflow tracking server: --tracking-uri (MLFLOW_TRACKING_URI)")
+    # The form only: the job's own run reports a server it cannot reach.
+    check_tracking_uri(args.tracking_uri, answers=False)
     prepare_workdir(args.workdir)
     from workloads.features import cluster  # noqa: PLC0415
 

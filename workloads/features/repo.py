@@ -198,6 +198,68 @@ def local_config(workdir: Path) -> Any:
     )
 
 
+#: The repository's definitions file, beside ``feature_store.yaml`` (`definitions_file`).
+DEFINITIONS_FILE = f"{PROJECT}.py"
+_DEFINITIONS = '''\
+"""The Feast objects that `make features` applied (written by python -m
+workloads.features run): `workloads.features.repo.definitions` over the working
+directory's data. Feast's CLI reads them from here: feast -c <this folder> plan."""
+
+import sys
+
+from feast import Project
+
+sys.path.insert(0, {root!r})  # the checkout that wrote this file
+
+from workloads.features.repo import PROJECT, definitions  # noqa: E402
+
+project = Project(name=PROJECT)
+{names} = definitions({data!r})
+'''
+
+
+def definitions_file(data_dir: Path) -> str:
+    """The repository's Python file of Feast objects: `definitions` over ``data_dir``.
+
+    Feast's own commands (``feast plan``, ``feast apply``) take a repository's objects
+    from its Python files; with this one beside ``feature_store.yaml`` they see exactly
+    what `make features` applied, so ``feast plan`` there changes nothing. Without it
+    they would delete every object of the registry.
+    """
+    names = (ENTITY, PROFILE_VIEW, ACTIVITY_VIEW, RATIOS_VIEW, FEATURE_SERVICE)
+    root = str(Path(__file__).resolve().parents[2])
+    return _DEFINITIONS.format(root=root, names=", ".join(names), data=str(data_dir))
+
+
+def apply_as_feast_cli(store: Any, objects: Sequence[Any]) -> None:
+    """Apply `definitions`' ``objects`` to ``store`` as ``feast apply`` applies the
+    repository's definitions file (`feast.repo_operations`): the objects as its parser
+    collects them (with their sources, the file's project and Feast's placeholder
+    entity), planned and applied, so that the registry also records the online store's
+    tables. A ``feast plan`` of the definitions file then compares like with like."""
+    from feast import Entity, FeatureService, FeatureView, Project  # noqa: PLC0415
+    from feast.feature_view import DUMMY_ENTITY  # noqa: PLC0415
+    from feast.on_demand_feature_view import OnDemandFeatureView  # noqa: PLC0415
+    from feast.repo_contents import RepoContents  # noqa: PLC0415
+    from feast.repo_operations import apply_total_with_repo_instance  # noqa: PLC0415
+
+    views = [o for o in objects if isinstance(o, FeatureView)]
+    contents = RepoContents(
+        projects=[Project(name=PROJECT)],
+        data_sources=[view.batch_source for view in views if view.batch_source is not None],
+        feature_views=views,
+        on_demand_feature_views=[o for o in objects if isinstance(o, OnDemandFeatureView)],
+        stream_feature_views=[],
+        label_views=[],
+        entities=[*(o for o in objects if isinstance(o, Entity)), DUMMY_ENTITY],
+        feature_services=[o for o in objects if isinstance(o, FeatureService)],
+        permissions=[],
+    )
+    apply_total_with_repo_instance(
+        store, PROJECT, store.registry, contents, skip_source_validation=False
+    )
+
+
 def feature_store_yaml(workdir: Path) -> str:
     """The ``feature_store.yaml`` of `local_config` (written beside the registry, so
     ``feast -c <workdir>/repo ...`` works on the same store)."""

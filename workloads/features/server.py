@@ -30,6 +30,29 @@ def free_port() -> int:
         return port
 
 
+def check_port(port: int, host: str = HOST, *, free_one: bool = False) -> None:
+    """`UsageError` unless a server can listen on ``host:port`` now (``port`` 0 means a
+    free one where ``free_one``). Checked before any work, so that a taken port is one
+    message at once, not after training; the bind test allows what the server's own
+    socket allows (``SO_REUSEADDR``: a port with connections in TIME_WAIT is usable)."""
+    if port == 0 and free_one:
+        return
+    low = 0 if free_one else 1
+    if not low <= port < 65536:
+        raise UsageError(
+            f"--port must be in 1-65535{' (0: a free one)' if free_one else ''}, got {port}"
+        )
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({err.strerror}); free the port or choose "
+                "another (--port, make's PORT=)"
+            ) from err
+
+
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(

@@ -33,7 +33,6 @@ storage initializer, after an upload) reads as is.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from pathlib import Path
 import onnx
 
 from workloads.inference.errors import ExportError
+from workloads.layout import MODEL_NAME
 
 CONFIG_FILE = "config.pbtxt"
 MODEL_FILE = "model.onnx"  # the onnxruntime backend's default_model_filename
@@ -60,8 +60,6 @@ MAX_BATCH_SIZE = 32
 LOGITS_BUDGET_BYTES = 1 << 30
 #: How long Triton holds a request for companions: the CPU predictor waits 5 ms too.
 MAX_QUEUE_DELAY_US = 5000
-#: Model names: a directory name, a V2 URL path segment and a quoted pbtxt string at once.
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 #: ONNX element types -> Triton data types (model_config.proto ``DataType``).
 _TRITON_TYPES: dict[int, str] = {

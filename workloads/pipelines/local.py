@@ -4,8 +4,10 @@ local runner.
 ``python -m workloads.pipelines.local SOURCE --tracking-uri URI [--name NAME] ...``
 
 Before anything runs, what a user can get wrong is checked and reported in one message
-(exit 2): a SOURCE that is missing or holds no ``.txt``/``.jsonl`` file, a tracking URI
-that is not an HTTP server or does not answer, a stage environment that is not there.
+(exit 2): a bad number, a model name that registration would refuse, a preset the
+trainer does not know, a ``--root`` that cannot be written, a SOURCE that is missing or
+holds no ``.txt``/``.jsonl`` file, a stage environment that is not there, a tracking URI
+that is not an HTTP server or does not answer.
 Then KFP's local runner (`kfp.local`, `SubprocessRunner` in this interpreter) runs the
 pipeline of lightweight components (`workloads.pipelines.pipeline.local_pipeline`); each
 step starts its stage's own interpreter (`workloads.pipelines.runner`). Every task's
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from workloads.layout import MODEL_NAME
 from workloads.pipelines.runner import ROOT, STATUS_DIR_ENV, stage_python
 from workloads.pipelines.steps import STAGE_VENVS, STEPS
 
@@ -125,6 +129,45 @@ def check_tracking(uri: str, timeout_s: float = 10.0) -> None:
         raise UserError(f"cannot reach the tracking server at {uri} ({reason}); {hint}") from err
     if status != 200:
         raise UserError(f"the tracking server at {uri} answered /health with {status}; {hint}")
+
+
+def check_root(root: Path) -> None:
+    """``--root`` is, or can be made, a folder this user writes to (it is made only
+    when the run starts)."""
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"--root {root}: {existing} is a file; give a folder for the run's files")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--root {root}: {existing} is not writable; give another folder")
+
+
+def trainer_presets(root: Path = ROOT) -> list[str]:
+    """The trainer's presets, as the training environment has them. The pipeline
+    imports no stage's code (each step runs in its stage's own environment), so that
+    environment's interpreter is asked; the trainer's config module is standard library
+    only, so the answer takes a fraction of a second."""
+    try:
+        answer = subprocess.run(
+            [str(stage_python("training", root)), "-c",
+             "from workloads.training.config import PRESETS; print(*PRESETS)"],
+            cwd=root, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as err:
+        raise UserError(
+            f"the training environment ({STAGE_VENVS['training']}) cannot read the trainer's "
+            f"presets ({err}); `make pipeline` installs it"
+        ) from err
+    return answer.stdout.split()
+
+
+def check_preset(preset: str) -> None:
+    """The trainer knows ``preset``: found now, not after ingest and prepare."""
+    presets = trainer_presets()
+    if preset not in presets:
+        raise UserError(
+            f"PRESET={preset!r} (--preset) is not one of the trainer's presets: "
+            f"{', '.join(presets)}"
+        )
 
 
 def check_environments(root: Path = ROOT) -> None:
@@ -260,6 +303,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         problems.append(f"--max-loss-regression must be >= 0, got {args.max_loss_regression}")
     if not 1 <= args.canary_percent <= 99:
         problems.append(f"--canary-percent must be in 1-99, got {args.canary_percent}")
+    # The registered model's name (the preset's by default, which `check_preset` checks):
+    # refused here rather than by the evaluate step, after ingest, prepare and train.
+    if args.name.strip() and not MODEL_NAME.fullmatch(args.name.strip()):
+        problems.append(
+            f"NAME={args.name.strip()!r} (--name) cannot name a registered model, whose "
+            "Triton models are folders and URL paths: use letters, digits, '_', '.' and '-'"
+        )
     if problems:
         raise UserError("; ".join(problems))
     source: Path = args.source
@@ -283,8 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = _settings(args)
+        check_root(args.root)
         check_source(settings.source)
         check_environments()
+        check_preset(settings.preset)
         check_tracking(settings.tracking_uri)
     except UserError as err:
         print(f"pipeline: {err}", file=sys.stderr)

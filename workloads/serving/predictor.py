@@ -190,10 +190,15 @@ class LanguageModelPredictor(Model):  # type: ignore[misc]  # kserve ships no ty
         if tensor.datatype != "BYTES" or len(tensor.shape) != 1:
             raise InvalidInput(f"{TEXT!r} must be BYTES with shape [batch]")
         try:
-            prompts = [
-                p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in tensor.as_numpy()
-            ]
-        except (ValueError, UnicodeDecodeError) as err:
+            values = tensor.as_numpy()
+        except ValueError as err:  # numpy's reshape: the data has another element count
+            raise InvalidInput(
+                f"{TEXT!r}: the data does not match shape {tensor.shape} (one prompt per "
+                f"row of the batch)"
+            ) from err
+        try:
+            prompts = [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in values]
+        except UnicodeDecodeError as err:
             raise InvalidInput(f"{TEXT!r}: prompts must be UTF-8 text ({err})") from err
         new_tokens, temperature, top_k, seed = generation_parameters(parameters)
         rows = [self.lm.tokenizer.encode(prompt) for prompt in prompts]
