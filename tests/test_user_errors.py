@@ -284,6 +284,7 @@ NO_USER_INPUT = {
     "clean": "removes build/",
     "gpu-wheels": "downloads two pinned wheels",
     "pipeline-ir": "compiles the committed pipeline",
+    "checkov": "scans the shipped plans (installs checkov from PyPI)",
 }
 
 
