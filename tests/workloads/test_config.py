@@ -95,7 +95,9 @@ def test_train_cli_bad_config_is_one_message_and_status_2(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("uri", ["not-a-url", "htp:/nowhere", "http://", "http://host:port"])
+@pytest.mark.parametrize(
+    "uri", ["not-a-url", "htp:/nowhere", "http://", "http://host:port", "sqlite://"]
+)
 def test_a_tracking_uri_that_names_no_server_is_refused(uri: str) -> None:
     with pytest.raises(InvalidArgsError) as err:
         override(preset("tiny"), {"tracking_uri": uri})
@@ -103,5 +105,5 @@ def test_a_tracking_uri_that_names_no_server_is_refused(uri: str) -> None:
 
 
 def test_a_tracking_servers_url_is_taken() -> None:
-    for uri in ("http://127.0.0.1:5000", "https://mlflow.platform.svc:443", ""):
+    for uri in ("http://127.0.0.1:5000", "https://mlflow.platform.svc:443", "sqlite:///m.db", ""):
         assert override(preset("tiny"), {"tracking_uri": uri}).tracking_uri == uri

@@ -333,10 +333,11 @@ class TrainConfig:
         # A server that is down is carried on from (the run is kept, untracked); a URI that
         # names no server is a typo, refused before any worker starts.
         check.require(
-            not self.tracking_uri or _is_server_url(self.tracking_uri),
+            not self.tracking_uri or _is_tracking_uri(self.tracking_uri),
             "tracking_uri",
             self.tracking_uri,
-            "an MLflow server's http(s)://host:port URL (make track's: http://127.0.0.1:5000)",
+            "an MLflow server's http(s)://host:port URL (make track's: http://127.0.0.1:5000)"
+            " or sqlite:///<file>.db",
         )
         check.done()
 
@@ -346,13 +347,16 @@ class TrainConfig:
         return self.micro_batch_size * self.seq_len
 
 
-def _is_server_url(value: str) -> bool:
-    """An http(s) URL with a host (and a port that is a number, if it has one)."""
+def _is_tracking_uri(value: str) -> bool:
+    """An http(s) URL with a host (and a port that is a number, if it has one), or a
+    SQLite store's ``sqlite:///<file>`` (where the full MLflow is installed)."""
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  (a port that is not a number raises here)
     except ValueError:
         return False
+    if parts.scheme == "sqlite":
+        return parts.path not in ("", "/")
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
