@@ -13,8 +13,9 @@ import pytest
 
 from tests.workloads.helpers import free_port, losses_by_step, read_log, sigterm_restored
 from workloads.training import train
-from workloads.training.checkpoint import complete_checkpoints
+from workloads.training.checkpoint import Checkpointer, complete_checkpoints
 from workloads.training.config import TrainConfig, override, preset
+from workloads.training.deepspeed_engine import DeepSpeedCheckpointer
 from workloads.training.distributed import Topology
 
 
@@ -91,8 +92,13 @@ def test_ctrl_c_in_process_stops_after_the_step_with_a_checkpoint(
     config = tiny(tmp_path, steps="50", log_every="1", ckpt_dir=str(tmp_path / "ckpt"))
     original = train._maybe_inject_fault  # called after every step: Ctrl-C comes there
 
-    def interrupt_at_step_3(config: TrainConfig, topology: Topology, number: int) -> None:
-        original(config, topology, number)
+    def interrupt_at_step_3(
+        config: TrainConfig,
+        topology: Topology,
+        number: int,
+        checkpointer: Checkpointer | DeepSpeedCheckpointer | None,
+    ) -> None:
+        original(config, topology, number, checkpointer)
         if number == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
