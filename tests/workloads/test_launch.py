@@ -13,7 +13,7 @@ from tests.workloads.helpers import run_in_repo
 from tests.workloads.training_runs import TrainerRun
 from workloads.data.byte_tokenizer import ensure_shards, tokenize_files
 from workloads.data.manifest import describe_shards, write_manifest
-from workloads.data.shard_format import ShardError
+from workloads.data.shard_format import ShardError, data_dir_problem
 from workloads.training import checkpoint, launch
 from workloads.training.config import DEFAULT_CORPUS
 
@@ -216,3 +216,20 @@ def test_the_checkpoint_is_checked_before_any_worker_starts(checkpoints: Path) -
         in problem
     )
     assert "EOFError" not in problem and "does not fit" not in problem
+
+
+def test_a_directory_another_rank_is_filling_is_filled_not_refused(tmp_path: Path) -> None:
+    """Nodes that share a data directory race to tokenise the corpus into it: one that
+    finds only the other's temporary shard files fills it too (the writes are atomic
+    and identical), where it once refused a "folder without shards"."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / ".train_000000.bin.123.tmp").write_bytes(b"half a shard")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("text to train on, " * 20, encoding="utf-8")
+    assert data_dir_problem(data, fill_from=str(corpus)) is None
+    assert [p.name for p in ensure_shards(data, corpus)] == ["train_000000.bin"]
+    (data / "notes.txt").write_text("the user's", encoding="utf-8")
+    for shard in data.glob("*.bin"):
+        shard.unlink()
+    assert "holds no token shards" in str(data_dir_problem(data, fill_from=str(corpus)))

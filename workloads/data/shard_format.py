@@ -132,7 +132,11 @@ def data_dir_problem(data_dir: Path, *, fill_from: str = "") -> str | None:
         return f"the data directory {data_dir} is not a directory; point --data-dir at one"
     if data_dir.is_dir() and shard_files(data_dir, "train"):
         return None
-    empty = not data_dir.exists() or not any(data_dir.iterdir())
+    # Another rank filling the directory at the same moment (nodes that share it) has
+    # left only its shard writer's temporary files in it so far: that is still empty.
+    empty = not data_dir.exists() or all(
+        p.name.startswith(".") and p.name.endswith(".tmp") for p in data_dir.iterdir()
+    )
     if fill_from and empty:
         return None
     if not empty:
