@@ -26,6 +26,7 @@ from modules.aws.database import (
     POSTGRES_PORT,
     TrackingDatabase,
     TrackingDatabaseArgs,
+    ca_bundle,
 )
 from modules.aws.key_custody import KeyCustody, KeyCustodyArgs
 from modules.aws.kms import KEY_PURPOSES, RegionalKeys, RegionalKeysArgs
@@ -629,5 +630,6 @@ def _tracking_store(
         bucket_name=data.bucket.bucket,
         artifact_prefix=TRACKING_ARTIFACT_PREFIX,
         storage_key_arn=keys.arn("storage"),
+        database_ca=ca_bundle(config.region),
     )
     return inputs, database

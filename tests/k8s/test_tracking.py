@@ -17,6 +17,7 @@ import pulumi
 import pytest
 import yaml
 
+from modules.aws.database import ca_bundle
 from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.tracking import manifests as tracking
@@ -41,6 +42,7 @@ from stacks.offline_plan import load_stack_file
 from stacks.offline_runtime import Registration
 from tests.conftest import SHIPPED_STACKS, shipped_plan
 from tests.k8s.crd_checks import crd_errors
+from tests.k8s.database_tls import cloudnative_pg_server_names, verifying_ca_source
 from tests.k8s.fixtures import NO_PROVIDER, eks_args, onprem_args
 from tests.k8s.shipped import kubernetes_objects
 from tests.k8s.vendored_crds import vendored_errors
@@ -57,6 +59,7 @@ AWS_STORE = tracking.StoreSettings(
     artifact_prefix="mlflow",
     kms_key_arn=KEY,
     region="me-central-1",
+    on_aws=True,
 )
 ONPREM_STORE = tracking.StoreSettings(
     database_host=tracking.database_host(on_aws=False),
@@ -160,7 +163,88 @@ def test_artifacts_go_to_the_bucket_prefix_under_the_stack_key_without_static_ke
     assert "awsAccessKeyId" not in s3 and "existingSecret" not in s3
     upload = json.loads(values["extraEnvVars"]["MLFLOW_S3_UPLOAD_EXTRA_ARGS"])
     assert upload == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": KEY}
-    assert values["extraEnvVars"]["PGSSLMODE"] == "require"
+
+
+CA_ITEMS = [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+@pytest.mark.parametrize(
+    ("store", "source"),
+    [
+        (AWS_STORE, {"configMap": {"name": "mlflow-database-ca", "items": CA_ITEMS}}),
+        # Only the certificate of CloudNativePG's CA Secret: it also holds the CA's key.
+        (ONPREM_STORE, {"secret": {"secretName": "mlflow-db-ca", "items": CA_ITEMS}}),
+    ],
+    ids=["aws", "onprem"],
+)
+def test_the_server_and_its_migration_verify_the_database(
+    store: tracking.StoreSettings, source: dict[str, Any]
+) -> None:
+    """verify-full with the database's CA, in the server container (MLflow's store and
+    its auth app both connect through libpq there) and in the schema migration (the
+    platform's: the chart's own gets no extra environment or mounts)."""
+    values = tracking.mlflow_values(SPEC, store)
+    volumes = values["extraVolumes"]
+    env, mounts = values["extraEnvVars"], values["extraVolumeMounts"]
+    assert verifying_ca_source(env, mounts, volumes) == (source, "ca.crt")
+    assert values["backendStore"]["databaseMigration"] is False
+    (migration,) = values["initContainers"]
+    migration_env = {e["name"]: e.get("value") for e in migration["env"]}
+    assert verifying_ca_source(migration_env, migration["volumeMounts"], volumes) == (
+        source,
+        "ca.crt",
+    )
+    # No connection the chart builds carries TLS settings that would override libpq's.
+    for postgres in (values["backendStore"]["postgres"], values["auth"]["postgres"]):
+        assert "ssl" not in json.dumps(postgres).lower()
+
+
+def test_the_migration_is_the_charts_run_in_the_server_image_as_the_server() -> None:
+    values = tracking.mlflow_values(SPEC, AWS_STORE)
+    (migration,) = values["initContainers"]
+    assert migration["image"] == f"{values['image']['repository']}:{values['image']['tag']}"
+    assert migration["securityContext"] == values["securityContext"]
+    assert migration["resources"] == values["resources"]
+    command, flag, script = migration["command"]
+    assert (command, flag) == ("python", "-c")
+    compile(script, "migration", "exec")
+    assert 'create_sqlalchemy_engine_with_retry("postgresql://")' in script
+    assert "utils._initialize_tables(engine)" in script
+    # Host, port and database from the chart's ConfigMap, the user from the store's Secret.
+    assert migration["envFrom"] == [
+        {"configMapRef": {"name": f"{values['fullnameOverride']}-env-configmap"}}
+    ]
+    secrets = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in migration["env"] if "valueFrom" in e
+    }
+    assert secrets == {
+        "PGUSER": {"name": tracking.DATABASE_SECRET, "key": "username"},
+        "PGPASSWORD": {"name": tracking.DATABASE_SECRET, "key": "password"},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "migration", "namespace": tracking.TRACKING_NAMESPACE},
+        "spec": {"containers": [migration]},
+    }
+    assert schema_errors([pod], "1.33") == []
+
+
+def test_on_premises_the_server_connects_to_a_name_of_the_databases_certificate() -> None:
+    cluster = tracking.database_cluster(SPEC, "ceph-rbd-encrypted")
+    name, namespace = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
+    assert ONPREM_STORE.database_host in cloudnative_pg_server_names(name, namespace)
+    assert f"{name}-ca" == tracking.DATABASE_CA_SECRET
+
+
+def test_on_aws_the_database_ca_is_the_regions_rds_bundle() -> None:
+    configmap = tracking.database_ca_configmap(ca_bundle("me-central-1"))
+    meta = configmap["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("mlflow-database-ca", "mlflow")
+    assert configmap["data"] == {"ca.crt": ca_bundle("me-central-1")}
+    assert schema_errors([configmap], "1.33") == []
+    with pytest.raises(ValueError, match="RDS CA bundle"):
+        tracking.database_ca_configmap("")
 
 
 def test_on_premises_artifacts_are_on_the_claimed_volume() -> None:
@@ -495,6 +579,37 @@ def test_the_onprem_stack_runs_postgres_by_cloudnative_pg_on_the_sites_class() -
         if r.inputs.get("kind") == "PodMonitor" and r.inputs["metadata"]["name"] == "mlflow-db"
     ]
     assert monitor["spec"]["selector"]["matchLabels"] == {"cnpg.io/cluster": "mlflow-db"}
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_shipped_tracking_server_verifies_its_database_with_a_ca_of_the_plan(
+    stack: str,
+) -> None:
+    """The CA the release's values mount is in the same plan: the RDS authorities of the
+    stack's region, or the CA Secret of the CloudNativePG cluster the server connects to
+    under one of its certificate's names."""
+    values = _release_values(stack, tracking.RELEASE)
+    source, key = verifying_ca_source(
+        values["extraEnvVars"], values["extraVolumeMounts"], values["extraVolumes"]
+    )
+    if "configMap" in source:
+        (configmap,) = [
+            c
+            for c in kubernetes_objects(stack, "ConfigMap")
+            if (c["metadata"]["namespace"], c["metadata"]["name"])
+            == (tracking.TRACKING_NAMESPACE, source["configMap"]["name"])
+        ]
+        region = parse_stack_config(load_stack_file(stack)[0]).region
+        assert configmap["data"][key] == ca_bundle(region)
+    else:
+        (cluster,) = [
+            c["metadata"]
+            for c in kubernetes_objects(stack, "Cluster")
+            if c["metadata"]["namespace"] == tracking.TRACKING_NAMESPACE
+            and f"{c['metadata']['name']}-ca" == source["secret"]["secretName"]
+        ]
+        names = cloudnative_pg_server_names(cluster["name"], cluster["namespace"])
+        assert values["backendStore"]["postgres"]["host"] in names
 
 
 def test_a_stack_without_the_admin_password_stops_with_the_key_to_set() -> None:

@@ -32,6 +32,7 @@ from modules.k8s.tracking.manifests import (
     cloudnative_pg_values,
     cnpg_network_policies,
     credentials_secret,
+    database_ca_configmap,
     database_cluster,
     database_host,
     database_pod_monitor,
@@ -85,6 +86,8 @@ class Tracking(PlatformService):
             ready.append(
                 self.add(credentials_secret(AUTH_DATABASE_SECRET, user, url_password), [ns])
             )
+            # The RDS authorities every database client in the namespace verifies with.
+            ready.append(self.add(database_ca_configmap(store.database_ca), [ns]))
             values: pulumi.Input[Mapping[str, Any]] = pulumi.Output.all(
                 store.database_host, store.bucket_name, store.storage_key_arn
             ).apply(
@@ -98,6 +101,7 @@ class Tracking(PlatformService):
                         artifact_prefix=store.artifact_prefix.strip("/"),
                         kms_key_arn=str(resolved[2]),
                         region=args.site.region,
+                        on_aws=True,
                     ),
                 )
             )
@@ -133,9 +137,6 @@ class Tracking(PlatformService):
                 StoreSettings(
                     database_host=database_host(on_aws=False),
                     database_secret=database_secret_name(on_aws=False),
-                    # CloudNativePG serves TLS with its own CA; the server encrypts
-                    # without verifying it (the CA is not mounted into the server pod).
-                    ssl_mode="require",
                 ),
             )
         for team, team_ns in self.team_namespaces.items():

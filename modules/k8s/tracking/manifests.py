@@ -96,6 +96,23 @@ AUTH_DATABASE_SECRET = "mlflow-auth-db"
 DATABASE_CLUSTER = "mlflow-db"
 DATABASE_NAME = "mlflow"
 DATABASE_PORT = 5432
+#: libpq's TLS towards the database: the server's certificate must chain to the mounted
+#: CA and name the host connected to (``require`` would encrypt without checking who
+#: answers, and send the password to them).
+DATABASE_SSL_MODE = "verify-full"
+#: That CA, mounted at `DATABASE_CA_DIR` in every client of the database this namespace
+#: runs (the server, its migration, and on AWS the Jobs that make the Feast registry's
+#: and Kubeflow Pipelines' databases on the same instance): on AWS the ConfigMap
+#: `DATABASE_CA_CONFIGMAP` of the region's RDS authorities (`database_ca_configmap`),
+#: on premises the ``ca.crt`` (only: the Secret also holds the CA's key) of the Secret
+#: CloudNativePG keeps its cluster's CA in (``<cluster>-ca``).
+DATABASE_CA_CONFIGMAP = "mlflow-database-ca"
+DATABASE_CA_SECRET = f"{DATABASE_CLUSTER}-ca"
+DATABASE_CA_KEY = "ca.crt"
+DATABASE_CA_VOLUME = "database-ca"
+DATABASE_CA_DIR = "/etc/mlflow/database-ca"
+#: The chart's ConfigMap of PGHOST, PGPORT and PGDATABASE (``<fullname>-env-configmap``).
+ENV_CONFIGMAP = "mlflow-server-env-configmap"
 ARTIFACT_CLAIM = "mlflow-artifacts"
 ARTIFACT_MOUNT = "/mlartifacts"
 #: MLflow's multiprocess metrics directory: /tmp is the chart's writable emptyDir (the
@@ -127,7 +144,8 @@ class StoreSettings:
         artifact_prefix: key prefix in the bucket, without slashes at the ends.
         kms_key_arn: on AWS the CMK artifacts are written with.
         region: on AWS the region (the S3 client's).
-        ssl_mode: libpq ``sslmode`` towards the database.
+        on_aws: the database is RDS (its CA is the ConfigMap `database_ca_configmap`),
+            not CloudNativePG's cluster (its CA Secret), for `database_ca_volume`.
     """
 
     database_host: str
@@ -137,7 +155,7 @@ class StoreSettings:
     artifact_prefix: str = ""
     kms_key_arn: str = ""
     region: str = ""
-    ssl_mode: str = "require"
+    on_aws: bool = False
 
 
 TRACKING_NS = PlatformNamespace(TRACKING_NAMESPACE)
@@ -201,9 +219,12 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
     }
     existing = {"name": store.database_secret, "usernameKey": "username", "passwordKey": "password"}
     auth_existing = {**existing, "name": store.auth_database_secret or store.database_secret}
-    env: dict[str, Any] = {"PGSSLMODE": store.ssl_mode}
-    extra_volumes: list[dict[str, Any]] = []
-    extra_mounts: list[dict[str, Any]] = []
+    # The server's store and its auth app's both connect through libpq in this
+    # container, without TLS settings of their own (``postgresql://`` and the auth ini's
+    # URL): the environment's verify-full and CA apply to both.
+    env: dict[str, Any] = database_tls_env()
+    extra_volumes: list[dict[str, Any]] = [database_ca_volume(store.on_aws)]
+    extra_mounts: list[dict[str, Any]] = [database_ca_mount()]
     if store.bucket:
         artifact_root: dict[str, Any] = {
             "proxiedArtifactStorage": True,
@@ -246,13 +267,16 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         "ingress": {"enabled": False},
         "telemetry": {"enabled": False},
         "backendStore": {
-            # Schema migrations run in an init container before the server starts.
-            "databaseMigration": True,
+            # Schema migrations run in an init container before the server starts: ours
+            # (`migration_container`), since the chart's gets neither extraEnvVars nor
+            # extraVolumeMounts and so could not verify the database.
+            "databaseMigration": False,
             "databaseConnectionCheck": True,
             "postgres": postgres,
             "existingDatabaseSecret": existing,
         },
         "artifactRoot": artifact_root,
+        "initContainers": [migration_container(spec, store)],
         # The TLS proxy in front of MLflow and the teams' user sync (module docstring).
         "extraContainers": [tls_proxy_container(), user_sync_container()],
         "auth": {
@@ -277,6 +301,85 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
             *user_sync_volumes(),
         ],
         "extraVolumeMounts": extra_mounts,
+    }
+
+
+def database_tls_env() -> dict[str, str]:
+    """libpq's settings for a client of the database: verify the server's certificate
+    and name (`DATABASE_SSL_MODE`) against the CA `database_ca_mount` puts in place."""
+    return {"PGSSLMODE": DATABASE_SSL_MODE, "PGSSLROOTCERT": f"{DATABASE_CA_DIR}/{DATABASE_CA_KEY}"}
+
+
+def database_ca_volume(on_aws: bool) -> dict[str, Any]:
+    """The volume of the database's CA (`DATABASE_CA_CONFIGMAP`): the RDS authorities'
+    ConfigMap on AWS, only the ``ca.crt`` of CloudNativePG's CA Secret on premises."""
+    items = [{"key": DATABASE_CA_KEY, "path": DATABASE_CA_KEY}]
+    if on_aws:
+        return {
+            "name": DATABASE_CA_VOLUME,
+            "configMap": {"name": DATABASE_CA_CONFIGMAP, "items": items},
+        }
+    return {
+        "name": DATABASE_CA_VOLUME,
+        "secret": {"secretName": DATABASE_CA_SECRET, "items": items},
+    }
+
+
+def database_ca_mount() -> dict[str, Any]:
+    return {"name": DATABASE_CA_VOLUME, "mountPath": DATABASE_CA_DIR, "readOnly": True}
+
+
+def database_ca_configmap(pem: str) -> Manifest:
+    """On AWS: the region's RDS certificate authorities (``pem``,
+    `modules.aws.database.ca_bundle`) in the ``mlflow`` namespace, for every database
+    client there.
+
+    Raises:
+        ValueError: ``pem`` holds no certificate (the composition always gives one).
+    """
+    if "BEGIN CERTIFICATE" not in pem:
+        raise ValueError("the tracking server on AWS needs the RDS CA bundle (database_ca)")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(DATABASE_CA_CONFIGMAP, TRACKING_NAMESPACE),
+        "data": {DATABASE_CA_KEY: pem},
+    }
+
+
+#: What the chart's own migration container runs (its ``<fullname>-migrations``
+#: ConfigMap for PostgreSQL): create the tables of a new database, upgrade an existing
+#: one to this MLflow's schema. Connection settings come from libpq's environment.
+MIGRATION_SCRIPT = (
+    "from mlflow.store.db import utils\n"
+    'engine = utils.create_sqlalchemy_engine_with_retry("postgresql://")\n'
+    "utils._initialize_tables(engine)\n"
+)
+
+
+def migration_container(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
+    """The schema migration before the server starts, in the server's image, as the
+    chart's ``mlflow-db-migration`` is (its host, port and database from the chart's env
+    ConfigMap, the user from the database Secret, the server's resources and security
+    context), but verifying the database (`database_tls_env`, `database_ca_mount`)."""
+    secret = store.database_secret
+    return {
+        "name": "mlflow-db-migration",
+        "image": f"{IMAGE_REPOSITORY}:{IMAGE_TAG}",
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-c", MIGRATION_SCRIPT],
+        "envFrom": [{"configMapRef": {"name": ENV_CONFIGMAP}}],
+        "env": [
+            *[
+                {"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                for env, key in (("PGUSER", "username"), ("PGPASSWORD", "password"))
+            ],
+            *[{"name": name, "value": value} for name, value in database_tls_env().items()],
+        ],
+        "resources": _resources(spec),
+        "securityContext": {**restricted_container(SERVER_UID), "privileged": False},
+        # The chart's /tmp emptyDir, as its migration container mounts it.
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, database_ca_mount()],
     }
 
 
@@ -468,7 +571,10 @@ def database_secret_name(on_aws: bool) -> str:
 
 
 def database_host(on_aws: bool, rds_host: str = "") -> str:
-    """The database host: the RDS address, or CloudNativePG's read-write service."""
+    """The database host: the RDS address, or CloudNativePG's read-write service (one of
+    the names its server certificate carries: ``<service>``, ``.<namespace>``,
+    ``.svc`` and ``.svc.<cluster domain>``, operator 1.30's ``GetClusterAltDNSNames``),
+    which verify-full checks."""
     return rds_host if on_aws else f"{DATABASE_CLUSTER}-rw.{TRACKING_NAMESPACE}.svc"
 
 

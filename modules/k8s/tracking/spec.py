@@ -207,6 +207,8 @@ class TrackingStoreInputs:
         bucket_name: the stack's data bucket.
         artifact_prefix: the key prefix of MLflow's artifacts, e.g. ``mlflow/``.
         storage_key_arn: the CMK every artifact is written with (SSE-KMS).
+        database_ca: the PEM certificates of RDS's authorities in the region
+            (`modules.aws.database.ca_bundle`): the database's clients verify it.
     """
 
     database_host: pulumi.Input[str]
@@ -217,6 +219,7 @@ class TrackingStoreInputs:
     bucket_name: pulumi.Input[str]
     artifact_prefix: str
     storage_key_arn: pulumi.Input[str]
+    database_ca: str = ""
 
 
 @dataclass(frozen=True)
