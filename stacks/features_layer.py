@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.aws import iam
+from modules.aws.database import ca_bundle
 from modules.aws.online_store.component import OnlineStore, OnlineStoreArgs
 from modules.aws.online_store.spec import auth_token_problem
 from modules.aws.private_data_store import DataStorePlacement
@@ -201,6 +202,7 @@ def build_feature_store(
         ),
         node_selector=system_node_selector(),
         region=config.region if on_aws else "",
+        database_ca=ca_bundle(config.region) if on_aws else "",
     )
     storage_class = config.onprem.storage_class if config.onprem is not None else ""
     return FeatureStore(

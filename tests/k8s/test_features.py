@@ -9,8 +9,10 @@ import base64
 import copy
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import jsonschema
 import pulumi
@@ -18,13 +20,18 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from modules.aws.database import ca_bundle
 from modules.k8s.features import network
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
 from modules.k8s.features.component import FeatureStore, FeatureStoreArgs
 from modules.k8s.names import LOCAL_QUEUE_NAME
 from modules.k8s.netpol import DEFAULT_DENY, ClusterNetwork, is_default_deny
-from modules.k8s.tracking.manifests import TRACKING_NAMESPACE, TRACKING_URI
+from modules.k8s.tracking.manifests import (
+    DATABASE_CA_CONFIGMAP,
+    TRACKING_NAMESPACE,
+    TRACKING_URI,
+)
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
@@ -35,6 +42,7 @@ from stacks.config_parsing import ConfigError
 from stacks.fleet import stack_file_config
 from tests.conftest import RunUnderMocks, shipped_plan
 from tests.k8s.crd_checks import crd_errors
+from tests.k8s.database_tls import ca_source_of, cloudnative_pg_server_names, verifying_ca_source
 from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
 
@@ -44,7 +52,12 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ECR = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
 SPEC = fs.FeaturesSpec(enabled=True, client_namespaces=("team-analytics", "team-risk"))
 AWS = fs.Placement(
-    True, ECR, "s3://gpu-test-data/features", {"gpuplatform.ae/role": "system"}, "me-central-1"
+    True,
+    ECR,
+    "s3://gpu-test-data/features",
+    {"gpuplatform.ae/role": "system"},
+    "me-central-1",
+    ca_bundle("me-central-1"),
 )
 ONPREM = fs.Placement(False, "registry.site.ae/gpu", "/data/features", {"role": "system"})
 VPC = "10.40.0.0/16"
@@ -118,7 +131,7 @@ def test_the_feature_store_yaml_holds_no_secret_and_points_at_the_stores() -> No
     assert config["registry"]["registry_type"] == "sql"
     assert config["registry"]["path"] == (
         "postgresql+psycopg://feast:${FEAST_REGISTRY_PASSWORD}@${FEAST_REGISTRY_HOST}:5432/"
-        "feast?sslmode=require"
+        "feast?sslmode=verify-full&sslrootcert=/etc/feast/registry-ca/ca.crt"
     )
     assert config["online_store"] == {
         "type": "redis",
@@ -264,8 +277,75 @@ def test_the_registry_init_is_idempotent_and_keeps_passwords_out_of_the_script()
         "name": "mlflow-db",
         "key": "password",
     }
-    assert env["PGSSLMODE"]["value"] == "require"
     assert job["metadata"]["namespace"] == "mlflow"
+
+
+CA_ITEMS = [{"key": "ca.crt", "path": "ca.crt"}]
+REGISTRY_CA = {
+    "aws": {"configMap": {"name": "feast-database-ca", "items": CA_ITEMS}},
+    # Only the certificate of CloudNativePG's CA Secret: it also holds the CA's key.
+    "onprem": {"secret": {"secretName": "feast-registry-ca", "items": CA_ITEMS}},
+}
+
+
+def _registry_ca_file(feature_store_yaml: str) -> str:
+    """The CA file the registry's URL has libpq verify the server with (verify-full)."""
+    url = urlsplit(yaml.safe_load(feature_store_yaml)["registry"]["path"])
+    query = parse_qs(url.query)
+    assert query["sslmode"] == ["verify-full"], query
+    (path,) = query["sslrootcert"]
+    return path
+
+
+def _pods(placement: fs.Placement) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each client of the registry: the feature_store.yaml it reads and its pod spec."""
+    values = fs.feature_server_values(SPEC, placement)
+    server_yaml = base64.b64decode(values["feature_store_yaml_base64"]).decode()
+    repo_yaml = fs.repo_configmap(placement)["data"]["feature_store.yaml"]
+    cronjob = fs.materialize_cronjob(SPEC, placement)["spec"]["jobTemplate"]["spec"]
+    server = {
+        "volumes": values["volumes"],
+        "containers": [{"volumeMounts": values["volumeMounts"]}],
+    }
+    return {
+        "server": (server_yaml, server),
+        "materialize": (repo_yaml, cronjob["template"]["spec"]),
+        "apply": (repo_yaml, fs.apply_job(SPEC, placement)["spec"]["template"]["spec"]),
+    }
+
+
+@pytest.mark.parametrize("placement", [AWS, ONPREM], ids=["aws", "onprem"])
+def test_every_registry_client_verifies_the_database_with_its_ca(placement: fs.Placement) -> None:
+    expected = REGISTRY_CA["aws" if placement.on_aws else "onprem"]
+    for name, (config, pod) in _pods(placement).items():
+        (container,) = pod["containers"]
+        found = ca_source_of(_registry_ca_file(config), container["volumeMounts"], pod["volumes"])
+        assert found == (expected, "ca.crt"), name
+
+
+def test_the_registry_init_job_verifies_the_instance_with_the_tracking_servers_ca() -> None:
+    pod = fs.registry_init_job(AWS, "mlflow-db", "db.example")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    source = verifying_ca_source(env, container["volumeMounts"], pod["volumes"])
+    # The tracking server's copy of the RDS authorities, in the Job's namespace.
+    assert source == ({"configMap": {"name": DATABASE_CA_CONFIGMAP, "items": CA_ITEMS}}, "ca.crt")
+    assert fs.TRACKING_DATABASE_CA_CONFIGMAP == DATABASE_CA_CONFIGMAP
+
+
+def test_on_premises_the_clients_connect_to_a_name_of_the_registrys_certificate() -> None:
+    meta = fs.onprem_registry_cluster("ceph-rbd-encrypted")["metadata"]
+    assert fs.registry_host(False) in cloudnative_pg_server_names(meta["name"], meta["namespace"])
+    assert f"{meta['name']}-ca" == fs.REGISTRY_CA_SECRET
+
+
+def test_on_aws_the_registrys_ca_is_the_regions_rds_bundle() -> None:
+    configmap = fs.registry_ca_configmap(AWS)
+    meta = configmap["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("feast-database-ca", "feast")
+    assert configmap["data"] == {"ca.crt": ca_bundle("me-central-1")}
+    with pytest.raises(ValueError, match="RDS CA bundle"):
+        fs.registry_ca_configmap(replace(AWS, database_ca=""))
 
 
 def test_the_spec_reports_every_problem_at_once() -> None:
@@ -329,6 +409,8 @@ def test_on_aws_the_component_registers_the_server_proxy_and_registry_init(
     assert secrets[fs.REGISTRY_INIT_SECRET].inputs["metadata"]["namespace"] == "mlflow"
     jobs = {j.inputs["metadata"]["name"]: j for j in kinds["kubernetes:batch/v1:Job"]}
     assert set(jobs) == {"feast-registry-init", "feast-apply"}
+    configmaps = {c.inputs["metadata"]["name"]: c for c in kinds["kubernetes:core/v1:ConfigMap"]}
+    assert configmaps[fs.REGISTRY_CA_CONFIGMAP].inputs["data"]["ca.crt"] == AWS.database_ca
     assert "kubernetes:postgresql.cnpg.io/v1:Cluster" not in kinds
     (namespace,) = kinds["kubernetes:core/v1:Namespace"]
     assert (
@@ -385,6 +467,28 @@ def test_shipped_feature_store_values_match_the_pinned_charts(stack: str) -> Non
     assert vendored_errors(objects) == []
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "Service", "CronJob", "NetworkPolicy", "Certificate", "Secret"} <= kinds
+
+
+@pytest.mark.parametrize("stack", FEATURE_STACKS)
+def test_shipped_registry_clients_verify_the_database_with_a_ca_of_the_plan(stack: str) -> None:
+    """The CA the feature server mounts is in the same plan: the RDS authorities of the
+    stack's region, or the CA Secret of the registry's CloudNativePG cluster."""
+    objects, releases = shipped_objects(stack)
+    values = releases["feast-feature-server"]["values"]
+    config = base64.b64decode(values["feature_store_yaml_base64"]).decode()
+    source, key = ca_source_of(_registry_ca_file(config), values["volumeMounts"], values["volumes"])
+    if "configMap" in source:
+        (configmap,) = [
+            o for o in objects
+            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == source["configMap"]["name"]
+        ]  # fmt: skip
+        region = parse_stack_config(
+            stack_file_config(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+        ).region
+        assert configmap["data"][key] == ca_bundle(region)
+    else:
+        (cluster,) = [o["metadata"] for o in objects if o["kind"] == "Cluster"]
+        assert f"{cluster['name']}-ca" == source["secret"]["secretName"]
 
 
 def test_the_aws_stack_puts_the_online_store_on_elasticache() -> None:

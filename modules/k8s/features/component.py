@@ -126,6 +126,9 @@ class FeatureStore(KubernetesComponent[FeatureStoreArgs]):
         )
         stores: list[pulumi.Resource] = [credentials]
         if on_aws:
+            # The RDS authorities the registry's clients verify the database with (on
+            # premises CloudNativePG writes its cluster's CA Secret).
+            stores.append(register(fs.registry_ca_configmap(placement), self, provider, [ns]))
             init_secret = register(
                 _secret(fs.REGISTRY_INIT_SECRET, "mlflow", {"password": registry_password}),
                 self,

@@ -83,6 +83,20 @@ REGISTRY_INIT_SECRET = "feast-registry-init"
 #: (`modules.k8s.tracking.manifests.TRACKING_NAMESPACE`; this module stays free of
 #: Pulumi for the features environment's tests, so a test ties the two).
 TRACKING_NAMESPACE = "mlflow"
+#: The registry's clients verify the database server (libpq's verify-full: its
+#: certificate chains to this CA and names the host connected to) with the CA mounted at
+#: `REGISTRY_CA_DIR`: on AWS the region's RDS authorities (`registry_ca_configmap`; the
+#: init Job, in the tracking namespace, mounts the tracking server's copy,
+#: `modules.k8s.tracking.manifests.DATABASE_CA_CONFIGMAP`, tied by a test), on premises
+#: only the ``ca.crt`` of the Secret CloudNativePG keeps its cluster's CA in.
+REGISTRY_SSL_MODE = "verify-full"
+REGISTRY_CA_CONFIGMAP = "feast-database-ca"
+TRACKING_DATABASE_CA_CONFIGMAP = "mlflow-database-ca"
+REGISTRY_CA_SECRET = f"{REGISTRY_CLUSTER}-ca"
+REGISTRY_CA_KEY = "ca.crt"
+REGISTRY_CA_VOLUME = "registry-ca"
+REGISTRY_CA_DIR = "/etc/feast/registry-ca"
+REGISTRY_CA_FILE = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
 SERVICE_ACCOUNT = "feast"
 #: The features image's user (``workloads/features/Dockerfile``): 10000 or more, so
 #: that no container user is also a user of the node (checkov CKV_K8S_40).
@@ -189,6 +203,9 @@ class Placement:
         node_selector: the system pool's labels.
         region: the stack's AWS region (the S3 endpoint and the clients' signing
             region); empty on premises.
+        database_ca: on AWS the PEM certificates of RDS's authorities in the region
+            (`modules.aws.database.ca_bundle`), which the registry's clients verify the
+            database with; empty on premises.
     """
 
     on_aws: bool
@@ -196,6 +213,7 @@ class Placement:
     offline_uri: Any
     node_selector: dict[str, str]
     region: str = ""
+    database_ca: str = ""
 
 
 def s3_endpoint(placement: Placement) -> str:
@@ -245,7 +263,8 @@ def image(placement: Placement, name: str, tag: str) -> str:
 
 def registry_host(on_aws: bool, rds_address: str = "") -> str:
     """The registry database's host: the tracking RDS instance, or the CloudNativePG
-    read-write Service on premises."""
+    read-write Service on premises (a name its server certificate carries, as
+    verify-full requires)."""
     return rds_address if on_aws else f"{REGISTRY_CLUSTER}-rw.{NAMESPACE}.svc.cluster.local"
 
 
@@ -264,7 +283,9 @@ def feature_store_yaml(redis_ca: str | None = None) -> str:
 
     Hosts and passwords are ``${...}`` references Feast expands from the environment
     (the Secret `CREDENTIALS_SECRET`), so the file itself holds no secret and the
-    chart's value (``feature_store_yaml_base64``) can be plain. Feast hands the
+    chart's value (``feature_store_yaml_base64``) can be plain. The registry's URL asks
+    psycopg (libpq) to verify the database's certificate and name against
+    `REGISTRY_CA_FILE` (`registry_ca` mounts it). Feast hands the online store's
     connection string's options to redis-py: TLS verifies the server's certificate,
     against ``redis_ca`` when given (on premises), else the system's trust store.
     """
@@ -275,7 +296,8 @@ def feature_store_yaml(redis_ca: str | None = None) -> str:
         "registry:\n"
         "  registry_type: sql\n"
         f"  path: postgresql+psycopg://{REGISTRY_USER}:${{{ENV_REGISTRY_PASSWORD}}}"
-        f"@${{{ENV_REGISTRY_HOST}}}:5432/{REGISTRY_DATABASE}?sslmode=require\n"
+        f"@${{{ENV_REGISTRY_HOST}}}:5432/{REGISTRY_DATABASE}"
+        f"?sslmode={REGISTRY_SSL_MODE}&sslrootcert={REGISTRY_CA_FILE}\n"
         "  cache_ttl_seconds: 60\n"
         "  sqlalchemy_config_kwargs:\n"
         "    pool_pre_ping: true\n"
@@ -302,6 +324,39 @@ def online_ca(placement: Placement) -> tuple[str | None, list[Manifest], list[Ma
     return f"{ONLINE_CA_DIR}/ca.crt", [volume], [mount]
 
 
+def _ca_items() -> list[Manifest]:
+    return [{"key": REGISTRY_CA_KEY, "path": REGISTRY_CA_KEY}]
+
+
+def registry_ca(placement: Placement) -> tuple[list[Manifest], list[Manifest]]:
+    """The volume and mount of the registry database's CA (`REGISTRY_CA_FILE`): the
+    RDS authorities' ConfigMap on AWS, the ``ca.crt`` of CloudNativePG's CA Secret on
+    premises."""
+    if placement.on_aws:
+        source: Manifest = {"configMap": {"name": REGISTRY_CA_CONFIGMAP, "items": _ca_items()}}
+    else:
+        source = {"secret": {"secretName": REGISTRY_CA_SECRET, "items": _ca_items()}}
+    volume = {"name": REGISTRY_CA_VOLUME, **source}
+    mount = {"name": REGISTRY_CA_VOLUME, "mountPath": REGISTRY_CA_DIR, "readOnly": True}
+    return [volume], [mount]
+
+
+def registry_ca_configmap(placement: Placement) -> Manifest:
+    """On AWS: the region's RDS authorities (`Placement.database_ca`) in ``feast``.
+
+    Raises:
+        ValueError: the placement carries no CA (the composition always gives one).
+    """
+    if "BEGIN CERTIFICATE" not in placement.database_ca:
+        raise ValueError("the feature store on AWS needs the RDS CA bundle (database_ca)")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(REGISTRY_CA_CONFIGMAP),
+        "data": {REGISTRY_CA_KEY: placement.database_ca},
+    }
+
+
 def credential_env() -> list[Manifest]:
     """The four variables of `feature_store_yaml`, from `CREDENTIALS_SECRET`."""
     return [
@@ -320,6 +375,7 @@ def feature_server_values(spec: FeaturesSpec, placement: Placement) -> Manifest:
     """Values of the ``feast-feature-server`` chart (every key exists in its values.yaml)."""
     amounts = {"cpu": f"{spec.cpu_millicores}m", "memory": f"{spec.memory_mib}Mi"}
     ca_file, ca_volumes, ca_mounts = online_ca(placement)
+    registry_volumes, registry_mounts = registry_ca(placement)
     config = feature_store_yaml(ca_file).encode()
     return {
         "replicaCount": spec.server_replicas,
@@ -343,8 +399,8 @@ def feature_server_values(spec: FeaturesSpec, placement: Placement) -> Manifest:
         "podSecurityContext": pod_security(),
         "securityContext": restricted_container(),
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "volumes": [{"name": "tmp", "emptyDir": {}}, *ca_volumes],
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *ca_mounts],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, *ca_volumes, *registry_volumes],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *ca_mounts, *registry_mounts],
         "nodeSelector": dict(placement.node_selector),
         "service": {"type": "ClusterIP", "port": SERVER_SERVICE_PORT},
         "metrics": {"enabled": False},
@@ -547,9 +603,10 @@ def _feast_job_pod(
     """The pod of a Feast job (materialisation, apply): one container of the features
     image, named ``name``, that talks to the registry, the online store and the offline
     store (their credentials and endpoints), the repository's ``feature_store.yaml``
-    read-only, a writable /tmp and the online store's CA; restricted, on the system
-    pool."""
+    read-only, a writable /tmp, the online store's CA and the registry database's;
+    restricted, on the system pool."""
     _, ca_volumes, ca_mounts = online_ca(placement)
+    registry_volumes, registry_mounts = registry_ca(placement)
     container = {
         "name": name,
         "image": image(placement, "features", spec.image_tag),
@@ -570,6 +627,7 @@ def _feast_job_pod(
             {"name": "feature-repo", "mountPath": "/feature_repo", "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
             *ca_mounts,
+            *registry_mounts,
         ],
     }
     return {
@@ -584,6 +642,7 @@ def _feast_job_pod(
             {"name": "feature-repo", "configMap": {"name": REPO_CONFIGMAP}},
             {"name": "tmp", "emptyDir": {}},
             *ca_volumes,
+            *registry_volumes,
         ],
     }
 
@@ -758,8 +817,10 @@ def onprem_registry_cluster(storage_class: str) -> Manifest:
 def registry_init_job(placement: Placement, database_secret: str, database_host: Any) -> Manifest:
     """On AWS: create the registry's role and database on the tracking RDS instance,
     idempotently, as its master user (in the ``mlflow`` namespace, where the master
-    credentials already are; the registry password comes from `REGISTRY_INIT_SECRET`).
-    ``database_host`` is the RDS address (a Pulumi output of one, from the component)."""
+    credentials already are; the registry password comes from `REGISTRY_INIT_SECRET`),
+    verifying the instance with the RDS authorities the tracking server's ConfigMap
+    there holds. ``database_host`` is the RDS address (a Pulumi output of one, from the
+    component)."""
     script = (
         "set -eu\n"
         "psql -v ON_ERROR_STOP=1 -v pw=\"$FEAST_REGISTRY_PASSWORD\" <<'SQL'\n"
@@ -794,7 +855,8 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                             "image": image(placement, "postgresql", POSTGRES_IMAGE_TAG),
                             "command": ["/bin/sh", "-c", script],
                             "env": [
-                                {"name": "PGSSLMODE", "value": "require"},
+                                {"name": "PGSSLMODE", "value": REGISTRY_SSL_MODE},
+                                {"name": "PGSSLROOTCERT", "value": REGISTRY_CA_FILE},
                                 {"name": "PGDATABASE", "value": "mlflow"},
                                 {"name": "PGHOST", "value": database_host},
                                 {
@@ -820,6 +882,22 @@ def registry_init_job(placement: Placement, database_secret: str, database_host:
                                 "limits": {"cpu": "500m", "memory": "128Mi"},
                             },
                             "securityContext": restricted_container(),
+                            "volumeMounts": [
+                                {
+                                    "name": REGISTRY_CA_VOLUME,
+                                    "mountPath": REGISTRY_CA_DIR,
+                                    "readOnly": True,
+                                }
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": REGISTRY_CA_VOLUME,
+                            "configMap": {
+                                "name": TRACKING_DATABASE_CA_CONFIGMAP,
+                                "items": _ca_items(),
+                            },
                         }
                     ],
                 },
