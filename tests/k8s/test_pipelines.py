@@ -36,10 +36,12 @@ from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, CLUSTER_CA_ISSUER
 from modules.k8s.serving.observability import serving_alert_rules
 from modules.k8s.serving.spec import ServingSpec
 from modules.k8s.tracking.manifests import (
+    DATABASE_CA_CONFIGMAP,
     SERVER_POD_LABELS,
     SERVER_PORT,
     TEAM_CREDENTIALS_SECRET,
     TLS_PORT,
+    TRACKING_NAMESPACE,
     TRACKING_URI,
 )
 from modules.k8s.tracking.users import PIPELINES_USERNAME
@@ -50,6 +52,7 @@ from stacks.offline_plan import load_stack_file
 from stacks.offline_runtime import Registration
 from stacks.pipelines_layer import ROLES, pipeline_for
 from tests.conftest import shipped_plan
+from tests.k8s.database_tls import verifying_ca_source
 from tests.k8s.vendored_crds import is_vendored, vendored_errors
 from tests.support.k8s_schema import is_builtin, schema_errors
 from tools import vendor_kfp
@@ -466,7 +469,19 @@ def test_on_aws_the_init_job_makes_the_role_and_both_databases_idempotently() ->
         assert f"CREATE DATABASE {database} OWNER kubeflow_pipelines" in script
         assert f"WHERE datname = '{database}'" in script
     values = env(job["spec"]["template"]["spec"]["containers"][0])
-    assert values["PGSSLMODE"] == "require" and values["PGHOST"] == RDS
+    assert values["PGHOST"] == RDS
+
+
+def test_on_aws_the_init_job_verifies_the_instance_with_the_tracking_servers_ca() -> None:
+    """verify-full with the region's RDS authorities: the tracking server's ConfigMap in
+    the Job's namespace (``kfp-database-ca`` is in ``kubeflow``, out of the Job's reach)."""
+    job = kfp.database_init_job(AWS, RDS)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    source = verifying_ca_source(env(container), container["volumeMounts"], pod["volumes"])
+    items = [{"key": "ca.crt", "path": "ca.crt"}]
+    assert source == ({"configMap": {"name": DATABASE_CA_CONFIGMAP, "items": items}}, "ca.crt")
+    assert job["metadata"]["namespace"] == TRACKING_NAMESPACE
 
 
 def test_on_premises_the_database_is_a_cloudnativepg_cluster_of_the_site() -> None:

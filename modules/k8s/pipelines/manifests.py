@@ -58,6 +58,9 @@ from modules.k8s.pipelines.spec import (
 from modules.k8s.pki.spec import ca_bundle, service_dns_names, serving_certificate
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.manifests import (
+    DATABASE_CA_CONFIGMAP as TRACKING_DATABASE_CA,
+)
+from modules.k8s.tracking.manifests import (
     SERVER_POD_LABELS,
     TEAM_CREDENTIALS_SECRET,
     TLS_PORT,
@@ -502,9 +505,14 @@ def database_cluster(spec: PipelinesSpec, placement: PipelinesPlacement) -> Mani
 
 def database_init_job(placement: PipelinesPlacement, database_host_value: Any) -> Manifest:
     """On AWS: the Job that makes KFP's role and databases on the tracking RDS instance
-    (``database.yaml``) at ``database_host_value`` (a Pulumi output)."""
+    (``database.yaml``) at ``database_host_value`` (a Pulumi output), verifying it with
+    the RDS authorities of the tracking server's ConfigMap in the Job's namespace."""
     master = placement.tracking_database_secret
-    values = {"${database-host}": database_host_value, "${master-secret}": master}
+    values = {
+        "${database-host}": database_host_value,
+        "${master-secret}": master,
+        "${database-ca}": TRACKING_DATABASE_CA,
+    }
     return _database_object("Job", placement, values)
 
 
