@@ -38,7 +38,7 @@ from workloads.inference import (
 )
 from workloads.inference import export as export_cli
 from workloads.inference.export import ExportOptions, export_checkpoint
-from workloads.inference.source import load_model
+from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.triton import MAX_BATCH_SIZE, max_batch_size
 from workloads.output_lock import acquire
 from workloads.training.checkpoint import complete_checkpoints
@@ -165,6 +165,43 @@ def test_export_bad_inputs_are_one_message_and_write_nothing(
     blocker.write_text("x")
     _fails([str(ckpt), "--out", str(blocker / "out")], capsys, "cannot write the export")
     assert not out.exists()
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(
+    trained: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As training's resume does, but reading only: the corrupt step is named and the one
+    taken said, in one line, and nothing in the run's folder is renamed or changed.
+    Named explicitly, a corrupt step is an error; so is a folder of corrupt ones. (No
+    export runs: the ONNX export would cost seconds, and what it exports is the step
+    `resolve_checkpoint` gives, as the export from a run's folder above shows.)"""
+    ckpt, _ = trained
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(ckpt / "run.json", run / "run.json")
+    _, newest = complete_checkpoints(ckpt)[-1]
+    for step in ("step_00000020", "step_00000030"):  # an older intact step, the newest
+        shutil.copytree(newest, run / step)
+    (run / "step_00000030" / ".metadata").write_bytes(b"not a pickle")
+    before = tree_digests(run)
+    said: list[str] = []
+    assert resolve_checkpoint(run, say=said.append) == (20, run / "step_00000020")
+    (line,) = said
+    assert line.startswith(f"checkpoint {run / 'step_00000030'} (its .metadata cannot be read")
+    assert line.endswith(f"taking step 20 ({run / 'step_00000020'}), the newest intact checkpoint")
+    # The command says it once, as its own line; (its OUT, inside the run, is refused
+    # after that, before any work).
+    assert export_cli.main([str(run), "--out", str(run / "x")]) == 2
+    err = capsys.readouterr().err
+    assert [e for e in err.splitlines() if "truncated or corrupt" in e] == [f"export: {line}"]
+    assert "Traceback" not in err
+    _fails([str(run / "step_00000030"), "--out", str(tmp_path / "a")], capsys, "is truncated or")
+    (run / "step_00000020" / ".metadata").write_bytes(b"")
+    _fails([str(run), "--out", str(tmp_path / "b")], capsys, "holds no intact checkpoint")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    (run / "step_00000020" / ".metadata").write_bytes((newest / ".metadata").read_bytes())
+    assert tree_digests(run) == before  # nothing set aside, as a resume would
+    assert not (run / "x").exists()
 
 
 def test_failed_parity_leaves_nothing_behind(trained: tuple[Path, Path], tmp_path: Path) -> None:

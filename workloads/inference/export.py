@@ -567,11 +567,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(line: str) -> None:
+    print(f"export: {line}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config, run_id, revision = config_for(args.checkpoint, args)
-        step, step_dir = resolve_checkpoint(args.checkpoint)
+        step, step_dir = resolve_checkpoint(args.checkpoint, say=_say)
         root = step_dir.parent
         name = args.name or f"{root.name}-step{step}"
         out = args.out or DEFAULT_EXPORT_ROOT / name

@@ -9,7 +9,9 @@ one message naming the differences, not a DCP traceback.
 
 from __future__ import annotations
 
+import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,7 +25,8 @@ from workloads.training.checkpoint import (
     METADATA_FILE,
     STEP_PREFIX,
     checkpoint_engine,
-    latest_checkpoint,
+    checkpoint_problem,
+    complete_checkpoints,
 )
 from workloads.training.config import TrainConfig
 from workloads.training.model import GPT
@@ -31,16 +34,35 @@ from workloads.training.model import GPT
 _TIED = "lm_head.weight"  # tied to wte.weight; a checkpoint may hold it once
 
 
-def resolve_checkpoint(path: Path) -> tuple[int, Path]:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def resolve_checkpoint(path: Path, say: Callable[[str], None] = _to_stderr) -> tuple[int, Path]:
     """``(step, directory)`` of the checkpoint at ``path``: a ``step_<N>`` directory,
-    or a checkpoint root (its newest complete checkpoint)."""
+    or a checkpoint root (its newest complete checkpoint that can be read).
+
+    Corruption is found as training's resume finds it
+    (`workloads.training.checkpoint.checkpoint_problem`: the metadata and the data
+    files' sizes). A root whose newest checkpoints are corrupt gives the newest intact
+    one, and ``say`` gets one line naming the corrupt ones and the step taken (default:
+    printed to stderr); unlike a resume, nothing is renamed: the folder is only read.
+    A ``step_<N>`` directory named explicitly that is corrupt is an error.
+
+    Args:
+        path: what the user named (``CHECKPOINT``).
+        say: where the fallback's line goes.
+    """
     if not path.exists():
         raise ExportError(f"checkpoint {path}: no such file or directory")
     if not path.is_dir():
         raise ExportError(f"checkpoint {path}: not a directory (a DCP checkpoint is one)")
     suffix = path.name.removeprefix(STEP_PREFIX)
-    found = (int(suffix) if suffix.isdigit() else 0, path) if checkpoint_engine(path) else None
-    found = found or latest_checkpoint(path)
+    if checkpoint_engine(path):
+        found: tuple[int, Path] | None = (int(suffix) if suffix.isdigit() else 0, path)
+        corrupt: list[str] = []
+    else:
+        found, corrupt = _newest_intact(path)
     if found is not None and checkpoint_engine(found[1]) == "deepspeed":
         raise ExportError(
             f"checkpoint {found[1]} was written by the DeepSpeed engine, and export reads "
@@ -48,18 +70,54 @@ def resolve_checkpoint(path: Path) -> tuple[int, Path]:
             "left in the checkpoint directory, or export a torch-engine run"
         )
     if (path / METADATA_FILE).is_file():
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise ExportError(
+                f"checkpoint {path} is truncated or corrupt: {_one_line(problem)}; export an "
+                "earlier step, or the checkpoint directory itself (its newest intact step)"
+            )
         return (int(suffix) if suffix.isdigit() else 0), path
     if path.name.startswith(STEP_PREFIX):
         raise ExportError(
             f"checkpoint {path} is incomplete (no {METADATA_FILE}: the save was interrupted); "
             "export an earlier step or the checkpoint directory itself"
         )
+    if found is None and corrupt:
+        raise ExportError(
+            f"{path} holds no intact checkpoint: {'; '.join(corrupt)} "
+            f"{'is' if len(corrupt) == 1 else 'are'} truncated or corrupt; point CHECKPOINT "
+            "at another training run's --ckpt-dir"
+        )
     if found is None:
         raise ExportError(
             f"{path} holds no complete checkpoint ({STEP_PREFIX}<N>/{METADATA_FILE}); "
             "point CHECKPOINT at a training run's --ckpt-dir"
         )
+    if corrupt:
+        names = "checkpoint" if len(corrupt) == 1 else "checkpoints"
+        verb = "is" if len(corrupt) == 1 else "are"
+        say(
+            f"{names} {'; '.join(corrupt)} {verb} truncated or corrupt (nothing renamed); "
+            f"taking step {found[0]} ({found[1]}), the newest intact checkpoint"
+        )
     return found
+
+
+def _newest_intact(root: Path) -> tuple[tuple[int, Path] | None, list[str]]:
+    """The newest complete checkpoint under ``root`` that can be read, and ``<path>
+    (<problem>)`` of each newer one that cannot (read only: resume's
+    `workloads.training.checkpoint.resume_point` also renames those)."""
+    corrupt: list[str] = []
+    for step, path in reversed(complete_checkpoints(root)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return (step, path), corrupt
+        corrupt.append(f"{path} ({_one_line(problem)})")
+    return None, corrupt
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def load_model(step_dir: Path, config: TrainConfig) -> GPT:
