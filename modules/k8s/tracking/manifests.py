@@ -5,7 +5,9 @@
   admin's password is a Pulumi secret that reaches the pod only as a Kubernetes Secret.
 * Backend store: PostgreSQL. On AWS an RDS instance of the foundation (CMK-encrypted,
   private subnets, password managed by Secrets Manager); on premises a CloudNativePG
-  cluster (operator chart pinned here) on the site's storage class.
+  cluster (operator chart pinned here) on the site's storage class. Every client of it
+  (the server, its schema migration, the Jobs making other databases on the instance)
+  verifies the server's certificate and name (`DATABASE_SSL_MODE`) with its CA mounted.
 * Artifacts are proxied by the server (``--serve-artifacts``), so only the server
   touches the store: on AWS the data bucket under ``mlflow/``, written with SSE-KMS
   under the stack's key through EKS Pod Identity (no static keys); on premises a
