@@ -61,7 +61,6 @@ ROUTE_KINDS = ("Ingress", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute")
 #: Images of the object stores KFP bundles.
 BUNDLED_STORES = ("seaweedfs", "minio")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-TLS_MODES = ("require", "verify-ca", "verify-full")
 RDS_DOMAINS = (".rds.amazonaws.com", ".rds.amazonaws.com.cn")
 
 
@@ -269,11 +268,20 @@ def proxy_problems(ini: Any, settings: Settings) -> Iterator[str]:
             problem = database_host_problem(fields.get("host"), settings)
             if problem:
                 yield f"{PROXY_CONFIG} [databases] {name}: {problem}"
+    # Only verify-full checks both the database's certificate and its name: with
+    # `require` (or `verify-ca`) anyone on the path with any certificate (or any
+    # certificate of the same authority) could pose as the database.
     mode = parser.get("pgbouncer", "server_tls_sslmode", fallback="prefer").strip()
-    if mode not in TLS_MODES:
+    ca_file = parser.get("pgbouncer", "server_tls_ca_file", fallback="").strip()
+    if mode != "verify-full":
         yield (
-            f"{PROXY_CONFIG}: `server_tls_sslmode = {mode}`: the database may be reached in "
-            f"clear text (use one of {', '.join(TLS_MODES)})"
+            f"{PROXY_CONFIG}: `server_tls_sslmode = {mode}`: the database's certificate and "
+            "name are not verified (use verify-full with server_tls_ca_file)"
+        )
+    elif not ca_file:
+        yield (
+            f"{PROXY_CONFIG}: `server_tls_sslmode = verify-full` without `server_tls_ca_file`: "
+            "name the database's CA bundle"
         )
 
 
