@@ -124,7 +124,10 @@ def resolve(config: TrainConfig, device: torch.device) -> Resolved:
         parallelism=config.parallelism,
         compile_mode=config.compile_mode,
         compile_after_wrap=config.compile_after_wrap,
-        loss_chunk=config.loss_chunk_tokens if toggle(config.chunked_loss, cuda) else 0,
+        # Not under TP (config.py refuses it on): the TP LM head gathers its logits.
+        loss_chunk=config.loss_chunk_tokens
+        if toggle(config.chunked_loss, cuda and config.tp == 1)
+        else 0,
         prefetch=toggle(config.prefetch, cuda),
         engine=config.engine,
         zero_stage=config.zero_stage if deepspeed else 0,
