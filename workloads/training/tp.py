@@ -210,9 +210,11 @@ def apply_tp(model: nn.Module, tp_mesh: Any) -> None:
         parallelize_module(block, tp_mesh, _block_plan())
 
 
-def validate(config: TrainConfig) -> None:
-    """Problems of ``--tp`` that need no process group (also checked by the config)."""
-    del config
+def describe(tp: int, dp: int) -> str:
+    """The layout's name in the run's first log line (empty without TP)."""
+    if tp <= 1:
+        return ""
+    return f"tp{tp}" + (f" x fsdp2 over {dp} groups" if dp > 1 else "")
 
 
 def parallelize_tp(

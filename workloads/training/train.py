@@ -338,8 +338,7 @@ def _train(
     log.line(
         f"train: preset {config.preset}, {training.num_params / 1e6:.2f}M params, world "
         f"{topology.world_size} ({topology.nodes} node(s))"
-        + (f", {resolved.strategy}" if distributed_label else "")
-        + (f" x tp{config.tp}" if config.tp > 1 else "")
+        + (f", {tp.describe(config.tp, data_world) or resolved.strategy}" if distributed_label else "")
         + f", {resolved.describe()}"
         + (f", {device_name}" if device_name else "")
     )
