@@ -71,5 +71,7 @@ def test_the_estimate_is_within_20_percent_of_the_measured_peak(
     data_dir = tmp_path_factory.getbasetemp() / "memory-plan-data"
     peak, estimate = measured_peak(preset_name, checkpointing, data_dir)
     error = (estimate - peak) / peak
-    print(f"{preset_name} AC {checkpointing}: measured {peak} B, estimated {estimate} B, {error:+.1%}")
+    print(
+        f"{preset_name} AC {checkpointing}: measured {peak} B, estimated {estimate} B, {error:+.1%}"
+    )
     assert abs(error) <= TOLERANCE, (preset_name, checkpointing, peak, estimate)

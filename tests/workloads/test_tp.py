@@ -28,7 +28,7 @@ from tests.workloads.helpers import (
     tiny_args,
 )
 from tests.workloads.training_runs import TrainerRun
-from workloads.training import launch, train, tp
+from workloads.training import launch, tp, train
 from workloads.training.config import DEFAULT_CORPUS, TrainConfig, override, preset
 from workloads.training.distributed import Topology
 
@@ -104,7 +104,8 @@ def test_tp1_checkpoint_resumes_on_a_dp2_tp2_mesh(
     shutil.copytree(ddp.ckpt / "step_00000012", ckpt / "step_00000012")
     args = tiny_args(
         ddp.run_dir.parent / "data", tmp_path / "log.jsonl",
-        "--tp", "2", "--steps", str(training_runs.DDP_STEPS), "--log-every", "1", "--ckpt-dir", str(ckpt),
+        "--tp", "2", "--steps", str(training_runs.DDP_STEPS), "--log-every", "1",
+        "--ckpt-dir", str(ckpt),
     )  # fmt: skip
     done = run_torchrun("workloads.train", args, nproc=4, timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -116,7 +117,7 @@ def test_tp1_checkpoint_resumes_on_a_dp2_tp2_mesh(
 def test_qkv_rows_are_regrouped_so_each_rank_holds_whole_heads() -> None:
     width, tp_size = 8, 2
     packed = torch.arange(3 * width * 3, dtype=torch.float32).reshape(3 * width, 3)
-    q, k, v = packed.split(width)
+    q, k, v = packed.chunk(3)
     grouped = tp.group_qkv(packed, tp_size)
     half = width // tp_size
     for rank, shard in enumerate(grouped.chunk(tp_size)):

@@ -365,8 +365,7 @@ class TrainConfig:
             self.engine == "torch",
             "tp",
             self.tp,
-            "1 with --engine deepspeed (tensor parallelism runs on the torch engine's "
-            "FSDP2)",
+            "1 with --engine deepspeed (tensor parallelism runs on the torch engine's FSDP2)",
         )
         check.require(
             self.chunked_loss != "on",

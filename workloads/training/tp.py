@@ -225,9 +225,7 @@ def parallelize_tp(
     from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
 
     shape = mesh_shape(config, topology.world_size)
-    mesh = init_device_mesh(
-        resolved.device.type, (shape.dp, shape.tp), mesh_dim_names=("dp", "tp")
-    )
+    mesh = init_device_mesh(resolved.device.type, (shape.dp, shape.tp), mesh_dim_names=("dp", "tp"))
     apply_tp(model, mesh["tp"])
     gpt: Any = model
     if resolved.compile:

@@ -338,7 +338,11 @@ def _train(
     log.line(
         f"train: preset {config.preset}, {training.num_params / 1e6:.2f}M params, world "
         f"{topology.world_size} ({topology.nodes} node(s))"
-        + (f", {tp.describe(config.tp, data_world) or resolved.strategy}" if distributed_label else "")
+        + (
+            f", {tp.describe(config.tp, data_world) or resolved.strategy}"
+            if distributed_label
+            else ""
+        )
         + f", {resolved.describe()}"
         + (f", {device_name}" if device_name else "")
     )

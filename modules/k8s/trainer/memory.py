@@ -275,7 +275,11 @@ def _activation_bytes(dims: ModelDims, layout: Layout) -> int:
     if layout.loss_chunk:
         # Chunked loss: the hidden states' gradient, the head's fp32 gradient and a
         # chunk of fp32 logits with its softmax.
-        loss = FP32 * bsh + FP32 * dims.vocab * dims.width + 3 * FP32 * min(rows, layout.loss_chunk) * dims.vocab
+        loss = (
+            FP32 * bsh
+            + FP32 * dims.vocab * dims.width
+            + 3 * FP32 * min(rows, layout.loss_chunk) * dims.vocab
+        )
     else:
         # The log-softmax saved by cross_entropy and, at the start of the backward
         # pass, its gradient: both fp32 and whole on every rank (the TP head gathers).
@@ -346,7 +350,9 @@ def alternatives(dims: ModelDims, layout: Layout, gpus_per_node: int) -> Iterato
     tps = [
         t
         for t in _divisors(gpus_per_node)
-        if t >= layout.tp and dims.heads % t == 0 and layout.seq_len % t == 0
+        if t >= layout.tp
+        and dims.heads % t == 0
+        and layout.seq_len % t == 0
         and layout.gpus % t == 0
     ]
     micro_batches = []
@@ -357,9 +363,10 @@ def alternatives(dims: ModelDims, layout: Layout, gpus_per_node: int) -> Iterato
     strategies: list[Strategy] = [layout.strategy]
     if layout.strategy != "fsdp2":
         strategies.append("fsdp2")
+    sharded: list[Strategy] = ["fsdp2"]  # under TP the trainer always shards with FSDP2
     for micro in micro_batches:
         for tp in tps:
-            for strategy in strategies if tp == 1 else ["fsdp2"]:
+            for strategy in strategies if tp == 1 else sharded:
                 for ac in sorted({layout.activation_checkpointing, True}):
                     yield dataclasses.replace(
                         layout,
@@ -426,8 +433,7 @@ def plan_problem(
     if better is None:
         return message + "; no layout on these GPUs fits: use a pool with larger GPUs or more nodes"
     return (
-        message
-        + f"; this layout fits: {better.describe()} ({estimate(dims, better).describe()}),"
+        message + f"; this layout fits: {better.describe()} ({estimate(dims, better).describe()}),"
         f" trainer arguments: {better.flags()}"
     )
 

@@ -498,7 +498,8 @@ class TrainingJobSpec:
                 False,
                 "extra_args",
                 list(self.extra_args),
-                "settings the trainer accepts: " + "; ".join(_option_problem(p) for p in err.problems),
+                "settings the trainer accepts: "
+                + "; ".join(_option_problem(p) for p in err.problems),
             )
             return
         problem = memory.plan_problem(
