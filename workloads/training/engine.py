@@ -439,12 +439,17 @@ class Training:
     close: Callable[[], None]
 
 
-def setup_torch(config: TrainConfig, resolved: Resolved, topology: Topology) -> Training:
+def setup_torch(
+    config: TrainConfig,
+    resolved: Resolved,
+    topology: Topology,
+    wrap: Callable[[GPT], nn.Module] | None = None,
+) -> Training:
     """The torch engine: build the model, wrap it (DDP, FSDP2, compile) as
-    ``resolved`` says, and give it its optimizer."""
+    ``resolved`` says, or with ``wrap`` (tensor parallelism), and give it its optimizer."""
     raw = build_model(config, resolved)
-    num_params = raw.num_parameters()
-    model = parallelize(raw, resolved, topology)
+    num_params = raw.num_parameters()  # before any split: the whole model's
+    model = wrap(raw) if wrap is not None else parallelize(raw, resolved, topology)
     optimizer = build_optimizer(model, config, resolved)
 
     def step(batches: DeviceBatches, current: TrainConfig, number: int) -> StepResult:

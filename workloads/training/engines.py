@@ -9,16 +9,7 @@ from __future__ import annotations
 from workloads.training import deepspeed_engine, tp
 from workloads.training.config import TrainConfig
 from workloads.training.distributed import Topology
-from workloads.training.engine import (
-    DeviceBatches,
-    Resolved,
-    StepResult,
-    Training,
-    build_model,
-    build_optimizer,
-    setup_torch,
-    train_step,
-)
+from workloads.training.engine import Resolved, Training, setup_torch
 
 
 def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Training:
@@ -33,19 +24,9 @@ def setup(config: TrainConfig, resolved: Resolved, topology: Topology) -> Traini
 def setup_tp(config: TrainConfig, resolved: Resolved, topology: Topology) -> Training:
     """The torch engine with ``config.tp``-way tensor parallelism and FSDP2 over the
     remaining ranks; the training step is the torch engine's."""
-    raw = build_model(config, resolved)
-    num_params = raw.num_parameters()  # before the split: the whole model's
-    model = tp.parallelize_tp(raw, config, resolved, topology)
-    optimizer = build_optimizer(model, config, resolved)
-
-    def step(batches: DeviceBatches, current: TrainConfig, number: int) -> StepResult:
-        return train_step(
-            model=model,
-            optimizer=optimizer,
-            batches=batches,
-            config=current,
-            resolved=resolved,
-            step=number,
-        )
-
-    return Training(model, optimizer, num_params, step, lambda: None)
+    return setup_torch(
+        config,
+        resolved,
+        topology,
+        wrap=lambda raw: tp.parallelize_tp(raw, config, resolved, topology),
+    )
