@@ -116,3 +116,15 @@ def test_make_plan_refuses_an_example_job_too_large_for_its_pool() -> None:
     message = str(err.value)
     assert "exampleJob (preset): got 'gpt2-350m'" in message
     assert "needs about 22.9 GiB per GPU" in message and "this layout fits:" in message
+
+
+def test_an_elastic_job_is_planned_on_its_fewest_nodes() -> None:
+    """FSDP2 shards over every GPU: on ``min_nodes`` each GPU holds more, so that is
+    what must fit (gpt2-350m: 1.1 GiB per GPU on 32 GPUs, 1.6 GiB on 8)."""
+    small_gpus = dataclasses.replace(IB, gpu_memory_gib=3, max_size=4)  # a plan may use 1.2
+    args = ("--parallelism", "fsdp2", "--activation-checkpointing", "on", "--micro-batch-size", "1")
+    fixed = job(pool=small_gpus, preset="gpt2-350m", nodes=4, extra_args=args)
+    assert fixed.nodes == 4
+    with pytest.raises(InvalidArgsError) as err:
+        job(pool=small_gpus, preset="gpt2-350m", nodes=4, min_nodes=1, extra_args=args)
+    assert "(8 GPU(s), fsdp2," in err.value.problems[0].expected

@@ -97,7 +97,8 @@ def test_tp1_checkpoint_resumes_on_a_dp2_tp2_mesh(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The shared two-rank DDP run's step-12 checkpoint (it keeps its last two), resumed
-    by four ranks: two TP groups of two, FSDP2 over the groups, to the DDP run's losses."""
+    by four ranks: two TP groups of two, FSDP2 over the groups, with activation
+    checkpointing (the blocks recomputed under TP and FSDP2), to the DDP run's losses."""
     ddp = training_runs.ddp_run(tmp_path_factory)
     assert ddp.done.returncode == 0, ddp.output
     ckpt = tmp_path / "ckpt"
@@ -105,7 +106,7 @@ def test_tp1_checkpoint_resumes_on_a_dp2_tp2_mesh(
     args = tiny_args(
         ddp.run_dir.parent / "data", tmp_path / "log.jsonl",
         "--tp", "2", "--steps", str(training_runs.DDP_STEPS), "--log-every", "1",
-        "--ckpt-dir", str(ckpt),
+        "--ckpt-dir", str(ckpt), "--activation-checkpointing", "on",
     )  # fmt: skip
     done = run_torchrun("workloads.train", args, nproc=4, timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr

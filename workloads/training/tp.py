@@ -39,6 +39,7 @@ from modules.validation import InvalidArgsError, Problem
 from workloads.training import compat
 from workloads.training.config import TrainConfig
 from workloads.training.distributed import Topology
+from workloads.training.engine import Resolved
 
 #: The state-dict names (and optimizer-state keys) of the packed q/k/v projection.
 QKV_SUFFIXES = (".attn.c_attn.weight", ".attn.c_attn.bias")
@@ -218,7 +219,7 @@ def describe(tp: int, dp: int) -> str:
 
 
 def parallelize_tp(
-    model: nn.Module, config: TrainConfig, resolved: Any, topology: Topology
+    model: nn.Module, config: TrainConfig, resolved: Resolved, topology: Topology
 ) -> nn.Module:
     """Build the 2-D mesh, split ``model`` over its ``tp`` dimension and shard it with
     FSDP2 over its ``dp`` dimension (when there is more than one group)."""

@@ -502,9 +502,10 @@ class TrainingJobSpec:
                 + "; ".join(_option_problem(p) for p in err.problems),
             )
             return
+        # An elastic job may run on min_nodes: fewer shards per GPU, the worst case.
         problem = memory.plan_problem(
             config,
-            gpus=self.nodes * self.processes_per_node,
+            gpus=(self.min_nodes or self.nodes) * self.processes_per_node,
             gpus_per_node=self.pool.gpus_per_node,
             gpu_memory_gib=self.pool.gpu_memory_gib,
             where=f"pool {self.pool.name} ({self.pool.accelerator or 'GPU'})",
