@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,19 @@ def test_an_elastic_job_is_planned_on_its_fewest_nodes() -> None:
     with pytest.raises(InvalidArgsError) as err:
         job(pool=small_gpus, preset="gpt2-350m", nodes=4, min_nodes=1, extra_args=args)
     assert "(8 GPU(s), fsdp2," in err.value.problems[0].expected
+
+
+def test_the_command_line_estimates_a_hugging_face_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257}))
+    argv = ["--hf-config", str(config), "--gpus", "8", "--strategy", "fsdp2", "--micro-batch", "8"]
+    assert memory.main([*argv, "--gpu-memory-gib", "80"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("123.7M params, 8 GPU(s), fsdp2, micro-batch 8 x 1024 tokens, bf16")
+    assert out.rstrip().endswith("; fits")
+    assert memory.main([*argv, "--tp", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "memory: --tp: got 3; a divisor of --gpus (8)"
+    assert memory.main(["--hf-config", str(tmp_path / "missing.json")]) == 2
+    assert "memory: --hf-config: " in capsys.readouterr().err

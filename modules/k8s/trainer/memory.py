@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from workloads.training.config import ModelConfig, TrainConfig
+from workloads.training.config import PRESETS, ModelConfig, TrainConfig, preset
 
 GIB = 1024**3
 #: Bytes per element: fp32 weights, gradients and moments; bf16 autocast copies.
@@ -438,6 +438,11 @@ def plan_problem(
     )
 
 
+def _usage(message: str) -> int:
+    print(f"memory: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m modules.k8s.trainer.memory --preset gpt2-124m --gpu-memory-gib 24``:
     the estimate of a preset or a Hugging Face ``config.json`` in a layout."""
@@ -454,16 +459,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fp32", action="store_true")
     parser.add_argument("--activation-checkpointing", action="store_true")
     args = parser.parse_args(argv)
-    from workloads.training.config import preset  # noqa: PLC0415
-
+    if args.preset not in PRESETS:
+        return _usage(f"--preset: got {args.preset!r}; one of {', '.join(PRESETS)}")
+    for name in ("gpus", "gpus_per_node", "tp", "micro_batch", "seq_len"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return _usage(f"--{name.replace('_', '-')}: got {value}; a positive integer")
+    if args.gpus % args.tp:
+        return _usage(f"--tp: got {args.tp}; a divisor of --gpus ({args.gpus})")
+    if args.gpu_memory_gib <= 0:
+        return _usage(f"--gpu-memory-gib: got {args.gpu_memory_gib:g}; the GPU's memory in GiB")
     config = preset(args.preset)
     dims = ModelDims.from_model_config(config.model)
     if args.hf_config:
         try:
             dims = ModelDims.from_hf_config(json.loads(Path(args.hf_config).read_text()))
         except (OSError, ValueError) as err:
-            print(f"memory: {args.hf_config}: {err}", file=sys.stderr)
-            return 2
+            return _usage(f"--hf-config: {args.hf_config}: {err}")
     layout = Layout(
         gpus=args.gpus,
         strategy=args.strategy,
