@@ -145,7 +145,7 @@ def test_layouts_that_cannot_split_are_refused_with_what_to_use() -> None:
     assert override(preset("tiny"), {"tp": "2"}).tp == 2
     with pytest.raises(InvalidArgsError) as err:
         tp.mesh_shape(override(preset("tiny"), {"tp": "2"}), world_size=3)
-    assert "divisor of the world size (3 ranks)" in err.value.problems[0].expected
+    assert "divisor of the world size (3)" in err.value.problems[0].expected
     assert tp.mesh_shape(override(preset("tiny"), {"tp": "2"}), world_size=4) == tp.MeshShape(2, 2)
 
 
@@ -154,3 +154,16 @@ def test_the_launcher_refuses_a_tp_that_does_not_divide_nproc() -> None:
     assert isinstance(message, str)
     assert "--tp: got 2; use a divisor of NPROC (3)" in message
     assert not isinstance(launch.check(["--nproc", "4", "--", "--tp", "2"]), str)
+
+
+def test_a_tp_larger_than_the_world_is_one_message_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with sigterm_restored():
+        status = train.main(
+            ["--tp", "2", "--data-dir", str(tmp_path / "data"), "--metrics-port", "0"]
+        )
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err
+    assert "--tp: got '2'; a divisor of the world size (1)" in err
+    assert not (tmp_path / "data").exists()  # refused before any work

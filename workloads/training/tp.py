@@ -63,7 +63,7 @@ def mesh_shape(config: TrainConfig, world_size: int) -> MeshShape:
                 Problem(
                     "tp",
                     str(tp),
-                    f"a divisor of the world size ({world_size} ranks): the ranks are "
+                    f"a divisor of the world size ({world_size}): the ranks are "
                     "split into groups of --tp",
                 )
             ]
@@ -73,8 +73,9 @@ def mesh_shape(config: TrainConfig, world_size: int) -> MeshShape:
 
 def data_coords(config: TrainConfig, topology: Topology) -> tuple[int, int]:
     """``(data rank, data-parallel size)``: which batch this rank reads, of how many.
-    TP groups are consecutive ranks (one node's GPUs), so the data rank is the group's."""
-    return topology.rank // config.tp, topology.world_size // config.tp
+    TP groups are consecutive ranks (one node's GPUs), so the data rank is the group's.
+    `InvalidArgsError` where ``--tp`` does not divide the world size."""
+    return topology.rank // config.tp, mesh_shape(config, topology.world_size).dp
 
 
 def group_qkv(packed: Tensor, tp: int) -> Tensor:

@@ -222,6 +222,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
 
 
 def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest) -> int:
+    tp.mesh_shape(config, topology.world_size)  # --tp divides the world, before any work
     device = distributed.select_device(topology)
     resolved = resolve(config, device)
     apply_backend_flags(resolved)
