@@ -34,6 +34,16 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from modules.validation import InvalidArgsError, Problem
 from workloads.training import compat
@@ -101,8 +111,6 @@ def _is_qkv(name: str) -> bool:
 def _reorder(tensor: Tensor, order: Callable[[Tensor, int], Tensor], tp: int) -> Tensor:
     """``order`` applied to a (sharded) DTensor's global rows, in the same placements.
     The whole tensor is gathered for a moment: one ``c_attn`` matrix at a time."""
-    from torch.distributed.tensor import DTensor, distribute_tensor  # noqa: PLC0415
-
     if not isinstance(tensor, DTensor):
         return order(tensor, tp)
     full = order(tensor.full_tensor(), tp)
@@ -160,47 +168,40 @@ class CheckpointLayout:
         return self._convert(model_sd, optim_sd, group_qkv)
 
 
-def _block_plan() -> dict[str, Any]:
-    from torch.distributed.tensor import Replicate, Shard  # noqa: PLC0415
-    from torch.distributed.tensor.parallel import (  # noqa: PLC0415
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
+def _gather_sequence() -> PrepareModuleInput:
+    """A half-block's input: sequence-sharded in the residual stream, all-gathered for
+    the column-wise layer."""
+    return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
 
-    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+
+def _block_plan() -> dict[str, ParallelStyle]:
+    """Megatron's split of one block, with the norms sequence-parallel; each half ends
+    in a reduce-scatter back to the sequence-sharded residual stream."""
     return {
         "ln_1": SequenceParallel(),
-        "attn": gather,
-        "attn.c_attn": ColwiseParallel(),
+        "attn": _gather_sequence(),
+        "attn.c_attn": ColwiseParallel(),  # rows regrouped first: whole heads per rank
         "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
         "ln_2": SequenceParallel(),
-        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp": _gather_sequence(),
         "mlp.c_fc": ColwiseParallel(),
         "mlp.c_proj": RowwiseParallel(output_layouts=Shard(1)),
     }
 
 
-def apply_tp(model: nn.Module, tp_mesh: Any) -> None:
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     """Split ``model`` (a `workloads.training.model.GPT`, on every rank identical) over
     ``tp_mesh`` in place."""
-    from torch.distributed.tensor import Replicate, Shard  # noqa: PLC0415
-    from torch.distributed.tensor.parallel import (  # noqa: PLC0415
-        ColwiseParallel,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
-
     tp = tp_mesh.size()
     gpt: Any = model
     with torch.no_grad():
         for block in gpt.blocks:
             block.attn.c_attn.weight.copy_(group_qkv(block.attn.c_attn.weight, tp))
             block.attn.c_attn.bias.copy_(group_qkv(block.attn.c_attn.bias, tp))
-    top = {
+    top: dict[str, ParallelStyle] = {
         "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        # (seq, width) position rows, reduce-scattered to Shard(0): the same sequence
+        # slice as the token embeddings' Shard(1), so their sum needs no more traffic.
         "wpe": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
         "ln_f": SequenceParallel(),
         "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
@@ -224,15 +225,14 @@ def parallelize_tp(
 ) -> nn.Module:
     """Build the 2-D mesh, split ``model`` over its ``tp`` dimension and shard it with
     FSDP2 over its ``dp`` dimension (when there is more than one group)."""
-    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
-
     shape = mesh_shape(config, topology.world_size)
     mesh = init_device_mesh(resolved.device.type, (shape.dp, shape.tp), mesh_dim_names=("dp", "tp"))
     apply_tp(model, mesh["tp"])
     gpt: Any = model
-    if resolved.compile:
+    if resolved.compile:  # each block after its split, before FSDP2 (as torchtitan)
+        mode = {} if resolved.compile_mode == "default" else {"mode": resolved.compile_mode}
         for block in gpt.blocks:
-            block.compile()
+            block.compile(**mode)
     if shape.dp > 1:
         api = compat.fsdp_api()
         policy = api.mixed_precision_policy(
