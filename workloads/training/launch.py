@@ -251,7 +251,7 @@ def data_problem(launch: Launch) -> str | None:
         verify_dataset(data_dir)
         check_train_shards(
             files,
-            ranks=launch.nproc,
+            ranks=launch.nproc // config.tp,  # a TP group reads one stream of batches
             batch=config.micro_batch_size,
             seq_len=config.seq_len,
             vocab_size=config.model.padded_vocab_size(config.pad_vocab),
