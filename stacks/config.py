@@ -257,6 +257,8 @@ class ExampleJobSpec:
         min_nodes: make the job elastic: it continues with as few as this many nodes
             (`modules.k8s.trainer.training_job.spec.TrainingJobSpec.min_nodes`); default:
             fixed.
+        tp: tensor-parallel degree inside a node (`TrainingJobSpec.tp`); default 1. The
+            job's memory plan must fit the pool's GPUs either way.
     """
 
     team: str
@@ -265,6 +267,7 @@ class ExampleJobSpec:
     nodes: int = 1
     suspended: bool = True
     min_nodes: int | None = None
+    tp: int = 1
 
     def __post_init__(self) -> None:
         check = Checker()

@@ -55,6 +55,7 @@ def build_example_job(
             preset=job.preset,
             nodes=job.nodes,
             min_nodes=job.min_nodes,
+            tp=job.tp,
             # Held: suspended and not yet in the team's queue (Kueue would admit and
             # start it). A user releases it by setting exampleJob.suspended: false.
             hold=job.suspended,

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -233,6 +233,18 @@ def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
     return state
 
 
+class StateLayout(Protocol):
+    """How a model's state dicts are stored, where that differs from how it computes."""
+
+    def to_saved(
+        self, model_sd: dict[str, Any], optim_sd: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def from_saved(
+        self, model_sd: dict[str, Any], optim_sd: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+
 class Checkpointer:
     """Saves and loads this run's checkpoints.
 
@@ -244,6 +256,9 @@ class Checkpointer:
             so a background save never interleaves with training collectives.
         use_async: save with ``async_save`` (the final and SIGTERM saves block).
         keep: complete checkpoints kept; older ones are deleted by rank 0.
+        layout: converts the model's and optimizer's state dicts to the stored layout
+            and back (``to_saved`` / ``from_saved``): a TP model's ``c_attn`` rows
+            (`workloads.training.tp.CheckpointLayout`); None: stored as they are.
     """
 
     def __init__(
@@ -255,8 +270,10 @@ class Checkpointer:
         group: dist.ProcessGroup | None,
         use_async: bool = True,
         keep: int = 2,
+        layout: StateLayout | None = None,
     ) -> None:
         self.root = root
+        self.layout = layout
         self.rank = rank
         self.device = device
         self.group = group
@@ -286,6 +303,8 @@ class Checkpointer:
         global_batch: int,
     ) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        if self.layout is not None:
+            model_sd, optim_sd = self.layout.to_saved(model_sd, optim_sd)
         return {
             "model": model_sd,
             "optim": optim_sd,
@@ -373,6 +392,8 @@ class Checkpointer:
         if problem is not None:
             raise CheckpointError(problem)
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        if self.layout is not None:  # load into tensors of the stored layout's shapes
+            model_sd, optim_sd = self.layout.to_saved(model_sd, optim_sd)
         state: dict[str, Any] = {
             "model": model_sd,
             "optim": optim_sd,
@@ -394,8 +415,11 @@ class Checkpointer:
                 process_group=self.group,
                 **dcp_kwargs(dcp_load, self._no_dist),
             )
+            loaded_model, loaded_optim = state["model"], state["optim"]
+            if self.layout is not None:
+                loaded_model, loaded_optim = self.layout.from_saved(loaded_model, loaded_optim)
             set_state_dict(
-                model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+                model, optimizer, model_state_dict=loaded_model, optim_state_dict=loaded_optim
             )
         except (CheckpointException, RuntimeError, ValueError, KeyError) as err:
             # DCP wraps each rank's failure with its traceback; the last line is the cause.

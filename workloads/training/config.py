@@ -184,6 +184,10 @@ class TrainConfig:
             steps (a host synchronisation each time); a SIGTERM then stops the run
             at most N - 1 steps later, so keep N x step time well under the
             grace period. A world of one checks every step.
+        tp: tensor-parallel degree: each block's attention and MLP are split over
+            groups of this many consecutive ranks (one node's GPUs), and FSDP2 shards
+            over the groups (`workloads.training.tp`); 1: data parallelism only. Must
+            divide n_head, seq_len and the world size; the torch engine only.
         fault_kill_rank: test hook: this rank SIGKILLs itself (first attempt only).
         fault_kill_at_step: test hook: the step after which ``fault_kill_rank`` dies
             (0: never).
@@ -236,6 +240,7 @@ class TrainConfig:
     loss_chunk_tokens: int = 4096
     prefetch: Toggle = "auto"
     stop_check_every: int = 10
+    tp: int = 1
     fault_kill_rank: int = -1
     fault_kill_at_step: int = 0
     fault_kill_node: bool = False
@@ -327,6 +332,7 @@ class TrainConfig:
                 self.compile,
                 "off or auto with --engine deepspeed (the DeepSpeed engine runs eager)",
             )
+        self._check_tp(check)
         check.require(
             self.fault_kill_at_step >= 0, "fault_kill_at_step", self.fault_kill_at_step, ">= 0"
         )
@@ -340,6 +346,33 @@ class TrainConfig:
             " or sqlite:///<file>.db",
         )
         check.done()
+
+    def _check_tp(self, check: Checker) -> None:
+        """``--tp``: whole heads per rank, whole sequence slices for the sequence-parallel
+        norms, and an engine it combines with (the world size is checked at start)."""
+        check.require(self.tp >= 1, "tp", self.tp, "must be a positive integer")
+        if self.tp <= 1:
+            return
+        for name, value in (("n_head", self.model.n_head), ("seq_len", self.seq_len)):
+            check.require(
+                value % self.tp == 0,
+                "tp",
+                self.tp,
+                f"a divisor of {name} ({value}): each rank takes whole "
+                + ("heads" if name == "n_head" else "slices of the sequence"),
+            )
+        check.require(
+            self.engine == "torch",
+            "tp",
+            self.tp,
+            "1 with --engine deepspeed (tensor parallelism runs on the torch engine's FSDP2)",
+        )
+        check.require(
+            self.chunked_loss != "on",
+            "chunked_loss",
+            self.chunked_loss,
+            "off or auto with --tp > 1 (the TP LM head gathers its logits)",
+        )
 
     @property
     def tokens_per_micro_step(self) -> int:

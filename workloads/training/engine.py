@@ -124,7 +124,10 @@ def resolve(config: TrainConfig, device: torch.device) -> Resolved:
         parallelism=config.parallelism,
         compile_mode=config.compile_mode,
         compile_after_wrap=config.compile_after_wrap,
-        loss_chunk=config.loss_chunk_tokens if toggle(config.chunked_loss, cuda) else 0,
+        # Not under TP (config.py refuses it on): the TP LM head gathers its logits.
+        loss_chunk=config.loss_chunk_tokens
+        if toggle(config.chunked_loss, cuda and config.tp == 1)
+        else 0,
         prefetch=toggle(config.prefetch, cuda),
         engine=config.engine,
         zero_stage=config.zero_stage if deepspeed else 0,
@@ -436,12 +439,17 @@ class Training:
     close: Callable[[], None]
 
 
-def setup_torch(config: TrainConfig, resolved: Resolved, topology: Topology) -> Training:
+def setup_torch(
+    config: TrainConfig,
+    resolved: Resolved,
+    topology: Topology,
+    wrap: Callable[[GPT], nn.Module] | None = None,
+) -> Training:
     """The torch engine: build the model, wrap it (DDP, FSDP2, compile) as
-    ``resolved`` says, and give it its optimizer."""
+    ``resolved`` says, or with ``wrap`` (tensor parallelism), and give it its optimizer."""
     raw = build_model(config, resolved)
-    num_params = raw.num_parameters()
-    model = parallelize(raw, resolved, topology)
+    num_params = raw.num_parameters()  # before any split: the whole model's
+    model = wrap(raw) if wrap is not None else parallelize(raw, resolved, topology)
     optimizer = build_optimizer(model, config, resolved)
 
     def step(batches: DeviceBatches, current: TrainConfig, number: int) -> StepResult:

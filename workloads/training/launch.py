@@ -207,6 +207,11 @@ def check(argv: Sequence[str]) -> Launch | str:
         bad_paths = path_problems({k: v for k, v in paths.items() if v})
         if bad_paths is not None:
             lines += describe_problems(bad_paths).splitlines()[1:]
+    if config is not None and nproc >= 1 and nproc % config.tp:
+        lines.append(
+            f"  - --tp: got {config.tp}; use a divisor of NPROC ({nproc}): the workers are "
+            "split into tensor-parallel groups of --tp"
+        )
     if lines or config is None:
         count = len(lines)
         return "\n".join([f"make train: {count} problem{'s' * (count != 1)}:", *lines])
@@ -246,7 +251,7 @@ def data_problem(launch: Launch) -> str | None:
         verify_dataset(data_dir)
         check_train_shards(
             files,
-            ranks=launch.nproc,
+            ranks=launch.nproc // config.tp,  # a TP group reads one stream of batches
             batch=config.micro_batch_size,
             seq_len=config.seq_len,
             vocab_size=config.model.padded_vocab_size(config.pad_vocab),

@@ -38,7 +38,7 @@ from modules.validation import InvalidArgsError
 from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.manifest import DatasetRef, ManifestError, verify_dataset
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.training import deepspeed_engine, distributed, fabric, outcome, telemetry
+from workloads.training import deepspeed_engine, distributed, fabric, outcome, telemetry, tp
 from workloads.training.checkpoint import Checkpointer, CheckpointError
 from workloads.training.config import (
     TrainConfig,
@@ -222,6 +222,7 @@ def run(config: TrainConfig, topology: Topology) -> int:
 
 
 def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest) -> int:
+    tp.mesh_shape(config, topology.world_size)  # --tp divides the world, before any work
     device = distributed.select_device(topology)
     resolved = resolve(config, device)
     apply_backend_flags(resolved)
@@ -260,12 +261,14 @@ def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest
         ensure_shards(Path(config.data_dir), Path(config.corpus))
     if topology.distributed:
         dist.barrier(group=control)
+    # Under --tp the ranks of a TP group read the same batch: one data rank per group.
+    data_rank, data_world = tp.data_coords(config, topology)
     loader = ShardLoader(
         ensure_shards(Path(config.data_dir), Path(config.corpus)),
         batch=config.micro_batch_size,
         seq_len=config.seq_len,
-        rank=topology.rank,
-        world_size=topology.world_size,
+        rank=data_rank,
+        world_size=data_world,
         vocab_size=config.model.padded_vocab_size(resolved.pad_vocab),
     )
     checkpointer: Checkpointer | DeepSpeedCheckpointer | None = None
@@ -282,7 +285,7 @@ def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest
         # DeepSpeed fixes the accumulation when it is set up: read it first.
         saved_global_batch = checkpointer.saved_global_batch()
     base_config = config
-    config, batch_plan = _plan_batch(base_config, topology.world_size, saved_global_batch)
+    config, batch_plan = _plan_batch(base_config, data_world, saved_global_batch)
     training = setup(config, resolved, topology)
     try:
         if config.ckpt_dir and not deepspeed:
@@ -293,6 +296,7 @@ def _set_up_and_train(config: TrainConfig, topology: Topology, stop: StopRequest
                 group=ckpt_group,
                 use_async=config.async_ckpt,
                 keep=config.ckpt_keep,
+                layout=tp.CheckpointLayout(config.tp) if config.tp > 1 else None,
             )
         return _train(
             config,
@@ -329,12 +333,17 @@ def _train(
 ) -> int:
     device = resolved.device
     model, optimizer = training.model, training.optimizer
+    data_world = tp.data_coords(config, topology)[1]  # the world size, or its TP groups
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     distributed_label = topology.distributed or resolved.engine != "torch"
     log.line(
         f"train: preset {config.preset}, {training.num_params / 1e6:.2f}M params, world "
         f"{topology.world_size} ({topology.nodes} node(s))"
-        + (f", {resolved.strategy}" if distributed_label else "")
+        + (
+            f", {tp.describe(config.tp, data_world) or resolved.strategy}"
+            if distributed_label
+            else ""
+        )
         + f", {resolved.describe()}"
         + (f", {device_name}" if device_name else "")
     )
@@ -353,16 +362,15 @@ def _train(
             )
             if resumed.global_batch and resumed.global_batch != batch_plan.target:
                 # DCP resharded the state; the accumulation follows the saved batch.
-                config, batch_plan = _plan_batch(
-                    base_config, topology.world_size, resumed.global_batch
-                )
+                config, batch_plan = _plan_batch(base_config, data_world, resumed.global_batch)
     if batch_plan.grad_accum_steps != base_config.grad_accum_steps or not batch_plan.exact:
-        log.line(describe_plan(batch_plan, base_config.grad_accum_steps, topology.world_size))
-    tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * topology.world_size
+        log.line(describe_plan(batch_plan, base_config.grad_accum_steps, data_world))
+    tokens_per_step = config.tokens_per_micro_step * config.grad_accum_steps * data_world
     log.line(
         f"train: {tokens_per_step} tokens/step = {config.micro_batch_size} seq x {config.seq_len}"
-        f" tokens x {config.grad_accum_steps} accum x {topology.world_size} ranks;"
-        f" {config.steps} steps"
+        f" tokens x {config.grad_accum_steps} accum x {data_world} "
+        + ("ranks" if config.tp == 1 else f"data-parallel groups of {config.tp} TP ranks")
+        + f"; {config.steps} steps"
     )
     if start_step >= config.steps:
         log.line(f"train: already at step {start_step} of {config.steps}; nothing to do")

@@ -223,6 +223,8 @@ def workload_args(spec: TrainingJobSpec) -> list[str]:
     ]
     if spec.framework == "deepspeed":
         args.append("--engine=deepspeed")
+    if spec.tp > 1:
+        args.append(f"--tp={spec.tp}")
     if spec.min_nodes is not None and not elastic_batch_settings(spec.preset, spec.extra_args)[2]:
         # An elastic job keeps the global batch of all its nodes, even when its first
         # rendezvous starts with fewer (a pod that starts late joins a round later).

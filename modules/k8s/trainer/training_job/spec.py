@@ -9,10 +9,15 @@ from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
 from modules.k8s.names import PRIORITY_CLASSES, TrackingAccess
-from modules.k8s.trainer import pods, runtimes
+from modules.k8s.trainer import memory, pods, runtimes
 from modules.pools import NodePoolProfile
 from modules.validation import Checker, InvalidArgsError, Problem
-from workloads.training.config import PRESETS, add_override_arguments, from_namespace
+from workloads.training.config import (
+    PRESETS,
+    TrainConfig,
+    add_override_arguments,
+    from_namespace,
+)
 from workloads.training.fabric import BOOTSTRAP_EXCLUDE, MIN_BUSBW_GBPS
 from workloads.training.metrics_endpoint import METRICS_PORT
 
@@ -144,6 +149,10 @@ class TrainingJobSpec:
             (`workloads.training.elastic`). Default None: a fixed ``nodes``. Torch
             framework, ``train`` workload and ``trainer`` launcher only (see
             docs/workloads.md, "Elastic runs", for what survives the loss of pod 0).
+        tp: tensor-parallel degree (``--tp``): the ranks of one node split each block
+            (NVLink inside the node), FSDP2 shards across the nodes. It must divide the
+            pool's GPUs per node (a TP group never spans nodes) and the preset's heads.
+            Default 1.
         tracking: (``indexed-job``) the cluster's MLflow server as the team reaches it
             (URI, the team's credentials Secret, the CA): the trainer logs its run
             there. ``None``: not tracked (no tracking server on the cluster). On the
@@ -186,6 +195,7 @@ class TrainingJobSpec:
     launcher: Launcher = "trainer"
     min_nodes: int | None = None
     tracking: TrackingAccess | None = None
+    tp: int = 1
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -319,6 +329,7 @@ class TrainingJobSpec:
             "environment variable names (letters, digits, '_')",
         )
         self._check_elastic(check)
+        self._check_layout(check)
         check.done()
 
     def _check_launcher(self, check: Checker) -> None:
@@ -454,6 +465,64 @@ class TrainingJobSpec:
                 "settings the trainer accepts (an elastic job's global batch is computed "
                 "from them): " + "; ".join(_option_problem(p) for p in err.problems),
             )
+
+    def _check_layout(self, check: Checker) -> None:
+        """TP inside a node, and the memory plan: the job's layout must fit its pool's
+        GPUs (`modules.k8s.trainer.memory`), refused with the estimate and a layout
+        that fits."""
+        check.require(self.tp >= 1, "tp", self.tp, "a positive integer (1: no TP)")
+        if self.tp > 1:
+            check.require(
+                self.pool.has_gpus and self.pool.gpus_per_node % self.tp == 0,
+                "tp",
+                self.tp,
+                f"a divisor of pool {self.pool.name}'s GPUs per node "
+                f"({self.pool.gpus_per_node}): TP runs inside a node",
+            )
+            check.require(
+                self.framework == "torch",
+                "tp",
+                self.tp,
+                "1 with framework deepspeed or mpi (TP runs on the torch runtime's FSDP2)",
+            )
+        # A GPU pool of unknown memory (an on-premises pool without gpuMemoryGib) has no
+        # plan to check against.
+        if self.workload != "train" or self.pool.gpu_memory_gib <= 0 or check.problems:
+            return
+        if self.preset not in PRESETS or self.framework == "mpi":
+            return  # MPI runs the Horovod example, not the trainer
+        try:
+            config = self.train_config
+        except InvalidArgsError as err:
+            check.require(
+                False,
+                "extra_args",
+                list(self.extra_args),
+                "settings the trainer accepts: "
+                + "; ".join(_option_problem(p) for p in err.problems),
+            )
+            return
+        # An elastic job may run on min_nodes: fewer shards per GPU, the worst case.
+        problem = memory.plan_problem(
+            config,
+            gpus=(self.min_nodes or self.nodes) * self.processes_per_node,
+            gpus_per_node=self.pool.gpus_per_node,
+            gpu_memory_gib=self.pool.gpu_memory_gib,
+            where=f"pool {self.pool.name} ({self.pool.accelerator or 'GPU'})",
+        )
+        check.require(problem is None, "preset", self.preset, problem or "")
+
+    @property
+    def train_config(self) -> TrainConfig:
+        """The trainer's config of this job: its preset with ``tp``, the framework's
+        engine and ``extra_args``, read with the trainer's own option parser."""
+        parser = _TrainerOptions(add_help=False)
+        add_override_arguments(parser)
+        engine = ["--engine=deepspeed"] if self.framework == "deepspeed" else []
+        args, _ = parser.parse_known_args(
+            [f"--preset={self.preset}", f"--tp={self.tp}", *engine, *self.extra_args]
+        )
+        return from_namespace(args)
 
     @property
     def global_batch_size(self) -> int | None:
