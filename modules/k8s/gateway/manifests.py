@@ -100,7 +100,6 @@ def envoy_gateway_values() -> Manifest:
             "envoyGateway": {
                 "gateway": {"controllerName": gs.CONTROLLER_NAME},
                 "provider": {"type": "Kubernetes"},
-                "logging": {"level": {"default": "info"}},
                 "extensionApis": {"enableEnvoyPatchPolicy": True, "enableBackend": True},
                 "extensionManager": {
                     "hooks": {

@@ -238,10 +238,13 @@ class LlmGatewaySpec:
         _unique(check, "teams", [t.team for t in self.teams], "team")
         _unique(check, "prices", [p.model for p in self.prices], "model")
         priced = {p.model for p in self.prices}
+        # No prices at all is one problem (and, when the list itself was broken, the
+        # parser's own): not one per model.
+        check.require(bool(self.prices), "prices", [], "give the price of each model teams call")
         for index, team in enumerate(self.teams):
             for position, model in enumerate(team.models):
                 check.require(
-                    model in priced,
+                    model in priced or not self.prices,
                     f"teams[{index}].models[{position}]",
                     model,
                     "add its price to llmGateway.prices (every token is priced)",
