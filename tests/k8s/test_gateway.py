@@ -441,3 +441,26 @@ def test_the_shipped_plans_hold_the_gateway_with_keys_and_limits(stack: str) -> 
 
 def gm_kinds() -> set[str]:
     return {o["kind"] for o in objects()} - {"Certificate", "PodMonitor", "PrometheusRule"}
+
+
+# -- make cost ---------------------------------------------------------------------------
+
+
+def test_make_cost_lists_each_teams_price_per_million_tokens_and_budget_ceiling() -> None:
+    from stacks.cost import render_llm_gateway  # noqa: PLC0415
+
+    rows = [line.split() for line in render_llm_gateway(SPEC).splitlines()]
+    assert ["nlp", "uae-gpt", "0.2000", "0.6000", "50,000,000", "30.00"] in rows
+    assert ["jais/13b:chat", "0.1000", "0.3000"] in rows
+    assert ["speech", "uae-gpt", "0.2000", "0.6000", "10,000,000", "6.00"] in rows
+
+
+def test_make_cost_prints_the_gateway_of_a_shipped_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    from stacks.cost import main  # noqa: PLC0415
+
+    assert main(["smb-cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "LLM gateway: price per million tokens, per team (USD)" in out
+    assert ["analytics", "uae-gpt", "0.0500", "0.1500", "100,000,000", "15.00"] in [
+        line.split() for line in out.splitlines()
+    ]
