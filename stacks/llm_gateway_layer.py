@@ -58,7 +58,9 @@ def build_llm_gateway(
     )
     keys: dict[str, pulumi.Input[str]] = {
         team.team: pulumi.Output.secret(
-            seed.apply(functools.partial(gs.api_key, team=team.team, generation=team.key_generation))
+            seed.apply(
+                functools.partial(gs.api_key, team=team.team, generation=team.key_generation)
+            )
         )
         for team in spec.teams
     }

@@ -115,7 +115,10 @@ def gateway_backends_in_cluster(resource: ResourceView, settings: Settings) -> I
         for path, ref in _route_refs(spec):
             pair = (ref.get("group") or AIGW_GROUP, ref.get("kind") or "AIServiceBackend")
             if pair not in ((AIGW_GROUP, "AIServiceBackend"), (INFERENCE_GROUP, "InferencePool")):
-                yield f"`{path}` is a {pair[1]} of {pair[0]}, not an AIServiceBackend or InferencePool"
+                yield (
+                    f"`{path}` is a {pair[1]} of {pair[0]}, not an AIServiceBackend or "
+                    "InferencePool"
+                )
 
 
 # -- authentication and rate limits on every route -----------------------------------
@@ -148,7 +151,9 @@ def _route_subjects(route: ResourceView) -> set[tuple[str, str, str]]:
     parents = dig(route.props, "spec", "parentRefs")
     for parent in parents if isinstance(parents, list) else []:
         if isinstance(parent, Mapping) and parent.get("kind", "Gateway") == "Gateway":
-            subjects.add((str(parent.get("namespace", namespace)), "Gateway", str(parent.get("name"))))
+            subjects.add(
+                (str(parent.get("namespace", namespace)), "Gateway", str(parent.get("name")))
+            )
     return subjects
 
 
@@ -173,9 +178,7 @@ def _limits(policy: ResourceView) -> bool:
     )
 
 
-def _uncovered(
-    stack: StackView, types: tuple[str, ...], covers: Any, what: str
-) -> StackFindings:
+def _uncovered(stack: StackView, types: tuple[str, ...], covers: Any, what: str) -> StackFindings:
     deferred = Deferred()
     covering: set[tuple[str, str, str]] = set()
     for policy in stack.of_type(*types):
@@ -187,9 +190,12 @@ def _uncovered(
         if not subjects & covering:
             name = metadata(route).get("name", route.name)
             gateways = sorted(s[2] for s in subjects if s[1] == "Gateway")
-            yield route.urn, (
-                f"AIGatewayRoute {name}: {what} targets neither it nor its Gateway "
-                f"({', '.join(gateways) or 'no parentRefs'})"
+            yield (
+                route.urn,
+                (
+                    f"AIGatewayRoute {name}: {what} targets it or its Gateway "
+                    f"({', '.join(gateways) or 'no parentRefs'})"
+                ),
             )
     deferred.finish()
 

@@ -314,6 +314,7 @@ def test_the_proxies_reach_only_the_llm_namespaces_serving_ports() -> None:
         (json.dumps(rule["to"], sort_keys=True), sorted(p["port"] for p in rule["ports"]))
         for rule in egress["spec"]["egress"]
     ]
+
     def ns(name: str) -> str:
         peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
         return json.dumps([peer], sort_keys=True)
@@ -455,7 +456,9 @@ def test_make_cost_lists_each_teams_price_per_million_tokens_and_budget_ceiling(
     assert ["speech", "uae-gpt", "0.2000", "0.6000", "10,000,000", "6.00"] in rows
 
 
-def test_make_cost_prints_the_gateway_of_a_shipped_stack(capsys: pytest.CaptureFixture[str]) -> None:
+def test_make_cost_prints_the_gateway_of_a_shipped_stack(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from stacks.cost import main  # noqa: PLC0415
 
     assert main(["smb-cpu"]) == 0

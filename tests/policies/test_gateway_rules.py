@@ -74,6 +74,11 @@ def _endpoint(**endpoint: Any) -> Callable[[dict[str, Any]], None]:
     return lambda spec: spec.update(endpoints=[endpoint])
 
 
+def _cors_only(spec: dict[str, Any]) -> None:
+    del spec["apiKeyAuth"]
+    spec["cors"] = {"allowOrigins": ["*"]}
+
+
 CASES = [
     # -- backends: compliant is the Service's in-cluster name (make_plan) --
     ("backend-openai", edit("Backend", _endpoint(fqdn={"hostname": "api.openai.com", "port": 443})),
@@ -95,15 +100,14 @@ CASES = [
          group="gateway.networking.k8s.io", kind="Gateway")),
      BACKENDS_RULE, "`spec.rules[0].backendRefs[0]` is a Gateway"),
     # -- authentication --
-    ("auth-cors-only", edit("SecurityPolicy", lambda s: (s.pop("apiKeyAuth"),
-                                                         s.update(cors={"allowOrigins": ["*"]}))),
+    ("auth-cors-only", edit("SecurityPolicy", _cors_only),
      AUTH_RULE, "AIGatewayRoute llm-models: no SecurityPolicy with apiKeyAuth or jwt"),
     ("auth-no-keys", edit("SecurityPolicy", lambda s: s["apiKeyAuth"].pop("credentialRefs")),
-     AUTH_RULE, "no SecurityPolicy with apiKeyAuth or jwt targets neither"),
+     AUTH_RULE, "no SecurityPolicy with apiKeyAuth or jwt targets it or"),
     ("auth-no-target", edit("SecurityPolicy", lambda s: s.pop("targetRefs")),
      AUTH_RULE, "(llm-gateway)"),
     ("auth-other-gateway", edit("SecurityPolicy", lambda s: s["targetRefs"][0].update(name="x")),
-     AUTH_RULE, "targets neither it nor its Gateway (llm-gateway)"),
+     AUTH_RULE, "targets it or its Gateway (llm-gateway)"),
     # -- rate limits --
     ("limits-none", edit("BackendTrafficPolicy", lambda s: s.pop("rateLimit")),
      LIMITS_RULE, "AIGatewayRoute llm-models: no BackendTrafficPolicy with rate limit rules"),
@@ -114,7 +118,7 @@ CASES = [
                                        lambda s: s["rateLimit"]["global"]["rules"][0].pop("limit")),
      LIMITS_RULE, "no BackendTrafficPolicy with rate limit rules"),
     ("limits-no-target", edit("BackendTrafficPolicy", lambda s: s.pop("targetRefs")),
-     LIMITS_RULE, "targets neither it nor its Gateway"),
+     LIMITS_RULE, "targets it or its Gateway"),
 ]  # fmt: skip
 
 test_the_plan_passes_every_rule, test_the_broken_plan_fails_exactly_the_rule = twin_tests(

@@ -96,17 +96,28 @@ class LlmGateway(pulumi.ComponentResource):
             after: Sequence[pulumi.Resource],
         ) -> k8s.helm.v3.Release:
             return helm_release(
-                release, chart, namespace, values=values, parent=self, provider=provider,
+                release,
+                chart,
+                namespace,
+                values=values,
+                parent=self,
+                provider=provider,
                 depends_on=after,
             )
 
         eg_crds = install(
-            gs.ENVOY_GATEWAY_CRDS_RELEASE, gs.ENVOY_GATEWAY_CRDS, gs.CONTROLLER_NAMESPACE,
-            gm.crds_values(), controller_ns,
+            gs.ENVOY_GATEWAY_CRDS_RELEASE,
+            gs.ENVOY_GATEWAY_CRDS,
+            gs.CONTROLLER_NAMESPACE,
+            gm.crds_values(),
+            controller_ns,
         )
         counters = install(
-            gs.COUNTERS_RELEASE, VALKEY_CHART, gs.CONTROLLER_NAMESPACE,
-            gm.counters_values(spec, inputs.storage_class), controller_ns,
+            gs.COUNTERS_RELEASE,
+            VALKEY_CHART,
+            gs.CONTROLLER_NAMESPACE,
+            gm.counters_values(spec, inputs.storage_class),
+            controller_ns,
         )
         ai_crds = install(
             gs.AI_GATEWAY_CRDS_RELEASE, gs.AI_GATEWAY_CRDS, gs.AI_GATEWAY_NAMESPACE, {}, ai_ns
@@ -132,8 +143,11 @@ class LlmGateway(pulumi.ComponentResource):
             ),
         )
         ai_gateway = install(
-            gs.AI_GATEWAY_RELEASE, gs.AI_GATEWAY, gs.AI_GATEWAY_NAMESPACE,
-            gm.ai_gateway_values(), [*ai_ns, ai_crds, envoy_gateway, *pki_ready],
+            gs.AI_GATEWAY_RELEASE,
+            gs.AI_GATEWAY,
+            gs.AI_GATEWAY_NAMESPACE,
+            gm.ai_gateway_values(),
+            [*ai_ns, ai_crds, envoy_gateway, *pki_ready],
         )
         keys: KubernetesObject = register(
             gm.api_keys_secret(inputs.api_keys), self, provider, depends_on=gateway_ns

@@ -23,7 +23,7 @@ from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_nod
 from modules.k8s.gateway import spec as gs
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.pki.spec import serving_certificate, service_dns_names
+from modules.k8s.pki.spec import service_dns_names, serving_certificate
 from modules.k8s.security import restricted_container, restricted_pod
 
 CONTROLLER_NS = PlatformNamespace(gs.CONTROLLER_NAMESPACE)
@@ -85,7 +85,9 @@ def crds_values() -> Manifest:
 
 
 def counters_url() -> str:
-    return f"{gs.COUNTERS_RELEASE}-valkey.{gs.CONTROLLER_NAMESPACE}.svc.cluster.local:{gs.COUNTERS_PORT}"
+    """The counters' Valkey Service (the chart names it ``<release>-valkey``)."""
+    host = f"{gs.COUNTERS_RELEASE}-valkey.{gs.CONTROLLER_NAMESPACE}.svc.cluster.local"
+    return f"{host}:{gs.COUNTERS_PORT}"
 
 
 def envoy_gateway_values() -> Manifest:
@@ -114,8 +116,7 @@ def envoy_gateway_values() -> Manifest:
                     "service": {
                         "fqdn": {
                             "hostname": (
-                                f"ai-gateway-controller.{gs.AI_GATEWAY_NAMESPACE}"
-                                ".svc.cluster.local"
+                                f"ai-gateway-controller.{gs.AI_GATEWAY_NAMESPACE}.svc.cluster.local"
                             ),
                             "port": gs.AIGW_EXTENSION_PORT,
                         }
@@ -294,7 +295,9 @@ def _team_rule(team: str, tokens: int, unit: str) -> Manifest:
     """A team's token limit per ``unit``: checked before a request (cost 0), charged with
     the answer's total tokens (AI Gateway's count) after it."""
     return {
-        "clientSelectors": [{"headers": [{"name": gs.TEAM_HEADER, "type": "Exact", "value": team}]}],
+        "clientSelectors": [
+            {"headers": [{"name": gs.TEAM_HEADER, "type": "Exact", "value": team}]}
+        ],
         "limit": {"requests": tokens, "unit": unit},
         "shared": True,
         "cost": {
@@ -431,8 +434,16 @@ def reference_grants(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend])
             "metadata": _meta("llm-gateway-routes", namespace),
             "spec": {
                 "from": [
-                    {"group": AIGW_GROUP, "kind": "AIGatewayRoute", "namespace": gs.GATEWAY_NAMESPACE},
-                    {"group": GATEWAY_API_GROUP, "kind": "HTTPRoute", "namespace": gs.GATEWAY_NAMESPACE},
+                    {
+                        "group": AIGW_GROUP,
+                        "kind": "AIGatewayRoute",
+                        "namespace": gs.GATEWAY_NAMESPACE,
+                    },
+                    {
+                        "group": GATEWAY_API_GROUP,
+                        "kind": "HTTPRoute",
+                        "namespace": gs.GATEWAY_NAMESPACE,
+                    },
                 ],
                 "to": [{"group": INFERENCE_GROUP, "kind": "InferencePool"}],
             },
@@ -505,42 +516,60 @@ def controller_network_policies(
             },
         ),
         netpol.allow_ingress(
-            ns, "allow-ratelimit-from-proxies", [own(proxy)], netpol.tcp(gs.RATELIMIT_PORT),
+            ns,
+            "allow-ratelimit-from-proxies",
+            [own(proxy)],
+            netpol.tcp(gs.RATELIMIT_PORT),
             pod_labels=ratelimit,
         ),
         netpol.allow_egress(
-            ns, "allow-ratelimit-egress",
-            [own(gs.COUNTERS_POD_LABELS)], netpol.tcp(gs.COUNTERS_PORT), pod_labels=ratelimit,
+            ns,
+            "allow-ratelimit-egress",
+            [own(gs.COUNTERS_POD_LABELS)],
+            netpol.tcp(gs.COUNTERS_PORT),
+            pod_labels=ratelimit,
         ),
         netpol.allow_egress(
-            ns, "allow-ratelimit-config",
-            [own(gs.EG_CONTROLLER_POD_LABELS)], netpol.tcp(gs.EG_RATELIMIT_XDS_PORT),
+            ns,
+            "allow-ratelimit-config",
+            [own(gs.EG_CONTROLLER_POD_LABELS)],
+            netpol.tcp(gs.EG_RATELIMIT_XDS_PORT),
             pod_labels=ratelimit,
         ),
         netpol.allow_ingress(
-            ns, "allow-counters-from-ratelimit",
-            [own(ratelimit)], netpol.tcp(gs.COUNTERS_PORT), pod_labels=gs.COUNTERS_POD_LABELS,
+            ns,
+            "allow-counters-from-ratelimit",
+            [own(ratelimit)],
+            netpol.tcp(gs.COUNTERS_PORT),
+            pod_labels=gs.COUNTERS_POD_LABELS,
         ),
         netpol.allow_ingress(
-            ns, "allow-controller-xds",
+            ns,
+            "allow-controller-xds",
             [own(proxy), own(ratelimit)],
             netpol.tcp(gs.EG_XDS_PORT, gs.EG_RATELIMIT_XDS_PORT, gs.EG_WASM_PORT),
             pod_labels=gs.EG_CONTROLLER_POD_LABELS,
         ),
         netpol.allow_egress(
-            ns, "allow-controller-extension",
+            ns,
+            "allow-controller-extension",
             [netpol.namespace_peer(gs.AI_GATEWAY_NAMESPACE, gs.AIGW_CONTROLLER_POD_LABELS)],
-            netpol.tcp(gs.AIGW_EXTENSION_PORT), pod_labels=gs.EG_CONTROLLER_POD_LABELS,
+            netpol.tcp(gs.AIGW_EXTENSION_PORT),
+            pod_labels=gs.EG_CONTROLLER_POD_LABELS,
         ),
         netpol.allow_from_api_server(
             ns, network, netpol.tcp(gs.EG_WEBHOOK_PORT), pod_labels=gs.EG_CONTROLLER_POD_LABELS
         ),
         netpol.allow_scrape(
-            ns, netpol.tcp(gs.EG_METRICS_PORT, gs.EXTPROC_ADMIN_PORT), pod_labels=proxy,
+            ns,
+            netpol.tcp(gs.EG_METRICS_PORT, gs.EXTPROC_ADMIN_PORT),
+            pod_labels=proxy,
             name="allow-proxy-scrape",
         ),
         netpol.allow_scrape(
-            ns, netpol.tcp(gs.EG_METRICS_PORT), pod_labels=gs.EG_CONTROLLER_POD_LABELS,
+            ns,
+            netpol.tcp(gs.EG_METRICS_PORT),
+            pod_labels=gs.EG_CONTROLLER_POD_LABELS,
             name="allow-controller-scrape",
         ),
     ]
@@ -556,9 +585,11 @@ def ai_gateway_network_policies(network: netpol.ClusterNetwork) -> list[Manifest
         *netpol.baseline(ns, network),
         netpol.allow_from_api_server(ns, network, netpol.tcp(gs.AIGW_WEBHOOK_PORT), pods),
         netpol.allow_ingress(
-            ns, "allow-extension-from-envoy-gateway",
+            ns,
+            "allow-extension-from-envoy-gateway",
             [netpol.namespace_peer(gs.CONTROLLER_NAMESPACE, gs.EG_CONTROLLER_POD_LABELS)],
-            netpol.tcp(gs.AIGW_EXTENSION_PORT), pods,
+            netpol.tcp(gs.AIGW_EXTENSION_PORT),
+            pods,
         ),
         netpol.allow_scrape(ns, netpol.tcp(gs.AIGW_METRICS_PORT), pods),
     ]
@@ -574,11 +605,16 @@ def backend_ingress_policies(
 ) -> list[Manifest]:
     """In each LLM namespace: the gateway's proxies may reach its serving ports (the
     namespace's own default deny stays; this adds only the gateway)."""
-    proxy = {"app.kubernetes.io/component": "proxy", "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME}
+    proxy = {
+        "app.kubernetes.io/component": "proxy",
+        "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME,
+    }
     return [
         netpol.allow_ingress(
-            namespace, "allow-llm-gateway",
-            [netpol.namespace_peer(gs.CONTROLLER_NAMESPACE, proxy)], netpol.tcp(*ports),
+            namespace,
+            "allow-llm-gateway",
+            [netpol.namespace_peer(gs.CONTROLLER_NAMESPACE, proxy)],
+            netpol.tcp(*ports),
         )
         for namespace, ports in backend_ports(gs.routed_backends(spec, backends)).items()
     ]
@@ -626,7 +662,7 @@ def cost_rules(spec: gs.LlmGatewaySpec) -> list[Manifest]:
         )
     ]
     usage = (
-        f'sum by ({gs.TEAM_LABEL}, gen_ai_request_model, gen_ai_token_type) '
+        f"sum by ({gs.TEAM_LABEL}, gen_ai_request_model, gen_ai_token_type) "
         f'(rate({TOKEN_METRIC}{{gen_ai_token_type=~"input|output"}}[5m]))'
     )
     return [

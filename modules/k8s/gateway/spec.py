@@ -250,8 +250,12 @@ class LlmGatewaySpec:
                     "add its price to llmGateway.prices (every token is priced)",
                 )
         check.require(
-            bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+",
-                              self.hostname)),
+            bool(
+                re.fullmatch(
+                    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+",
+                    self.hostname,
+                )
+            ),
             "hostname",
             self.hostname,
             "a DNS name with a domain, like llm-gateway.internal",
