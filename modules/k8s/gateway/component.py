@@ -87,6 +87,8 @@ class LlmGateway(pulumi.ComponentResource):
         )
         for policy in gm.backend_ingress_policies(spec, backends):
             register(policy, self, provider)
+        for policy in gm.client_egress_policies(inputs.client_namespaces):
+            register(policy, self, provider)
 
         def install(
             release: str,

@@ -32,6 +32,11 @@ GATEWAY_NS = PlatformNamespace(gs.GATEWAY_NAMESPACE)
 #: The Envoy proxies' Service (named in the EnvoyProxy, so that it and the certificate's
 #: names are known in advance rather than Envoy Gateway's hashed default).
 PROXY_SERVICE = "llm-gateway"
+#: The gateway's proxy pods, as NetworkPolicies and the PodMonitor select them.
+PROXY_SELECTOR = {
+    "app.kubernetes.io/component": "proxy",
+    "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME,
+}
 #: The port of an InferencePool's endpoint picker (the Inference Extension's default
 #: ``endpointPickerRef`` port): Envoy asks it which pod of the pool takes a request.
 ENDPOINT_PICKER_PORT = 9002
@@ -479,10 +484,8 @@ def controller_network_policies(
     the rate limit service and the controller; the rate limit service reaches only its
     counters; Prometheus scrapes the proxies and the controller."""
     ns = gs.CONTROLLER_NAMESPACE
-    proxy = {
-        "app.kubernetes.io/component": "proxy",
-        "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME,
-    }
+    proxy = PROXY_SELECTOR
+    # Envoy Gateway's rate limit Deployment (``app.kubernetes.io/name: envoy-ratelimit``).
     ratelimit = {"app.kubernetes.io/name": "envoy-ratelimit"}
     own = netpol.same_namespace_peer
     routed = gs.routed_backends(spec, backends)
@@ -595,6 +598,20 @@ def ai_gateway_network_policies(network: netpol.ClusterNetwork) -> list[Manifest
     ]
 
 
+def client_egress_policies(client_namespaces: Sequence[str]) -> list[Manifest]:
+    """In each client namespace (whose own policies deny all egress by default): its pods
+    may reach the gateway's proxies on their HTTPS port, and nothing more of them."""
+    return [
+        netpol.allow_egress(
+            namespace,
+            "allow-llm-gateway",
+            [netpol.namespace_peer(gs.CONTROLLER_NAMESPACE, PROXY_SELECTOR)],
+            netpol.tcp(gs.PROXY_CONTAINER_PORT),
+        )
+        for namespace in client_namespaces
+    ]
+
+
 def gateway_namespace_policies() -> list[Manifest]:
     """The gateway's own namespace holds configuration only (no pods): deny all."""
     return [netpol.default_deny(gs.GATEWAY_NAMESPACE)]
@@ -605,10 +622,7 @@ def backend_ingress_policies(
 ) -> list[Manifest]:
     """In each LLM namespace: the gateway's proxies may reach its serving ports (the
     namespace's own default deny stays; this adds only the gateway)."""
-    proxy = {
-        "app.kubernetes.io/component": "proxy",
-        "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME,
-    }
+    proxy = PROXY_SELECTOR
     return [
         netpol.allow_ingress(
             namespace,
@@ -631,12 +645,7 @@ def pod_monitor() -> Manifest:
         "kind": "PodMonitor",
         "metadata": metadata(POD_MONITOR, gs.CONTROLLER_NAMESPACE),
         "spec": {
-            "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/component": "proxy",
-                    "gateway.envoyproxy.io/owning-gateway-name": gs.GATEWAY_NAME,
-                }
-            },
+            "selector": {"matchLabels": dict(PROXY_SELECTOR)},
             "namespaceSelector": {"matchNames": [gs.CONTROLLER_NAMESPACE]},
             "podMetricsEndpoints": [
                 {"port": "aigw-admin", "path": "/metrics"},

@@ -102,19 +102,7 @@ AIGW_METRICS_PORT = 8080
 EXTPROC_ADMIN_PORT = 1064
 COUNTERS_PORT = 6379
 
-#: Labels Envoy Gateway puts on what it creates for a Gateway (its proxies' pods).
-PROXY_POD_LABELS = {
-    "app.kubernetes.io/managed-by": "envoy-gateway",
-    "app.kubernetes.io/component": "proxy",
-    "gateway.envoyproxy.io/owning-gateway-name": GATEWAY_NAME,
-    "gateway.envoyproxy.io/owning-gateway-namespace": GATEWAY_NAMESPACE,
-}
-#: The rate limit service Envoy Gateway runs (``app.kubernetes.io/name: envoy-ratelimit``).
-RATELIMIT_POD_LABELS = {
-    "app.kubernetes.io/name": "envoy-ratelimit",
-    "app.kubernetes.io/component": "ratelimit",
-    "app.kubernetes.io/managed-by": "envoy-gateway",
-}
+#: Labels of the pods the charts run (their templates' selectors).
 EG_CONTROLLER_POD_LABELS = {"control-plane": "envoy-gateway"}
 AIGW_CONTROLLER_POD_LABELS = {"app.kubernetes.io/name": "ai-gateway-helm"}
 COUNTERS_POD_LABELS = {"app.kubernetes.io/instance": COUNTERS_RELEASE}
