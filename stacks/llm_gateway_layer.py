@@ -70,6 +70,7 @@ def build_llm_gateway(
             spec=spec,
             backends=tuple(backends),
             api_keys=keys,
+            counters_password=pulumi.Output.secret(seed.apply(gs.counters_password)),
             network=network,
             client_namespaces=tuple(team_namespace(t.team) for t in spec.teams),
             storage_class=storage_class,

@@ -154,14 +154,23 @@ def test_the_envoy_gateway_values_exist_in_the_pinned_chart_and_its_config_api()
     values = gm.envoy_gateway_values()
     config = values.pop("config")
     assert unknown_keys(values, chart_defaults("gateway-helm-v1.8.1-values.tmpl.yaml")) == []
+    # The rate limit container's variables are Kubernetes EnvVars: checked as a pod's.
+    deployment = config["envoyGateway"]["provider"]["kubernetes"]["rateLimitDeployment"]
+    env = deployment["container"].pop("env")
+    container = {"name": "envoy-ratelimit", "image": "x", "env": env}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ratelimit"},
+           "spec": {"containers": [container]}}  # fmt: skip
+    assert schema_errors([pod], SUPPORTED_KUBERNETES_VERSIONS[-1]) == []
+    assert {e["name"] for e in env} == {"REDIS_TLS_CACERT", "REDIS_AUTH"}
     # config.envoyGateway is the EnvoyGateway API object: every key one of its fields.
     assert _keys(config["envoyGateway"]) - _json_fields() == set()
     assert _keys({"extensionManger": {}}) - _json_fields() == {"extensionManger"}
     gateway = config["envoyGateway"]
     assert gateway["extensionApis"]["enableBackend"] is True
-    assert gateway["rateLimit"]["backend"]["redis"]["url"] == (
-        "llm-gateway-counters-valkey.envoy-gateway-system.svc.cluster.local:6379"
-    )
+    redis = gateway["rateLimit"]["backend"]["redis"]
+    assert redis["url"] == "llm-gateway-counters-valkey.envoy-gateway-system.svc.cluster.local:6379"
+    # Mutual TLS with the namespace's cluster-CA client certificate.
+    assert redis["tls"] == {"certificateRef": {"name": "gpuplatform-ca"}}
     assert gateway["extensionManager"]["backendResources"] == [
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}
     ]
@@ -174,6 +183,20 @@ def test_the_counters_values_pass_the_valkey_charts_schema() -> None:
     schema = json.loads((VALKEY / "valkey-0.11.0-values.schema.json").read_text())
     errors = jsonschema.Draft202012Validator(schema).iter_errors(merged(defaults, values))
     assert [e.message for e in errors] == []
+    # Only the rate limit service gets in: a password and a cluster-CA client certificate.
+    assert values["auth"]["enabled"] and values["auth"]["usersExistingSecret"] == (
+        gs.COUNTERS_USERS_SECRET
+    )
+    assert values["tls"]["enabled"] and values["tls"]["requireClientCertificate"]
+    server, client = gm.counters_certificates()
+    assert server["spec"]["secretName"] == values["tls"]["existingSecret"]
+    assert (
+        "llm-gateway-counters-valkey.envoy-gateway-system.svc.cluster.local"
+        in (server["spec"]["dnsNames"])
+    )
+    assert client["spec"]["usages"] == ["client auth", "digital signature"]
+    assert crd_errors([server, client]) == []
+    assert gs.counters_password("s") not in {gs.api_key("s", t.team, 1) for t in SPEC.teams}
     # Monthly budgets survive a restart: an append-only file on a kept volume.
     assert "appendonly yes" in values["valkeyConfig"]
     assert values["dataStorage"]["enabled"] and values["dataStorage"]["keepPvc"]
@@ -326,6 +349,9 @@ def test_the_proxies_reach_only_the_llm_namespaces_serving_ports() -> None:
     assert len(others) == 2  # the rate limit service and the controller, same namespace
     ingress = {p["metadata"]["namespace"]: p for p in gm.backend_ingress_policies(SPEC, BACKENDS)}
     assert sorted(ingress) == ["llm-serving", "team-nlp"]
+    # A team namespace may hold a backend and be a client: the two policies differ in name.
+    egress_names = {p["metadata"]["name"] for p in gm.client_egress_policies(["team-nlp"])}
+    assert egress_names.isdisjoint(p["metadata"]["name"] for p in ingress.values())
 
 
 # -- metrics and prices ----------------------------------------------------------------
@@ -425,8 +451,14 @@ def test_the_shipped_plans_hold_the_gateway_with_keys_and_limits(stack: str) -> 
     assert crd_errors([o for o in found if o.get("kind") in gm_kinds()]) == []
     config = parse_stack_config(load_stack_file(stack)[0]).llm_gateway
     assert config is not None
-    (secret,) = [o for o in found if o.get("kind") == "Secret"]
+    (secret,) = [
+        o for o in found if o.get("kind") == "Secret" and o["metadata"]["name"] == gs.KEYS_SECRET
+    ]
     assert secret["stringData"] == {t.team: "[secret]" for t in config.teams}
+    # The counters' password too: every Secret of the gateway is built from secrets.
+    secrets = [o for o in found if o.get("kind") == "Secret"]
+    assert len(secrets) == 2
+    assert all(v == "[secret]" for o in secrets for v in o["stringData"].values())
     (limits,) = [o for o in found if o.get("kind") == "BackendTrafficPolicy"]
     assert len(limits["spec"]["rateLimit"]["global"]["rules"]) == 2 * len(config.teams)
     charts = {o["chart"]: o["version"] for o in found if "chart" in o}

@@ -31,6 +31,7 @@ class GatewayInputs:
         spec: the ``llmGateway`` section.
         backends: one in-cluster backend per model (from the LLM services).
         api_keys: team -> its API key, each a Pulumi secret.
+        counters_password: the rate limit counters' password (a Pulumi secret).
         network: where the API server and the nodes (and so the load balancer) are.
         client_namespaces: the namespaces whose pods may call the gateway.
         storage_class: the counters' volume's storage class.
@@ -41,6 +42,7 @@ class GatewayInputs:
     spec: gs.LlmGatewaySpec
     backends: tuple[gs.LLMBackend, ...]
     api_keys: Mapping[str, pulumi.Input[str]]
+    counters_password: pulumi.Input[str]
     network: ClusterNetwork
     client_namespaces: tuple[str, ...]
     storage_class: str
@@ -114,12 +116,25 @@ class LlmGateway(pulumi.ComponentResource):
             gm.crds_values(),
             controller_ns,
         )
+        # The counters' certificates and password before the counters and their client.
+        counters_secrets = [
+            register(m, self, provider, depends_on=[*controller_ns, *pki_ready])
+            for m in gm.counters_certificates()
+        ]
+        counters_secrets.append(
+            register(
+                gm.counters_users_secret(inputs.counters_password),
+                self,
+                provider,
+                depends_on=controller_ns,
+            )
+        )
         counters = install(
             gs.COUNTERS_RELEASE,
             VALKEY_CHART,
             gs.CONTROLLER_NAMESPACE,
             gm.counters_values(spec, inputs.storage_class),
-            controller_ns,
+            [*controller_ns, *counters_secrets],
         )
         ai_crds = install(
             gs.AI_GATEWAY_CRDS_RELEASE, gs.AI_GATEWAY_CRDS, gs.AI_GATEWAY_NAMESPACE, {}, ai_ns

@@ -23,7 +23,13 @@ from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_nod
 from modules.k8s.gateway import spec as gs
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.pki.spec import service_dns_names, serving_certificate
+from modules.k8s.pki.spec import (
+    CA_BUNDLE_SECRET,
+    CA_KEY,
+    ca_bundle,
+    service_dns_names,
+    serving_certificate,
+)
 from modules.k8s.security import restricted_container, restricted_pod
 
 CONTROLLER_NS = PlatformNamespace(gs.CONTROLLER_NAMESPACE)
@@ -89,6 +95,31 @@ def crds_values() -> Manifest:
     }
 
 
+def counters_certificates() -> list[Manifest]:
+    """The counters' server certificate, and the rate limit service's client certificate
+    (the namespace's cluster-CA bundle, whose Secret also carries ``ca.crt``)."""
+    service = f"{gs.COUNTERS_RELEASE}-valkey"
+    return [
+        serving_certificate(
+            gs.COUNTERS_TLS_SECRET,
+            gs.CONTROLLER_NAMESPACE,
+            service_dns_names(service, gs.CONTROLLER_NAMESPACE),
+        ),
+        ca_bundle(gs.CONTROLLER_NAMESPACE),
+    ]
+
+
+def counters_users_secret(password: pulumi.Input[str]) -> Manifest:
+    """The counters' one user and its password (a Pulumi secret)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(gs.COUNTERS_USERS_SECRET, gs.CONTROLLER_NAMESPACE),
+        "type": "Opaque",
+        "stringData": {gs.COUNTERS_USER: password},
+    }
+
+
 def counters_url() -> str:
     """The counters' Valkey Service (the chart names it ``<release>-valkey``)."""
     host = f"{gs.COUNTERS_RELEASE}-valkey.{gs.CONTROLLER_NAMESPACE}.svc.cluster.local"
@@ -106,7 +137,6 @@ def envoy_gateway_values() -> Manifest:
         "config": {
             "envoyGateway": {
                 "gateway": {"controllerName": gs.CONTROLLER_NAME},
-                "provider": {"type": "Kubernetes"},
                 "extensionApis": {"enableEnvoyPatchPolicy": True, "enableBackend": True},
                 "extensionManager": {
                     "hooks": {
@@ -130,10 +160,40 @@ def envoy_gateway_values() -> Manifest:
                         {"group": INFERENCE_GROUP, "kind": "InferencePool", "version": "v1"}
                     ],
                 },
-                "rateLimit": {"backend": {"type": "Redis", "redis": {"url": counters_url()}}},
+                "rateLimit": {
+                    "backend": {
+                        "type": "Redis",
+                        "redis": {
+                            "url": counters_url(),
+                            # Mutual TLS: the client certificate (and the CA, ca.crt) of
+                            # the namespace's cluster-CA bundle, mounted at /redis-certs.
+                            "tls": {"certificateRef": {"name": CA_BUNDLE_SECRET}},
+                        },
+                    }
+                },
+                "provider": {
+                    "type": "Kubernetes",
+                    "kubernetes": {"rateLimitDeployment": {"container": {"env": ratelimit_env()}}},
+                },
             }
         },
     }
+
+
+def ratelimit_env() -> list[Manifest]:
+    """What Envoy Gateway v1.8.1 does not set on the rate limit service for a Redis with
+    a private CA and a password (envoyproxy/ratelimit's own settings): the CA that
+    verifies the counters' certificate, and the password, from the counters' users
+    Secret."""
+    return [
+        {"name": "REDIS_TLS_CACERT", "value": f"/redis-certs/{CA_KEY}"},
+        {
+            "name": "REDIS_AUTH",
+            "valueFrom": {
+                "secretKeyRef": {"name": gs.COUNTERS_USERS_SECRET, "key": gs.COUNTERS_USER}
+            },
+        },
+    ]
 
 
 def ai_gateway_values() -> Manifest:
@@ -159,6 +219,21 @@ def counters_values(spec: gs.LlmGatewaySpec, storage_class: str) -> Manifest:
     return {
         "podSecurityContext": restricted_pod(1000),
         "securityContext": container,
+        # The rate limit service signs in as `default` (a password-only connection).
+        "auth": {
+            "enabled": True,
+            "usersExistingSecret": gs.COUNTERS_USERS_SECRET,
+            "aclUsers": {gs.COUNTERS_USER: {"permissions": "~* &* +@all -@admin -@dangerous"}},
+        },
+        # TLS from the cluster CA, and only clients with a certificate from it.
+        "tls": {
+            "enabled": True,
+            "existingSecret": gs.COUNTERS_TLS_SECRET,
+            "serverPublicKey": "tls.crt",
+            "serverKey": "tls.key",
+            "caPublicKey": CA_KEY,
+            "requireClientCertificate": True,
+        },
         "dataStorage": {
             "enabled": True,
             "requestedSize": f"{spec.counters_storage_gib}Gi",
@@ -613,8 +688,9 @@ def client_egress_policies(client_namespaces: Sequence[str]) -> list[Manifest]:
 
 
 def gateway_namespace_policies() -> list[Manifest]:
-    """The gateway's own namespace holds configuration only (no pods): deny all."""
-    return [netpol.default_deny(gs.GATEWAY_NAMESPACE)]
+    """The gateway's own namespace holds configuration only (no pods): deny all but DNS
+    (every namespace's baseline, for whatever a person runs there to debug)."""
+    return [netpol.default_deny(gs.GATEWAY_NAMESPACE), netpol.allow_dns(gs.GATEWAY_NAMESPACE)]
 
 
 def backend_ingress_policies(
@@ -626,7 +702,7 @@ def backend_ingress_policies(
     return [
         netpol.allow_ingress(
             namespace,
-            "allow-llm-gateway",
+            "allow-llm-gateway-proxies",
             [netpol.namespace_peer(gs.CONTROLLER_NAMESPACE, proxy)],
             netpol.tcp(*ports),
         )

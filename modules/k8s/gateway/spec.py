@@ -54,6 +54,10 @@ ENVOY_GATEWAY_CRDS_RELEASE = "eg-crds"
 AI_GATEWAY_RELEASE = "aieg"
 AI_GATEWAY_CRDS_RELEASE = "aieg-crd"
 COUNTERS_RELEASE = "llm-gateway-counters"
+#: The counters' server certificate, and their one user and its password's Secret.
+COUNTERS_TLS_SECRET = "llm-gateway-counters-tls"
+COUNTERS_USERS_SECRET = "llm-gateway-counters-users"
+COUNTERS_USER = "default"
 
 GATEWAY_CLASS = "gpuplatform-llm"
 GATEWAY_NAME = "llm-gateway"
@@ -311,6 +315,13 @@ def api_key(seed: str, team: str, generation: int) -> str:
         seed.encode(), f"gpuplatform/llm-gateway/{team}/{generation}".encode(), hashlib.sha256
     ).digest()
     return "sk-" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def counters_password(seed: str) -> str:
+    """The rate limit counters' password, derived from the same secret seed as the API
+    keys under its own label (so it equals no team's key)."""
+    digest = hmac.new(seed.encode(), b"gpuplatform/llm-gateway/counters", hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def team_models(spec: LlmGatewaySpec, model: str) -> list[str]:
