@@ -8,7 +8,6 @@ shipped plan given an external provider's Backend is caught."""
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from modules.k8s.gateway import manifests as gm
 from modules.k8s.gateway import spec as gs
-from stacks.offline_plan import build_plan
+from tests.conftest import shipped_plan
 from tests.policies.builder import PlanBuilder, compliant_plan
 from tests.policies.serving_cases import k8s_provider
 from tests.policies.twins import breaking_caught, twin_tests
@@ -140,9 +139,9 @@ def test_jwt_from_an_issuer_authenticates_too() -> None:
 # -- a shipped plan given an external provider ----------------------------------------
 
 
-@functools.cache
 def _shipped(stack: str) -> Plan:
-    return build_plan(stack)
+    """The shipped plan's document, built once per session (shared with other tests)."""
+    return shipped_plan(stack)[1]
 
 
 def _openai_backend(plan: Plan) -> None:
