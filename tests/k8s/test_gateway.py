@@ -347,6 +347,15 @@ def test_the_proxies_reach_only_the_llm_namespaces_serving_ports() -> None:
     assert backend_rules == [(ns("llm-serving"), [8000, 9002]), (ns("team-nlp"), [8080])]
     others = [to for to, _ in out if "namespaceSelector" not in to]
     assert len(others) == 2  # the rate limit service and the controller, same namespace
+    (clients,) = [p for p in network_policies() if p["metadata"]["name"] == "allow-gateway-clients"]
+    (rule,) = clients["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": gs.PROXY_CONTAINER_PORT}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                                     "operator": "In",
+                                                     "values": ["team-nlp", "team-speech"]}]}},
+        {"ipBlock": {"cidr": "10.42.0.0/16"}},
+    ]  # fmt: skip
     ingress = {p["metadata"]["namespace"]: p for p in gm.backend_ingress_policies(SPEC, BACKENDS)}
     assert sorted(ingress) == ["llm-serving", "team-nlp"]
     # A team namespace may hold a backend and be a client: the two policies differ in name.

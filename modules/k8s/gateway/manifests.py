@@ -564,18 +564,14 @@ def controller_network_policies(
     ratelimit = {"app.kubernetes.io/name": "envoy-ratelimit"}
     own = netpol.same_namespace_peer
     routed = gs.routed_backends(spec, backends)
+    # HTTPS from the load balancer (VPC or site network) and the client namespaces.
+    clients = netpol.cidr_peers(network.node_cidrs)
+    if client_namespaces:
+        clients = [netpol.namespaces_peer(client_namespaces), *clients]
     policies = [
         *netpol.baseline(ns, network),
-        netpol.allow_ingress_rules(
-            ns,
-            "allow-gateway-clients",
-            [
-                ([netpol.namespaces_peer(client_namespaces)], netpol.tcp(gs.PROXY_CONTAINER_PORT)),
-                (netpol.cidr_peers(network.node_cidrs), netpol.tcp(gs.PROXY_CONTAINER_PORT)),
-            ]
-            if client_namespaces
-            else [(netpol.cidr_peers(network.node_cidrs), netpol.tcp(gs.PROXY_CONTAINER_PORT))],
-            pod_labels=proxy,
+        netpol.allow_ingress(
+            ns, "allow-gateway-clients", clients, netpol.tcp(gs.PROXY_CONTAINER_PORT), proxy
         ),
         netpol.policy(
             ns,
