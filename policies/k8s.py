@@ -72,6 +72,8 @@ CLUSTER_SCOPED_KINDS = frozenset(
         "IPoIBNetwork",
         "MacvlanNetwork",
         "HostDeviceNetwork",
+        # Gateway API (the LLM gateway)
+        "GatewayClass",
     }
 )
 

@@ -25,6 +25,8 @@ from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
+from modules.k8s.gateway.spec import LlmGatewaySpec
+from modules.k8s.gateway.spec import stack_problems as gateway_problems
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.pipelines.spec import PipelinesSpec, placement_problems
 from modules.k8s.queueing.spec import QueueingSpec
@@ -68,6 +70,8 @@ SECRET_KEYS = (
     "pipelinesDatabasePassword",
     "pipelinesObjectStoreAccessKey",
     "pipelinesObjectStoreSecretKey",
+    # The LLM gateway (docs/llm-gateway.md): what the teams' API keys are derived from.
+    "llmGatewayApiKeySeed",
 )
 
 # CloudWatch Logs accepts only these retention periods (days).
@@ -393,6 +397,10 @@ class StackConfig:
             value ``pipelinesDatabasePassword``.
         spark: the Spark Operator and the data-preparation jobs (`SparkSpec`,
             docs/data.md), off by default.
+        llm_gateway: the LLM gateway (`LlmGatewaySpec`, docs/llm-gateway.md): per team
+            the models it may call and its tokens per minute and per month, and each
+            model's price per million tokens; ``null`` (the default) installs none.
+            Needs the secret config value ``llmGatewayApiKeySeed``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -433,6 +441,8 @@ class StackConfig:
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
     pipelines: PipelinesSpec = field(default_factory=PipelinesSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
+    # -- the LLM gateway (docs/llm-gateway.md) --
+    llm_gateway: LlmGatewaySpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -492,6 +502,7 @@ class StackConfig:
         teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
         pools = (self.node_pools, self.onprem_node_pools)
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
+        check.problems += gateway_problems(self.llm_gateway, teams)
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

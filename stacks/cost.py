@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from modules.k8s.cost.spec import CostInputs, UnitPrices
+from modules.k8s.gateway.spec import LlmGatewaySpec
 
 from .config import PROJECT, StackConfig
 from .config_parsing import ConfigError
@@ -266,6 +267,39 @@ def render(stack: str, costs: Sequence[PoolCost], snapshot: PriceSnapshot, onpre
     return "\n".join(lines)
 
 
+def render_llm_gateway(spec: LlmGatewaySpec) -> str:
+    """The LLM gateway's part of `make cost`: per team and model, the price per million
+    tokens the stack file sets (its chargeback price), and the most a team's monthly
+    token budget can cost (every token at its dearest allowed price)."""
+    header = (
+        f"{'team':<14} {'model':<24} {'$/M input':>10} {'$/M output':>11} "
+        f"{'tokens/month':>15} {'max $/month':>13}"
+    )
+    lines = ["LLM gateway: price per million tokens, per team (USD)", "", header]
+    lines.append("-" * len(header))
+    for team in spec.teams:
+        prices = [spec.price(model) for model in team.models]
+        dearest = max(
+            max(p.input_usd_per_million_tokens, p.output_usd_per_million_tokens) for p in prices
+        )
+        for index, price in enumerate(prices):
+            budget = f"{team.tokens_per_month:,}" if index == 0 else ""
+            ceiling = f"{team.tokens_per_month / 1e6 * dearest:,.2f}" if index == 0 else ""
+            lines.append(
+                f"{team.team if index == 0 else '':<14} {price.model:<24} "
+                f"{price.input_usd_per_million_tokens:>10.4f} "
+                f"{price.output_usd_per_million_tokens:>11.4f} {budget:>15} {ceiling:>13}"
+            )
+    lines += [
+        "",
+        "Prices: the stack's llmGateway.prices (its chargeback rates per million tokens, set "
+        "in the stack file; not cloud prices). Tokens/month: each team's budget (30-day "
+        "windows). The serving pools' compute is in the table above; what the teams "
+        "actually spent is on the cost dashboard.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help=f"stack name ({', '.join(known_stacks())})")
@@ -292,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     costs = pool_costs(config, snapshot)
     print(render(options.stack, costs, snapshot, config.target == "onprem"))
+    if config.llm_gateway is not None:
+        print()
+        print(render_llm_gateway(config.llm_gateway))
     return 0
 
 

@@ -14,6 +14,7 @@ from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.site.eks import EksInputs, FsxInputs
 from modules.k8s.site.spec import SiteSpec
 from modules.k8s.site_audit.component import SiteAuditPolicy
+from modules.k8s.storage.spec import platform_storage_class
 from modules.k8s.tracking.manifests import TRACKING_URI
 from modules.k8s.tracking.spec import TrackingInputs
 from modules.k8s.tracking.users import PIPELINES_USERNAME, service_password
@@ -30,6 +31,7 @@ from .example_job import build_example_job
 from .example_service import build_example_service
 from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
+from .llm_gateway_layer import build_llm_gateway
 from .pipelines_layer import build_pipelines, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .secrets import missing_secret
@@ -313,6 +315,18 @@ def build_kubernetes_layer(
             storage_key_arn=foundation.storage_key_arn if foundation is not None else None,
             vpc_cidr=foundation.vpc_cidr if foundation is not None else None,
             network=args.network,
+            depends_on=[platform],
+        )
+    if config.llm_gateway is not None:
+        build_llm_gateway(
+            config,
+            provider,
+            # The LLM services' backends (one per model) are wired here on merge with
+            # modules/k8s/llm; until then the gateway routes no model.
+            backends=(),
+            network=args.network,
+            storage_class=platform_storage_class(args),
+            eks=args.eks is not None,
             depends_on=[platform],
         )
     if config.example_job is not None:

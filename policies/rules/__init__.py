@@ -16,6 +16,7 @@ from policies.rules import (
     exposure,
     features,
     fleet,
+    gateway,
     identity,
     kubernetes,
     pipelines,
@@ -61,6 +62,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         features,
         pipelines,
         spark,
+        gateway,
     )
     for rule in _rules_of(module)
 )

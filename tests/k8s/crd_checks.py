@@ -326,6 +326,26 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "SparkApplication": _spark_application,
 }
 
+# The LLM gateway's kinds: their vendored CRDs, strictly (tests/k8s/vendor/llm-gateway).
+CHECKS.update(
+    dict.fromkeys(
+        (
+            "GatewayClass",
+            "Gateway",
+            "ReferenceGrant",
+            "InferencePool",
+            "SecurityPolicy",
+            "BackendTrafficPolicy",
+            "ClientTrafficPolicy",
+            "EnvoyProxy",
+            "Backend",
+            "AIGatewayRoute",
+            "AIServiceBackend",
+        ),
+        vendored_crd_errors,
+    )
+)
+
 
 def crd_errors(manifests: Iterable[Mapping[str, Any]]) -> list[str]:
     """Problems of every CRD object, one line each; an unknown CRD kind is a problem too

@@ -22,9 +22,11 @@ from modules.k8s.cost.spec import (
     budget_alerts,
     cost_dashboard,
     cost_rule,
+    llm_gateway_rows,
     opencost_values,
     recording_rules,
 )
+from modules.k8s.gateway import manifests as gateway
 from modules.k8s.monitoring.spec import PROMETHEUS_TLS, monitoring_certificates
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY
 from stacks.config import parse_stack_config
@@ -118,6 +120,8 @@ def _metric_names(expr: str) -> set[str]:
 def test_cost_expressions_read_only_exported_metrics() -> None:
     recorded = {r["record"] for r in recording_rules()}
     exported = set(OPENCOST_METRICS) | set(KUBE_STATE_METRICS) | recorded
+    # The LLM gateway's rows: AI Gateway's gen_ai metrics and the gateway's spend series.
+    exported |= {gateway.TOKEN_METRIC, gateway.REQUEST_METRIC, gateway.COST_SERIES}
     used: set[str] = set()
     for expr in _expressions():
         used |= _metric_names(expr)
@@ -175,5 +179,5 @@ def test_every_shipped_cluster_runs_opencost_with_its_budgets(stack: str) -> Non
         and r.inputs["metadata"]["name"] == "gpuplatform-cost-dashboard"
     ]
     model = json.loads(next(iter(dashboard["data"].values())))
-    assert len(model["panels"]) == 6
+    assert len(model["panels"]) == 6 + len(llm_gateway_rows())
     assert any(re.search(r"queue_name", t["expr"]) for p in model["panels"] for t in p["targets"])

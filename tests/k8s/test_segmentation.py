@@ -57,6 +57,31 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
     "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
     # Spark (tests/k8s/test_spark.py): the operator's webhook.
     "spark-operator": {"allow-dns", "allow-api-server", "allow-webhooks"},
+    # The LLM gateway (tests/k8s/test_gateway.py): the proxies, the rate limit service
+    # and its counters, the controllers; its own namespace holds configuration only.
+    "envoy-gateway-system": {
+        "allow-dns",
+        "allow-api-server",
+        "allow-webhooks",
+        "allow-gateway-clients",
+        "allow-proxy-egress",
+        "allow-ratelimit-from-proxies",
+        "allow-ratelimit-egress",
+        "allow-ratelimit-config",
+        "allow-counters-from-ratelimit",
+        "allow-controller-xds",
+        "allow-controller-extension",
+        "allow-proxy-scrape",
+        "allow-controller-scrape",
+    },
+    "envoy-ai-gateway-system": {
+        "allow-dns",
+        "allow-api-server",
+        "allow-webhooks",
+        "allow-extension-from-envoy-gateway",
+        "allow-metrics-scrape",
+    },
+    "llm-gateway": {"allow-dns"},
 }
 #: Each team's Spark namespace (``spark-<team>``, one per team with a job): the jobs reach
 #: their store, the drivers the API server (plus, per job of that team, its own pods).
@@ -171,6 +196,8 @@ def _team_allows(stack: str, team: str) -> set[str]:
         allows.add(f"example-{service.model_name}-drift-ingress")
     if c.features.enabled and f"team-{team}" in c.features.client_namespaces:
         allows.add("allow-feast")
+    if c.llm_gateway is not None and team in {t.team for t in c.llm_gateway.teams}:
+        allows.add("allow-llm-gateway")  # egress to the gateway's proxies
     return allows
 
 

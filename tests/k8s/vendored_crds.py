@@ -51,6 +51,27 @@ FILES: dict[tuple[str, str], str] = {
         "spark-operator/sparkoperator.k8s.io_sparkapplications.yaml"
     ),
 }
+# The LLM gateway's kinds (tests/k8s/vendor/llm-gateway/README.md): Gateway API v1.5.1
+# (standard channel), the Inference Extension v1.5.0, Envoy Gateway v1.8.1, Envoy AI
+# Gateway v1.0.0.
+FILES.update(
+    {
+        (group, kind): f"llm-gateway/{group}_{plural}.yaml"
+        for group, kind, plural in (
+            ("gateway.networking.k8s.io", "GatewayClass", "gatewayclasses"),
+            ("gateway.networking.k8s.io", "Gateway", "gateways"),
+            ("gateway.networking.k8s.io", "ReferenceGrant", "referencegrants"),
+            ("inference.networking.k8s.io", "InferencePool", "inferencepools"),
+            ("gateway.envoyproxy.io", "SecurityPolicy", "securitypolicies"),
+            ("gateway.envoyproxy.io", "BackendTrafficPolicy", "backendtrafficpolicies"),
+            ("gateway.envoyproxy.io", "ClientTrafficPolicy", "clienttrafficpolicies"),
+            ("gateway.envoyproxy.io", "EnvoyProxy", "envoyproxies"),
+            ("gateway.envoyproxy.io", "Backend", "backends"),
+            ("aigateway.envoyproxy.io", "AIGatewayRoute", "aigatewayroutes"),
+            ("aigateway.envoyproxy.io", "AIServiceBackend", "aiservicebackends"),
+        )
+    }
+)
 _GROUP_OF_KIND = {kind: group for group, kind in FILES}
 
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from modules.k8s import netpol
 from modules.k8s.common import Manifest, metadata, system_node_selector
+from modules.k8s.gateway import manifests as gm
+from modules.k8s.gateway import spec as gs
 from modules.k8s.monitoring.dashboards import dashboard_configmap
 from modules.k8s.monitoring.spec import PROMETHEUS_POD_LABELS, PROMETHEUS_PORT, PROMETHEUS_URL
 from modules.k8s.names import MONITORING_NAMESPACE, team_namespace
@@ -268,6 +270,27 @@ def _panel(panel_id: int, title: str, target: tuple[str, str], unit: str) -> dic
     }
 
 
+def llm_gateway_rows() -> list[tuple[str, tuple[str, str], str]]:
+    """The LLM gateway's rows (docs/llm-gateway.md): requests and tokens per team from AI
+    Gateway's gen_ai metrics, and the teams' spend at the stack's prices per million
+    tokens (`modules.k8s.gateway.manifests.cost_rules`); empty where no gateway runs."""
+    team = gs.TEAM_LABEL
+    by_team = f"{{{{{team}}}}}"
+    tokens = f'{gm.TOKEN_METRIC}{{gen_ai_token_type=~"input|output"}}'
+    # The spend series is USD per second over 5 minutes: summed per 5 minutes, times 300.
+    spend_30d = f"sum by ({team}) (sum_over_time({gm.COST_SERIES}[30d:5m]) * 300)"
+    tokens_30d = f"sum by ({team}) (increase({tokens}[30d]))"
+    return [
+        ("LLM gateway requests per team, per day",
+         (f"sum by ({team}) (increase({gm.REQUEST_METRIC}[1d]))", by_team), "short"),
+        ("LLM gateway tokens per team, per day",
+         (f"sum by ({team}) (increase({tokens}[1d]))", by_team), "short"),
+        ("LLM gateway cost per team, last 30 days (USD)", (spend_30d, by_team), "currencyUSD"),
+        ("LLM gateway USD per million tokens per team, last 30 days",
+         (f"{spend_30d} / {tokens_30d} * 1e6", by_team), "currencyUSD"),
+    ]  # fmt: skip
+
+
 def cost_dashboard() -> dict[str, Any]:
     """Team GPU-hours and cost per day and month, and GPU-hours per Kueue queue."""
     teams = 'namespace=~"team-.*"'
@@ -290,6 +313,7 @@ def cost_dashboard() -> dict[str, Any]:
         ("Cost per team, last 30 days (USD)", (over(cost, "30d"), by_team), "currencyUSD"),
         ("GPU-hours per Kueue queue, per day", (over(f"({queue_gpus})", "1d"), by_queue), "h"),
         ("GPU-hours per Kueue queue, 30 days", (over(f"({queue_gpus})", "30d"), by_queue), "h"),
+        *llm_gateway_rows(),
     ]
     panels = [_panel(i + 1, title, target, unit) for i, (title, target, unit) in enumerate(rows)]
     return {
