@@ -158,7 +158,8 @@ TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/wor
 	profile trainer_image_boundary tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
-	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py
+	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py \
+	tests/workloads/test_lifecycle_hf.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
@@ -421,3 +422,11 @@ pipeline: $(DEPS_pipelines) $(DEPS_data) $(DEPS_training) $(DEPS_lifecycle) ## S
 
 pipeline-ir: $(DEPS_pipelines) ## compile the pipeline to KFP's IR YAML: workloads/pipelines/data_to_model.yaml (the cluster's)
 	@$(PY_pipelines) -m workloads.pipelines.pipeline
+
+# --- Hugging Face export (issue 31; docs/lifecycle.md, "A Hugging Face model folder") ---
+# The checkpoint as a GPT2LMHeadModel folder (safetensors) with the byte tokenizer and a
+# chat template: AutoModelForCausalLM, AutoTokenizer and vLLM load it with no custom code.
+.PHONY: export-hf
+export-hf: $(DEPS_lifecycle) ## CKPT=<a run's --ckpt-dir or its step_N> -> Hugging Face GPT-2 folder in OUT= (default build/export-hf/NAME)
+	@test -n "$(CKPT)" || { echo "export-hf: give CKPT=<a training run's --ckpt-dir or one of its step_<N> folders>" >&2; exit 2; }
+	@$(call exact,$(PY_lifecycle) -m workloads.inference.hf_export "$(CKPT)" $(if $(OUT),--out "$(OUT)") $(ARGS))
