@@ -547,7 +547,10 @@ def _register_transformers(
     # MLflow 3.17's log_model(<folder path>) fails on transformers 5 (it reads the task's
     # pipeline class from a registry entry that is now a string), so the folder is loaded
     # into the pipeline it logs; save_pretrained writes the same weights and tokenizer.
-    generator = pipeline(
+    # Any: transformers' overloads take a literal task and a PreTrainedModel, and
+    # from_pretrained's declared return type is neither.
+    make_pipeline: Any = pipeline
+    generator = make_pipeline(
         HF_TASK,
         model=AutoModelForCausalLM.from_pretrained(str(folder)),
         tokenizer=AutoTokenizer.from_pretrained(str(folder)),
