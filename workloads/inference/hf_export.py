@@ -149,7 +149,7 @@ def read_record(folder: Path) -> HfExport:
         ) from err
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     """transformers narrates loading and saving (progress bars, notes about generation
     settings); the export prints its own two lines."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here is fetched from a hub
@@ -426,7 +426,7 @@ def export_hf(
         check_output(out, root)  # again under the lock: another export may just have ended
         model = load_model(step_dir, config)
         windows = torch.from_numpy(heldout_tokens(config, HELDOUT_SEQUENCES)[:, :-1])
-        _quiet_transformers()
+        quiet_transformers()
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
         try:
             _write_folder(model, tmp)

@@ -64,7 +64,7 @@ from workloads.inference.errors import ExportError
 from workloads.inference.export import DEFAULT_EXPORT_ROOT, checkpoint_root, export_checkpoint
 from workloads.inference.hf_export import DEFAULT_EXPORT_ROOT as HF_EXPORT_ROOT
 from workloads.inference.hf_export import RECORD_FILE as HF_RECORD_FILE
-from workloads.inference.hf_export import HfExport, export_hf, read_record
+from workloads.inference.hf_export import HfExport, export_hf, quiet_transformers, read_record
 from workloads.inference.source import resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER, ByteTokenizer
 from workloads.inference.triton import check_model_name, write_repository
@@ -537,6 +537,7 @@ def _register_transformers(
     existing = _existing_version(client, uri, hf_name, run_id, str(step))
     if existing is not None:
         return str(existing.version)
+    quiet_transformers()  # no progress bars between register's lines
     folder, record = _hf_export_for(run_id, step_dir)
     import mlflow.transformers  # noqa: PLC0415
     from huggingface_hub import ModelCard  # noqa: PLC0415
