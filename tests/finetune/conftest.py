@@ -6,6 +6,7 @@ value, as `make export-hf` writes it, plus ``</s>`` as EOS), saved with
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     FalconConfig,
     FalconForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -69,3 +72,25 @@ def falcon_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
         max_position_embeddings=64, eos_token_id=256, bos_token_id=None,
     )  # fmt: skip
     return _save(FalconForCausalLM(config), tmp_path_factory.mktemp("falcon") / "base")
+
+
+@pytest.fixture(scope="session")
+def gpt2_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shape `make export-hf` writes: GPT-2 (Conv1D projections), 256 byte ids, no
+    special tokens."""
+    torch.manual_seed(3)
+    config = GPT2Config(
+        vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+        activation_function="gelu_pytorch_tanh", bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("gpt2") / "base"
+    GPT2LMHeadModel(config).save_pretrained(str(folder))
+    tokenizer = byte_level_tokenizer()
+    core = json.loads(tokenizer.backend_tokenizer.to_str())
+    core["added_tokens"] = []  # the byte tokenizer alone: ids 0-255
+    (folder / "tokenizer.json").write_text(json.dumps(core), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}), encoding="utf-8"
+    )
+    (folder / "hf_export.json").write_text("{}", encoding="utf-8")  # the base's own record
+    return folder

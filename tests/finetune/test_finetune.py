@@ -132,6 +132,20 @@ def test_lora_on_a_falcon_style_base_from_a_dataset_directory(
     assert targets == {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}
 
 
+def test_lora_on_a_gpt2_base_as_make_export_hf_writes_it(
+    gpt2_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPT-2's projections are Conv1D (weight transposed): PEFT's fan_in_fan_out."""
+    run = _run(gpt2_base, write_pairs(tmp_path / "pairs.jsonl"), tmp_path / "out", capsys)
+    _check_outputs(run)
+    config = json.loads((run.out / "adapter" / "adapter_config.json").read_text())
+    assert config["fan_in_fan_out"] is True
+    targets = {name.rsplit(".", 1)[-1] for name in config["target_modules"]}
+    assert targets == {"c_attn", "c_proj", "c_fc"}
+    # Only the tokenizer is copied from the base: its record describes the base.
+    assert not (run.out / "merged" / "hf_export.json").exists()
+
+
 def _one_line(capsys: pytest.CaptureFixture[str], needle: str) -> None:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

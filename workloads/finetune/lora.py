@@ -63,10 +63,14 @@ ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 #: What a fine-tuning output holds at its top level (an earlier one has these only).
 OUTPUT_ENTRIES = frozenset({RECORD_FILE, ADAPTER_DIR, MERGED_DIR})
-#: Files of a model folder that are the model itself, not its tokenizer: the merged
-#: model writes its own; every other file of the base (the tokenizer's) is copied.
-_MODEL_FILES = ("config.json", "generation_config.json")
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".msgpack", ".h5")
+#: The tokenizer's files in a model folder (transformers' and sentencepiece's names):
+#: the merged model gets the base's, byte for byte. Nothing else of the base is copied
+#: (its weights, config and any record of where it came from describe the base).
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model",
+    "spiece.model", "chat_template.json", "chat_template.jinja",
+)  # fmt: skip
 #: Merged vs adapted logits: the same weights added before instead of after the matmul.
 DEFAULT_LOGIT_ATOL = 1e-4
 IGNORE = -100
@@ -368,12 +372,10 @@ def check_output(out: Path, base: Path, data: Path) -> None:
 
 
 def _copy_tokenizer_files(base: Path, merged: Path) -> None:
-    """The base's tokenizer files (and any other non-weight file), byte for byte."""
-    for path in sorted(base.iterdir()):
-        if not path.is_file() or path.name in _MODEL_FILES or path.name.endswith(_WEIGHT_SUFFIXES):
-            continue
-        if not (merged / path.name).exists():
-            shutil.copyfile(path, merged / path.name)
+    """The base's tokenizer files (`_TOKENIZER_FILES`), byte for byte."""
+    for name in _TOKENIZER_FILES:
+        if (base / name).is_file():
+            shutil.copyfile(base / name, merged / name)
 
 
 # --- training ---------------------------------------------------------------------------
