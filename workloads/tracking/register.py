@@ -378,22 +378,33 @@ def register(
         check_model_name(f"{name}-int8")
     except ExportError as err:
         raise RegistryError(f"{err}; choose another with --name") from err
+    result = _register_onnx(
+        client, uri, run, name=name, step=step, step_dir=step_dir, export_dir=export_dir
+    )
+    if not transformers:
+        return result
+    hf_version = _register_transformers(
+        client, uri, run_id, name=name, step=step, step_dir=step_dir, onnx_version=result.version
+    )
+    return dataclasses.replace(result, transformers_version=hf_version)
+
+
+def _register_onnx(
+    client: Any,
+    uri: str,
+    run: Any,
+    *,
+    name: str,
+    step: int,
+    step_dir: Path,
+    export_dir: Path | None,
+) -> Registration:
+    """Steps 1-6: the ONNX version of the run's checkpoint (the one made earlier, or a
+    new one)."""
+    run_id = str(run.info.run_id)
     existing = _existing_version(client, uri, name, run_id, str(step))
     if existing is not None:
-        hf_version = (
-            _register_transformers(
-                client,
-                uri,
-                run_id,
-                name=name,
-                step=step,
-                step_dir=step_dir,
-                onnx_version=str(existing.version),
-            )
-            if transformers
-            else ""
-        )
-        return Registration(name, str(existing.version), False, "", dict(existing.tags), hf_version)
+        return Registration(name, str(existing.version), False, "", dict(existing.tags))
 
     out, card = _export_for(run_id, step_dir, export_dir)
     digest = export_digest(out, card)
@@ -483,20 +494,7 @@ def register(
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    hf_version = (
-        _register_transformers(
-            client,
-            uri,
-            run_id,
-            name=name,
-            step=step,
-            step_dir=step_dir,
-            onnx_version=str(version.version),
-        )
-        if transformers
-        else ""
-    )
-    return Registration(name, str(version.version), True, alias, tags, hf_version)
+    return Registration(name, str(version.version), True, alias, tags)
 
 
 def _hf_export_for(run_id: str, step_dir: Path) -> tuple[Path, HfExport]:
