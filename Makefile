@@ -158,7 +158,8 @@ TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/wor
 	profile trainer_image_boundary tracking_client train tp memory_plan))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
-	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py
+	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py \
+	tests/workloads/test_lifecycle_hf.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
@@ -421,3 +422,43 @@ pipeline: $(DEPS_pipelines) $(DEPS_data) $(DEPS_training) $(DEPS_lifecycle) ## S
 
 pipeline-ir: $(DEPS_pipelines) ## compile the pipeline to KFP's IR YAML: workloads/pipelines/data_to_model.yaml (the cluster's)
 	@$(PY_pipelines) -m workloads.pipelines.pipeline
+
+# --- Hugging Face export (issue 31; docs/lifecycle.md, "A Hugging Face model folder") ---
+# The checkpoint as a GPT2LMHeadModel folder (safetensors) with the byte tokenizer and a
+# chat template: AutoModelForCausalLM, AutoTokenizer and vLLM load it with no custom code.
+.PHONY: export-hf
+export-hf: $(DEPS_lifecycle) ## CKPT=<a run's --ckpt-dir or its step_N> -> Hugging Face GPT-2 folder in OUT= (default build/export-hf/NAME)
+	@test -n "$(CKPT)" || { echo "export-hf: give CKPT=<a training run's --ckpt-dir or one of its step_<N> folders>" >&2; exit 2; }
+	@$(call exact,$(PY_lifecycle) -m workloads.inference.hf_export "$(CKPT)" $(if $(OUT),--out "$(OUT)") $(ARGS))
+
+# --- LoRA fine-tuning (issue 32; docs/finetune.md) ---------------------------------------
+# Its own environment (.venv-finetune, locks/finetune.txt + torch's CPU build): the
+# environment rules above are made for ENVS as they were there, so this block makes its own
+# (the same macros) and adds it to what setup, test, typecheck and print-environments run.
+ENVS           += finetune
+VENV_finetune  := .venv-finetune
+PY_finetune    := $(VENV_finetune)/bin/python
+$(eval $(call environment,finetune))
+$(eval $(call torch,finetune))
+DEPS_finetune  := $(VENV_finetune)/.installed-torch $(VENV_finetune)/.installed-finetune
+TEST_DEPS      += $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
+CODE_finetune  := workloads/finetune
+TESTS_finetune := tests/finetune
+PYTEST_JOBS    += finetune
+TEST_JOB_TARGETS += pytest-finetune mypy-finetune
+.PHONY: finetune pytest-finetune mypy-finetune typecheck-finetune
+# The same job rules as the other environments' (`make test`, above).
+$(eval mypy-finetune: ; $(call test_job,mypy-finetune,$(call mypy_in,finetune)))
+$(eval pytest-finetune: ; $(call test_job,pytest-finetune,\
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u ARGS $(VENV_finetune)/bin/pytest $(TESTS_finetune) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; }))
+# setup, test and typecheck read TEST_DEPS where they are defined, before this block.
+setup test: $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
+typecheck: typecheck-finetune
+typecheck-finetune: $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
+	$(call mypy_in,finetune)
+
+finetune: $(DEPS_finetune) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model
+	@test -n "$(BASE)" || { echo "finetune: give BASE=<a Hugging Face model folder (make export-hf OUT=...)>" >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "finetune: give DATA=<a make data dataset dir or a JSONL file of prompt/response pairs>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "finetune: give OUT=<a new directory for the adapter and the merged model>" >&2; exit 2; }
+	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(ARGS))

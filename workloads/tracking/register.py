@@ -22,6 +22,12 @@ model version that is an MLflow model, with its Triton repository.
    URI, the parity figures and the two storage paths serving needs.
 6. Aliases: the first version becomes ``champion``; a later one ``challenger`` (what a
    canary runs; `make promote` makes it the champion).
+7. Beside it, the same checkpoint as a Hugging Face model (`workloads.inference.hf_export`,
+   parity checked; ``build/export-hf/run-<id>/``) is logged through MLflow's transformers
+   flavor as a ``text-generation`` pipeline and registered as ``<name>-hf`` (loads with
+   ``mlflow.transformers.load_model``; what vLLM serves), tagged like the ONNX version,
+   with its own aliases; the ONNX version is tagged with its URI. ``--no-transformers``
+   leaves it out.
 
 Exit status: 0 registered (or already registered), 2 unknown run, no checkpoint, a
 tracking URI that is not a server's URL, unreachable server or a failed export, 130
@@ -56,6 +62,9 @@ from workloads.inference.card import (
 from workloads.inference.drift import REFERENCE_FILE
 from workloads.inference.errors import ExportError
 from workloads.inference.export import DEFAULT_EXPORT_ROOT, checkpoint_root, export_checkpoint
+from workloads.inference.hf_export import DEFAULT_EXPORT_ROOT as HF_EXPORT_ROOT
+from workloads.inference.hf_export import RECORD_FILE as HF_RECORD_FILE
+from workloads.inference.hf_export import HfExport, export_hf, quiet_transformers, read_record
 from workloads.inference.source import resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER, ByteTokenizer
 from workloads.inference.triton import check_model_name, write_repository
@@ -96,6 +105,16 @@ CANARY_PERCENT = 25
 #: A logged model's artifact location: ``<experiment root>/models/<model id>/artifacts``.
 _MODEL_LOCATION = re.compile(r"/(?P<experiment>[^/]+)/models/(?P<model>[^/]+)/artifacts/?$")
 
+#: The transformers-flavor model of a registration: ``<name>-hf``, a text-generation
+#: pipeline (step 7 of the module docstring).
+HF_SUFFIX = "-hf"
+HF_TASK = "text-generation"
+#: The ONNX version's tag naming the transformers model version of the same checkpoint.
+HF_MODEL_TAG = "transformers_model_uri"
+#: New tokens a pyfunc ``predict`` generates unless its ``max_new_tokens`` param says
+#: otherwise (the pipeline's own default, 256, runs past the tiny model's context).
+HF_MAX_NEW_TOKENS = 32
+
 #: Kept for callers of the earlier name.
 RegisterError = RegistryError
 
@@ -110,6 +129,8 @@ class Registration:
         created: false when that version existed already (nothing was logged).
         alias: the alias this call set (``champion``, ``challenger``), or empty.
         tags: the version's tags.
+        transformers_version: the ``<name>-hf`` version of the same checkpoint (empty
+            when left out with ``--no-transformers``).
     """
 
     name: str
@@ -117,6 +138,7 @@ class Registration:
     created: bool
     alias: str
     tags: dict[str, str]
+    transformers_version: str = ""
 
 
 def _get_run(client: Any, run_id: str, uri: str) -> Any:
@@ -322,9 +344,21 @@ def _set_alias(client: Any, uri: str, name: str, version: str) -> str:
 
 
 def register(
-    run_id: str, uri: str, *, model_name: str = "", export_dir: Path | None = None
+    run_id: str,
+    uri: str,
+    *,
+    model_name: str = "",
+    export_dir: Path | None = None,
+    transformers: bool = True,
 ) -> Registration:
     """Register ``run_id``'s final checkpoint (see the module docstring).
+
+    Args:
+        run_id: the tracked training run.
+        uri: the tracking server (or SQLite store).
+        model_name: the registered model (default: the run's preset).
+        export_dir: an ONNX export of the run's final checkpoint to register.
+        transformers: also register the Hugging Face export as ``<name>-hf``.
 
     Raises:
         RegistryError: unknown run, no checkpoint, unusable name, unreachable server.
@@ -344,6 +378,30 @@ def register(
         check_model_name(f"{name}-int8")
     except ExportError as err:
         raise RegistryError(f"{err}; choose another with --name") from err
+    result = _register_onnx(
+        client, uri, run, name=name, step=step, step_dir=step_dir, export_dir=export_dir
+    )
+    if not transformers:
+        return result
+    hf_version = _register_transformers(
+        client, uri, run_id, name=name, step=step, step_dir=step_dir, onnx_version=result.version
+    )
+    return dataclasses.replace(result, transformers_version=hf_version)
+
+
+def _register_onnx(
+    client: Any,
+    uri: str,
+    run: Any,
+    *,
+    name: str,
+    step: int,
+    step_dir: Path,
+    export_dir: Path | None,
+) -> Registration:
+    """Steps 1-6: the ONNX version of the run's checkpoint (the one made earlier, or a
+    new one)."""
+    run_id = str(run.info.run_id)
     existing = _existing_version(client, uri, name, run_id, str(step))
     if existing is not None:
         return Registration(name, str(existing.version), False, "", dict(existing.tags))
@@ -439,6 +497,138 @@ def register(
     return Registration(name, str(version.version), True, alias, tags)
 
 
+def _hf_export_for(run_id: str, step_dir: Path) -> tuple[Path, HfExport]:
+    """The Hugging Face export of ``step_dir``: the earlier one in
+    ``build/export-hf/run-<id>`` when it is of this checkpoint, else a fresh one there."""
+    out = HF_EXPORT_ROOT / f"run-{run_id}"
+    try:
+        record = read_record(out)
+        if Path(record.source.get("checkpoint", "")).resolve() == step_dir.resolve():
+            print(f"register: using the Hugging Face export of this checkpoint in {out}/")
+            return out, record
+    except ExportError:
+        pass  # none there (or unreadable): export
+    run = read_run_record(checkpoint_root(step_dir))
+    if run is None:
+        raise RegistryError(f"{step_dir.parent} has no run.json; cannot rebuild the model")
+    print(f"register: exporting {step_dir} to {out}/ (Hugging Face, parity checked)", flush=True)
+    record = export_hf(step_dir, out, run.config, run_id=run_id, revision=run.git_revision)
+    return out, record
+
+
+def _hf_pip_requirements() -> list[str]:
+    """What loading the pipeline imports, pinned to this environment (given, so MLflow
+    does not start a process that loads the model to find out)."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    # torch's local version label (+cpu) names a wheel index, not a release.
+    pins = [f"torch=={version('torch').split('+')[0]}"]
+    return pins + [f"{p}=={version(p)}" for p in ("transformers", "tokenizers", "safetensors")]
+
+
+def _register_transformers(
+    client: Any, uri: str, run_id: str, *, name: str, step: int, step_dir: Path, onnx_version: str
+) -> str:
+    """Step 7: the checkpoint's Hugging Face export as version of ``<name>-hf``; that
+    version (an earlier one of this run and step when there is one)."""
+    hf_name = f"{name}{HF_SUFFIX}"
+    existing = _existing_version(client, uri, hf_name, run_id, str(step))
+    if existing is not None:
+        return str(existing.version)
+    quiet_transformers()  # no progress bars between register's lines
+    folder, record = _hf_export_for(run_id, step_dir)
+    import mlflow.transformers  # noqa: PLC0415
+    from huggingface_hub import ModelCard  # noqa: PLC0415
+    from mlflow.models import infer_signature  # noqa: PLC0415
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: PLC0415
+
+    # MLflow 3.17's log_model(<folder path>) fails on transformers 5 (it reads the task's
+    # pipeline class from a registry entry that is now a string), so the folder is loaded
+    # into the pipeline it logs; save_pretrained writes the same weights and tokenizer.
+    # Any: transformers' overloads take a literal task and a PreTrainedModel, and
+    # from_pretrained's declared return type is neither.
+    make_pipeline: Any = pipeline
+    generator = make_pipeline(
+        HF_TASK,
+        model=AutoModelForCausalLM.from_pretrained(str(folder)),
+        tokenizer=AutoTokenizer.from_pretrained(str(folder)),
+    )
+    prompt = "The "
+    signature = infer_signature(
+        [prompt], [prompt], params={"max_new_tokens": HF_MAX_NEW_TOKENS, "do_sample": False}
+    )
+    card = ModelCard(
+        f"# {hf_name}\n\nA GPT-2 architecture model trained on the platform (run {run_id}, "
+        f"checkpoint {step_dir.name}), exported by `make export-hf`: byte-level UTF-8 "
+        "tokenizer (one token per byte), no end-of-text token.\n"
+    )
+    experiment_id = call(uri, lambda: client.get_run(run_id)).info.experiment_id
+    model = call(
+        uri,
+        lambda: client.create_logged_model(
+            experiment_id, name=hf_name, source_run_id=run_id, model_type="transformers"
+        ),
+    )
+    version: Any = None
+    try:
+        with _use_tracking_uri(uri):
+            info = call(
+                uri,
+                lambda: mlflow.transformers.log_model(
+                    generator,
+                    name=hf_name,
+                    model_id=model.model_id,
+                    run_id=run_id,
+                    task=HF_TASK,
+                    model_card=card,
+                    signature=signature,
+                    model_config={"max_new_tokens": HF_MAX_NEW_TOKENS},
+                    metadata={"run_id": run_id, STEP_TAG: str(step), "format": "transformers"},
+                    pip_requirements=_hf_pip_requirements(),
+                ),
+            )
+        extras = Path(tempfile.mkdtemp(prefix="register-hf-"))
+        try:
+            shutil.copyfile(folder / HF_RECORD_FILE, extras / HF_RECORD_FILE)
+            call(uri, lambda: client.log_model_artifacts(info.model_id, str(extras)))
+        finally:
+            shutil.rmtree(extras, ignore_errors=True)
+        tags = {
+            "run_id": run_id,
+            "checkpoint": str(step_dir),
+            STEP_TAG: str(step),
+            "format": "transformers",
+            "task": HF_TASK,
+            "onnx_model_version": f"models:/{name}/{onnx_version}",
+            "parity.max_abs_logit_diff": f"{record.max_abs_logit_diff:.3g}",
+        }
+        call(uri, lambda: _ensure_registered_model(client, hf_name))
+        version = call(
+            uri,
+            lambda: client.create_model_version(
+                hf_name,
+                source=info.model_uri,
+                run_id=run_id,
+                model_id=info.model_id,
+                tags=tags,
+                description=(
+                    f"checkpoint {step_dir.name} of run {run_id}: Hugging Face GPT2LMHeadModel "
+                    f"with the byte tokenizer (ONNX: models:/{name}/{onnx_version})"
+                ),
+            ),
+        )
+        _set_alias(client, uri, hf_name, str(version.version))
+        uri_of = f"models:/{hf_name}/{version.version}"
+        call(uri, lambda: client.set_model_version_tag(name, onnx_version, HF_MODEL_TAG, uri_of))
+    except BaseException:
+        if version is None:
+            with contextlib.suppress(Exception):
+                client.finalize_logged_model(model.model_id, "FAILED")
+        raise
+    return str(version.version)
+
+
 def _ensure_registered_model(client: Any, name: str) -> None:
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
 
@@ -463,6 +653,12 @@ def _report(result: Registration, run_id: str, uri: str) -> None:
     print(
         f"register: load it with mlflow.onnx.load_model('models:/{result.name}/{result.version}')"
     )
+    if result.transformers_version:
+        hf_uri = f"models:/{result.name}{HF_SUFFIX}/{result.transformers_version}"
+        print(
+            f"register: the Hugging Face model is {hf_uri}: load it with "
+            f"mlflow.transformers.load_model('{hf_uri}')"
+        )
     if tags.get(TRITON_PATH_TAG):
         print(f"register: storagePath on GPU pools (Triton): {tags[TRITON_PATH_TAG]}")
     if tags.get(CPU_PATH_TAG):
@@ -494,6 +690,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--name", default="", help="registered model name (default: preset)")
     parser.add_argument("--export-dir", type=Path, help="an export of the run's checkpoint")
+    parser.add_argument(
+        "--no-transformers",
+        action="store_true",
+        help=f"do not register the Hugging Face export as <name>{HF_SUFFIX}",
+    )
     args = parser.parse_args(argv)
     run_id = args.run_id.strip()
     if not run_id:
@@ -501,7 +702,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     try:
         result = register(
-            run_id, args.tracking_uri, model_name=args.name, export_dir=args.export_dir
+            run_id,
+            args.tracking_uri,
+            model_name=args.name,
+            export_dir=args.export_dir,
+            transformers=not args.no_transformers,
         )
     except (RegistryError, ExportError) as err:
         print(f"register: {err}", file=sys.stderr)
