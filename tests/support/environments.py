@@ -24,6 +24,7 @@ VENVS = {
     "features": ".venv-features",
     "data": ".venv-data",
     "pipelines": ".venv-pipelines",
+    "llm": ".venv-llm",
 }
 
 
