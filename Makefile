@@ -147,12 +147,13 @@ OUTPUT_LOCK    := workloads/output_lock.py
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
 	$(filter-out workloads/__init__.py $(OUTPUT_LOCK),$(wildcard workloads/*.py))
-CODE_lifecycle := workloads/inference workloads/tracking
+CODE_lifecycle := workloads/inference workloads/tracking workloads/llm/registry.py
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
 CODE_data      := $(DATA_JOB) $(OUTPUT_LOCK)
 CODE_pipelines := workloads/pipelines
-CODE_llm       := workloads/llm
+# workloads/llm/registry.py runs in the lifecycle environment (MLflow's client).
+CODE_llm       := $(filter-out workloads/llm/registry.py,$(wildcard workloads/llm/*.py))
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
 	tests/test_readme_commands.py tests/test_user_errors.py tests/test_verb_dependencies.py \
@@ -427,3 +428,24 @@ pipeline: $(DEPS_pipelines) $(DEPS_data) $(DEPS_training) $(DEPS_lifecycle) ## S
 
 pipeline-ir: $(DEPS_pipelines) ## compile the pipeline to KFP's IR YAML: workloads/pipelines/data_to_model.yaml (the cluster's)
 	@$(PY_pipelines) -m workloads.pipelines.pipeline
+
+# --- LLM serving (issue 31, docs/llm.md): vLLM's OpenAI-compatible server, CPU build ---
+# In its own environment (.venv-llm, locks/llm.txt + torch's CPU build). MODEL= is a local
+# Hugging Face model folder (make export-hf) or models:/<name>@<alias>, which the
+# lifecycle environment's MLflow client first downloads from the registry
+# (TRACKING_URI=) into build/llm-models/<name>/<version>; never a hub id. PORT= (8080)
+# on 127.0.0.1; KV_CACHE_GIB= bounds vLLM's KV cache (1); MAX_MODEL_LEN= (default: the
+# model's context); VLLM_API_KEY in the environment makes the key required.
+KV_CACHE_GIB ?= 1
+LLM_MODELS   := build/llm-models
+LLM_ARGS      = --port '$(PORT)' --kv-cache-gib '$(KV_CACHE_GIB)' $(if $(MAX_MODEL_LEN),--max-model-len '$(MAX_MODEL_LEN)')
+.PHONY: serve-llm bench-llm
+
+serve-llm: $(DEPS_llm) $(if $(filter models:/%,$(MODEL)),$(DEPS_lifecycle)) ## vLLM's OpenAI API for MODEL=<HF folder or models:/name@alias> on 127.0.0.1:PORT (8080; KV_CACHE_GIB=1)
+	@test -n "$(MODEL)" || { echo "serve-llm: give MODEL=<a Hugging Face model folder> or MODEL=models:/<name>@<alias>" >&2; exit 2; }
+ifneq ($(filter models:/%,$(MODEL)),)
+	@dir=$$($(PY_lifecycle) -m workloads.llm.registry "$(MODEL)" --tracking-uri '$(TRACKING_URI)' --out '$(LLM_MODELS)') || exit $$?; \
+		$(call exact,$(PY_llm) -m workloads.llm.serve "$$dir" --name "$$(basename "$$(dirname "$$dir")")" $(LLM_ARGS) $(ARGS))
+else
+	@$(call exact,$(PY_llm) -m workloads.llm.serve "$(MODEL)" $(LLM_ARGS) $(ARGS))
+endif

