@@ -443,9 +443,11 @@ LLM_ARGS      = --port '$(PORT)' --kv-cache-gib '$(KV_CACHE_GIB)' $(if $(MAX_MOD
 
 serve-llm: $(DEPS_llm) $(if $(filter models:/%,$(MODEL)),$(DEPS_lifecycle)) ## vLLM's OpenAI API for MODEL=<HF folder or models:/name@alias> on 127.0.0.1:PORT (8080; KV_CACHE_GIB=1)
 	@test -n "$(MODEL)" || { echo "serve-llm: give MODEL=<a Hugging Face model folder> or MODEL=models:/<name>@<alias>" >&2; exit 2; }
-ifneq ($(filter models:/%,$(MODEL)),)
-	@dir=$$($(PY_lifecycle) -m workloads.llm.registry "$(MODEL)" --tracking-uri '$(TRACKING_URI)' --out '$(LLM_MODELS)') || exit $$?; \
-		$(call exact,$(PY_llm) -m workloads.llm.serve "$$dir" --name "$$(basename "$$(dirname "$$dir")")" $(LLM_ARGS) $(ARGS))
-else
-	@$(call exact,$(PY_llm) -m workloads.llm.serve "$(MODEL)" $(LLM_ARGS) $(ARGS))
-endif
+	@$(call exact,$(PY_llm) -m workloads.llm.serve "$(MODEL)" $(LLM_ARGS) --tracking-uri '$(TRACKING_URI)' --registry-python $(PY_lifecycle) --registry-out $(LLM_MODELS) $(ARGS))
+
+# guidellm (llm-test's) against the server serve-llm runs, at 1, 8 and 32 clients, then the
+# same prompts through the V2 predictor's text endpoint (make serve's server, serving env)
+# on V2_MODEL=<make export folder>, with the throughput ratio (workloads/llm/bench.py).
+bench-llm: $(DEPS_llm) $(VENV_llm)/.installed-llm-test $(if $(V2_MODEL),$(DEPS_serving)) ## guidellm: vLLM (MODEL=<HF folder>) vs the V2 server (V2_MODEL=<export>) at 1, 8, 32 clients
+	@test -n "$(MODEL)" || { echo "bench-llm: give MODEL=<a Hugging Face model folder> (and V2_MODEL=<a make export folder>)" >&2; exit 2; }
+	@$(call exact,$(PY_llm) -m workloads.llm.bench --model "$(MODEL)" $(if $(V2_MODEL),--v2-model "$(V2_MODEL)" --v2-python $(PY_serving)) $(ARGS))

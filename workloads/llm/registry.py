@@ -129,11 +129,17 @@ def fetch(uri: str, tracking_uri: str, out: Path) -> Path:
     # Downloaded and laid out beside the target, then renamed: an interrupted download
     # leaves no half folder that a later run would serve.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
+        # The version's own artifact location (the registry's models:/ URI would be
+        # resolved against MLflow's default registry, not this one).
+        source = call(
+            tracking_uri,
+            lambda: client.get_model_version_download_uri(name, str(version.version)),
+        )
         artifacts = Path(
             call(
                 tracking_uri,
                 lambda: download_artifacts(
-                    artifact_uri=f"models:/{name}/{version.version}",
+                    artifact_uri=source,
                     dst_path=str(Path(tmp) / "artifacts"),
                     tracking_uri=tracking_uri,
                 ),

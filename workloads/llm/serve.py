@@ -209,6 +209,23 @@ def model_folder(spec: str, head_sizes: Sequence[int] | None = None) -> ModelFol
     )
 
 
+def from_registry(uri: str, tracking_uri: str, python: Path, out: Path) -> Path:
+    """The local folder of the registry's model version ``uri`` (``models:/<name>@<alias>``),
+    downloaded by `workloads.llm.registry` in the lifecycle environment (``python``: the
+    llm environment has no MLflow)."""
+    if not python.exists():
+        raise UsageError(f"MODEL={uri} needs the lifecycle environment ({python}): make setup")
+    result = subprocess.run(
+        [str(python), "-m", "workloads.llm.registry", uri, "--tracking-uri", tracking_uri,
+         "--out", str(out)],
+        cwd=HERE.parents[1], capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"exited {result.returncode}"]
+        raise UsageError(lines[-1].removeprefix("serve-llm: "))
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
 def check_port(port: int) -> None:
     """Refuse a port outside 1024-65535 or one something on 127.0.0.1 already holds."""
     if not 1024 <= port <= 65535:
@@ -380,11 +397,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV-cache size (1 GiB)")
     parser.add_argument(
+        "--tracking-uri", default="http://127.0.0.1:5000", help="the registry (models:/ only)"
+    )
+    parser.add_argument(
+        "--registry-python",
+        type=Path,
+        default=HERE.parents[1] / ".venv-lifecycle/bin/python",
+        help="the lifecycle environment's Python, which downloads a models:/ version",
+    )
+    parser.add_argument(
+        "--registry-out", type=Path, default=Path("build/llm-models"), help="where it goes"
+    )
+    parser.add_argument(
         "--check", action="store_true", help="check the inputs, print the command, start nothing"
     )
     args = parser.parse_args(argv)
+    name = args.name
     try:
-        model = model_folder(args.model)
+        spec = args.model
+        if spec.startswith("models:/"):
+            folder = from_registry(spec, args.tracking_uri, args.registry_python, args.registry_out)
+            spec = str(folder)
+            # <out>/<name>/<version>: served under the registered model's name.
+            name = name or folder.parent.name
+        model = model_folder(spec)
         length = model.context if args.max_model_len is None else args.max_model_len
         if not 1 <= length <= model.context:
             raise UsageError(
@@ -396,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         print(f"serve-llm: {err}", file=sys.stderr)
         return 2
-    name = args.name or model.path.name
+    name = name or model.path.name
     command = server_command(
         model, name=name, port=args.port, max_model_len=length, kv_bytes=kv_bytes
     )
