@@ -37,7 +37,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_gpt2(tmp_path_factory.mktemp("llm") / NAME)
 
 
-def make_serve_llm_command(model: Path, port: int, *extra: str) -> list[str]:
+def make_serve_llm_command(model: Path | str, port: int, *extra: str) -> list[str]:
     """The command `make serve-llm MODEL= PORT=` runs (read with `make -n`, so a change to
     the recipe changes what the tests start), with this test run's Python (the llm
     environment's)."""

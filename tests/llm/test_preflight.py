@@ -12,18 +12,20 @@ from pathlib import Path
 import pytest
 
 from tests.llm.conftest import make_serve_llm_command
+from tests.support.user_errors import MAKE_LINE, make_command
 from tests.workloads.helpers import free_port
 from workloads.llm import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def refused(*args: str, env: dict[str, str] | None = None) -> str:
-    """Run the server command; assert it refused in one line (exit 2); that line."""
+def refused(*args: str) -> str:
+    """Run the server command (or make's); assert it refused in one line (exit 2, and
+    make's own line about the failed recipe); that line."""
     result = subprocess.run(
-        args, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False, env=env
+        args, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
-    lines = result.stderr.strip().splitlines()
+    lines = [line for line in result.stderr.strip().splitlines() if not MAKE_LINE.match(line)]
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -31,7 +33,7 @@ def refused(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 def serve_llm(model: Path | str, port: int) -> list[str]:
-    return make_serve_llm_command(Path(model), port)
+    return make_serve_llm_command(model, port)
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def copy_of(tiny_model: Path, tmp_path: Path) -> Path:
 
 
 def test_no_model_given() -> None:
-    line = refused("make", "--no-print-directory", "serve-llm", "MODEL=")
+    line = refused(*make_command(["serve-llm", "MODEL="]))
     assert line.startswith("serve-llm: give MODEL=")
 
 
@@ -110,7 +112,7 @@ def test_a_kv_cache_larger_than_half_the_memory(copy_of: Path) -> None:
 
 
 def test_the_command_is_bounded_and_local(tiny_model: Path) -> None:
-    model = serve.model_folder(str(tiny_model), head_sizes=[32])
+    model = serve.model_folder(str(tiny_model))
     command = serve.server_command(
         model, name="tiny", port=8080, max_model_len=model.context, kv_bytes=2**28
     )
@@ -132,15 +134,15 @@ def test_a_registry_alias_that_does_not_exist(tmp_path: Path) -> None:
     registry here): one line, before any vLLM."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     line = refused(
-        "make", "--no-print-directory", "serve-llm", "MODEL=models:/tiny@champion",
-        f"TRACKING_URI={store}", f"PORT={free_port()}",
+        *make_command(["serve-llm", "MODEL=models:/tiny@champion", f"TRACKING_URI={store}",
+                       f"PORT={free_port()}"])
     )  # fmt: skip
     assert "has no model 'tiny' with alias 'champion'" in line
 
 
 def test_a_malformed_registry_uri(tmp_path: Path) -> None:
     line = refused(
-        "make", "--no-print-directory", "serve-llm", "MODEL=models:/tiny",
-        f"TRACKING_URI=sqlite:///{tmp_path / 'mlflow.db'}",
+        *make_command(["serve-llm", "MODEL=models:/tiny",
+                       f"TRACKING_URI=sqlite:///{tmp_path / 'mlflow.db'}"])
     )  # fmt: skip
     assert "give models:/<name>@<alias>" in line

@@ -42,7 +42,9 @@ class Echo(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input):
         return model_input
 with mlflow.start_run():
-    other = mlflow.pyfunc.log_model(name="onnx", python_model=Echo(), registered_model_name="onnx-only")
+    other = mlflow.pyfunc.log_model(
+        name="onnx", python_model=Echo(), registered_model_name="onnx-only"
+    )
 client.set_registered_model_alias("onnx-only", "champion", other.registered_model_version)
 """
 
@@ -70,7 +72,7 @@ def test_a_registered_version_becomes_a_servable_folder(
     out = tmp_path / "llm-models"
     folder = serve.from_registry(f"models:/{NAME}@champion", registry, python("lifecycle"), out)
     assert folder == out / NAME / "1"
-    checked = serve.model_folder(str(folder), head_sizes=[32])
+    checked = serve.model_folder(str(folder))
     assert (checked.head_size, checked.context) == (32, 128)
     assert (folder / "model.safetensors").is_file()
     logged = json.loads((folder / "config.json").read_text())

@@ -46,7 +46,13 @@ from typing import Any, NoReturn
 
 import httpx
 
-from workloads.llm.serve import HOST, UsageError, model_folder
+from workloads.llm.serve import (
+    HOST,
+    UsageError,
+    check_head_size,
+    model_folder,
+    supported_head_sizes,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 600.0
@@ -187,9 +193,7 @@ def read_guidellm(report: dict[str, Any]) -> tuple[list[Point], dict[int, list[s
     return points, prompts
 
 
-async def v2_point(
-    url: str, prompts: list[str], concurrency: int, new_tokens: int
-) -> Point:
+async def v2_point(url: str, prompts: list[str], concurrency: int, new_tokens: int) -> Point:
     """``concurrency`` closed-loop clients sending ``prompts`` (each once, in order) to
     the V2 text endpoint ``url``."""
     queue = list(reversed(prompts))
@@ -230,9 +234,12 @@ async def v2_point(
     )
 
 
-def run_vllm(args: argparse.Namespace, streams: list[int]) -> tuple[list[Point], dict[int, list[str]]]:
+def run_vllm(
+    args: argparse.Namespace, streams: list[int]
+) -> tuple[list[Point], dict[int, list[str]]]:
     try:
         model = model_folder(str(args.model))
+        check_head_size(model, supported_head_sizes())
     except UsageError as err:
         refuse(str(err))
     port = free_port()

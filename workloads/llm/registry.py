@@ -55,12 +55,11 @@ def parse(uri: str) -> tuple[str, str | None, str | None]:
 
 
 def _flavor(folder: Path, uri: str) -> dict[str, Any]:
-    import yaml  # noqa: PLC0415 - MLflow's own dependency
+    from mlflow.models import Model  # noqa: PLC0415 - slow import
 
-    mlmodel = folder / "MLmodel"
-    if not mlmodel.is_file():
+    if not (folder / "MLmodel").is_file():
         raise RegistryError(f"{uri} has no MLmodel file: not an MLflow model")
-    flavors = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors", {})
+    flavors: dict[str, Any] = Model.load(str(folder)).flavors
     if FLAVOR not in flavors:
         raise RegistryError(
             f"{uri} is a {'/'.join(sorted(flavors)) or 'flavorless'} model, not a transformers "

@@ -159,12 +159,12 @@ def has_chat_template(folder: Path) -> bool:
         return False
 
 
-def model_folder(spec: str, head_sizes: Sequence[int] | None = None) -> ModelFolder:
-    """Check that ``spec`` is a local model folder vLLM's CPU build can serve.
+def model_folder(spec: str) -> ModelFolder:
+    """Check that ``spec`` is a local model folder in Hugging Face format (the head size
+    is checked by `check_head_size`, which asks vLLM: after the cheaper checks).
 
     Args:
         spec: the MODEL the user gave.
-        head_sizes: the supported head sizes (default: the installed vLLM's).
     """
     if HUB.match(spec):
         raise UsageError(
@@ -194,16 +194,9 @@ def model_folder(spec: str, head_sizes: Sequence[int] | None = None) -> ModelFol
         raise UsageError(f"{config_file} is not a JSON object")
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise UsageError(f"MODEL={spec} has no tokenizer (tokenizer.json): export it with one")
-    size = head_size(config)
-    sizes = list(head_sizes) if head_sizes is not None else supported_head_sizes()
-    if size not in sizes:
-        raise UsageError(
-            f"MODEL={spec} has attention head size {size}, which vLLM's CPU attention does "
-            f"not run (it runs {', '.join(map(str, sizes))}): train with n_embd/n_head in that list"
-        )
     return ModelFolder(
         path=path.resolve(),
-        head_size=size,
+        head_size=head_size(config),
         context=context_length(config),
         chat_template=None if has_chat_template(path) else CHAT_TEMPLATE,
     )
@@ -224,6 +217,16 @@ def from_registry(uri: str, tracking_uri: str, python: Path, out: Path) -> Path:
         lines = result.stderr.strip().splitlines() or [f"exited {result.returncode}"]
         raise UsageError(lines[-1].removeprefix("serve-llm: "))
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+def check_head_size(model: ModelFolder, sizes: Sequence[int]) -> None:
+    """Refuse a model whose head size is not in ``sizes`` (`supported_head_sizes`)."""
+    if model.head_size not in sizes:
+        raise UsageError(
+            f"MODEL={model.path} has attention head size {model.head_size}, which vLLM's CPU "
+            f"attention does not run (it runs {', '.join(map(str, sizes))}): train with "
+            "n_embd/n_head in that list"
+        )
 
 
 def check_port(port: int) -> None:
@@ -429,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         kv_bytes = kv_cache_bytes(args.kv_cache_gib)
         check_port(args.port)
+        check_head_size(model, supported_head_sizes())
     except UsageError as err:
         print(f"serve-llm: {err}", file=sys.stderr)
         return 2
