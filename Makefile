@@ -252,7 +252,7 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_RESULTS := build/test-results
 TESTS_plan_a := $(filter tests/policies tests/aws tests/bootstrap tests/stacks,$(TESTS_plan))
 TESTS_plan_b := $(filter-out $(TESTS_plan_a),$(TESTS_plan))
-PYTEST_JOBS := training lifecycle plan_b plan_a pipelines data serving features llm
+PYTEST_JOBS := training lifecycle plan_b plan_a llm pipelines data serving features
 VENV_plan_a := $(VENV_plan)
 VENV_plan_b := $(VENV_plan)
 # The order make starts them in (longest first, so the two slots end together).
