@@ -100,7 +100,7 @@ def fetch(uri: str, tracking_uri: str, out: Path) -> Path:
             tracking_uri,
             lambda: client.get_model_version_by_alias(name, alias),
             missing=f"MODEL={uri}: the registry at {tracking_uri} has no model {name!r} "
-            f"with alias {alias!r} (make promote sets champion)",
+            f"with alias {alias!r} (make register names the transformers model <name>-hf)",
         )
     else:
         version = call(
