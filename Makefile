@@ -12,6 +12,8 @@
 #   .venv-serving    serving    serve, bench-serve (the predictor image's packages: KServe, no torch)
 #   .venv-features   features   features, bench-features (Feast, LightGBM, the tabular predictor)
 #   .venv-pipelines  pipelines  pipeline, pipeline-ir (the KFP SDK only; each step runs in its stage's env)
+#   .venv-llm        llm        serve-llm, bench-llm (vLLM's CPU build and torch's; guidellm in llm-test)
+#   .venv-finetune   finetune   finetune (LoRA with PEFT on a Hugging Face model; torch's CPU build)
 #
 # `make test` installs all of them, each with its own test tools (locks/<env>-test.txt), and
 # runs each environment's checks and tests in that environment (CODE_<env>, TESTS_<env>).
@@ -30,7 +32,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 PYTHON ?= python3
 
-ENVS           := plan training lifecycle serving features data pipelines
+ENVS           := plan training lifecycle serving features data pipelines llm finetune
 VENV_plan      := .venv
 VENV_training  := .venv-training
 VENV_lifecycle := .venv-lifecycle
@@ -38,6 +40,8 @@ VENV_serving   := .venv-serving
 VENV_features  := .venv-features
 VENV_data      := .venv-data
 VENV_pipelines := .venv-pipelines
+VENV_llm       := .venv-llm
+VENV_finetune  := .venv-finetune
 VENV := $(VENV_plan)
 PY   := $(VENV)/bin/python
 $(foreach env,$(ENVS),$(eval PY_$(env) := $(VENV_$(env))/bin/python))
@@ -95,7 +99,7 @@ $(VENV_$(1))/.installed-%: locks/%.txt | $(VENV_$(1))/bin/python $(UV)
 endef
 $(foreach env,$(ENVS),$(eval $(call environment,$(env))))
 
-# torch's CPU build into the training and lifecycle environments (not from a lock: see
+# torch's CPU build into the training, lifecycle, llm and finetune environments (not from a lock: see
 # pyproject.toml).
 define torch
 $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
@@ -114,7 +118,7 @@ $(VENV_$(1))/.installed-torch: Makefile | $(VENV_$(1))/bin/python $(UV)
 	fi
 	@touch $$@
 endef
-$(foreach env,training lifecycle,$(eval $(call torch,$(env))))
+$(foreach env,training lifecycle llm finetune,$(eval $(call torch,$(env))))
 
 # What each verb depends on: its environment's runtime lock (and torch).
 DEPS_plan      := $(VENV_plan)/.installed-plan
@@ -124,6 +128,8 @@ DEPS_serving   := $(VENV_serving)/.installed-serving
 DEPS_features  := $(VENV_features)/.installed-features
 DEPS_data      := $(VENV_data)/.installed-data
 DEPS_pipelines := $(VENV_pipelines)/.installed-pipelines
+DEPS_llm       := $(VENV_llm)/.installed-torch $(VENV_llm)/.installed-llm
+DEPS_finetune  := $(VENV_finetune)/.installed-torch $(VENV_finetune)/.installed-finetune
 # ... and what `make test` needs: every environment with its test tools.
 TEST_DEPS := $(foreach env,$(ENVS),$(DEPS_$(env)) $(VENV_$(env))/.installed-$(env)-test)
 
@@ -144,11 +150,14 @@ OUTPUT_LOCK    := workloads/output_lock.py
 CODE_training  := workloads/training workloads/horovod \
 	$(filter-out $(DATA_JOB),$(wildcard workloads/data/*.py)) \
 	$(filter-out workloads/__init__.py $(OUTPUT_LOCK),$(wildcard workloads/*.py))
-CODE_lifecycle := workloads/inference workloads/tracking
+CODE_lifecycle := workloads/inference workloads/tracking workloads/llm/registry.py
 CODE_serving   := workloads/serving
 CODE_features  := workloads/features
 CODE_data      := $(DATA_JOB) $(OUTPUT_LOCK)
 CODE_pipelines := workloads/pipelines
+# workloads/llm/registry.py runs in the lifecycle environment (MLflow's client).
+CODE_llm       := $(filter-out workloads/llm/registry.py,$(wildcard workloads/llm/*.py))
+CODE_finetune  := workloads/finetune
 TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s tests/policies tests/stacks \
 	tests/test_environments.py tests/test_image_imports.py tests/test_import_cycles.py tests/test_locks.py tests/test_validation.py \
 	tests/test_readme_commands.py tests/test_user_errors.py tests/test_verb_dependencies.py \
@@ -164,6 +173,8 @@ TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
 TESTS_pipelines := tests/pipelines
+TESTS_llm      := tests/llm
+TESTS_finetune := tests/finetune
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -235,6 +246,8 @@ typecheck: $(TEST_DEPS) ## mypy strict, each environment over its own code
 	$(call mypy_in,features)
 	$(call mypy_in,data)
 	$(call mypy_in,pipelines)
+	$(call mypy_in,llm)
+	$(call mypy_in,finetune)
 
 # `make test`: ruff, then every environment's mypy and pytest as independent jobs, TEST_JOBS at
 # a time (default: the machine's CPUs), the longest first, each job's output printed whole
@@ -246,7 +259,7 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_RESULTS := build/test-results
 TESTS_plan_a := $(filter tests/policies tests/aws tests/bootstrap tests/stacks,$(TESTS_plan))
 TESTS_plan_b := $(filter-out $(TESTS_plan_a),$(TESTS_plan))
-PYTEST_JOBS := training lifecycle plan_b plan_a pipelines data serving features
+PYTEST_JOBS := training lifecycle plan_b plan_a llm pipelines data serving features finetune
 VENV_plan_a := $(VENV_plan)
 VENV_plan_b := $(VENV_plan)
 # The order make starts them in (longest first, so the two slots end together).
@@ -432,33 +445,33 @@ export-hf: $(DEPS_lifecycle) ## CKPT=<a run's --ckpt-dir or its step_N> -> Huggi
 	@$(call exact,$(PY_lifecycle) -m workloads.inference.hf_export "$(CKPT)" $(if $(OUT),--out "$(OUT)") $(ARGS))
 
 # --- LoRA fine-tuning (issue 32; docs/finetune.md) ---------------------------------------
-# Its own environment (.venv-finetune, locks/finetune.txt + torch's CPU build): the
-# environment rules above are made for ENVS as they were there, so this block makes its own
-# (the same macros) and adds it to what setup, test, typecheck and print-environments run.
-ENVS           += finetune
-VENV_finetune  := .venv-finetune
-PY_finetune    := $(VENV_finetune)/bin/python
-$(eval $(call environment,finetune))
-$(eval $(call torch,finetune))
-DEPS_finetune  := $(VENV_finetune)/.installed-torch $(VENV_finetune)/.installed-finetune
-TEST_DEPS      += $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
-CODE_finetune  := workloads/finetune
-TESTS_finetune := tests/finetune
-PYTEST_JOBS    += finetune
-TEST_JOB_TARGETS += pytest-finetune mypy-finetune
-.PHONY: finetune pytest-finetune mypy-finetune typecheck-finetune
-# The same job rules as the other environments' (`make test`, above).
-$(eval mypy-finetune: ; $(call test_job,mypy-finetune,$(call mypy_in,finetune)))
-$(eval pytest-finetune: ; $(call test_job,pytest-finetune,\
-	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u ARGS $(VENV_finetune)/bin/pytest $(TESTS_finetune) $(ARGS) || { rc=$$$$?; [ $$$$rc -eq 5 ] && [ -n "$(ARGS)" ]; }))
-# setup, test and typecheck read TEST_DEPS where they are defined, before this block.
-setup test: $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
-typecheck: typecheck-finetune
-typecheck-finetune: $(DEPS_finetune) $(VENV_finetune)/.installed-finetune-test
-	$(call mypy_in,finetune)
-
+# Its own environment (.venv-finetune, locks/finetune.txt + torch's CPU build).
+.PHONY: finetune
 finetune: $(DEPS_finetune) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model
 	@test -n "$(BASE)" || { echo "finetune: give BASE=<a Hugging Face model folder (make export-hf OUT=...)>" >&2; exit 2; }
 	@test -n "$(DATA)" || { echo "finetune: give DATA=<a make data dataset dir or a JSONL file of prompt/response pairs>" >&2; exit 2; }
 	@test -n "$(OUT)" || { echo "finetune: give OUT=<a new directory for the adapter and the merged model>" >&2; exit 2; }
 	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(ARGS))
+
+# --- LLM serving (issue 31, docs/llm.md): vLLM's OpenAI-compatible server, CPU build ---
+# In its own environment (.venv-llm, locks/llm.txt + torch's CPU build). MODEL= is a local
+# Hugging Face model folder (make export-hf) or models:/<name>@<alias>, which the
+# lifecycle environment's MLflow client first downloads from the registry
+# (TRACKING_URI=) into build/llm-models/<name>/<version>; never a hub id. PORT= (8080)
+# on 127.0.0.1; KV_CACHE_GIB= bounds vLLM's KV cache (1); MAX_MODEL_LEN= (default: the
+# model's context); VLLM_API_KEY in the environment makes the key required.
+KV_CACHE_GIB ?= 1
+LLM_MODELS   := build/llm-models
+LLM_ARGS      = --port '$(PORT)' --kv-cache-gib '$(KV_CACHE_GIB)' $(if $(MAX_MODEL_LEN),--max-model-len '$(MAX_MODEL_LEN)')
+.PHONY: serve-llm bench-llm
+
+serve-llm: $(DEPS_llm) $(if $(filter models:/%,$(MODEL)),$(DEPS_lifecycle)) ## vLLM's OpenAI API for MODEL=<HF folder or models:/name@alias> on 127.0.0.1:PORT (8080; KV_CACHE_GIB=1)
+	@test -n "$(MODEL)" || { echo "serve-llm: give MODEL=<a Hugging Face model folder> or MODEL=models:/<name>@<alias>" >&2; exit 2; }
+	@$(call exact,$(PY_llm) -m workloads.llm.serve "$(MODEL)" $(LLM_ARGS) --tracking-uri '$(TRACKING_URI)' --registry-python $(PY_lifecycle) --registry-out $(LLM_MODELS) $(ARGS))
+
+# guidellm (llm-test's) against the server serve-llm runs, at 1, 8 and 32 clients, then the
+# same prompts through the V2 predictor's text endpoint (make serve's server, serving env)
+# on V2_MODEL=<make export folder>, with the throughput ratio (workloads/llm/bench.py).
+bench-llm: $(DEPS_llm) $(VENV_llm)/.installed-llm-test $(if $(V2_MODEL),$(DEPS_serving)) ## guidellm: vLLM (MODEL=<HF folder>) vs the V2 server (V2_MODEL=<export>) at 1, 8, 32 clients
+	@test -n "$(MODEL)" || { echo "bench-llm: give MODEL=<a Hugging Face model folder> (and V2_MODEL=<a make export folder>)" >&2; exit 2; }
+	@$(call exact,$(PY_llm) -m workloads.llm.bench --model "$(MODEL)" $(if $(V2_MODEL),--v2-model "$(V2_MODEL)" --v2-python $(PY_serving)) $(ARGS))

@@ -97,6 +97,8 @@ ABSENT = {
     "pipelines": ["torch", "pyspark", "mlflow", "pulumi", "kserve", "onnxruntime"],
     # LoRA fine-tuning: torch, transformers and PEFT; no tracking server, no ONNX.
     "finetune": ["pulumi", "kserve", "mlflow", "onnx", "onnxruntime", "pyspark"],
+    # vLLM's CPU build without the media packages it asks for (tools/lock.py, EXCLUDED).
+    "llm": ["torchvision", "torchaudio", "torchcodec", "pulumi", "kserve", "mlflow", "onnxruntime"],
 }
 PRESENT = {
     "plan": ["pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "moto"],
@@ -115,6 +117,7 @@ PRESENT = {
     ],
     "pipelines": ["kfp", "kfp.local", "kfp.pipeline_spec", "kfp_server_api", "yaml"],
     "finetune": ["torch", "transformers", "peft", "safetensors", "tokenizers", "accelerate"],
+    "llm": ["vllm", "torch", "transformers", "openai"],
 }
 FIND = "import importlib.util, json, sys; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))"  # noqa: E501
 

@@ -312,6 +312,9 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "workloads.serving": {"workloads.inference"},
     "workloads.horovod": set(),
     "workloads.pipelines": set(),
+    # vLLM's server and bench; its registry step (lifecycle environment) uses the
+    # registry commands' MLflow client.
+    "workloads.llm": {"workloads.tracking"},
     "workloads.aliases": {"workloads.training"},
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.

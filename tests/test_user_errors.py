@@ -232,6 +232,13 @@ CASES = [
     Case("bench-serve-without-model", "arguments", "make bench-serve", 2, "give MODEL="),
     Case("bench-serve-folder-that-is-no-export", "paths", "make bench-serve MODEL={home}/notes",
          2, "{home}/notes"),
+    # --- serve-llm, bench-llm (llm) ------------------------------------------------------
+    Case("serve-llm-without-model", "arguments", "make serve-llm", 2, "give MODEL="),
+    Case("serve-llm-hub-address", "names", "make serve-llm MODEL=hf://org/model", 2,
+         "hub address"),
+    Case("serve-llm-folder-that-is-no-model", "paths", "make serve-llm MODEL={home}/notes", 2,
+         "{home}/notes"),
+    Case("bench-llm-without-model", "arguments", "make bench-llm", 2, "give MODEL="),
     # --- features, bench-features (features) --------------------------------------------
     Case("features-no-customers", "arguments",
          "make features WORKDIR={home}/fs ARGS='--customers 0'", 2, "--customers",

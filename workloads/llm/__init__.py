@@ -1,0 +1,1 @@
+"""Language models served with vLLM's OpenAI-compatible server (docs/llm.md)."""
