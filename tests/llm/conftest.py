@@ -2,8 +2,8 @@
 server for the whole session (vLLM takes 20-60 s to start here), started with the
 command `make serve-llm` runs, with an API key.
 
-The model is a stand-in for `make export-hf`'s output (tests/llm/tiny_model.py): when the
-export lands, `tiny_model` below is where it goes (train the tiny preset, export it).
+The model is what users serve: the trainer's tiny preset, trained a few steps and
+exported by `make export-hf` (workloads/inference/hf_export.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llm.tiny_model import write_tiny_gpt2
+from tests.support.environments import tiny_hf_export
 from tests.workloads.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ READY = "serve-llm: ready on "
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_gpt2(tmp_path_factory.mktemp("llm") / NAME)
+    return tiny_hf_export(tmp_path_factory.mktemp("llm"))
 
 
 def make_serve_llm_command(model: Path | str, port: int, *extra: str) -> list[str]:

@@ -61,14 +61,29 @@ def run_in(environment: str, *args: str, timeout: float = 900) -> str:
     return result.stdout
 
 
-def tiny_export(tmp: Path, steps: int = 20) -> Path:
-    """A tiny model trained for `steps` steps by the trainer's environment and exported
-    to ONNX by the lifecycle environment, as the images do it: `tmp/export/tiny`."""
+def tiny_checkpoint(tmp: Path, steps: int = 20) -> Path:
+    """A tiny model trained for `steps` steps by the trainer's environment: `tmp/ckpt`."""
     run_in(
         "training", "-m", "workloads.training.train", "--preset", "tiny", "--steps", str(steps),
         "--log-every", "10", "--metrics-port", "0", "--async-ckpt", "off",
         "--data-dir", str(tmp / "data"), "--ckpt-dir", str(tmp / "ckpt"),
     )  # fmt: skip
+    return tmp / "ckpt"
+
+
+def tiny_export(tmp: Path, steps: int = 20) -> Path:
+    """`tiny_checkpoint` exported to ONNX by the lifecycle environment, as the images do
+    it: `tmp/export/tiny`."""
+    checkpoint = tiny_checkpoint(tmp, steps)
     out = tmp / "export" / "tiny"
-    run_in("lifecycle", "-m", "workloads.inference.export", str(tmp / "ckpt"), "--out", str(out))
+    run_in("lifecycle", "-m", "workloads.inference.export", str(checkpoint), "--out", str(out))
+    return out
+
+
+def tiny_hf_export(tmp: Path, steps: int = 20) -> Path:
+    """`tiny_checkpoint` as `make export-hf` writes it (a Hugging Face GPT-2 folder with the
+    byte tokenizer and the chat template), by the lifecycle environment: `tmp/hf/tiny`."""
+    checkpoint = tiny_checkpoint(tmp, steps)
+    out = tmp / "hf" / "tiny"
+    run_in("lifecycle", "-m", "workloads.inference.hf_export", str(checkpoint), "--out", str(out))
     return out
