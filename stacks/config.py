@@ -25,6 +25,7 @@ from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
+from modules.k8s.llm.spec import LLMSpec, llm_stack_problems
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.pipelines.spec import PipelinesSpec, placement_problems
 from modules.k8s.queueing.spec import QueueingSpec
@@ -390,6 +391,9 @@ class StackConfig:
             value ``pipelinesDatabasePassword``.
         spark: the Spark Operator and the data-preparation jobs (`SparkSpec`,
             docs/data.md), off by default.
+        llm: LLM serving (`LLMSpec`, docs/llm-cluster.md): KServe's LLMInferenceService
+            on GPU pools, vLLM's CPU build scaled to zero on CPU pools, KEDA and
+            LeaderWorkerSet; ``null`` (the default) installs none. Needs ``serving``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -430,6 +434,8 @@ class StackConfig:
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
     pipelines: PipelinesSpec = field(default_factory=PipelinesSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
+    # -- LLM serving (docs/llm-cluster.md) --
+    llm: LLMSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -489,6 +495,8 @@ class StackConfig:
         teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
         pools = (self.node_pools, self.onprem_node_pools)
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
+        pool_names = [p.name for pool_list in pools for p in pool_list]
+        check.problems += llm_stack_problems(self.llm, teams, pool_names, self.serving is not None)
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

@@ -30,6 +30,7 @@ from .example_job import build_example_job
 from .example_service import build_example_service
 from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
+from .llm_layer import build_llm
 from .pipelines_layer import build_pipelines, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .secrets import missing_secret
@@ -315,6 +316,19 @@ def build_kubernetes_layer(
             network=args.network,
             depends_on=[platform],
         )
+    if config.llm is not None and args.serving is not None:  # StackConfig requires serving
+        llm = build_llm(
+            config,
+            provider,
+            serving=args.serving,
+            pools=args.pools,
+            placements=platform.placements,
+            bucket=foundation.bucket_name if foundation is not None else None,
+            network=args.network,
+            depends_on=[platform],
+        )
+        # What the gateway routes each model to (its OpenAI `model` field).
+        pulumi.export("llmBackends", [vars(b) for b in llm.backends])
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image
         assert image is not None  # StackConfig requires it for onprem stacks with a job
