@@ -22,6 +22,7 @@ from modules.k8s.llm.network import (
 )
 from modules.k8s.llm.presets import PRESETS, restricted_preset
 from modules.k8s.llm.spec import (
+    CUDA_IMAGE_TAG,
     KEDA_NAMESPACE,
     LLMISVC,
     LLMISVC_CRD,
@@ -31,7 +32,6 @@ from modules.k8s.llm.spec import (
     LLMSpec,
     upstream_image,
 )
-from modules.k8s.pki.spec import ca_bundle
 from modules.k8s.serving.spec import KSERVE_NAMESPACE
 from modules.k8s.versions import KEDA, KEDA_HTTP_ADD_ON, LEADER_WORKER_SET, Chart
 
@@ -108,7 +108,6 @@ class LLMServing(KubernetesComponent[LLMInputs]):
                 sorted({s.namespace for s in args.services}),
             )
         ]
-        ca = put(ca_bundle(KEDA_NAMESPACE), keda_ns)
         keda = install("keda", KEDA, KEDA_NAMESPACE, m.keda_values(registry), keda_ns, *keda_fences)
         http = install(
             "keda-add-ons-http",
@@ -117,7 +116,6 @@ class LLMServing(KubernetesComponent[LLMInputs]):
             m.http_add_on_values(registry),
             keda,
         )
-        put(m.keda_trigger_authentication(), keda, ca)
         put(prometheus_from_keda())
         # KServe's LLM controller and CRDs, in KServe's namespace; the presets it merges.
         crds = install("kserve-llmisvc-crd", LLMISVC_CRD, KSERVE_NAMESPACE, {})
@@ -133,10 +131,14 @@ class LLMServing(KubernetesComponent[LLMInputs]):
             for monitor in m.vllm_pod_monitors(services):
                 put(monitor)
         cpu_image = f"{registry}/vllm-cpu:{args.spec.cpu_image_tag}"
+        cuda_image = upstream_image(registry, f"ghcr.io/llm-d/llm-d-cuda:{CUDA_IMAGE_TAG}")
+        # KEDA reads Prometheus with each GPU model namespace's own CA bundle.
+        for model_ns in sorted({s.namespace for s in services if s.on_gpus}):
+            put(m.keda_trigger_authentication(model_ns), keda)
         for svc in services:
             fences = [put(p) for p in m.model_network_policies(svc, args.spec.gateway_namespace)]
             if svc.on_gpus:
-                put(m.llm_inference_service(svc), controller, *presets, *fences)
+                put(m.llm_inference_service(svc, cuda_image), controller, *presets, *fences)
                 put(m.gpu_scaled_object(svc), keda)
             else:
                 put(m.cpu_service(svc))

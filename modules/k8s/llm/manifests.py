@@ -87,18 +87,29 @@ def _env() -> list[Manifest]:
     return [{"name": n, "value": v} for n, v in OFFLINE_ENV]
 
 
+#: What a model server pod that takes part of a node asks for per GPU, at most: vLLM's
+#: host side (tokenisation, scheduling, the CPU swap space) needs a few cores and tens
+#: of GiB per GPU, not the node's whole share (a p5en node's eighth is 24 vCPUs and
+#: 250 GiB, more than a team's quota spends on one small model).
+CPU_PER_GPU_MILLICORES = 8000
+MEMORY_PER_GPU_MIB = 64 * 1024
+
+
 def _resources(svc: LLMServiceSpec) -> dict[str, dict[str, str]]:
     """A whole node (its GPUs, fabric devices, CPU and memory: `container_resources`)
-    when a pod takes every GPU; else the GPUs it needs and the same share of the node's
-    CPU and memory. Requests equal limits (Guaranteed QoS)."""
+    when a pod takes every GPU or runs on a CPU pool; else its GPUs and, per GPU, the
+    node's share of CPU and memory up to `CPU_PER_GPU_MILLICORES` and
+    `MEMORY_PER_GPU_MIB`. Requests equal limits (Guaranteed QoS)."""
     pool = svc.pool
     if not svc.on_gpus or svc.gpus_per_pod == pool.gpus_per_node:
         return container_resources(pool)
-    share = svc.gpus_per_pod / pool.gpus_per_node
+    gpus = svc.gpus_per_pod
+    per_gpu_cpu = min(cpu_request_millicores(pool) // pool.gpus_per_node, CPU_PER_GPU_MILLICORES)
+    per_gpu_memory = min(memory_request_mib(pool) // pool.gpus_per_node, MEMORY_PER_GPU_MIB)
     amounts = {
-        "cpu": f"{int(cpu_request_millicores(pool) * share)}m",
-        "memory": f"{int(memory_request_mib(pool) * share)}Mi",
-        GPU_RESOURCE: str(svc.gpus_per_pod),
+        "cpu": f"{per_gpu_cpu * gpus}m",
+        "memory": f"{per_gpu_memory * gpus}Mi",
+        GPU_RESOURCE: str(gpus),
     }
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
@@ -112,8 +123,9 @@ def vllm_args(svc: LLMServiceSpec) -> list[str]:
     return args
 
 
-def _gpu_pod(svc: LLMServiceSpec) -> Manifest:
-    """What the service sets of a model server pod (merged over the preset's)."""
+def _gpu_pod(svc: LLMServiceSpec, image: str) -> Manifest:
+    """What the service sets of a model server pod (merged over the preset's); the
+    image is the preset's, named here too so that the object says what it runs."""
     return {
         "serviceAccountName": INFERENCE_SERVICE_ACCOUNT,
         "nodeSelector": {POOL_LABEL: svc.pool.name},
@@ -122,6 +134,7 @@ def _gpu_pod(svc: LLMServiceSpec) -> Manifest:
         "containers": [
             {
                 "name": "main",
+                "image": image,
                 "args": vllm_args(svc),
                 "env": _env(),
                 "resources": _resources(svc),
@@ -144,17 +157,18 @@ def parallelism(svc: LLMServiceSpec) -> Manifest:
     return out
 
 
-def llm_inference_service(svc: LLMServiceSpec) -> Manifest:
-    """The model's LLMInferenceService (GPU pools)."""
+def llm_inference_service(svc: LLMServiceSpec, image: str) -> Manifest:
+    """The model's LLMInferenceService (GPU pools); ``image``: vLLM's CUDA image (the
+    presets' ``llm-d-cuda``, mirrored)."""
     spec: Manifest = {
         "model": {"uri": svc.source, "name": svc.model.name},
         "replicas": svc.model.min_replicas,
         "parallelism": parallelism(svc),
-        "template": _gpu_pod(svc),
+        "template": _gpu_pod(svc, image),
         "router": {"scheduler": {}},
     }
     if svc.multi_node:
-        spec["worker"] = _gpu_pod(svc)
+        spec["worker"] = _gpu_pod(svc, image)
     return {
         "apiVersion": KSERVE_LLM_API,
         "kind": "LLMInferenceService",
@@ -202,10 +216,7 @@ def gpu_scaled_object(svc: LLMServiceSpec) -> Manifest:
                 "threshold": str(threshold),
                 "authModes": "tls",
             },
-            "authenticationRef": {
-                "name": KEDA_TRIGGER_AUTH,
-                "kind": "ClusterTriggerAuthentication",
-            },
+            "authenticationRef": {"name": KEDA_TRIGGER_AUTH, "kind": "TriggerAuthentication"},
         }
         for name, metric_type, threshold in (
             ("waiting", "AverageValue", model.waiting_requests_target),
@@ -234,15 +245,17 @@ def gpu_scaled_object(svc: LLMServiceSpec) -> Manifest:
     }
 
 
-def keda_trigger_authentication() -> Manifest:
-    """How KEDA calls Prometheus: TLS, trusting the cluster CA (``ca.crt`` of the keda
-    namespace's `modules.k8s.pki.spec.ca_bundle`; KEDA's ``tls`` mode also wants a
-    client pair, which the same Secret holds and Prometheus does not ask for)."""
+def keda_trigger_authentication(model_namespace: str) -> Manifest:
+    """How KEDA calls Prometheus for the ScaledObjects of ``model_namespace``: TLS,
+    trusting the cluster CA (``ca.crt`` of the namespace's own `modules.k8s.pki.spec.
+    ca_bundle` Secret, which tenancy makes in every team namespace; KEDA's ``tls`` mode
+    also wants a client pair, which the same Secret holds and Prometheus does not ask
+    for)."""
     params = (("ca", CA_KEY), ("cert", "tls.crt"), ("key", "tls.key"))
     return {
         "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ClusterTriggerAuthentication",
-        "metadata": metadata(KEDA_TRIGGER_AUTH),
+        "kind": "TriggerAuthentication",
+        "metadata": metadata(KEDA_TRIGGER_AUTH, model_namespace),
         "spec": {
             "secretTargetRef": [
                 {"parameter": parameter, "name": CA_BUNDLE_SECRET, "key": key}
@@ -430,10 +443,13 @@ def vllm_pod_monitors(services: list[LLMServiceSpec]) -> list[Manifest]:
     workload``) and the platform's CPU model pods."""
     namespaces = sorted({s.namespace for s in services})
     workload = {**PART_OF_LLMISVC, "kserve.io/component": "workload"}
-    selectors = [
-        {"matchLabels": workload},
-        {"matchExpressions": [{"key": CPU_MODEL_LABEL, "operator": "Exists"}]},
-    ]
+    selectors: list[tuple[str, Manifest]] = []
+    if any(s.on_gpus for s in services):
+        selectors.append(("gpu", {"matchLabels": workload}))
+    if any(not s.on_gpus for s in services):
+        selectors.append(
+            ("cpu", {"matchExpressions": [{"key": CPU_MODEL_LABEL, "operator": "Exists"}]})
+        )
     return [
         {
             "apiVersion": "monitoring.coreos.com/v1",
@@ -446,7 +462,7 @@ def vllm_pod_monitors(services: list[LLMServiceSpec]) -> list[Manifest]:
                 "podMetricsEndpoints": [{"targetPort": VLLM_PORT, "path": "/metrics"}],
             },
         }
-        for kind, selector in zip(("gpu", "cpu"), selectors, strict=True)
+        for kind, selector in selectors
     ]
 
 

@@ -34,6 +34,9 @@ What changes from upstream (vendored in ``upstream/``, SOURCE there), every pod 
 * Images from the stack's registry (the same tags), and ``HF_HUB_OFFLINE=1`` (with
   ``TRANSFORMERS_OFFLINE``, and vLLM's and Hugging Face's telemetry off) in every
   container: nothing in these pods may reach a public hub.
+* Limits on every container: upstream's model server has no resources at all and its
+  tokenizer requests only; the platform's services set the model server's from the
+  pool (they win in the merge), and these defaults bound any pod that would not.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ OFFLINE_ENV: tuple[tuple[str, str], ...] = (
     ("VLLM_NO_USAGE_STATS", "1"),
     ("DO_NOT_TRACK", "1"),
 )
+
+
+#: Requests and limits of a preset container that has none (`restricted_preset`).
+DEFAULT_LIMITS = {"cpu": "2", "memory": "8Gi"}
 
 
 def restricted_container_context() -> dict[str, Any]:
@@ -135,4 +142,8 @@ def restricted_preset(name: str, image: Callable[[str], str]) -> Manifest:
             container["securityContext"] = restricted_container_context()
             container["image"] = image(str(container["image"]))
             with_env(container, OFFLINE_ENV)
+            resources = container.setdefault("resources", {})
+            if not resources.get("limits"):
+                resources["limits"] = {**DEFAULT_LIMITS, **(resources.get("requests") or {})}
+                resources.setdefault("requests", dict(resources["limits"]))
     return preset
