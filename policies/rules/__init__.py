@@ -18,6 +18,7 @@ from policies.rules import (
     fleet,
     identity,
     kubernetes,
+    llm,
     pipelines,
     residency,
     serving,
@@ -61,6 +62,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         features,
         pipelines,
         spark,
+        llm,
     )
     for rule in _rules_of(module)
 )
