@@ -459,7 +459,7 @@ def vllm_pod_monitors(services: list[LLMServiceSpec]) -> list[Manifest]:
                 "namespaceSelector": {"matchNames": namespaces},
                 "selector": selector,
                 # KServe's preset leaves vLLM's port unnamed: the number, then.
-                "podMetricsEndpoints": [{"targetPort": VLLM_PORT, "path": "/metrics"}],
+                "podMetricsEndpoints": [{"portNumber": VLLM_PORT, "path": "/metrics"}],
             },
         }
         for kind, selector in selectors
