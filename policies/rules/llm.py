@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
+from modules.k8s.llm.spec import CC_MODE_LABEL, CC_MODE_ON, CPU_MODEL_LABEL
 from policies.catalogue import stack_rule
 from policies.k8s import containers, kind_of, metadata, pod_specs
 from policies.model import ResourceView, StackFindings, StackView
@@ -42,19 +43,17 @@ LLMISVC_TYPE = "kubernetes:serving.kserve.io/v1alpha2:LLMInferenceService"
 LLMISVC_CONFIG_TYPE = "kubernetes:serving.kserve.io/v1alpha2:LLMInferenceServiceConfig"
 TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
-#: The pod label of the platform's vLLM CPU Deployments (`modules.k8s.llm.manifests`).
-LLM_POD_LABEL = "gpuplatform.ae/llm"
 #: The namespace label that marks restricted data, and the node label of GPUs in
 #: confidential-computing mode.
 RESTRICTED_LABEL = "gpuplatform.ae/data-classification"
 RESTRICTED_VALUE = "restricted"
-CC_MODE_LABEL = "nvidia.com/cc.mode"
-CC_MODE_ON = "on"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 #: Hosts of the public hub (its website, API and CDN names).
 HUB_HOSTS = ("huggingface.co", "hf.co")
 _HUB_TEXT = re.compile(r"\bhf://|(?:^|[/.@\s])(?:huggingface\.co|hf\.co)\b", re.IGNORECASE)
+#: Stands for the storage initializer's first argument (its source) among the flags.
+SOURCE_ARGUMENT = "<storage-initializer source>"
 #: Flags after which a model (or its tokenizer) is named: vLLM's, transformers' examples'.
 MODEL_FLAGS = frozenset(
     {
@@ -65,6 +64,7 @@ MODEL_FLAGS = frozenset(
         "--base-model",
         "--base_model",
         "--served-model-path",
+        SOURCE_ARGUMENT,
     }
 )
 #: A bare hub id: ``org/name`` (letters, digits, ``-_.``), no scheme, not a path.
@@ -116,13 +116,18 @@ def container_problems(resource: ResourceView) -> Iterator[tuple[str, Any, str]]
             arg = raw
             previous = args[index - 1] if index else None
             if container.name == "storage-initializer" and index == 0:
-                previous = "--model"  # KServe's initializer: source, then destination
+                previous = SOURCE_ARGUMENT  # KServe's initializer: source, then destination
             flag, eq, rest = arg.partition("=")
             if eq and flag in MODEL_FLAGS:
                 previous, arg = flag, rest
             why = hub_problem(arg)
             if why is None and previous in MODEL_FLAGS and is_hub_id(arg):
-                why = f"{arg} after {previous} is a bare Hugging Face hub id"
+                where = (
+                    "as the storage initializer's source"
+                    if previous == SOURCE_ARGUMENT
+                    else f"after {previous}"
+                )
+                why = f"{arg} {where} is a bare Hugging Face hub id"
             if why:
                 yield path, arg, why
         for item in container.spec.get("env") or []:
@@ -147,7 +152,7 @@ def is_llm_workload(resource: ResourceView) -> bool:
     if kind_of(resource) != "Deployment":
         return False
     labels = dig(resource.props, "spec", "template", "metadata", "labels")
-    return isinstance(labels, Mapping) and LLM_POD_LABEL in labels
+    return isinstance(labels, Mapping) and CPU_MODEL_LABEL in labels
 
 
 @stack_rule("uae-llm-model-residency")

@@ -39,6 +39,9 @@ from modules.k8s.llm.presets import (
     restricted_pod_context,
 )
 from modules.k8s.llm.spec import (
+    CC_MODE_LABEL,
+    CC_MODE_ON,
+    CPU_MODEL_LABEL,
     ENDPOINT_PICKER_PORT,
     KEDA_NAMESPACE,
     KSERVE_LLM_API,
@@ -62,8 +65,6 @@ from modules.pools import POOL_LABEL
 #: preset's InferencePool selector), and on the endpoint picker's.
 PART_OF_LLMISVC = {"app.kubernetes.io/part-of": "llminferenceservice"}
 NAME_LABEL = "app.kubernetes.io/name"
-#: The label on the platform's CPU model pods (their Deployment's selector).
-CPU_MODEL_LABEL = "gpuplatform.ae/llm"
 KEDA_TRIGGER_AUTH = "llm-prometheus"
 #: The user vLLM's CPU image runs as (the platform builds it; no root in it).
 VLLM_CPU_UID = 10001
@@ -114,6 +115,14 @@ def _resources(svc: LLMServiceSpec) -> dict[str, dict[str, str]]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+def node_selector(svc: LLMServiceSpec) -> dict[str, str]:
+    """The pool's nodes; with confidential computing, only those in CC mode."""
+    selector = {POOL_LABEL: svc.pool.name}
+    if svc.model.confidential_computing:
+        selector[CC_MODE_LABEL] = CC_MODE_ON
+    return selector
+
+
 def vllm_args(svc: LLMServiceSpec) -> list[str]:
     """vLLM's arguments beyond the preset's (which passes the tensor parallel size and
     the served model name): the context length, the pipeline stages on the node."""
@@ -128,7 +137,7 @@ def _gpu_pod(svc: LLMServiceSpec, image: str) -> Manifest:
     image is the preset's, named here too so that the object says what it runs."""
     return {
         "serviceAccountName": INFERENCE_SERVICE_ACCOUNT,
-        "nodeSelector": {POOL_LABEL: svc.pool.name},
+        "nodeSelector": node_selector(svc),
         "tolerations": [toleration(t) for t in svc.pool.taints],
         "securityContext": restricted_pod_context(),
         "containers": [

@@ -100,6 +100,14 @@ def upstream_image(registry: str, reference: str) -> str:
     return f"{registry}/{repository}:{tag}"
 
 
+#: The node label the GPU Operator's CC manager reads (the mode it puts the node's GPUs
+#: in), and its value for confidential computing.
+CC_MODE_LABEL = "nvidia.com/cc.mode"
+CC_MODE_ON = "on"
+#: The pod label of the platform's vLLM CPU model pods (their Deployment's selector;
+#: the residency rule finds the CPU model Deployments by it).
+CPU_MODEL_LABEL = "gpuplatform.ae/llm"
+
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 
 
@@ -136,6 +144,10 @@ class LLMModelSpec:
             (``vllm:kv_cache_usage_perc``; default 80).
         idle_minutes: a CPU model with ``min_replicas`` 0 goes to zero after this long
             without a request (default 10).
+        confidential_computing: run only on nodes whose GPUs the GPU Operator's CC
+            manager has put in confidential-computing mode (node label
+            ``nvidia.com/cc.mode=on``; default false). Required in a namespace
+            labelled for restricted data (rule ``uae-restricted-gpu-confidential``).
     """
 
     name: str
@@ -152,6 +164,7 @@ class LLMModelSpec:
     waiting_requests_target: int = bounded(1, 1000, default=4)
     kv_cache_target_percent: int = bounded(1, 100, default=80)
     idle_minutes: int = bounded(1, 1440, default=10)
+    confidential_computing: bool = False
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -329,6 +342,13 @@ class LLMServiceSpec:
                 f"at most the {pool.name} pool's maxSize ({pool.max_size})",
             )
         else:
+            check.require(
+                not self.model.confidential_computing,
+                "confidential_computing",
+                True,
+                f"false on the CPU pool {pool.name}: confidential computing here is the "
+                "GPUs' CC mode",
+            )
             for name, value in (
                 ("tensor_parallel", self.model.tensor_parallel),
                 ("pipeline_parallel", self.model.pipeline_parallel),
