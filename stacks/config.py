@@ -25,6 +25,7 @@ from modules.aws.site_link_spec import SiteLinkSpec
 from modules.k8s.fabric.spec import InfinibandSpec
 from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
+from modules.k8s.gpu.spec import ConfidentialComputingSpec, confidential_computing_problems
 from modules.k8s.llm.spec import LLMSpec, llm_stack_problems
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.pipelines.spec import PipelinesSpec, placement_problems
@@ -391,6 +392,9 @@ class StackConfig:
             value ``pipelinesDatabasePassword``.
         spark: the Spark Operator and the data-preparation jobs (`SparkSpec`,
             docs/data.md), off by default.
+        confidential_computing: GPU pools of an on-premises site whose nodes may run
+            their GPUs in confidential-computing mode (`ConfidentialComputingSpec`,
+            docs/llm-cluster.md); ``null`` for none.
         llm: LLM serving (`LLMSpec`, docs/llm-cluster.md): KServe's LLMInferenceService
             on GPU pools, vLLM's CPU build scaled to zero on CPU pools, KEDA and
             LeaderWorkerSet; ``null`` (the default) installs none. Needs ``serving``.
@@ -436,6 +440,7 @@ class StackConfig:
     spark: SparkSpec = field(default_factory=SparkSpec)
     # -- LLM serving (docs/llm-cluster.md) --
     llm: LLMSpec | None = None
+    confidential_computing: ConfidentialComputingSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -497,6 +502,16 @@ class StackConfig:
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
         pool_names = [p.name for pool_list in pools for p in pool_list]
         check.problems += llm_stack_problems(self.llm, teams, pool_names, self.serving is not None)
+        if self.confidential_computing is not None:
+            check.require(
+                self.target == "onprem",
+                "confidential_computing",
+                None,
+                "on premises only: the site's own H100 hosts (SEV-SNP or TDX) switch to CC mode",
+            )
+            check.problems += confidential_computing_problems(
+                self.confidential_computing, self.onprem_node_pools
+            )
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

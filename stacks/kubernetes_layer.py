@@ -181,6 +181,9 @@ def _platform_args(
             cost=cost,
             trainer=config.trainer,
             trainer_inputs=_trainer_inputs(config, pools, foundation),
+            confidential_computing_pools=(
+                config.confidential_computing.pools if config.confidential_computing else ()
+            ),
         )
     except InvalidArgsError as err:
         raise ConfigError(

@@ -419,3 +419,65 @@ def test_shipped_plans_hold_the_llm_services_valid(stack: str, kinds: set[str]) 
         for c in o["spec"]["template"]["spec"].get("initContainers", [])
     ]
     assert sources and all(s.startswith("s3://gpu-") for s in sources), sources
+
+
+# -- confidential computing (the GPU Operator's CC manager) ------------------------------
+
+
+def test_cc_pools_turn_the_cc_manager_on_with_nodes_off_unless_labelled() -> None:
+    from modules.k8s.gpu.spec import gpu_operator_values  # noqa: PLC0415
+
+    assert "ccManager" not in gpu_operator_values((P5EN,), False, False)
+    values = gpu_operator_values((P5EN,), False, False, cc_pools=("gpu-p5en",))
+    assert values["ccManager"] == {"enabled": True, "defaultMode": "off"}
+    chart = yaml.safe_load((VENDOR / "gpu-operator-v25.10.1-values.yaml").read_text())
+    assert unknown_keys({"ccManager": values["ccManager"]}, chart) == []
+    # The chart's capable devices include the H100 SXM5 (0x2330) the accelerators name.
+    assert "0x2330" in chart["ccManager"]["env"][0]["value"]
+
+
+def test_shipped_onprem_site_runs_the_cc_manager() -> None:
+    registrations, _ = shipped_plan("onprem-ib")
+    (release,) = [
+        r.inputs
+        for r in registrations.values()
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("chart") == "gpu-operator"
+    ]
+    assert release["values"]["ccManager"] == {"enabled": True, "defaultMode": "off"}
+
+
+@pytest.mark.parametrize(
+    ("cc", "says"),
+    [
+        (
+            {"pools": ["system"]},
+            "confidentialComputing.pools[0]: got 'system'; a pool of nvidia-h100",
+        ),
+        (
+            {"pools": ["nowhere"]},
+            "confidentialComputing.pools[0]: got 'nowhere'; one of the GPU pools",
+        ),
+        ({"pools": []}, "confidentialComputing.pools: got []; name at least one GPU pool"),
+    ],
+)
+def test_cc_config_problems(cc: dict[str, Any], says: str) -> None:
+    config, _ = load_stack_file("onprem-ib")
+    config["uae-gpu-platform:confidentialComputing"] = json.dumps(cc)
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(config)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"uae-gpu-platform:{says}"), problem
+
+
+def test_cc_is_for_sites_only() -> None:
+    config = config_with("uae-prod", {"models": []})
+    config["uae-gpu-platform:confidentialComputing"] = json.dumps({"pools": ["h200"]})
+    with pytest.raises(ConfigError, match=r"confidentialComputing: .*on premises only"):
+        parse_stack_config(config)
+
+
+def test_a_confidential_model_selects_cc_nodes() -> None:
+    pod = m.llm_inference_service(service(confidential_computing=True), "x")["spec"]["template"]
+    assert pod["nodeSelector"] == {"gpuplatform.ae/pool": "gpu-p5en", "nvidia.com/cc.mode": "on"}
+    with pytest.raises(InvalidArgsError, match="confidential computing here is the GPUs"):
+        service(CPU, confidential_computing=True)
