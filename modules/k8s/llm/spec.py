@@ -263,8 +263,9 @@ def llm_stack_problems(
             model.team,
             f"one of the teams: {', '.join(teams) or '(none declared)'}",
         )
+        # No pools: the stack's pool section failed (and says so) or there is none yet.
         check.require(
-            model.pool in pools,
+            not pools or model.pool in pools,
             f"llm.models[{i}].pool",
             model.pool,
             f"one of the node pools: {', '.join(pools) or '(none declared)'}",
