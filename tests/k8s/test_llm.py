@@ -145,7 +145,7 @@ def test_model_settings_are_checked_alone() -> None:
 )
 def test_gpu_objects_validate_against_the_vendored_crds(svc: LLMServiceSpec) -> None:
     assert crd_errors(gpu_objects(svc)) == []
-    builtin = m.model_network_policies(svc, "envoy-gateway-system")
+    builtin = m.model_network_policies(svc, "envoy-gateway-system", NETWORK)
     assert schema_errors(builtin, "1.31") == []
 
 
@@ -165,7 +165,7 @@ def test_a_crd_violation_is_caught() -> None:
 def test_cpu_objects_validate_and_scale_to_zero() -> None:
     svc = service(CPU, min_replicas=0, max_replicas=2, idle_minutes=10)
     deployment = m.cpu_deployment(svc, f"{REGISTRY}/vllm-cpu:0.32.0", f"{REGISTRY}/si:v0.20.0")
-    builtin = [deployment, m.cpu_service(svc), *m.model_network_policies(svc, "gw")]
+    builtin = [deployment, m.cpu_service(svc), *m.model_network_policies(svc, "gw", NETWORK)]
     assert schema_errors(builtin, "1.31") == []
     scaled = m.http_scaled_object(svc)
     assert crd_errors([scaled]) == []
@@ -276,7 +276,7 @@ def ingress_peers(policies: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
 
 
 def test_only_the_gateway_reaches_a_gpu_model_and_prometheus_its_port() -> None:
-    policies = m.model_network_policies(service(), "envoy-gateway-system")
+    policies = m.model_network_policies(service(), "envoy-gateway-system", NETWORK)
     peers = ingress_peers(policies)
     namespaces = [
         peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
@@ -288,6 +288,12 @@ def test_only_the_gateway_reaches_a_gpu_model_and_prometheus_its_port() -> None:
     assert [p["port"] for p in peers[1][2]] == [8000]
     for policy in policies:
         assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llm-chat"
+    # Only the endpoint picker reaches the API server.
+    (egress,) = [p for p in policies if "Egress" in p["spec"]["policyTypes"]]
+    assert egress["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "llminferenceservice-router-scheduler"
+    )
+    assert egress["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.20.0.10/32"}}]
 
 
 def test_keda_and_lws_namespaces_deny_by_default() -> None:

@@ -136,7 +136,10 @@ class LLMServing(KubernetesComponent[LLMInputs]):
         for model_ns in sorted({s.namespace for s in services if s.on_gpus}):
             put(m.keda_trigger_authentication(model_ns), keda)
         for svc in services:
-            fences = [put(p) for p in m.model_network_policies(svc, args.spec.gateway_namespace)]
+            fences = [
+                put(p)
+                for p in m.model_network_policies(svc, args.spec.gateway_namespace, args.network)
+            ]
             if svc.on_gpus:
                 put(m.llm_inference_service(svc, cuda_image), controller, *presets, *fences)
                 put(m.gpu_scaled_object(svc), keda)

@@ -65,6 +65,9 @@ from modules.pools import POOL_LABEL
 #: preset's InferencePool selector), and on the endpoint picker's.
 PART_OF_LLMISVC = {"app.kubernetes.io/part-of": "llminferenceservice"}
 NAME_LABEL = "app.kubernetes.io/name"
+#: The endpoint picker's pods (``SchedulerLabels`` in KServe's llmisvc controller).
+COMPONENT_LABEL = "app.kubernetes.io/component"
+SCHEDULER_COMPONENT = "llminferenceservice-router-scheduler"
 KEDA_TRIGGER_AUTH = "llm-prometheus"
 #: The user vLLM's CPU image runs as (the platform builds it; no root in it).
 VLLM_CPU_UID = 10001
@@ -417,12 +420,16 @@ def http_scaled_object(svc: LLMServiceSpec) -> Manifest:
     }
 
 
-def model_network_policies(svc: LLMServiceSpec, gateway_namespace: str) -> list[Manifest]:
+def model_network_policies(
+    svc: LLMServiceSpec, gateway_namespace: str, network: netpol.ClusterNetwork
+) -> list[Manifest]:
     """Who may reach the model's pods (the team namespace denies everything else): the
     gateway's namespace on vLLM's port and, on GPU pools, the endpoint picker's; the
     interceptor for a CPU model; Prometheus on vLLM's port (``/metrics``, which KEDA's
     triggers read). Pods of the namespace reach each other already (`modules.k8s.
-    tenancy`: the endpoint picker scrapes the pods, the ranks of a group talk NCCL)."""
+    tenancy`: the endpoint picker scrapes the pods, the ranks of a group talk NCCL).
+    On GPU pools the endpoint picker alone reaches the API server (it watches its
+    InferencePool and the pods)."""
     ns = svc.namespace
     if svc.on_gpus:
         pods: dict[str, str] = {**PART_OF_LLMISVC, NAME_LABEL: svc.name}
@@ -434,7 +441,7 @@ def model_network_policies(svc: LLMServiceSpec, gateway_namespace: str) -> list[
             netpol.namespace_peer(KEDA_NAMESPACE, {NAME_LABEL: "keda-add-ons-http"}),
         ]
         ports = netpol.tcp(VLLM_PORT)
-    return [
+    policies = [
         netpol.allow_ingress(ns, f"{svc.name}-from-gateway", callers, ports, pods),
         netpol.allow_ingress(
             ns,
@@ -444,6 +451,17 @@ def model_network_policies(svc: LLMServiceSpec, gateway_namespace: str) -> list[
             pods,
         ),
     ]
+    if svc.on_gpus:
+        policies.append(
+            netpol.allow_egress(
+                ns,
+                f"{svc.name}-scheduler-api-server",
+                netpol.cidr_peers(network.api_server_cidrs),
+                netpol.tcp(*netpol.API_SERVER_PORTS),
+                {**PART_OF_LLMISVC, NAME_LABEL: svc.name, COMPONENT_LABEL: SCHEDULER_COMPONENT},
+            )
+        )
+    return policies
 
 
 def vllm_pod_monitors(services: list[LLMServiceSpec]) -> list[Manifest]:
