@@ -487,3 +487,13 @@ def test_a_confidential_model_selects_cc_nodes() -> None:
     assert pod["nodeSelector"] == {"gpuplatform.ae/pool": "gpu-p5en", "nvidia.com/cc.mode": "on"}
     with pytest.raises(InvalidArgsError, match="confidential computing here is the GPUs"):
         service(CPU, confidential_computing=True)
+
+
+def test_every_llm_image_has_its_ecr_repository() -> None:
+    registrations, _ = shipped_plan("uae-prod")
+    repositories = {
+        r.inputs["name"]
+        for r in registrations.values()
+        if r.type == "aws:ecr/repository:Repository"
+    }
+    assert {f"gpu-uae-prod/{name}" for name in LLM_MIRRORED_IMAGES} <= repositories
