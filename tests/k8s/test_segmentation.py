@@ -57,6 +57,18 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
     "feast": {"allow-dns", "feast-endpoint", "feast-feature-server", "feast-stores"},
     # Spark (tests/k8s/test_spark.py): the operator's webhook.
     "spark-operator": {"allow-dns", "allow-api-server", "allow-webhooks"},
+    # LLM serving (tests/k8s/test_llm.py): KEDA and its HTTP add-on, LeaderWorkerSet.
+    "keda": {
+        "allow-dns",
+        "allow-api-server",
+        "allow-own-ports",
+        "allow-webhooks",
+        "allow-metrics-api",
+        "allow-gateway-to-interceptor",
+        "allow-prometheus",
+        "allow-interceptor-to-models",
+    },
+    "lws-system": {"allow-dns", "allow-api-server", "allow-webhooks"},
 }
 #: Each team's Spark namespace (``spark-<team>``, one per team with a job): the jobs reach
 #: their store, the drivers the API server (plus, per job of that team, its own pods).
@@ -136,6 +148,8 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
             expected.add("allow-grafana-load-balancer")
         if name == "kueue-system" and config(stack).fleet is not None:
             expected.add("allow-fleet-workers")
+        if name == "monitoring" and config(stack).llm is not None:
+            expected.add("allow-keda")  # KEDA reads vLLM's metrics
         if name == "feast":
             expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
         if name == "kubeflow":
@@ -171,6 +185,15 @@ def _team_allows(stack: str, team: str) -> set[str]:
         allows.add(f"example-{service.model_name}-drift-ingress")
     if c.features.enabled and f"team-{team}" in c.features.client_namespaces:
         allows.add("allow-feast")
+    for model in c.llm.models if c.llm is not None else ():
+        if model.team == team:
+            # tests/k8s/test_llm.py: the gateway (or the interceptor) and Prometheus in;
+            # on GPU pools the endpoint picker out to the API server.
+            allows |= {f"llm-{model.name}-from-gateway", f"llm-{model.name}-metrics"}
+            if model.pool in {p.name for p in c.node_pools if p.role == "gpu"} | {
+                p.name for p in c.onprem_node_pools if p.has_gpus
+            }:
+                allows.add(f"llm-{model.name}-scheduler-api-server")
     return allows
 
 

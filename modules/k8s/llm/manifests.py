@@ -361,6 +361,8 @@ def cpu_deployment(svc: LLMServiceSpec, image: str, storage_initializer: str) ->
     }
     pod: Manifest = {
         "serviceAccountName": INFERENCE_SERVICE_ACCOUNT,
+        # vLLM never calls the Kubernetes API; EKS Pod Identity projects its own token.
+        "automountServiceAccountToken": False,
         "nodeSelector": {POOL_LABEL: svc.pool.name},
         "tolerations": [toleration(t) for t in svc.pool.taints],
         "securityContext": restricted_pod(VLLM_CPU_UID),

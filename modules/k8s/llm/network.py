@@ -22,10 +22,15 @@ INTERCEPTOR_POD_LABELS = {
 #: (9443), the add-on's operator (8443), scaler and interceptor admin (9090), the
 #: interceptor's proxy (8080).
 KEDA_OWN_PORTS = (6443, 8080, 8443, 9090, 9443, 9666)
-#: The API server calls KEDA's metrics API (aggregated) and admission webhooks.
-KEDA_API_SERVER_PORTS = (6443, 9443)
-#: LeaderWorkerSet's webhook (its chart's Service port).
+#: The API server calls KEDA's admission webhooks and its metrics API (aggregated), on
+#: their pods (the keda chart's labels).
+KEDA_WEBHOOK_PORT = 9443
+KEDA_WEBHOOK_POD_LABELS = {"app.kubernetes.io/name": "keda-admission-webhooks"}
+KEDA_METRICS_API_PORT = 6443
+KEDA_METRICS_API_POD_LABELS = {"app.kubernetes.io/name": "keda-operator-metrics-apiserver"}
+#: LeaderWorkerSet's webhook (its chart's Service port) on its controller's pods.
 LWS_WEBHOOK_PORT = 9443
+LWS_POD_LABELS = {"control-plane": "controller-manager"}
 
 
 def keda_network_policies(
@@ -38,7 +43,16 @@ def keda_network_policies(
     policies = [
         *netpol.baseline(ns, network),
         netpol.allow_within(ns, netpol.tcp(*KEDA_OWN_PORTS)),
-        netpol.allow_from_api_server(ns, network, netpol.tcp(*KEDA_API_SERVER_PORTS)),
+        netpol.allow_from_api_server(
+            ns, network, netpol.tcp(KEDA_WEBHOOK_PORT), pod_labels=KEDA_WEBHOOK_POD_LABELS
+        ),
+        netpol.allow_from_api_server(
+            ns,
+            network,
+            netpol.tcp(KEDA_METRICS_API_PORT),
+            pod_labels=KEDA_METRICS_API_POD_LABELS,
+            name="allow-metrics-api",
+        ),
         netpol.allow_ingress(
             ns,
             "allow-gateway-to-interceptor",
@@ -71,7 +85,9 @@ def lws_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
     ns = LWS_NAMESPACE
     return [
         *netpol.baseline(ns, network),
-        netpol.allow_from_api_server(ns, network, netpol.tcp(LWS_WEBHOOK_PORT)),
+        netpol.allow_from_api_server(
+            ns, network, netpol.tcp(LWS_WEBHOOK_PORT), pod_labels=LWS_POD_LABELS
+        ),
     ]
 
 
