@@ -144,6 +144,7 @@ def restricted_preset(name: str, image: Callable[[str], str]) -> Manifest:
             with_env(container, OFFLINE_ENV)
             resources = container.setdefault("resources", {})
             if not resources.get("limits"):
-                resources["limits"] = {**DEFAULT_LIMITS, **(resources.get("requests") or {})}
-                resources.setdefault("requests", dict(resources["limits"]))
+                # Upstream's requests (the tokenizer's 256m, 500Mi) lie below these.
+                resources["limits"] = dict(DEFAULT_LIMITS)
+                resources.setdefault("requests", dict(DEFAULT_LIMITS))
     return preset
