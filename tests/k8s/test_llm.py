@@ -497,3 +497,16 @@ def test_every_llm_image_has_its_ecr_repository() -> None:
         if r.type == "aws:ecr/repository:Repository"
     }
     assert {f"gpu-uae-prod/{name}" for name in LLM_MIRRORED_IMAGES} <= repositories
+
+
+def test_the_http_add_on_pulls_every_image_from_the_registry() -> None:
+    """The chart's four images (its kube-rbac-proxy at the chart's own tag, whose flags
+    the chart passes) come from the stack's registry."""
+    chart = yaml.safe_load((VENDOR / "keda-add-ons-http-0.11.0-values.yaml").read_text())
+    images = m.http_add_on_values(REGISTRY)["images"]
+    assert set(images) == {"operator", "interceptor", "scaler", "kubeRbacProxy"}
+    assert set(chart["images"]) - {"tag"} == set(images)
+    assert images["kubeRbacProxy"]["tag"] == chart["images"]["kubeRbacProxy"]["tag"]
+    for value in (images["operator"], images["interceptor"], images["scaler"]):
+        assert value.startswith(f"{REGISTRY}/")
+    assert images["kubeRbacProxy"]["name"] == f"{REGISTRY}/kube-rbac-proxy"

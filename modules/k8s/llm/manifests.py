@@ -80,6 +80,8 @@ GPU_SCALE_DOWN_SECONDS = 600
 #: the weights and start vLLM (22-46 s for a tiny model on this project's CPU); a
 #: non-streamed completion answers only when done.
 COLD_START_WAIT = "600s"
+#: The kube-rbac-proxy tag keda-add-ons-http 0.11.0's values pin (images.kubeRbacProxy).
+HTTP_ADD_ON_RBAC_PROXY_TAG = "v0.13.0"
 RESPONSE_HEADER_WAIT = "300s"
 
 
@@ -520,6 +522,13 @@ def http_add_on_values(registry: str) -> dict[str, Any]:
             "operator": f"{registry}/http-add-on-operator",
             "interceptor": f"{registry}/http-add-on-interceptor",
             "scaler": f"{registry}/http-add-on-scaler",
+            # The operator's kube-rbac-proxy sidecar (upstream: gcr.io/kubebuilder), at the
+            # chart's own tag (its flags are that release's), in the repository the serving
+            # layer mirrors kube-rbac-proxy into (`modules.k8s.serving.spec`).
+            "kubeRbacProxy": {
+                "name": f"{registry}/kube-rbac-proxy",
+                "tag": HTTP_ADD_ON_RBAC_PROXY_TAG,
+            },
         },
         "interceptor": {
             "replicas": {"waitTimeout": COLD_START_WAIT},
