@@ -409,8 +409,19 @@ def llm_objects(stack: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("stack", "kinds"),
     [
-        ("uae-prod", {"LLMInferenceService", "ScaledObject", "TriggerAuthentication"}),
-        ("smb-cpu", {"Deployment", "HTTPScaledObject", "Service"}),
+        (
+            "uae-prod",
+            {
+                "LLMInferenceService",
+                "LLMInferenceServiceConfig",
+                "ScaledObject",
+                "TriggerAuthentication",
+                "PodMonitor",
+                "NetworkPolicy",
+                "Namespace",
+            },
+        ),
+        ("smb-cpu", {"Deployment", "HTTPScaledObject", "Service", "PodMonitor", "NetworkPolicy"}),
     ],
 )
 def test_shipped_plans_hold_the_llm_services_valid(stack: str, kinds: set[str]) -> None:
@@ -487,6 +498,33 @@ def test_a_confidential_model_selects_cc_nodes() -> None:
     assert pod["nodeSelector"] == {"gpuplatform.ae/pool": "gpu-p5en", "nvidia.com/cc.mode": "on"}
     with pytest.raises(InvalidArgsError, match="confidential computing here is the GPUs"):
         service(CPU, confidential_computing=True)
+
+
+@pytest.mark.parametrize("stack", ["uae-prod", "smb-cpu"])
+def test_the_llm_layer_installs_its_pinned_charts(stack: str) -> None:
+    registrations, _ = shipped_plan(stack)
+    releases = {
+        r.inputs["name"]: (r.inputs["chart"], r.inputs["version"], r.inputs["namespace"])
+        for r in under_component(registrations, "gpuplatform:k8s:LLMServing")
+        if r.type == "kubernetes:helm.sh/v3:Release"
+    }
+    assert releases == {
+        "lws": ("oci://registry.k8s.io/lws/charts/lws", "0.8.0", "lws-system"),
+        "keda": ("keda", "2.18.0", "keda"),
+        "keda-add-ons-http": ("keda-add-ons-http", "0.11.0", "keda"),
+        "kserve-llmisvc-crd": (
+            "oci://ghcr.io/kserve/charts/kserve-llmisvc-crd",
+            "v0.20.0",
+            "kserve",
+        ),
+        "kserve-llmisvc": (
+            "oci://ghcr.io/kserve/charts/kserve-llmisvc-resources",
+            "v0.20.0",
+            "kserve",
+        ),
+    }
+    presets = [o for o in llm_objects(stack) if o["kind"] == "LLMInferenceServiceConfig"]
+    assert sorted(p["metadata"]["name"] for p in presets) == sorted(PRESETS)
 
 
 def test_every_llm_image_has_its_ecr_repository() -> None:
