@@ -7,7 +7,8 @@ in confidential-computing mode.
   must be named, and be ``s3://`` of a bucket this stack creates or ``pvc://`` of a
   claim in the cluster, `policies.rules.serving.storage_problem`), the platform's vLLM
   CPU Deployments (pods labelled ``gpuplatform.ae/llm``) and Kubeflow Trainer
-  ``TrainJob``s. In every container of these (and of the LLM objects' pod templates), a
+  ``TrainJob``s. In every container of these (and of the LLM objects' pod templates, and
+  a TrainJob's ``spec.trainer``: its command, arguments and variables), a
   public hub is refused wherever the model is named: an ``hf://`` URI or a
   ``huggingface.co`` / ``hf.co`` address in an argument or a variable, a bare hub id
   (``org/model``) after a model flag (``--model``, ``--model-name-or-path``,
@@ -20,7 +21,9 @@ in confidential-computing mode.
   GPUs are in confidential-computing mode: every pod spec in it that asks for
   ``nvidia.com/gpu`` selects ``nvidia.com/cc.mode: "on"`` (a ``nodeSelector``, or a
   required node affinity with that one value), the label the GPU Operator's CC manager
-  acts on (docs/llm-cluster.md, "Confidential computing").
+  acts on (docs/llm-cluster.md, "Confidential computing"). A TrainJob whose trainer asks
+  for GPUs (``resourcesPerNode``) must say so in a runtime patch's pod: its runtime's
+  pods are not in the plan.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from urllib.parse import urlparse
 
 from modules.k8s.llm.spec import CC_MODE_LABEL, CC_MODE_ON, CPU_MODEL_LABEL
 from policies.catalogue import stack_rule
-from policies.k8s import containers, kind_of, metadata, pod_specs
+from policies.k8s import Container, containers, has_pod_spec, kind_of, metadata, pod_specs
 from policies.model import ResourceView, StackFindings, StackView
 from policies.rules.checks import stack_buckets
 from policies.rules.serving import storage_problem
@@ -103,10 +106,19 @@ def model_uri_problem(uri: Any, buckets: set[str]) -> str | None:
     return storage_problem(uri, buckets)
 
 
+def _containers_and_trainer(resource: ResourceView) -> Iterator[Container]:
+    """Every container of the object, and a TrainJob's ``spec.trainer`` (its command,
+    arguments and variables, which Kubeflow Trainer puts into the trainer container)."""
+    yield from containers(resource)
+    trainer = dig(resource.props, "spec", "trainer")
+    if resource.type == TRAINJOB_TYPE and isinstance(trainer, Mapping):
+        yield Container("spec.trainer", {"name": "trainer", **trainer}, {})
+
+
 def container_problems(resource: ResourceView) -> Iterator[tuple[str, Any, str]]:
     """(path, value, why) of each place a container names a hub or sends the Hugging
     Face libraries outside the cluster (values may be unknown: the caller decides)."""
-    for container in containers(resource):
+    for container in _containers_and_trainer(resource):
         args = [*(container.spec.get("command") or []), *(container.spec.get("args") or [])]
         for index, raw in enumerate(args):
             path = f"{container.path} ({container.name}) argument {index}"
@@ -229,6 +241,39 @@ def selects_cc_nodes(pod: Mapping[str, Any]) -> bool:
     return all(term_selects(t) for t in terms)
 
 
+def _trainjob_pods(resource: ResourceView) -> list[Mapping[str, Any]]:
+    """The pod specs a TrainJob's runtime patches set (``runtimePatches[].
+    trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec``)."""
+    found = []
+    for patch in dig(resource.props, "spec", "runtimePatches") or []:
+        jobs = dig(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        for job in jobs if isinstance(jobs, list) else []:
+            pod = dig(job, "template", "spec", "template", "spec")
+            if isinstance(pod, Mapping):
+                found.append(pod)
+    return found
+
+
+def _trainjob_problem(resource: ResourceView) -> str | None:
+    """A TrainJob whose trainer asks for GPUs (``spec.trainer.resourcesPerNode``) and
+    whose runtime patches put no pod on CC nodes (the runtime's own pods cannot be
+    seen from the job: refused unless the job says so itself)."""
+    trainer = {
+        "containers": [{"resources": dig(resource.props, "spec", "trainer", "resourcesPerNode")}]
+    }
+    if not asks_for_gpus(trainer):
+        return None
+    if any(selects_cc_nodes(pod) for pod in _trainjob_pods(resource)):
+        return None
+    return "spec.trainer.resourcesPerNode"
+
+
+def runs_pods(resource: ResourceView) -> bool:
+    """Objects that run pods: those with a pod spec, and Kubeflow Trainer TrainJobs
+    (whose pods come from their runtime)."""
+    return resource.type == TRAINJOB_TYPE or has_pod_spec(resource)
+
+
 @stack_rule("uae-restricted-gpu-confidential")
 def restricted_gpu_confidential(stack: StackView, settings: Settings) -> StackFindings:
     restricted = restricted_namespaces(stack)
@@ -239,11 +284,17 @@ def restricted_gpu_confidential(stack: StackView, settings: Settings) -> StackFi
         if namespace not in restricted:
             continue
         name = f"{kind_of(resource)} {namespace}/{metadata(resource).get('name', resource.name)}"
-        for pod in pod_specs(resource):
-            if asks_for_gpus(pod.spec) and not selects_cc_nodes(pod.spec):
-                yield (
-                    resource.urn,
-                    f"{name} {pod.path}: asks for {GPU_RESOURCE} in a namespace labelled "
-                    f"{RESTRICTED_LABEL}={RESTRICTED_VALUE} without selecting "
-                    f'{CC_MODE_LABEL}: "{CC_MODE_ON}" (confidential-computing GPUs)',
-                )
+        paths = [
+            p.path
+            for p in pod_specs(resource)
+            if asks_for_gpus(p.spec) and not selects_cc_nodes(p.spec)
+        ]
+        if resource.type == TRAINJOB_TYPE and (path := _trainjob_problem(resource)):
+            paths.append(path)
+        for path in paths:
+            yield (
+                resource.urn,
+                f"{name} {path}: asks for {GPU_RESOURCE} in a namespace labelled "
+                f"{RESTRICTED_LABEL}={RESTRICTED_VALUE} without selecting "
+                f'{CC_MODE_LABEL}: "{CC_MODE_ON}" (confidential-computing GPUs)',
+            )

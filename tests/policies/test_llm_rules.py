@@ -26,6 +26,7 @@ Plan = dict[str, Any]
 RESIDENCY, CC = "uae-llm-model-residency", "uae-restricted-gpu-confidential"
 LLMISVC = "kubernetes:serving.kserve.io/v1alpha2:LLMInferenceService"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+TRAINJOB = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 REGISTRY = f"{ECR}/gpu-test"
 CPU_POOL = P5EN.__class__("preprocess", "preprocess", "m7i.2xlarge", vcpus=8, memory_gib=32)
@@ -70,8 +71,47 @@ def plan_with_llms() -> Plan:
         provider=provider,
     )
     builder.add(LLMISVC, "secret", m.llm_inference_service(SECURE, cuda), provider=provider)
+    builder.add(TRAINJOB, "finetune", fine_tuning_job(), provider=provider)
     plan["steps"].extend(builder.steps)
     return plan
+
+
+def fine_tuning_job() -> dict[str, Any]:
+    """A fine-tuning TrainJob in the restricted namespace: the base model from the team's
+    volume, its node's GPUs on CC nodes (a runtime patch's pod)."""
+    cc_pod = {"nodeSelector": {"nvidia.com/cc.mode": "on"}}
+    patch = {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": cc_pod}}}}]
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "finetune", "namespace": SECURE_NS},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "image": f"{ECR}/trainer:1.4.2",
+                "args": ["--model_name_or_path", "/mnt/checkpoints/models/base"],
+                "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}},
+            },
+            "runtimePatches": [
+                {
+                    "manager": "gpuplatform.ae/llm",
+                    "trainingRuntimeSpec": {"template": {"spec": patch}},
+                }
+            ],
+        },
+    }
+
+
+def trainer(plan: Plan) -> dict[str, Any]:
+    return spec_of(plan, TRAINJOB, "finetune")["trainer"]  # type: ignore[no-any-return]
+
+
+def drop_trainjob_cc(plan: Plan) -> None:
+    pod = spec_of(plan, TRAINJOB, "finetune")["runtimePatches"][0]["trainingRuntimeSpec"]
+    pod["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] = {}
 
 
 def spec_of(plan: Plan, kind: str, name: str) -> dict[str, Any]:
@@ -167,12 +207,28 @@ CASES = [
         "as the storage initializer's source is a bare Hugging Face hub id",
     ),
     ("cpu-model-flag", cpu_argument("vllm", 1, HUB), RESIDENCY, "after --model"),
+    (
+        "finetune-hub-base-model",
+        lambda plan: trainer(plan)["args"].__setitem__(1, HUB),
+        RESIDENCY,
+        "spec.trainer (trainer) argument 1: meta-llama/Llama-3.1-8B-Instruct after "
+        "--model_name_or_path",
+    ),
+    (
+        "finetune-hf-endpoint",
+        lambda plan: trainer(plan)["env"].append(
+            {"name": "HF_ENDPOINT", "value": "https://huggingface.co"}
+        ),
+        RESIDENCY,
+        "HF_ENDPOINT https://huggingface.co is not a Service of the cluster",
+    ),
     # the residency rule: the missing-property twin
     ("no-model-uri", set_uri(None), RESIDENCY, "names no model source"),
     # the confidential-computing rule: failing and missing twins
     ("cc-off", cc_selector("off"), CC, 'without selecting nvidia.com/cc.mode: "on"'),
     ("cc-one-term-lacks-it", cc_affinity(["on"], ["on", "off"]), CC, "confidential-computing"),
     ("no-cc-selector", cc_selector(None), CC, "asks for nvidia.com/gpu"),
+    ("finetune-not-on-cc-nodes", drop_trainjob_cc, CC, "TrainJob team-secure/finetune"),
 ]
 
 test_the_plan_passes_every_rule, test_the_broken_plan_fails_exactly_the_rule = twin_tests(
@@ -182,7 +238,8 @@ test_the_plan_passes_every_rule, test_the_broken_plan_fails_exactly_the_rule = t
 
 def test_the_rules_judge_the_llm_objects() -> None:
     evaluated = {r.rule.id: r.evaluated for r in review(plan_with_llms()).results}
-    assert evaluated[RESIDENCY] == 3  # two LLMInferenceServices, the CPU Deployment
+    # Two LLMInferenceServices, the CPU Deployment, the TrainJob.
+    assert evaluated[RESIDENCY] == 4
     assert evaluated[CC] >= 3
 
 
