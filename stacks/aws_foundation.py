@@ -54,6 +54,7 @@ from .config import StackConfig
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .features_layer import FeaturesAws, build_features_aws
+from .llm_layer import build_llm_aws
 from .pipelines_layer import PipelinesAws, build_pipelines_aws, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .secrets import missing_secret
@@ -450,6 +451,7 @@ def build_aws_foundation(
     serving_registry = None
     if config.serving is not None:
         serving_registry = build_serving_aws(config, stack_aws)
+        build_llm_aws(config, stack_aws)  # the LLM images, beside the serving ones
 
     features = None
     if config.features.enabled:

@@ -27,6 +27,8 @@ from modules.k8s.features.spec import FeaturesSpec
 from modules.k8s.fleet.spec import MIN_MANAGER_KUBERNETES, FleetSpec, FleetWorkerSpec
 from modules.k8s.gateway.spec import LlmGatewaySpec
 from modules.k8s.gateway.spec import stack_problems as gateway_problems
+from modules.k8s.gpu.spec import ConfidentialComputingSpec, confidential_computing_problems
+from modules.k8s.llm.spec import LLMSpec, llm_stack_problems
 from modules.k8s.monitoring.spec import MonitoringSpec
 from modules.k8s.pipelines.spec import PipelinesSpec, placement_problems
 from modules.k8s.queueing.spec import QueueingSpec
@@ -401,6 +403,12 @@ class StackConfig:
             the models it may call and its tokens per minute and per month, and each
             model's price per million tokens; ``null`` (the default) installs none.
             Needs the secret config value ``llmGatewayApiKeySeed``.
+        confidential_computing: GPU pools of an on-premises site whose nodes may run
+            their GPUs in confidential-computing mode (`ConfidentialComputingSpec`,
+            docs/llm-cluster.md); ``null`` for none.
+        llm: LLM serving (`LLMSpec`, docs/llm-cluster.md): KServe's LLMInferenceService
+            on GPU pools, vLLM's CPU build scaled to zero on CPU pools, KEDA and
+            LeaderWorkerSet; ``null`` (the default) installs none. Needs ``serving``.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -443,6 +451,9 @@ class StackConfig:
     spark: SparkSpec = field(default_factory=SparkSpec)
     # -- the LLM gateway (docs/llm-gateway.md) --
     llm_gateway: LlmGatewaySpec | None = None
+    # -- LLM serving (docs/llm-cluster.md) --
+    llm: LLMSpec | None = None
+    confidential_computing: ConfidentialComputingSpec | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -503,6 +514,27 @@ class StackConfig:
         pools = (self.node_pools, self.onprem_node_pools)
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
         check.problems += gateway_problems(self.llm_gateway, teams)
+        pool_names = [p.name for pool_list in pools for p in pool_list]
+        cpu_pools = [p.name for p in self.node_pools if p.role != "gpu"]
+        cpu_pools += [p.name for p in self.onprem_node_pools if not p.has_gpus]
+        check.problems += llm_stack_problems(
+            self.llm,
+            teams,
+            pool_names,
+            self.serving is not None,
+            cpu_pools=cpu_pools,
+            has_gateway=self.llm_gateway is not None,
+        )
+        if self.confidential_computing is not None:
+            check.require(
+                self.target == "onprem",
+                "confidential_computing",
+                None,
+                "on premises only: the site's own H100 hosts (SEV-SNP or TDX) switch to CC mode",
+            )
+            check.problems += confidential_computing_problems(
+                self.confidential_computing, self.onprem_node_pools
+            )
         check.done()
 
     def _check_serving(self, check: Checker) -> None:

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from modules.k8s.fleet.spec import KUBECONFIG_OUTPUT, SITE_OUTPUT, FleetInputs, FleetWorkerInputs
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.platform.component import KubernetesPlatform
 from modules.k8s.platform.spec import KubernetesPlatformArgs
 from modules.k8s.site.eks import EksInputs, FsxInputs
@@ -32,6 +33,7 @@ from .example_service import build_example_service
 from .features_layer import build_feature_store
 from .fleet import load_stack, manager_inputs, site_of
 from .llm_gateway_layer import build_llm_gateway
+from .llm_layer import build_llm
 from .pipelines_layer import build_pipelines, tracking_service_users
 from .pricing import load_snapshot, snapshot_path
 from .secrets import missing_secret
@@ -182,6 +184,9 @@ def _platform_args(
             cost=cost,
             trainer=config.trainer,
             trainer_inputs=_trainer_inputs(config, pools, foundation),
+            confidential_computing_pools=(
+                config.confidential_computing.pools if config.confidential_computing else ()
+            ),
         )
     except InvalidArgsError as err:
         raise ConfigError(
@@ -317,13 +322,26 @@ def build_kubernetes_layer(
             network=args.network,
             depends_on=[platform],
         )
+    backends: tuple[LLMBackend, ...] = ()
+    if config.llm is not None and args.serving is not None:  # StackConfig requires serving
+        llm = build_llm(
+            config,
+            provider,
+            serving=args.serving,
+            pools=args.pools,
+            placements=platform.placements,
+            bucket=foundation.bucket_name if foundation is not None else None,
+            network=args.network,
+            depends_on=[platform],
+        )
+        backends = tuple(llm.backends)
+        # What the gateway routes each model to (its OpenAI `model` field).
+        pulumi.export("llmBackends", [vars(b) for b in backends])
     if config.llm_gateway is not None:
         build_llm_gateway(
             config,
             provider,
-            # The LLM services' backends (one per model) are wired here on merge with
-            # modules/k8s/llm; until then the gateway routes no model.
-            backends=(),
+            backends=backends,
             network=args.network,
             storage_class=platform_storage_class(args),
             eks=args.eks is not None,

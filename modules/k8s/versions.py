@@ -63,6 +63,17 @@ CLOUDNATIVE_PG_POSTGRES_IMAGE = "ghcr.io/cloudnative-pg/postgresql:17.6"
 #: current minor and applies minor upgrades in the maintenance window).
 RDS_POSTGRES_MAJOR = "17"
 
+# -- LLM serving (modules/k8s/llm) ------------------------------------------------
+# The versions KServe v0.20.0 builds its LLMInferenceService against: KEDA 2.18.0 (its
+# go.mod, github.com/kedacore/keda/v2 v2.18.0) and LeaderWorkerSet v0.8.0 (KEDA_VERSION and
+# LWS_VERSION of hack/setup/quick-install/keda-dependency-install.sh). kedacore/charts tag v2.18.0
+# (commit c06731ef) holds both the keda 2.18.0 chart and the HTTP add-on chart 0.11.0
+# (add-on v0.11.0); kubernetes-sigs/lws tag v0.8.0 (commit fc19b9ae) publishes its chart
+# as oci://registry.k8s.io/lws/charts/lws 0.8.0 (its installation page).
+KEDA = Chart("keda", "2.18.0", "https://kedacore.github.io/charts")
+KEDA_HTTP_ADD_ON = Chart("keda-add-ons-http", "0.11.0", "https://kedacore.github.io/charts")
+LEADER_WORKER_SET = Chart("oci://registry.k8s.io/lws/charts/lws", "0.8.0")
+
 #: Cluster Autoscaler must match the cluster's minor version (upstream policy).
 CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {
     "1.31": "v1.31.0",
@@ -95,4 +106,7 @@ def charts() -> dict[str, Chart]:
         "aws-fsx-csi-driver": FSX_CSI_DRIVER,
         "mlflow": MLFLOW,
         "cloudnative-pg": CLOUDNATIVE_PG,
+        "keda": KEDA,
+        "keda-add-ons-http": KEDA_HTTP_ADD_ON,
+        "lws": LEADER_WORKER_SET,
     }

@@ -19,6 +19,7 @@ from policies.rules import (
     gateway,
     identity,
     kubernetes,
+    llm,
     pipelines,
     residency,
     serving,
@@ -63,6 +64,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
         pipelines,
         spark,
         gateway,
+        llm,
     )
     for rule in _rules_of(module)
 )

@@ -257,6 +257,19 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-acmesolver",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-cert-manager-startupapicheck",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-metrics-server",
+        # LLM serving's image repositories (stacks/llm_layer.py, docs/llm-cluster.md).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-d-cuda",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-d-router-endpoint-picker",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-d-uds-tokenizer",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llmisvc-controller",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-vllm-cpu",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-keda",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-keda-metrics-apiserver",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-keda-admission-webhooks",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-http-add-on-operator",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-http-add-on-interceptor",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-http-add-on-scaler",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-lws",
         # The data image's repository (Spark, stacks/spark_layer.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-data",
         # Kubeflow Pipelines' images mirrored into the stack's ECR, and the platform's

@@ -297,6 +297,29 @@ def _spark_application(m: Mapping[str, Any]) -> Iterable[str]:
             yield f"spec.{role}.template: no container {container!r} for Spark to fill in"
 
 
+def _llm_inference_service(m: Mapping[str, Any]) -> Iterable[str]:
+    """The vendored CRD strictly, and the model server pods it describes (template, and
+    worker for a LeaderWorkerSet group) as PodTemplates of the oldest supported version
+    (the CRD embeds PodSpec without its required fields: the containers' images)."""
+    from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS  # noqa: PLC0415
+    from tests.support.k8s_schema import schema_errors  # noqa: PLC0415
+
+    yield from vendored_crd_errors(m)
+    name = m.get("metadata", {}).get("name", "?")
+    for role in ("template", "worker"):
+        pod = m.get("spec", {}).get(role)
+        if pod is None:
+            continue
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": f"{name}-{role}"},
+            "template": {"spec": pod},
+        }
+        for error in schema_errors([pod_template], SUPPORTED_KUBERNETES_VERSIONS[0]):
+            yield f"spec.{role}: {error.split(': ', 1)[1]}"
+
+
 CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ServiceMonitor": _service_monitor,
     "Cluster": _vendored_crd,
@@ -324,6 +347,12 @@ CHECKS: dict[str, Callable[[Mapping[str, Any]], Iterable[str]]] = {
     "ClusterTrainingRuntime": _cluster_training_runtime,
     # Kubeflow Spark Operator: the vendored CRD strictly, and the pod templates.
     "SparkApplication": _spark_application,
+    # LLM serving: KServe's LLM objects, KEDA's, the vendored CRDs strictly.
+    "LLMInferenceService": _llm_inference_service,
+    "LLMInferenceServiceConfig": vendored_crd_errors,
+    "ScaledObject": vendored_crd_errors,
+    "TriggerAuthentication": vendored_crd_errors,
+    "HTTPScaledObject": vendored_crd_errors,
 }
 
 # The LLM gateway's kinds: their vendored CRDs, strictly (tests/k8s/vendor/llm-gateway).

@@ -505,6 +505,6 @@ def test_make_cost_prints_the_gateway_of_a_shipped_stack(
     assert main(["smb-cpu"]) == 0
     out = capsys.readouterr().out
     assert "LLM gateway: price per million tokens, per team (USD)" in out
-    assert ["analytics", "uae-gpt", "0.0500", "0.1500", "100,000,000", "15.00"] in [
+    assert ["analytics", "uae-gpt-cpu", "0.0500", "0.1500", "100,000,000", "15.00"] in [
         line.split() for line in out.splitlines()
     ]

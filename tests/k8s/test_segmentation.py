@@ -82,6 +82,18 @@ PLATFORM_ALLOWS: dict[str, set[str]] = {
         "allow-metrics-scrape",
     },
     "llm-gateway": {"allow-dns"},
+    # LLM serving (tests/k8s/test_llm.py): KEDA and its HTTP add-on, LeaderWorkerSet.
+    "keda": {
+        "allow-dns",
+        "allow-api-server",
+        "allow-own-ports",
+        "allow-webhooks",
+        "allow-metrics-api",
+        "allow-gateway-to-interceptor",
+        "allow-prometheus",
+        "allow-interceptor-to-models",
+    },
+    "lws-system": {"allow-dns", "allow-api-server", "allow-webhooks"},
 }
 #: Each team's Spark namespace (``spark-<team>``, one per team with a job): the jobs reach
 #: their store, the drivers the API server (plus, per job of that team, its own pods).
@@ -161,6 +173,10 @@ def test_platform_namespaces_allow_exactly_what_their_services_need(stack: str) 
             expected.add("allow-grafana-load-balancer")
         if name == "kueue-system" and config(stack).fleet is not None:
             expected.add("allow-fleet-workers")
+        if name == "monitoring" and config(stack).llm is not None:
+            expected.add("allow-keda")  # KEDA reads vLLM's metrics
+        if name == "keda" and _gateway_routes_to(stack, "keda"):
+            expected.add("allow-llm-gateway-proxies")  # the gateway's own rule, to the interceptor
         if name == "feast":
             expected |= FEAST_ONPREM if config(stack).onprem is not None else FEAST_AWS
         if name == "kubeflow":
@@ -198,7 +214,34 @@ def _team_allows(stack: str, team: str) -> set[str]:
         allows.add("allow-feast")
     if c.llm_gateway is not None and team in {t.team for t in c.llm_gateway.teams}:
         allows.add("allow-llm-gateway")  # egress to the gateway's proxies
+    if _gateway_routes_to(stack, f"team-{team}"):
+        allows.add("allow-llm-gateway-proxies")  # the gateway's own rule, to its GPU models
+    for model in c.llm.models if c.llm is not None else ():
+        if model.team == team:
+            # tests/k8s/test_llm.py: the gateway (or the interceptor) and Prometheus in;
+            # on GPU pools the endpoint picker out to the API server.
+            allows |= {f"llm-{model.name}-from-gateway", f"llm-{model.name}-metrics"}
+            if model.pool in {p.name for p in c.node_pools if p.role == "gpu"} | {
+                p.name for p in c.onprem_node_pools if p.has_gpus
+            }:
+                allows.add(f"llm-{model.name}-scheduler-api-server")
     return allows
+
+
+def _gateway_routes_to(stack: str, namespace: str) -> bool:
+    """Whether the stack's LLM gateway routes a model to a backend in ``namespace`` (the
+    model's team namespace on GPU pools, the KEDA HTTP add-on's interceptor on CPU)."""
+    c = config(stack)
+    if c.llm_gateway is None or c.llm is None:
+        return False
+    routed = {model for t in c.llm_gateway.teams for model in t.models}
+    gpu_pools = {p.name for p in c.node_pools if p.role == "gpu"}
+    gpu_pools |= {p.name for p in c.onprem_node_pools if p.has_gpus}
+    return any(
+        namespace == (f"team-{m.team}" if m.pool in gpu_pools else "keda")
+        for m in c.llm.models
+        if m.name in routed
+    )
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)

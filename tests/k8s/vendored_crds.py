@@ -50,6 +50,18 @@ FILES: dict[tuple[str, str], str] = {
     ("sparkoperator.k8s.io", "SparkApplication"): (
         "spark-operator/sparkoperator.k8s.io_sparkapplications.yaml"
     ),
+    # LLM serving (tests/k8s/vendor/llm/SOURCE): KServe v0.20.0, KEDA 2.18.0 and its HTTP
+    # add-on 0.11.0, LeaderWorkerSet v0.8.0.
+    ("serving.kserve.io", "LLMInferenceService"): "llm/serving.kserve.io_llminferenceservices.yaml",
+    ("serving.kserve.io", "LLMInferenceServiceConfig"): (
+        "llm/serving.kserve.io_llminferenceserviceconfigs.yaml"
+    ),
+    ("keda.sh", "ScaledObject"): "llm/keda.sh_scaledobjects.yaml",
+    ("keda.sh", "TriggerAuthentication"): "llm/keda.sh_triggerauthentications.yaml",
+    ("http.keda.sh", "HTTPScaledObject"): "llm/http.keda.sh_httpscaledobjects.yaml",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
+        "llm/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+    ),
 }
 # The LLM gateway's kinds (tests/k8s/vendor/llm-gateway/README.md): Gateway API v1.5.1
 # (standard channel), the Inference Extension v1.5.0, Envoy Gateway v1.8.1, Envoy AI

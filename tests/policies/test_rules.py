@@ -752,6 +752,7 @@ def test_every_rule_has_a_failing_case() -> None:
     from tests.policies.test_features_rules import CASES as FEATURES_CASES  # noqa: PLC0415
     from tests.policies.test_fleet_rules import COVERED_RULE_IDS  # noqa: PLC0415
     from tests.policies.test_gateway_rules import CASES as GATEWAY_CASES  # noqa: PLC0415
+    from tests.policies.test_llm_rules import CASES as LLM_CASES  # noqa: PLC0415
     from tests.policies.test_pipelines_rules import CASES as PIPELINES_CASES  # noqa: PLC0415
     from tests.policies.test_segmentation_rules import (  # noqa: PLC0415
         COVERED_RULE_IDS as SEGMENTATION,
@@ -770,6 +771,7 @@ def test_every_rule_has_a_failing_case() -> None:
                 *SPARK_CASES,
                 *PIPELINES_CASES,
                 *GATEWAY_CASES,
+                *LLM_CASES,
             )
         }
         | COVERED_RULE_IDS

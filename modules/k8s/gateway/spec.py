@@ -23,8 +23,10 @@ import hmac
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+# The LLM services' backends, as modules/k8s/llm exposes them (re-exported: the gateway's
+# modules name it gs.LLMBackend).
+from modules.k8s.llm.spec import LLMBackend as LLMBackend
 from modules.k8s.versions import Chart
 from modules.validation import Checker, Problem, TextFormat, bounded
 
@@ -119,26 +121,6 @@ _TEAM = TextFormat(r"^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$", "a team name of the sta
 #: The rate limit service counts a month as 30 days (envoyproxy/ratelimit's
 #: ``UnitToDivider``: ``60 * 60 * 24 * 30`` seconds), windows aligned to the Unix epoch.
 MONTH_SECONDS = 60 * 60 * 24 * 30
-
-
-@dataclass(frozen=True)
-class LLMBackend:
-    """One model's in-cluster backend, as the LLM services expose it.
-
-    Args:
-        model: the model name clients send in the request's ``model`` field.
-        namespace: the namespace of the backend.
-        kind: ``InferencePool`` (the Inference Extension's pool of vLLM pods, which the
-            endpoint picker balances) or ``Service`` (a plain Service).
-        name: the InferencePool's or Service's name.
-        port: the port the OpenAI API is served on (the pods' port for a pool).
-    """
-
-    model: str
-    namespace: str
-    kind: Literal["InferencePool", "Service"]
-    name: str
-    port: int
 
 
 @dataclass(frozen=True)

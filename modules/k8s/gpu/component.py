@@ -30,6 +30,7 @@ class GpuEnablement(PlatformService):
             install_driver=onprem.install_gpu_driver if onprem else False,
             install_toolkit=onprem.install_container_toolkit if onprem else False,
             scrape_interval_seconds=args.monitoring.scrape_interval_seconds,
+            cc_pools=args.confidential_computing_pools,
         )
         # The ServiceMonitor CRD comes with the monitoring stack (``waits_for``).
         self.release = self.install(

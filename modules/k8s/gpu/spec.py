@@ -17,6 +17,7 @@ with one time-sliced pool), that configuration is also the default.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -32,6 +33,7 @@ from modules.k8s.common import (
 )
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
 from modules.pools import ROLE_LABEL, NodePoolProfile
+from modules.validation import Checker, Problem
 
 DEVICE_PLUGIN_CONFIGMAP = "gpuplatform-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
@@ -158,11 +160,65 @@ def gpu_configmaps(pools: Sequence[NodePoolProfile]) -> list[Manifest]:
     ]
 
 
+#: Accelerators the CC manager can switch: the Hopper GPUs of its CC_CAPABLE_DEVICE_IDS
+#: (GPU Operator v25.10.1 values.yaml: 0x2330 H100 SXM5 80GB, 0x2331 H100 PCIe, 0x2322
+#: and 0x2324 H800, 0x2339 and 0x233d H100/H200 variants), by the pools' accelerator label.
+CC_CAPABLE_ACCELERATORS = ("nvidia-h100", "nvidia-h200", "nvidia-h800")
+#: The node label the CC manager reads: the mode it puts the node's GPUs in.
+CC_MODE_NODE_LABEL = "nvidia.com/cc.mode"
+
+
+@dataclass(frozen=True)
+class ConfidentialComputingSpec:
+    """Confidential computing on premises (config key
+    ``uae-gpu-platform:confidentialComputing``): the GPU Operator's CC manager runs on
+    the listed pools' nodes and puts the GPUs of each node labelled
+    ``nvidia.com/cc.mode=on`` in confidential-computing mode (nodes without the label
+    stay ``off``). The site labels the nodes, as it labels their pool.
+
+    Args:
+        pools: the GPU pools whose nodes may run in CC mode (Hopper GPUs, on hosts with
+            AMD SEV-SNP or Intel TDX, which node feature discovery reports).
+    """
+
+    pools: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check = Checker()
+        check.require(bool(self.pools), "pools", [], "name at least one GPU pool")
+        check.done()
+
+
+def confidential_computing_problems(
+    spec: ConfidentialComputingSpec | None, pools: Sequence[NodePoolProfile]
+) -> list[Problem]:
+    """Each pool named exists, has GPUs, and they are ones the CC manager can switch."""
+    if spec is None:
+        return []
+    check = Checker()
+    by_name = {p.name: p for p in pools}
+    for i, name in enumerate(spec.pools):
+        pool = by_name.get(name)
+        key = f"confidential_computing.pools[{i}]"
+        if pool is None:
+            check.require(False, key, name, f"one of the GPU pools: {', '.join(by_name)}")
+            continue
+        check.require(
+            pool.has_gpus and pool.accelerator in CC_CAPABLE_ACCELERATORS,
+            key,
+            name,
+            f"a pool of {', '.join(CC_CAPABLE_ACCELERATORS)} GPUs (the CC manager's "
+            f"capable devices); {name} has {pool.accelerator or 'no GPUs'}",
+        )
+    return check.problems
+
+
 def gpu_operator_values(
     pools: Sequence[NodePoolProfile],
     install_driver: bool,
     install_toolkit: bool,
     scrape_interval_seconds: int = 30,
+    cc_pools: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Values of the GPU Operator chart.
 
@@ -172,7 +228,7 @@ def gpu_operator_values(
     and is scraped through its ServiceMonitor, keeping those labels (``honorLabels``).
     """
     uses_mig = any(p.has_gpus and p.gpu_sharing == "mig" for p in pools)
-    return {
+    values: dict[str, Any] = {
         "operator": {
             "affinity": {"nodeAffinity": required_node_affinity(ROLE_LABEL, ["system"])},
         },
@@ -217,6 +273,13 @@ def gpu_operator_values(
             },
         },
     }
+    if cc_pools:
+        # The CC manager DaemonSet (on nodes NFD labels nvidia.com/cc.capable: Hopper
+        # GPUs on an SEV-SNP or TDX host) sets each node's GPUs to the mode its
+        # nvidia.com/cc.mode label asks for; "off" for nodes without one, so only the
+        # nodes the site labels switch (a mode change resets the GPUs).
+        values["ccManager"] = {"enabled": True, "defaultMode": "off"}
+    return values
 
 
 #: The DCGM exporter's metrics port (its ServiceMonitor scrapes it).

@@ -63,6 +63,9 @@ class KubernetesPlatformArgs:
         trainer_inputs: the training image and each pool's trainer environment
             (`TrainerInputs`) the platform's runtimes are built from; None installs the
             trainer without runtimes.
+        confidential_computing_pools: GPU pools whose nodes may run their GPUs in
+            confidential-computing mode (the GPU Operator's CC manager;
+            `modules.k8s.gpu.spec.ConfidentialComputingSpec`); default none.
     """
 
     provider: k8s.Provider
@@ -83,6 +86,7 @@ class KubernetesPlatformArgs:
     cost: CostInputs | None = None
     trainer: TrainerSpec = field(default_factory=TrainerSpec)
     trainer_inputs: TrainerInputs | None = None
+    confidential_computing_pools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check = Checker()
