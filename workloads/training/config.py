@@ -65,6 +65,11 @@ class ModelConfig:
         vocab_size: the tokenizer's vocabulary (256 for the byte tokenizer, 50257 for
             GPT-2's BPE); padded to a multiple of 64 in the model when ``pad_vocab``.
         dropout: dropout probability (0 for pre-training runs, and for exact resume).
+        head_dim: width of each attention head (0: ``n_embd // n_head``, GPT-2's).
+            Structured pruning (`workloads.training.prune`) removes whole heads and
+            keeps their width, so a pruned model has ``n_head * head_dim < n_embd``.
+        mlp_width: hidden width of every block's MLP (0: ``4 * n_embd``, GPT-2's);
+            set by pruning, which removes the same number of neurons in each block.
     """
 
     n_layer: int
@@ -73,13 +78,18 @@ class ModelConfig:
     block_size: int
     vocab_size: int
     dropout: float = 0.0
+    head_dim: int = 0
+    mlp_width: int = 0
 
     def __post_init__(self) -> None:
         check = Checker()
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             value = getattr(self, name)
             check.require(value >= 1, name, value, "must be a positive integer")
-        if self.n_head >= 1 and self.n_embd >= 1:
+        for name in ("head_dim", "mlp_width"):
+            value = getattr(self, name)
+            check.require(value >= 0, name, value, "0 (the GPT-2 default) or a positive integer")
+        if self.n_head >= 1 and self.n_embd >= 1 and not self.head_dim:
             check.require(
                 self.n_embd % self.n_head == 0,
                 "n_embd",
@@ -94,6 +104,21 @@ class ModelConfig:
         )
         check.require(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "in [0, 1)")
         check.done()
+
+    @property
+    def attn_head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.head_dim or self.n_embd // self.n_head
+
+    @property
+    def attn_width(self) -> int:
+        """Width of the attention's queries, keys and values: every head's together."""
+        return self.n_head * self.attn_head_dim
+
+    @property
+    def mlp_hidden(self) -> int:
+        """Hidden width of the MLP."""
+        return self.mlp_width or 4 * self.n_embd
 
     def padded_vocab_size(self, pad: bool = True) -> int:
         """Rows of the embedding / LM head: ``vocab_size`` rounded up to a multiple of 64."""
