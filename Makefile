@@ -357,7 +357,7 @@ gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=
 
 gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \
-		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0'
+		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0' 'torchao==0.18.0'
 
 # ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
 .PHONY: cost prices-refresh
@@ -421,3 +421,19 @@ pipeline: $(DEPS_pipelines) $(DEPS_data) $(DEPS_training) $(DEPS_lifecycle) ## S
 
 pipeline-ir: $(DEPS_pipelines) ## compile the pipeline to KFP's IR YAML: workloads/pipelines/data_to_model.yaml (the cluster's)
 	@$(PY_pipelines) -m workloads.pipelines.pipeline
+
+# --- smaller models for CPUs (issue 32, docs/workloads.md): distillation, pruning --------
+.PHONY: distill prune bench-smaller
+
+distill: $(DEPS_training) ## TEACHER=<checkpoint dir> PRESET=<student> OUT=<dir>: logit distillation into a smaller preset
+	@test -n "$(TEACHER)" || { echo "distill: give TEACHER=<a training run's --ckpt-dir>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "distill: give OUT=<the student's checkpoint dir>" >&2; exit 2; }
+	@$(call exact,$(PY_training) -m workloads.training.distill --teacher "$(TEACHER)" --preset '$(PRESET)' --out "$(OUT)" $(ARGS))
+
+prune: $(DEPS_training) ## CKPT=<checkpoint dir> OUT=<dir> HEADS=<0.5|1> MLP=<0.5>: remove heads and MLP width by importance, recovery fine-tune
+	@test -n "$(CKPT)" || { echo "prune: give CKPT=<a training run's --ckpt-dir>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "prune: give OUT=<the pruned model's checkpoint dir>" >&2; exit 2; }
+	@$(call exact,$(PY_training) -m workloads.training.prune --ckpt "$(CKPT)" --out "$(OUT)" --heads '$(or $(HEADS),0)' --mlp '$(or $(MLP),0)' $(ARGS))
+
+bench-smaller: $(DEPS_training) $(DEPS_lifecycle) ## teacher, distilled student, pruned model and their int8 exports: held-out loss, CPU tokens/s (ARGS=--record BENCHMARKS.md)
+	@$(call exact,$(PY_lifecycle) -m workloads.inference.bench_smaller --train-python $(PY_training) $(ARGS))

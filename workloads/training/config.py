@@ -41,6 +41,9 @@ PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 ENGINES: tuple[str, ...] = get_args(Engine)
 ZERO_STAGES: tuple[int, ...] = (1, 2, 3)
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+#: Float8 training (torchao, `workloads.training.float8`): off, or its scaling recipe.
+Float8 = Literal["off", "tensorwise", "rowwise"]
+FLOAT8_RECIPES: tuple[str, ...] = get_args(Float8)
 
 #: Vocabulary rows are padded to a multiple of this so the embedding and LM-head
 #: matmuls hit tensor-core friendly shapes (GPT-2's 50257 -> 50304).
@@ -215,6 +218,10 @@ class TrainConfig:
         fault_kill_node: test hook: ``fault_kill_rank`` first SIGKILLs its torchrun
             agent (its parent process), as the loss of its node would, so the job
             must go on with fewer nodes.
+        float8: float8 matmuls for the blocks' linear layers through torchao:
+            ``tensorwise`` or ``rowwise`` scaling (``off``: none). Needs an NVIDIA GPU
+            with float8 tensor cores (compute capability 8.9+: H100, H200, L4, L40S);
+            refused elsewhere. The LM head stays in bf16.
     """
 
     preset: str
@@ -264,6 +271,7 @@ class TrainConfig:
     fault_kill_rank: int = -1
     fault_kill_at_step: int = 0
     fault_kill_node: bool = False
+    float8: Float8 = "off"
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -324,6 +332,7 @@ class TrainConfig:
             ("parallelism", PARALLELISMS),
             ("engine", ENGINES),
             ("compile_mode", COMPILE_MODES),
+            ("float8", FLOAT8_RECIPES),
         ):
             value = getattr(self, name)
             check.require(value in allowed, name, value, f"one of {', '.join(allowed)}")
@@ -351,6 +360,13 @@ class TrainConfig:
                 "compile",
                 self.compile,
                 "off or auto with --engine deepspeed (the DeepSpeed engine runs eager)",
+            )
+            # Not tried together: DeepSpeed's bf16 weights and torchao's float8 casts.
+            check.require(
+                self.float8 == "off",
+                "float8",
+                self.float8,
+                "off with --engine deepspeed (float8 runs on the torch engine)",
             )
         check.require(
             self.fault_kill_at_step >= 0, "fault_kill_at_step", self.fault_kill_at_step, ">= 0"
