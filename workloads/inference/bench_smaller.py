@@ -239,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "--steps", str(args.recovery_steps), *common],
                 "pruned",
             )  # fmt: skip
+            load_before = os.getloadavg()[0]
             rows = [
                 measure(label, work / name, work / "export" / name, args)
                 for label, name in (
@@ -252,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ),
                 )
             ]
+            load_after = os.getloadavg()[0]
         except (RuntimeError, ExportError) as err:
             print(f"bench-smaller: {err}", file=sys.stderr)
             return 1
@@ -272,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Runtime on the CPU (`make bench-infer`'s worker)",
         "- every model trains one process on this CPU in fp32; the student and the pruned "
         "model read the teacher's data shards",
+        f"- the machine's 1-minute load average was {load_before:.1f} when the measurements "
+        f"began and {load_after:.1f} when they ended ({os.cpu_count()} CPUs; above that, "
+        "other work shared the cores and the speeds are lower than an idle machine's)",
         "",
         *table(rows),
     ]
