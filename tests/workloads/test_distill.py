@@ -84,7 +84,7 @@ def test_the_gradient_reaches_only_the_student() -> None:
     loss, _ = distill.distillation_loss(
         student, teacher.detach(), torch.zeros(2, 5, dtype=torch.long), vocab_size=256
     )
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
     assert student.grad is not None and float(student.grad[..., :256].abs().sum()) > 0
     assert float(student.grad[..., 256:].abs().sum()) == 0.0
 
@@ -176,7 +176,16 @@ def test_bad_students_and_outputs_are_one_line_each(
     vocab = _refusal(capsys, *teacher, "--n-layer", "1", "--vocab-size", "512")
     assert "vocabulary (512) is not the teacher's (256)" in vocab
     longer = _refusal(
-        capsys, *teacher, "--preset", "small", "--n-layer", "1", "--n-embd", "32", "--seq-len", "200"
+        capsys,
+        *teacher,
+        "--preset",
+        "small",
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--seq-len",
+        "200",
     )
     assert "longer than the teacher's context" in longer
     data = _refusal(capsys, *teacher, "--n-layer", "1", "--data-dir", str(tmp_path))

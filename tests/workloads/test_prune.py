@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from workloads.training.checkpoint import complete_checkpoints
 from workloads.training.config import ModelConfig, preset
 from workloads.training.distributed import Topology
 from workloads.training.lineage import read_run_record
-from workloads.training.model import GPT
+from workloads.training.model import GPT, Block
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,10 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
     run = training_runs.ddp_run(tmp_path_factory)
     assert run.done.returncode == 0, run.output[-3000:]
     return run
+
+
+def _block(model: GPT, layer: int) -> Block:
+    return cast(Block, model.blocks[layer])
 
 
 def _model(n_head: int = 4) -> GPT:
@@ -48,8 +53,8 @@ def test_units_that_contribute_nothing_score_zero_and_pruning_them_changes_no_lo
     with torch.no_grad():
         for layer, heads in ((0, silent_heads), (1, [3])):
             for head in heads:
-                model.blocks[layer].attn.c_proj.weight[:, head * dim : (head + 1) * dim] = 0  # type: ignore[index]
-            model.blocks[layer].mlp.c_proj.weight[:, silent_neurons] = 0  # type: ignore[index]
+                _block(model, layer).attn.c_proj.weight[:, head * dim : (head + 1) * dim] = 0
+            _block(model, layer).mlp.c_proj.weight[:, silent_neurons] = 0
     scores = prune.importance(model, [_ids(2), _ids(3)])
     assert scores.heads.shape == (2, 4) and scores.neurons.shape == (2, 256)
     assert scores.heads[0, silent_heads].abs().max() == 0 and scores.heads[1, 3] == 0
@@ -64,11 +69,11 @@ def test_units_that_contribute_nothing_score_zero_and_pruning_them_changes_no_lo
     config = pruned.config
     assert (config.n_head, config.head_dim, config.mlp_width) == (3, 16, 128)
     assert config.attn_width == 48 and config.n_embd == 64
-    attn, mlp = pruned.blocks[0].attn, pruned.blocks[0].mlp
-    assert tuple(attn.c_attn.weight.shape) == (3 * 48, 64)  # type: ignore[union-attr]
-    assert tuple(attn.c_proj.weight.shape) == (64, 48)  # type: ignore[union-attr]
-    assert tuple(mlp.c_fc.weight.shape) == (128, 64)  # type: ignore[union-attr]
-    assert tuple(mlp.c_proj.weight.shape) == (64, 128)  # type: ignore[union-attr]
+    attn, mlp = _block(pruned, 0).attn, _block(pruned, 0).mlp
+    assert tuple(attn.c_attn.weight.shape) == (3 * 48, 64)
+    assert tuple(attn.c_proj.weight.shape) == (64, 48)
+    assert tuple(mlp.c_fc.weight.shape) == (128, 64)
+    assert tuple(mlp.c_proj.weight.shape) == (64, 128)
     with torch.no_grad():
         before, after = model.logits(_ids(4)), pruned.logits(_ids(4))
     # Block 0 lost one of its two silent heads: nothing it computed reached the output.
@@ -118,7 +123,7 @@ def test_prunes_a_checkpoint_that_exports_load_and_the_trainer_resumes(
     args = ["--ckpt", str(ddp_run.ckpt), "--out", str(out), "--heads", "1", "--mlp", "0.5"]
     args += ["--steps", "2", "--calibration-batches", "2"]
     with sigterm_restored():
-        assert prune.main(args) == prune.EXIT_OK
+        assert prune.main(args) == distill.EXIT_OK
     printed = capsys.readouterr().out
     assert "held-out loss" in printed and "before recovery" in printed
     # Step 0 (the pruned weights) and the end of the recovery.
@@ -131,7 +136,7 @@ def test_prunes_a_checkpoint_that_exports_load_and_the_trainer_resumes(
     assert (shape.n_head, shape.head_dim, shape.mlp_width) == (1, 32, 128)
     # The round trip through the checkpoint: the run record's model takes the weights.
     model = distill.load_source_model(distill.find_source(out), torch.device("cpu"))
-    assert tuple(model.blocks[0].attn.c_attn.weight.shape) == (96, 64)  # type: ignore[union-attr]
+    assert tuple(_block(model, 0).attn.c_attn.weight.shape) == (96, 64)
     # The trainer resumes it with the run record's config (as make train does with
     # --n-head 1 --head-dim 32 --mlp-width 128).
     config = dataclasses.replace(record.config, steps=3, log_jsonl=str(tmp_path / "train.jsonl"))
@@ -142,7 +147,7 @@ def test_prunes_a_checkpoint_that_exports_load_and_the_trainer_resumes(
 
 def _refusal(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     with sigterm_restored():
-        assert prune.main(list(args)) == prune.EXIT_USER_ERROR
+        assert prune.main(list(args)) == distill.EXIT_USER_ERROR
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and captured.out == "", captured

@@ -113,7 +113,10 @@ def measure(name: str, ckpt: Path, export_dir: Path, args: argparse.Namespace) -
     for variant, file in (("fp32", FP32_FILE), ("int8", INT8_FILE)):
         session = ort.InferenceSession(str(export_dir / file), providers=["CPUExecutionProvider"])
         logits = np.concatenate(
-            [session.run(None, {INPUT_NAME: inputs[i : i + 8]})[0] for i in range(0, len(inputs), 8)]
+            [
+                session.run(None, {INPUT_NAME: inputs[i : i + 8]})[0]
+                for i in range(0, len(inputs), 8)
+            ]
         )
         losses[variant] = _loss(logits[..., : config.model.vocab_size], targets)
     fp32, int8 = _speed(export_dir, "ort-fp32", args), _speed(export_dir, "ort-int8", args)
@@ -266,12 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"thread(s); Python {platform.python_version()}, {versions}",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; "
         f"{time.monotonic() - started:.0f} s in all",
-        f"- command: `{shown}` (`python -m workloads.inference.bench_smaller "
-        f"{shlex.join(argv)}`)",
+        f"- command: `{shown}` (`python -m workloads.inference.bench_smaller {shlex.join(argv)}`)",
         f"- held-out loss: mean next-token cross-entropy (nats) of the ONNX model on "
-        f"{args.eval_windows} windows of {args.eval_len} tokens of the validation shard; tokens/s: prompt tokens per "
-        f"second at batch 8 x {args.prompt_len} tokens, p50: one forward at batch 1, ONNX "
-        "Runtime on the CPU (`make bench-infer`'s worker)",
+        f"{args.eval_windows} windows of {args.eval_len} tokens of the validation shard; "
+        f"tokens/s: prompt tokens per second at batch 8 x {args.prompt_len} tokens, "
+        "p50: one forward at batch 1, ONNX Runtime on the CPU (`make bench-infer`'s worker)",
         "- every model trains one process on this CPU in fp32; the student and the pruned "
         "model read the teacher's data shards",
         f"- the machine's 1-minute load average was {load_before:.1f} when the measurements "

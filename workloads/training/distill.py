@@ -232,10 +232,10 @@ def find_source(path: Path, what: str = "TEACHER") -> Source:
     shapes.pop("lm_head.weight", None)  # tied to wte.weight
     problem = shape_problem(step_dir, shapes)
     if problem is not None:
-        found = problem.split(": it ", 1)[-1].split(". Point", 1)[0]
+        detail = problem.split(": it ", 1)[-1].split(". Point", 1)[0]
         raise DistillError(
             f"{what} checkpoint {step_dir} does not hold the model its {RUN_RECORD} describes: "
-            f"it {found}"
+            f"it {detail}"
         )
     return Source(config, step, step_dir, root)
 
@@ -342,7 +342,7 @@ class FitResult:
     resumed_from: int
 
 
-def fit(  # noqa: PLR0913, PLR0915 - one loop, every input named
+def fit(
     config: TrainConfig,
     model: GPT,
     *,
@@ -413,7 +413,7 @@ def fit(  # noqa: PLR0913, PLR0915 - one loop, every input named
                     logits, teacher_logits, targets, vocab_size=config.model.vocab_size,
                     temperature=temperature, alpha=soft_weight,
                 )  # fmt: skip
-                (loss / config.grad_accum_steps).backward()
+                (loss / config.grad_accum_steps).backward()  # type: ignore[no-untyped-call]
                 sums += torch.stack([parts.total, parts.hard, parts.soft])
             if config.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -434,8 +434,10 @@ def fit(  # noqa: PLR0913, PLR0915 - one loop, every input named
                         record = {"step": step, "loss": total, "hard": hard, "soft": soft}
                         handle.write(json.dumps(record) + "\n")
             stopping = stop.requested
-            if stopping or step == config.steps or (
-                config.ckpt_every and step % config.ckpt_every == 0
+            if (
+                stopping
+                or step == config.steps
+                or (config.ckpt_every and step % config.ckpt_every == 0)
             ):
                 path = checkpointer.save(
                     step, model, optimizer, batches.state, blocking=True, global_batch=global_batch

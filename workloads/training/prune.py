@@ -41,6 +41,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -74,7 +75,7 @@ from workloads.training.distill import (
 )
 from workloads.training.engine import build_optimizer
 from workloads.training.lineage import RunRecord, git_revision, write_run_record
-from workloads.training.model import GPT
+from workloads.training.model import GPT, Block
 
 DEFAULT_RECOVERY_STEPS = 50
 DEFAULT_CALIBRATION_BATCHES = 8
@@ -118,9 +119,9 @@ def importance(model: GPT, batches: Sequence[Tensor]) -> Importance:
 
         return hook
 
-    for layer, block in enumerate(model.blocks):
-        attn_proj = block.attn.c_proj  # type: ignore[union-attr]
-        mlp_proj = block.mlp.c_proj  # type: ignore[union-attr]
+    for layer, module in enumerate(model.blocks):
+        block = cast(Block, module)
+        attn_proj, mlp_proj = block.attn.c_proj, block.mlp.c_proj
         hooks.append(attn_proj.register_forward_pre_hook(attention_hook(layer, attn_proj)))
         hooks.append(mlp_proj.register_forward_pre_hook(mlp_hook(layer, mlp_proj)))
     was_training = model.training
@@ -211,7 +212,7 @@ def calibration_batches(config: TrainConfig, count: int) -> list[Tensor]:
     return [loader.next_batch()[0] for _ in range(count)]
 
 
-def run(  # noqa: PLR0913 - the command's inputs
+def run(
     ckpt: Path,
     out: Path,
     heads: str,
@@ -266,16 +267,18 @@ def run(  # noqa: PLR0913 - the command's inputs
         say(f"prune: {out} holds this pruning already; resuming its recovery fine-tune")
         model = GPT(shape, use_sdpa=True, pad_vocab=config.pad_vocab).to(device)
     else:
-        scores = importance(original, [b.to(device) for b in calibration_batches(config, calibration)])
+        scores = importance(
+            original, [b.to(device) for b in calibration_batches(config, calibration)]
+        )
         keep_heads = kept(scores.heads, remove_heads)
         keep_neurons = kept(scores.neurons, remove_neurons)
         model = prune_model(original.cpu(), keep_heads, keep_neurons).to(device)
         after = eval_loss(model, config, device)
         say(
             f"prune: kept heads {keep_heads} of {model_config.n_head} per block, MLP "
-            f"{shape.mlp_hidden} of {model_config.mlp_hidden}; {original.num_parameters()/1e6:.3f}M"
-            f" -> {model.num_parameters() / 1e6:.3f}M params; held-out loss {after:.4f} "
-            "before recovery"
+            f"{shape.mlp_hidden} of {model_config.mlp_hidden}; "
+            f"{original.num_parameters() / 1e6:.3f}M -> {model.num_parameters() / 1e6:.3f}M "
+            f"params; held-out loss {after:.4f} before recovery"
         )
         write_marker(
             out,
