@@ -115,6 +115,7 @@ def test_training_with_float8_on_a_cpu_is_refused_in_one_line(
 
 
 def test_a_gpu_without_float8_tensor_cores_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
     with pytest.raises(InvalidArgsError) as raised:

@@ -81,6 +81,8 @@ def device_problem(device: torch.device) -> str | None:
             f"capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}+: H100, H200, L4, L40S); "
             f"this is a {device.type}: use --float8 off"
         )
+    if not torch.cuda.is_available():
+        return f"float8 training needs CUDA, and this torch ({torch.__version__}) has none"
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name(device)
