@@ -73,15 +73,18 @@ class Row:
 
 
 def _run(command: Sequence[str], what: str) -> None:
-    """Run a step of the benchmark, its output shown; fail the benchmark if it fails."""
+    """Run a step of the benchmark, its output shown as it comes; fail the benchmark if
+    it fails (with the end of its error output)."""
     print(f"bench-smaller: {what}: {shlex.join(command)}", flush=True)
     started = time.monotonic()
-    done = subprocess.run(command, check=False, capture_output=True, text=True)
-    for line in done.stdout.splitlines():
-        if line.startswith(("distill:", "prune:", "done:", "train: finished")):
-            print(f"  {line}", flush=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as errors:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
+            assert child.stdout is not None
+            for line in child.stdout:
+                print(f"  {line.rstrip()}", flush=True)
+        if child.returncode != 0:
+            errors.seek(0)
+            raise RuntimeError(f"{what} failed (exit {child.returncode}):\n{errors.read()[-3000:]}")
     print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 
@@ -191,12 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-python", required=True, help="the training environment's python")
     parser.add_argument("--work-dir", type=Path, help="keep the runs here (default: temporary)")
     parser.add_argument("--teacher-preset", default="small")
-    parser.add_argument("--teacher-steps", type=int, default=300)
+    parser.add_argument("--teacher-steps", type=int, default=200)
     parser.add_argument("--student-preset", default="tiny")
-    parser.add_argument("--student-steps", type=int, default=150)
+    parser.add_argument("--student-steps", type=int, default=100)
     parser.add_argument("--heads", default="0.5", help="make prune HEADS=")
     parser.add_argument("--mlp", default="0.5", help="make prune MLP=")
-    parser.add_argument("--recovery-steps", type=int, default=50)
+    parser.add_argument("--recovery-steps", type=int, default=30)
     parser.add_argument("--eval-windows", type=int, default=64, help="held-out windows")
     parser.add_argument("--eval-len", type=int, default=64, help="tokens per held-out window")
     parser.add_argument("--prompt-len", type=int, default=64)
@@ -221,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench-smaller: --work-dir {work} is not empty; give a new one", file=sys.stderr)
             return 2
         train = [args.train_python, "-m"]
-        common = ["--metrics-port", "0", "--log-every", "50"]
+        common = ["--metrics-port", "0", "--log-every", "20"]
         try:
             _run(
                 [*train, "workloads.train", "--preset", args.teacher_preset,
