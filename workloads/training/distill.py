@@ -305,6 +305,19 @@ def training_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
+def one_process_loader(config: TrainConfig, files: list[Path] | None = None) -> ShardLoader:
+    """A loader of ``config``'s batches for a world of one: over ``files``, or the
+    training shards of its data directory (made from its corpus when it is empty)."""
+    return ShardLoader(
+        files if files is not None else ensure_shards(Path(config.data_dir), Path(config.corpus)),
+        batch=config.micro_batch_size,
+        seq_len=config.seq_len,
+        rank=0,
+        world_size=1,
+        vocab_size=config.model.padded_vocab_size(config.pad_vocab),
+    )
+
+
 def eval_loss(
     model: GPT, config: TrainConfig, device: torch.device, batches: int = EVAL_BATCHES
 ) -> float:
@@ -312,14 +325,7 @@ def eval_loss(
     the data directory's ``val_*`` shards (its train shards when it has none)."""
     data_dir = Path(config.data_dir)
     files = shard_files(data_dir, "val") or shard_files(data_dir, "train")
-    loader = ShardLoader(
-        files,
-        batch=config.micro_batch_size,
-        seq_len=config.seq_len,
-        rank=0,
-        world_size=1,
-        vocab_size=config.model.padded_vocab_size(config.pad_vocab),
-    )
+    loader = one_process_loader(config, files)
     was_training = model.training
     model.eval()
     total = 0.0
@@ -362,16 +368,7 @@ def fit(
     resolved = _resolve(config, device)
     apply_backend_flags(resolved)
     optimizer = build_optimizer(model, config, resolved)
-    files = ensure_shards(Path(config.data_dir), Path(config.corpus))
-    loader = ShardLoader(
-        files,
-        batch=config.micro_batch_size,
-        seq_len=config.seq_len,
-        rank=0,
-        world_size=1,
-        vocab_size=config.model.padded_vocab_size(resolved.pad_vocab),
-    )
-    batches = DeviceBatches(loader, resolved)
+    batches = DeviceBatches(one_process_loader(config), resolved)
     checkpointer = Checkpointer(
         Path(config.ckpt_dir), rank=0, device=device, group=None, use_async=False,
         keep=config.ckpt_keep,

@@ -47,9 +47,8 @@ import torch
 from torch import Tensor, nn
 
 from modules.validation import InvalidArgsError
-from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.manifest import ManifestError, verify_dataset
-from workloads.data.shards import ShardError, ShardLoader
+from workloads.data.shards import ShardError
 from workloads.training.checkpoint import Checkpointer, CheckpointError, latest_checkpoint
 from workloads.training.config import (
     ModelConfig,
@@ -69,6 +68,7 @@ from workloads.training.distill import (
     find_source,
     fit,
     load_source_model,
+    one_process_loader,
     override_values,
     training_device,
     write_marker,
@@ -201,14 +201,7 @@ def prune_model(model: GPT, keep_heads: list[list[int]], keep_neurons: list[list
 
 def calibration_batches(config: TrainConfig, count: int) -> list[Tensor]:
     """The first ``count`` batches of the run's training data (token ids)."""
-    loader = ShardLoader(
-        ensure_shards(Path(config.data_dir), Path(config.corpus)),
-        batch=config.micro_batch_size,
-        seq_len=config.seq_len,
-        rank=0,
-        world_size=1,
-        vocab_size=config.model.padded_vocab_size(config.pad_vocab),
-    )
+    loader = one_process_loader(config)
     return [loader.next_batch()[0] for _ in range(count)]
 
 
@@ -301,14 +294,7 @@ def run(
             0,
             model,
             optimizer,
-            ShardLoader(
-                ensure_shards(Path(config.data_dir), Path(config.corpus)),
-                batch=config.micro_batch_size,
-                seq_len=config.seq_len,
-                rank=0,
-                world_size=1,
-                vocab_size=config.model.padded_vocab_size(config.pad_vocab),
-            ).state,
+            one_process_loader(config).state,
             blocking=True,
         )
     teacher = original if alpha > 0 else None
