@@ -5,7 +5,7 @@ together on the same held-out data and the same CPU:
 
 1. the teacher: ``python -m workloads.train`` of ``--teacher-preset`` (``small``);
 2. the student: ``make distill``'s module, ``--student-preset`` (``tiny``) from the
-   teacher (temperature 2, alpha 0.5), and the same student trained for the same steps
+   teacher (temperature 1, alpha 0.5), and the same student trained for the same steps
    without the teacher (``--alpha 0``: labels only), the figure distillation is judged by;
 3. the pruned teacher: ``make prune``'s module, half the heads and half the MLP width,
    then its recovery fine-tune;
@@ -196,14 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--teacher-preset", default="small")
     parser.add_argument("--teacher-steps", type=int, default=200)
     parser.add_argument("--student-preset", default="tiny")
-    parser.add_argument("--student-steps", type=int, default=100)
+    parser.add_argument("--student-steps", type=int, default=300)
     parser.add_argument("--heads", default="0.5", help="make prune HEADS=")
     parser.add_argument("--mlp", default="0.5", help="make prune MLP=")
     parser.add_argument("--recovery-steps", type=int, default=30)
     parser.add_argument("--eval-windows", type=int, default=64, help="held-out windows")
     parser.add_argument("--eval-len", type=int, default=64, help="tokens per held-out window")
     parser.add_argument("--prompt-len", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="0: physical cores")
     parser.add_argument("--record", type=Path, help="write the table into this BENCHMARKS.md")
     return parser
