@@ -154,7 +154,7 @@ TESTS_plan     := tests/aws tests/bootstrap tests/e2e tests/horovod tests/k8s te
 	tests/test_readme_commands.py tests/test_user_errors.py tests/test_verb_dependencies.py \
 	tests/workloads/test_deploy.py tests/workloads/test_job_tracking.py
 TESTS_training := tests/training_deepspeed $(addsuffix .py,$(addprefix tests/workloads/test_,bench \
-	compat config data distill elastic engines entry_points fabric fabric_check fast_path float8 gpu_check health horovod_program launch metrics model prune torchrun \
+	compat config data elastic engines entry_points fabric fabric_check fast_path gpu_check health horovod_program launch metrics model torchrun \
 	profile trainer_image_boundary tracking_client train))
 TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test_lifecycle_registry.py \
 	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
@@ -163,6 +163,8 @@ TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
 TESTS_pipelines := tests/pipelines
+# Smaller models for CPUs and float8 (issue 32; the verbs are at the end of this file).
+TESTS_training += $(addsuffix .py,$(addprefix tests/workloads/test_,distill prune float8))
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 

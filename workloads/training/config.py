@@ -336,6 +336,7 @@ class TrainConfig:
         ):
             value = getattr(self, name)
             check.require(value in allowed, name, value, f"one of {', '.join(allowed)}")
+        self._check_float8(check)
         check.require(bool(self.data_dir), "data_dir", self.data_dir, "a directory path")
         check.require(
             self.zero_stage in ZERO_STAGES, "zero_stage", self.zero_stage, "one of 1, 2, 3"
@@ -361,13 +362,6 @@ class TrainConfig:
                 self.compile,
                 "off or auto with --engine deepspeed (the DeepSpeed engine runs eager)",
             )
-            # Not tried together: DeepSpeed's bf16 weights and torchao's float8 casts.
-            check.require(
-                self.float8 == "off",
-                "float8",
-                self.float8,
-                "off with --engine deepspeed (float8 runs on the torch engine)",
-            )
         check.require(
             self.fault_kill_at_step >= 0, "fault_kill_at_step", self.fault_kill_at_step, ">= 0"
         )
@@ -381,6 +375,26 @@ class TrainConfig:
             " or sqlite:///<file>.db",
         )
         check.done()
+
+    def _check_float8(self, check: Checker) -> None:
+        """``--float8`` runs on the torch engine without tensor parallelism: neither
+        DeepSpeed's bf16 weights nor TP's sharded linear layers were tried with torchao's
+        float8 casts (TP would need torchao's float8 parallel styles)."""
+        if self.float8 == "off":
+            return
+        check.require(
+            self.engine == "torch",
+            "float8",
+            self.float8,
+            "off with --engine deepspeed (float8 runs on the torch engine)",
+        )
+        # ``tp`` is the tensor-parallel degree where this config has one.
+        check.require(
+            getattr(self, "tp", 1) == 1,
+            "float8",
+            self.float8,
+            "off with --tp > 1 (float8 is not combined with tensor parallelism)",
+        )
 
     @property
     def tokens_per_micro_step(self) -> int:

@@ -115,11 +115,13 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         batch, seq, _ = x.shape
-        head_dim = self.head_dim
-        q, k, v = self.c_attn(x).split(self.inner, dim=2)
-        q = q.view(batch, seq, self.n_head, head_dim).transpose(1, 2)
-        k = k.view(batch, seq, self.n_head, head_dim).transpose(1, 2)
-        v = v.view(batch, seq, self.n_head, head_dim).transpose(1, 2)
+        head_dim = self.head_dim  # n_embd // n_head unless heads were pruned
+        # Heads counted from the projection's width, not n_head: under tensor parallelism
+        # (`workloads.training.tp`) each rank's c_attn yields its own heads' q, k and v.
+        q, k, v = self.c_attn(x).chunk(3, dim=2)
+        q = q.view(batch, seq, -1, head_dim).transpose(1, 2)
+        k = k.view(batch, seq, -1, head_dim).transpose(1, 2)
+        v = v.view(batch, seq, -1, head_dim).transpose(1, 2)
         dropout_p = self.dropout if self.training else 0.0
         if self.use_sdpa:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
@@ -129,7 +131,7 @@ class CausalSelfAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
             weights = F.dropout(F.softmax(scores, dim=-1), p=dropout_p)
             y = weights @ v
-        y = y.transpose(1, 2).contiguous().view(batch, seq, self.inner)
+        y = y.transpose(1, 2).contiguous().view(batch, seq, -1)
         out: Tensor = self.resid_dropout(self.c_proj(y))
         return out
 
