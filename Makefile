@@ -175,6 +175,8 @@ TESTS_data     := tests/data
 TESTS_pipelines := tests/pipelines
 TESTS_llm      := tests/llm
 TESTS_finetune := tests/finetune
+# Smaller models for CPUs and float8 (issue 32; the verbs are at the end of this file).
+TESTS_training += $(addsuffix .py,$(addprefix tests/workloads/test_,distill prune float8))
 
 setup: $(TEST_DEPS) ## create every environment with its test tools (what make test uses)
 
@@ -371,7 +373,7 @@ gpu-check: ## on a GPU: health, correctness, NCCL, bench -> BENCHMARKS.md (ARGS=
 
 gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/gpu-wheels/
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --dest $(GPU_WHEELS) \
-		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0'
+		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0' 'torchao==0.18.0'
 
 # ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
 .PHONY: cost prices-refresh
@@ -475,3 +477,19 @@ serve-llm: $(DEPS_llm) $(if $(filter models:/%,$(MODEL)),$(DEPS_lifecycle)) ## v
 bench-llm: $(DEPS_llm) $(VENV_llm)/.installed-llm-test $(if $(V2_MODEL),$(DEPS_serving)) ## guidellm: vLLM (MODEL=<HF folder>) vs the V2 server (V2_MODEL=<export>) at 1, 8, 32 clients
 	@test -n "$(MODEL)" || { echo "bench-llm: give MODEL=<a Hugging Face model folder> (and V2_MODEL=<a make export folder>)" >&2; exit 2; }
 	@$(call exact,$(PY_llm) -m workloads.llm.bench --model "$(MODEL)" $(if $(V2_MODEL),--v2-model "$(V2_MODEL)" --v2-python $(PY_serving)) $(ARGS))
+
+# --- smaller models for CPUs (issue 32, docs/workloads.md): distillation, pruning --------
+.PHONY: distill prune bench-smaller
+
+distill: $(DEPS_training) ## TEACHER=<checkpoint dir> PRESET=<student> OUT=<dir>: logit distillation into a smaller preset
+	@test -n "$(TEACHER)" || { echo "distill: give TEACHER=<a training run's --ckpt-dir>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "distill: give OUT=<the student's checkpoint dir>" >&2; exit 2; }
+	@$(call exact,$(PY_training) -m workloads.training.distill --teacher "$(TEACHER)" --preset '$(PRESET)' --out "$(OUT)" $(ARGS))
+
+prune: $(DEPS_training) ## CKPT=<checkpoint dir> OUT=<dir> HEADS=<0.5|1> MLP=<0.5>: remove heads and MLP width by importance, recovery fine-tune
+	@test -n "$(CKPT)" || { echo "prune: give CKPT=<a training run's --ckpt-dir>" >&2; exit 2; }
+	@test -n "$(OUT)" || { echo "prune: give OUT=<the pruned model's checkpoint dir>" >&2; exit 2; }
+	@$(call exact,$(PY_training) -m workloads.training.prune --ckpt "$(CKPT)" --out "$(OUT)" --heads '$(or $(HEADS),0)' --mlp '$(or $(MLP),0)' $(ARGS))
+
+bench-smaller: $(DEPS_training) $(DEPS_lifecycle) ## teacher, distilled student, pruned model and their int8 exports: held-out loss, CPU tokens/s (ARGS=--record BENCHMARKS.md)
+	@$(call exact,$(PY_lifecycle) -m workloads.inference.bench_smaller --train-python $(PY_training) $(ARGS))

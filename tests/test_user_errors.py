@@ -185,6 +185,19 @@ CASES = [
     Case("bench-data-builder-python-missing", "paths",
          "make bench-data ARGS='--workdir {home}/bench --mb 0.01 --builder-python "
          "{home}/no-python'", 2, "{home}/no-python"),
+    # --- distill, prune, bench-smaller (smaller models for CPUs) -------------------------
+    Case("distill-without-teacher", "arguments", "make distill OUT={home}/student", 2,
+         "give TEACHER="),
+    Case("distill-missing-teacher", "paths",
+         "make distill TEACHER={home}/missing OUT={home}/student", 2, "{home}/missing"),
+    Case("distill-corrupt-teacher", "malformed files",
+         "make distill TEACHER={home}/corrupt-ckpt OUT={home}/student", 2, ".metadata"),
+    Case("prune-without-checkpoint", "arguments", "make prune OUT={home}/pruned HEADS=1", 2,
+         "give CKPT="),
+    Case("prune-corrupt-checkpoint", "malformed files",
+         "make prune CKPT={home}/corrupt-ckpt OUT={home}/pruned HEADS=0.5", 2, ".metadata"),
+    Case("bench-smaller-no-steps", "arguments", "make bench-smaller ARGS='--teacher-steps 0'",
+         2, "steps"),
     # --- export, track, register, promote, bench-infer (lifecycle) ----------------------
     Case("export-without-checkpoint", "arguments", "make export", 2, "give CHECKPOINT="),
     Case("export-corrupt-metadata", "malformed files",

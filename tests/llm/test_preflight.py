@@ -108,7 +108,7 @@ def test_a_kv_cache_larger_than_half_the_memory(copy_of: Path) -> None:
     assert "KV_CACHE_GIB=100000" in refused(*command)
 
 
-def test_the_command_is_bounded_and_local(tiny_model: Path) -> None:
+def test_the_command_is_bounded_and_local(tiny_model: Path, copy_of: Path) -> None:
     model = serve.model_folder(str(tiny_model))
     command = serve.server_command(
         model, name="tiny", port=8080, max_model_len=model.context, kv_bytes=2**28
@@ -118,7 +118,17 @@ def test_the_command_is_bounded_and_local(tiny_model: Path) -> None:
     assert flags["--dtype"] == "float32"
     assert flags["--max-model-len"] == "128"
     assert flags["--kv-cache-memory-bytes"] == str(2**28)
-    # The tiny model carries no chat template: the shipped one is served.
+    # make export-hf's folder carries its chat template: vLLM serves that one.
+    assert serve.has_chat_template(tiny_model) and "--chat-template" not in command
+    # A model without one gets the template shipped beside the server.
+    (copy_of / "chat_template.jinja").unlink(missing_ok=True)
+    settings = json.loads((copy_of / "tokenizer_config.json").read_text())
+    settings.pop("chat_template", None)
+    (copy_of / "tokenizer_config.json").write_text(json.dumps(settings))
+    bare = serve.model_folder(str(copy_of))
+    command = serve.server_command(
+        bare, name="tiny", port=8080, max_model_len=bare.context, kv_bytes=2**28
+    )
     assert command[-2:] == ["--chat-template", str(serve.CHAT_TEMPLATE)]
     env = serve.server_environment({"VLLM_API_KEY": "k", "HF_HUB_OFFLINE": "0"})
     assert env["HF_HUB_OFFLINE"] == "1"

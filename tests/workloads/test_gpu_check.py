@@ -30,6 +30,7 @@ def test_dry_run_plans_every_check_at_the_presets_shape(
         "fwd-bwd",
         "train-resume",
         "engines",
+        "float8",
         "nccl",
         "bench",
     ]

@@ -290,3 +290,26 @@ def test_register_logs_a_transformers_model_that_mlflow_loads(
     assert register.main([run_id, "--tracking-uri", uri]) == 0
     assert "models:/tiny-hf/1" in capsys.readouterr().out
     assert [str(v.version) for v in client.search_model_versions("name='tiny-hf'")] == ["1"]
+
+
+def test_a_pruned_mlp_exports_and_pruned_heads_are_refused(
+    exported: Exported, tmp_path: Path
+) -> None:
+    """`make prune`'s narrower MLP is GPT-2's ``n_inner`` (logits equal the trainer's);
+    heads narrower than n_embd / n_head have no GPT2Config field: refused, nothing written."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    record = read_run_record(exported.ckpt)
+    assert record is not None
+    narrow = replace(record.config.model, mlp_width=3 * record.config.model.n_embd)
+    torch.manual_seed(0)
+    model = GPT(narrow).eval()
+    hf = hf_export.to_hf(model).eval()
+    tokens = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        expected = model.logits(tokens)[..., : hf.config.vocab_size]
+        assert torch.allclose(hf(tokens).logits, expected, atol=1e-5)
+    headless = replace(record.config, model=replace(narrow, head_dim=16))
+    with pytest.raises(ExportError, match="cannot express pruned heads"):
+        hf_export.export_hf(exported.ckpt, tmp_path / "out", headless)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -223,7 +223,7 @@ def gpt2_config(model: GPT) -> Any:
         n_embd=shape.n_embd,
         n_layer=shape.n_layer,
         n_head=shape.n_head,
-        n_inner=4 * shape.n_embd,
+        n_inner=shape.mlp_hidden,  # 4 x n_embd unless make prune narrowed it
         activation_function="gelu_pytorch_tanh",
         resid_pdrop=0.0,
         embd_pdrop=0.0,
@@ -407,6 +407,15 @@ def export_hf(
             f"the run's vocabulary is {config.model.vocab_size} tokens, not the byte "
             f"tokenizer's {BYTE_VOCAB_SIZE}: export-hf ships the byte tokenizer only, and "
             "the tokenizer of externally tokenised shards is not in the checkpoint"
+        )
+    if config.model.attn_width != config.model.n_embd:
+        # GPT2Config has no head width of its own (n_embd / n_head): a model whose heads
+        # make prune removed has none it could express.
+        raise ExportError(
+            f"the model's {config.model.n_head} heads of {config.model.attn_head_dim} are "
+            f"{config.model.attn_width} wide, not n_embd ({config.model.n_embd}): Hugging "
+            "Face's GPT-2 cannot express pruned heads; export it with make export (ONNX), "
+            "or prune only the MLP (HEADS=0)"
         )
     step, step_dir = resolve_checkpoint(checkpoint)
     root = checkpoint_root(step_dir)

@@ -16,8 +16,10 @@ With ``--ablate`` it also measures ``fast`` with each switch turned off in turn,
 ``fast`` with activation checkpointing (its memory and speed cost), the DeepSpeed
 engine at ZeRO stages 2 and 3 with the fast path's other switches (eager: the
 DeepSpeed engine is not compiled; where deepspeed is not installed they are listed
-as not measured) and, on CUDA, ``fast`` with the ``reduce-overhead`` (CUDA graphs)
-and ``max-autotune`` compile modes. ``--variants`` measures only the named ones.
+as not measured), ``fast`` with float8 matmuls (torchao, tensorwise and rowwise
+scaling; only on GPUs with float8 tensor cores, listed as not measured elsewhere) and,
+on CUDA, ``fast`` with the ``reduce-overhead`` (CUDA graphs) and ``max-autotune``
+compile modes. ``--variants`` measures only the named ones.
 Every variant runs at the preset's micro-batch and gradient accumulation (GPT-2
 124M: 32 sequences x 16 micro-steps = 0.5M tokens per optimizer step), so the
 optimizer step and gradient clipping weigh as they do in training;
@@ -50,7 +52,7 @@ import torch
 from modules.validation import InvalidArgsError
 from workloads.data.byte_tokenizer import ensure_shards
 from workloads.data.shards import ShardError, ShardLoader
-from workloads.training import compat
+from workloads.training import compat, float8
 from workloads.training.config import TrainConfig, describe_problems, override, preset
 from workloads.training.distributed import Topology
 from workloads.training.engine import (
@@ -100,6 +102,13 @@ DEEPSPEED_VARIANTS: dict[str, dict[str, str]] = {
     "deepspeed-zero2": {"engine": "deepspeed", "zero_stage": "2", "compile": "off"},
     "deepspeed-zero3": {"engine": "deepspeed", "zero_stage": "3", "compile": "off"},
 }
+#: Float8 training (torchao) ``--ablate`` adds to ``fast``: each scaling recipe. Where
+#: the device has no float8 tensor cores (or torchao is missing) they are listed as
+#: not measured, with why.
+FLOAT8_VARIANTS: dict[str, dict[str, str]] = {
+    "fast+float8-tensorwise": {"float8": "tensorwise"},
+    "fast+float8-rowwise": {"float8": "rowwise"},
+}
 #: Compile modes ``--ablate`` adds to ``fast`` on CUDA (CUDA graphs, autotuning),
 #: slowest to compile last.
 CUDA_COMPILE_MODES = ("reduce-overhead", "max-autotune")
@@ -135,11 +144,24 @@ def deepspeed_installed() -> bool:
     return importlib.util.find_spec("deepspeed") is not None
 
 
+def drop_float8_if_unavailable(
+    planned: Sequence[tuple[str, dict[str, str]]], device: torch.device, skipped: list[str]
+) -> list[tuple[str, dict[str, str]]]:
+    """``planned`` less the float8 variants where float8 cannot run on ``device``
+    (each added to ``skipped`` with why)."""
+    names = [name for name, _ in planned if name in FLOAT8_VARIANTS]
+    problem = float8.unavailable(device) if names else None
+    if problem is None:
+        return list(planned)
+    skipped += [f"{name}: not run ({problem})" for name in names]
+    return [(name, switches) for name, switches in planned if name not in names]
+
+
 def variants(fast: dict[str, str], ablate: bool, cuda: bool) -> list[tuple[str, dict[str, str]]]:
     """``(name, switches)`` of every variant to measure, in order: the baseline, the
     fast path, then (``ablate``) fast minus each switch it turns on, fast with
-    activation checkpointing, the DeepSpeed engine's ZeRO-2 and ZeRO-3 and, on CUDA,
-    fast with each extra compile mode."""
+    activation checkpointing, the DeepSpeed engine's ZeRO-2 and ZeRO-3, fast with each
+    float8 recipe and, on CUDA, fast with each extra compile mode."""
     planned: list[tuple[str, dict[str, str]]] = [("baseline", BASELINE), ("fast", fast)]
     if ablate:
         planned += [
@@ -149,6 +171,7 @@ def variants(fast: dict[str, str], ablate: bool, cuda: bool) -> list[tuple[str, 
         ]
         planned += [(name, fast | extra) for name, extra in ADDITIONS.items()]
         planned += [(name, fast | extra) for name, extra in DEEPSPEED_VARIANTS.items()]
+        planned += [(name, fast | extra) for name, extra in FLOAT8_VARIANTS.items()]
         if cuda:
             planned += [
                 (f"fast+{mode}", fast | {"compile_mode": mode}) for mode in CUDA_COMPILE_MODES
@@ -587,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{variant}: not run (the deepspeed package is not installed here)"
             for variant in left_out
         ]
+    planned = drop_float8_if_unavailable(planned, device, measured.skipped)
     try:
         for name in names:
             base = preset(name.strip())

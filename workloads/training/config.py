@@ -41,6 +41,9 @@ PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 ENGINES: tuple[str, ...] = get_args(Engine)
 ZERO_STAGES: tuple[int, ...] = (1, 2, 3)
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+#: Float8 training (torchao, `workloads.training.float8`): off, or its scaling recipe.
+Float8 = Literal["off", "tensorwise", "rowwise"]
+FLOAT8_RECIPES: tuple[str, ...] = get_args(Float8)
 
 #: Vocabulary rows are padded to a multiple of this so the embedding and LM-head
 #: matmuls hit tensor-core friendly shapes (GPT-2's 50257 -> 50304).
@@ -65,6 +68,11 @@ class ModelConfig:
         vocab_size: the tokenizer's vocabulary (256 for the byte tokenizer, 50257 for
             GPT-2's BPE); padded to a multiple of 64 in the model when ``pad_vocab``.
         dropout: dropout probability (0 for pre-training runs, and for exact resume).
+        head_dim: width of each attention head (0: ``n_embd // n_head``, GPT-2's).
+            Structured pruning (`workloads.training.prune`) removes whole heads and
+            keeps their width, so a pruned model has ``n_head * head_dim < n_embd``.
+        mlp_width: hidden width of every block's MLP (0: ``4 * n_embd``, GPT-2's);
+            set by pruning, which removes the same number of neurons in each block.
     """
 
     n_layer: int
@@ -73,13 +81,18 @@ class ModelConfig:
     block_size: int
     vocab_size: int
     dropout: float = 0.0
+    head_dim: int = 0
+    mlp_width: int = 0
 
     def __post_init__(self) -> None:
         check = Checker()
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             value = getattr(self, name)
             check.require(value >= 1, name, value, "must be a positive integer")
-        if self.n_head >= 1 and self.n_embd >= 1:
+        for name in ("head_dim", "mlp_width"):
+            value = getattr(self, name)
+            check.require(value >= 0, name, value, "0 (the GPT-2 default) or a positive integer")
+        if self.n_head >= 1 and self.n_embd >= 1 and not self.head_dim:
             check.require(
                 self.n_embd % self.n_head == 0,
                 "n_embd",
@@ -94,6 +107,21 @@ class ModelConfig:
         )
         check.require(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "in [0, 1)")
         check.done()
+
+    @property
+    def attn_head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.head_dim or self.n_embd // self.n_head
+
+    @property
+    def attn_width(self) -> int:
+        """Width of the attention's queries, keys and values: every head's together."""
+        return self.n_head * self.attn_head_dim
+
+    @property
+    def mlp_hidden(self) -> int:
+        """Hidden width of the MLP."""
+        return self.mlp_width or 4 * self.n_embd
 
     def padded_vocab_size(self, pad: bool = True) -> int:
         """Rows of the embedding / LM head: ``vocab_size`` rounded up to a multiple of 64."""
@@ -194,6 +222,10 @@ class TrainConfig:
         fault_kill_node: test hook: ``fault_kill_rank`` first SIGKILLs its torchrun
             agent (its parent process), as the loss of its node would, so the job
             must go on with fewer nodes.
+        float8: float8 matmuls for the blocks' linear layers through torchao:
+            ``tensorwise`` or ``rowwise`` scaling (``off``: none). Needs an NVIDIA GPU
+            with float8 tensor cores (compute capability 8.9+: H100, H200, L4, L40S);
+            refused elsewhere. The LM head stays in bf16.
     """
 
     preset: str
@@ -244,6 +276,7 @@ class TrainConfig:
     fault_kill_rank: int = -1
     fault_kill_at_step: int = 0
     fault_kill_node: bool = False
+    float8: Float8 = "off"
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -304,9 +337,11 @@ class TrainConfig:
             ("parallelism", PARALLELISMS),
             ("engine", ENGINES),
             ("compile_mode", COMPILE_MODES),
+            ("float8", FLOAT8_RECIPES),
         ):
             value = getattr(self, name)
             check.require(value in allowed, name, value, f"one of {', '.join(allowed)}")
+        self._check_float8(check)
         check.require(bool(self.data_dir), "data_dir", self.data_dir, "a directory path")
         check.require(
             self.zero_stage in ZERO_STAGES, "zero_stage", self.zero_stage, "one of 1, 2, 3"
@@ -372,6 +407,25 @@ class TrainConfig:
             "chunked_loss",
             self.chunked_loss,
             "off or auto with --tp > 1 (the TP LM head gathers its logits)",
+        )
+
+    def _check_float8(self, check: Checker) -> None:
+        """``--float8`` runs on the torch engine without tensor parallelism: neither
+        DeepSpeed's bf16 weights nor TP's sharded linear layers were tried with torchao's
+        float8 casts (TP would need torchao's float8 parallel styles)."""
+        if self.float8 == "off":
+            return
+        check.require(
+            self.engine == "torch",
+            "float8",
+            self.float8,
+            "off with --engine deepspeed (float8 runs on the torch engine)",
+        )
+        check.require(
+            self.tp == 1,
+            "float8",
+            self.float8,
+            "off with --tp > 1 (float8 is not combined with tensor parallelism)",
         )
 
     @property

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from modules.validation import InvalidArgsError, Problem
 from workloads.data.shards import LoaderState, ShardLoader
-from workloads.training import compat
+from workloads.training import compat, float8
 from workloads.training.config import TrainConfig
 from workloads.training.distributed import Topology
 from workloads.training.model import GPT
@@ -152,6 +152,8 @@ def build_model(config: TrainConfig, resolved: Resolved) -> GPT:
         loss_chunk=resolved.loss_chunk,
         activation_checkpointing=resolved.activation_checkpointing,
     )
+    # Float8 matmuls (torchao) replace the blocks' linear layers before any wrapping.
+    float8.apply(model, config.float8, resolved.device)
     return model.to(resolved.device)
 
 

@@ -19,11 +19,14 @@ few it starts, within a time limit (default 10 minutes):
    tolerance of the torch fast path's; the ZeRO-3 run is checkpointed half-way and
    its second half re-run from the checkpoint must match (needs deepspeed installed:
    without it this check fails and says what to install);
-6. NCCL: one GPU: a single-rank process group through NCCL all-reduces and checks a
+6. float8: the same short run with float8 matmuls (torchao, tensorwise and rowwise
+   scaling) against the bf16 fast path, each step's loss within `FLOAT8_LOSS_RTOL`
+   (on a GPU without float8 tensor cores it says so and runs nothing);
+7. NCCL: one GPU: a single-rank process group through NCCL all-reduces and checks a
    buffer; several: `workloads.fabric_check` under torchrun (bus bandwidth);
-7. bench: `workloads.training.bench` for GPT-2 124M at sequence length 1024 at the preset's
+8. bench: `workloads.training.bench` for GPT-2 124M at sequence length 1024 at the preset's
    micro-batch and accumulation: ``baseline``, ``fast`` and every ``--ablate``
-   variant (activation checkpointing and DeepSpeed ZeRO-2/3 among them; tokens/s,
+   variant (activation checkpointing, DeepSpeed ZeRO-2/3 and float8 among them; tokens/s,
    step time, MFU, peak memory, data wait), as many as the time limit leaves room for
    (those left out are listed, not hidden).
 
@@ -69,7 +72,13 @@ EXIT_NO_GPU = 3
 
 PRESET = "gpt2-124m"
 #: Carried pure-Python wheels: (importable module, wheel name prefix).
-CARRIED = (("pynvml", "nvidia_ml_py"), ("prometheus_client", "prometheus_client"))
+CARRIED = (
+    ("pynvml", "nvidia_ml_py"),
+    ("prometheus_client", "prometheus_client"),
+    # torchao's float8 training is Python over torch's own float8 matmul; its compiled
+    # kernels (not needed for it) do not load from a wheel on the path, and need not.
+    ("torchao", "torchao"),
+)
 DEFAULT_WHEEL_DIR = Path("build/gpu-wheels")
 DEFAULT_OUT_DIR = Path("build/gpu-check")
 DEFAULT_TIMEOUT_S = 600
@@ -112,6 +121,18 @@ ENGINE_RUNS: tuple[tuple[str, dict[str, str]], ...] = (
             "activation_checkpointing": "on",
         },
     ),
+)
+#: Float8 against bf16: the same short run as the engines', each step's loss within this
+#: (relative) of the bf16 fast path's. Float8 (e4m3: 3 mantissa bits) rounds each matmul
+#: input to ~6%, but dynamic scaling and higher-precision accumulation keep the loss
+#: curves of published float8 GPT runs within about 1% of bf16; a wrong scale or a
+#: dropped gradient is off by far more. Not yet run on a GPU: the first `make gpu-check`
+#: on an H100 or H200 tells whether this bound is right.
+FLOAT8_LOSS_RTOL = 3e-2
+FLOAT8_RUNS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("torch fast (bf16)", {}),
+    ("torch fast + float8 tensorwise", {"float8": "tensorwise"}),
+    ("torch fast + float8 rowwise", {"float8": "rowwise"}),
 )
 #: The engine run that is also checkpointed and resumed.
 ENGINE_RESUMED = "deepspeed zero-3 + activation checkpointing"
@@ -227,6 +248,19 @@ def plan(gpus: int) -> list[PlannedStep]:
             )
             for name, _ in ENGINE_RUNS
         ),
+        *(
+            PlannedStep(
+                "float8",
+                name,
+                f"{shape}, {TRAIN_MICRO_BATCH}x{TRAIN_ACCUM}, {ENGINE_STEPS} steps, "
+                + (
+                    "the reference"
+                    if name == FLOAT8_RUNS[0][0]
+                    else f"losses within {FLOAT8_LOSS_RTOL:.0%} of bf16"
+                ),
+            )
+            for name, _ in FLOAT8_RUNS
+        ),
         PlannedStep(
             "nccl",
             "single-rank" if gpus < 2 else "fabric_check",
@@ -236,7 +270,7 @@ def plan(gpus: int) -> list[PlannedStep]:
         ),
     ]
     fast = bench.fast_overrides(torch.device("cuda"), bf16=True)
-    for _, extra in ENGINE_RUNS:
+    for _, extra in (*ENGINE_RUNS, *FLOAT8_RUNS):
         override(base, fast | extra | {"metrics_port": "0"})  # valid, or it raises
     for variant, switches in bench_variants(fast):
         config = override(
@@ -460,16 +494,28 @@ def train_resume(phase: Phase, data_dir: Path, work: Path) -> None:
         phase.fail("the resumed run's losses differ from the uninterrupted run's")
 
 
-def engines(phase: Phase, data_dir: Path, work: Path) -> None:
+def engines(
+    phase: Phase,
+    data_dir: Path,
+    work: Path,
+    *,
+    all_runs: Sequence[tuple[str, dict[str, str]]] = ENGINE_RUNS,
+    rtol: float = ENGINE_LOSS_RTOL,
+    subdir: str = "engines",
+) -> None:
     """The torch fast path against activation checkpointing and DeepSpeed ZeRO-2/3:
-    the same short run, losses within bf16 tolerance; the ZeRO-3 run resumes."""
+    the same short run, losses within bf16 tolerance; the ZeRO-3 run resumes. With
+    ``all_runs`` (the first is the reference) and ``rtol``: another comparison of the
+    same shape (`float8_check`)."""
     from workloads.training import bench, deepspeed_engine, train  # noqa: PLC0415
     from workloads.training.config import override, preset  # noqa: PLC0415
     from workloads.training.distributed import Topology  # noqa: PLC0415
 
     device = torch.device("cuda", 0)
-    runs = list(ENGINE_RUNS)
-    if not bench.deepspeed_installed():
+    runs = list(all_runs)
+    if any(extra.get("engine") == "deepspeed" for _, extra in runs) and not (
+        bench.deepspeed_installed()
+    ):
         phase.fail(
             f"the deepspeed package is not installed: the DeepSpeed engine was not checked; "
             f"pip install '{deepspeed_engine.REQUIREMENT}' (the training image has it)"
@@ -477,7 +523,7 @@ def engines(phase: Phase, data_dir: Path, work: Path) -> None:
         runs = [(name, extra) for name, extra in runs if extra.get("engine") != "deepspeed"]
     curves: dict[str, dict[int, float]] = {}
     for name, extra in runs:
-        run_dir = work / "engines" / name.replace(" ", "-").replace("+", "and")
+        run_dir = work / subdir / name.replace(" ", "-").replace("+", "and")
         log = run_dir / "train.jsonl"
         settings = {
             "data_dir": str(data_dir),
@@ -506,11 +552,11 @@ def engines(phase: Phase, data_dir: Path, work: Path) -> None:
         )
         if not curve[ENGINE_STEPS] < curve[1]:
             phase.fail(f"{name}: the loss did not fall")
-        reference = curves.get(ENGINE_RUNS[0][0])
-        if reference is not None and name != ENGINE_RUNS[0][0]:
+        reference = curves.get(runs[0][0])
+        if reference is not None and name != runs[0][0]:
             worst = max(abs(curve[s] - reference[s]) / abs(reference[s]) for s in reference)
-            phase.say(f"{name}: at most {worst:.2e} from torch fast (limit {ENGINE_LOSS_RTOL})")
-            if worst > ENGINE_LOSS_RTOL:
+            phase.say(f"{name}: at most {worst:.2e} from {runs[0][0]} (limit {rtol})")
+            if worst > rtol:
                 phase.fail(f"{name}: its losses differ from the torch fast path's")
         if name == ENGINE_RESUMED:
             shutil.rmtree(run_dir / "ckpt" / f"step_{ENGINE_STEPS:08d}", ignore_errors=True)
@@ -526,6 +572,25 @@ def engines(phase: Phase, data_dir: Path, work: Path) -> None:
             phase.say(f"{name}: resumed at step {ENGINE_STEPS // 2}, within {worst:.2e}")
             if worst > RESUME_ATOL:
                 phase.fail(f"{name}: the resumed losses differ from the first run's")
+
+
+def float8_check(phase: Phase, data_dir: Path, work: Path) -> None:
+    """Float8 training (torchao, each recipe) against the bf16 fast path: the same short
+    run, losses within `FLOAT8_LOSS_RTOL`. Not run (and said so) on a GPU without float8
+    tensor cores; a missing torchao fails the check."""
+    from workloads.training import float8  # noqa: PLC0415
+
+    device = torch.device("cuda", 0)
+    problem = float8.device_problem(device)
+    if problem is not None:
+        phase.say(f"not run: {problem}")
+        return
+    try:
+        float8.torchao_float8()
+    except ImportError as err:
+        phase.fail(f"{err} (or carry it: make gpu-wheels)")
+        return
+    engines(phase, data_dir, work, all_runs=FLOAT8_RUNS, rtol=FLOAT8_LOSS_RTOL, subdir="float8")
 
 
 def _losses(log: Path) -> dict[int, float]:
@@ -634,6 +699,7 @@ def run_bench(phase: Phase, data_dir: Path, deadline: float) -> list[str]:
             f"(pip install '{REQUIREMENT}')"
             for name in missing
         ]
+    planned = bench.drop_float8_if_unavailable(planned, device, measured.skipped)
     try:
         bench.measure_preset(
             base,
@@ -731,6 +797,7 @@ def run_all(args: argparse.Namespace, added: Sequence[str], command: str) -> int
         ("fwd-bwd", lambda p: fwd_bwd(p, data_dir)),
         ("train-resume", lambda p: train_resume(p, data_dir, work)),
         ("engines", lambda p: engines(p, data_dir, work)),
+        ("float8", lambda p: float8_check(p, data_dir, work)),
         ("nccl", lambda p: nccl(p, deadline - time.monotonic())),
     ]
     skip = set(args.skip.split(",")) if args.skip else set()

@@ -99,11 +99,13 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, use_sdpa: bool) -> None:
         super().__init__()
         self.n_head = config.n_head
-        self.n_embd = config.n_embd
+        self.head_dim = config.attn_head_dim
+        # n_embd unless heads were pruned (`ModelConfig.head_dim`).
+        self.inner = config.attn_width
         self.dropout = config.dropout
         self.use_sdpa = use_sdpa
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_attn = nn.Linear(config.n_embd, 3 * self.inner)
+        self.c_proj = nn.Linear(self.inner, config.n_embd)
         self.c_proj.residual_scale = True  # type: ignore[assignment]
         self.resid_dropout = nn.Dropout(config.dropout)
         if not use_sdpa:
@@ -112,8 +114,8 @@ class CausalSelfAttention(nn.Module):
             self.register_buffer("causal_mask", mask.view(1, 1, *mask.shape), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        batch, seq, width = x.shape
-        head_dim = width // self.n_head
+        batch, seq, _ = x.shape
+        head_dim = self.head_dim  # n_embd // n_head unless heads were pruned
         # Heads counted from the projection's width, not n_head: under tensor parallelism
         # (`workloads.training.tp`) each rank's c_attn yields its own heads' q, k and v.
         q, k, v = self.c_attn(x).chunk(3, dim=2)
@@ -135,13 +137,13 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """The 4x-wide GELU feed-forward layer."""
+    """The GELU feed-forward layer (4x wide unless pruned: `ModelConfig.mlp_width`)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_hidden)
         self.gelu = nn.GELU(approximate="tanh")
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.c_proj = nn.Linear(config.mlp_hidden, config.n_embd)
         self.c_proj.residual_scale = True  # type: ignore[assignment]
         self.dropout = nn.Dropout(config.dropout)
 
@@ -260,4 +262,4 @@ def flops_per_token(config: ModelConfig, num_params: int, seq_len: int) -> float
     as nanoGPT and llm.c count it). The position embedding is a lookup, not a matmul,
     so it is left out."""
     matmul_params = num_params - config.block_size * config.n_embd
-    return 6.0 * matmul_params + 12.0 * config.n_layer * config.n_embd * seq_len
+    return 6.0 * matmul_params + 12.0 * config.n_layer * config.attn_width * seq_len
