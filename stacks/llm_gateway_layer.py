@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from modules.k8s.gateway import spec as gs
 from modules.k8s.gateway.component import GatewayInputs, LlmGateway
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.names import team_namespace
 from modules.k8s.netpol import ClusterNetwork
 
@@ -33,7 +34,7 @@ def build_llm_gateway(
     config: StackConfig,
     provider: k8s.Provider,
     *,
-    backends: Sequence[gs.LLMBackend],
+    backends: Sequence[LLMBackend],
     network: ClusterNetwork,
     storage_class: str,
     eks: bool,

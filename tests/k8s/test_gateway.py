@@ -24,6 +24,7 @@ import yaml
 
 from modules.k8s.gateway import manifests as gm
 from modules.k8s.gateway import spec as gs
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.netpol import ClusterNetwork, is_default_deny
@@ -54,9 +55,9 @@ SPEC = gs.LlmGatewaySpec(
 )
 #: What the LLM services expose, one backend per model (a pool on GPUs, a Service on CPU).
 BACKENDS = (
-    gs.LLMBackend("uae-gpt", "llm-serving", "InferencePool", "uae-gpt", 8000),
-    gs.LLMBackend("jais/13b:chat", "team-nlp", "Service", "jais-13b", 8080),
-    gs.LLMBackend("not-offered", "llm-serving", "Service", "other", 8000),
+    LLMBackend("uae-gpt", "llm-serving", "InferencePool", "uae-gpt", 8000),
+    LLMBackend("jais/13b:chat", "team-nlp", "Service", "jais-13b", 8080),
+    LLMBackend("not-offered", "llm-serving", "Service", "other", 8000),
 )
 
 
@@ -441,7 +442,7 @@ def test_the_good_section_parses() -> None:
 
 
 def test_two_backends_for_one_model_are_refused() -> None:
-    twice = (*BACKENDS, gs.LLMBackend("uae-gpt", "x", "Service", "y", 80))
+    twice = (*BACKENDS, LLMBackend("uae-gpt", "x", "Service", "y", 80))
     assert gs.backend_problems(SPEC, twice) == ["model uae-gpt: more than one backend"]
     with pytest.raises(InvalidArgsError):
         gs.GatewayTeam("nlp", (), 1, 1)

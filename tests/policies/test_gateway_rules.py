@@ -15,6 +15,7 @@ import pytest
 
 from modules.k8s.gateway import manifests as gm
 from modules.k8s.gateway import spec as gs
+from modules.k8s.llm.spec import LLMBackend
 from tests.conftest import shipped_plan
 from tests.policies.builder import PlanBuilder, compliant_plan
 from tests.policies.serving_cases import k8s_provider
@@ -29,8 +30,8 @@ SPEC = gs.LlmGatewaySpec(
     prices=(gs.ModelPrice("uae-gpt", 0.2, 0.6), gs.ModelPrice("jais", 0.1, 0.3)),
 )
 BACKENDS = (
-    gs.LLMBackend("uae-gpt", "llm-serving", "InferencePool", "uae-gpt", 8000),
-    gs.LLMBackend("jais", "team-nlp", "Service", "jais", 8080),
+    LLMBackend("uae-gpt", "llm-serving", "InferencePool", "uae-gpt", 8000),
+    LLMBackend("jais", "team-nlp", "Service", "jais", 8080),
 )
 #: The kinds the rules read (the rest of the gateway's objects are other rules' concern).
 KINDS = ("Backend", "AIServiceBackend", "AIGatewayRoute", "SecurityPolicy",

@@ -18,6 +18,7 @@ from modules.k8s.common import helm_release, register, register_namespace
 from modules.k8s.features.spec import VALKEY_CHART
 from modules.k8s.gateway import manifests as gm
 from modules.k8s.gateway import spec as gs
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.objects import KubernetesObject
 from modules.k8s.versions import Chart
@@ -40,7 +41,7 @@ class GatewayInputs:
     """
 
     spec: gs.LlmGatewaySpec
-    backends: tuple[gs.LLMBackend, ...]
+    backends: tuple[LLMBackend, ...]
     api_keys: Mapping[str, pulumi.Input[str]]
     counters_password: pulumi.Input[str]
     network: ClusterNetwork

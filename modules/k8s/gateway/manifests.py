@@ -21,6 +21,7 @@ import pulumi
 from modules.k8s import netpol
 from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.gateway import spec as gs
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.pki.spec import (
@@ -417,7 +418,7 @@ def token_costs() -> list[Manifest]:
     ]
 
 
-def _backend_ref(backend: gs.LLMBackend) -> Manifest:
+def _backend_ref(backend: LLMBackend) -> Manifest:
     if backend.kind == "InferencePool":
         return {
             "group": INFERENCE_GROUP,
@@ -428,7 +429,7 @@ def _backend_ref(backend: gs.LLMBackend) -> Manifest:
     return {"name": object_name(backend.model)}
 
 
-def ai_gateway_route(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend]) -> Manifest:
+def ai_gateway_route(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) -> Manifest:
     """The one OpenAI-compatible route: per model, a rule matching the model and one of
     the teams that may call it (any other pair finds no route: 404)."""
     rules = []
@@ -459,7 +460,7 @@ def ai_gateway_route(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend])
     }
 
 
-def service_backends(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend]) -> list[Manifest]:
+def service_backends(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) -> list[Manifest]:
     """For a model served by a plain Service: Envoy Gateway's Backend naming the Service's
     in-cluster DNS name (AI Gateway v1.0.0 accepts only a Backend behind an
     AIServiceBackend), and the AIServiceBackend speaking the OpenAI schema."""
@@ -501,7 +502,7 @@ def service_backends(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend])
     return objects
 
 
-def reference_grants(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend]) -> list[Manifest]:
+def reference_grants(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) -> list[Manifest]:
     """In each namespace with an InferencePool the route names: the grant that lets the
     route (and the HTTPRoute AI Gateway makes of it) reference pools there."""
     namespaces = sorted(
@@ -535,7 +536,7 @@ def reference_grants(spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend])
 # -- network -----------------------------------------------------------------------
 
 
-def backend_ports(backends: Sequence[gs.LLMBackend]) -> dict[str, list[int]]:
+def backend_ports(backends: Sequence[LLMBackend]) -> dict[str, list[int]]:
     """Per backend namespace, the ports the proxies may reach there: each backend's
     serving port, and an InferencePool's endpoint picker."""
     ports: dict[str, set[int]] = {}
@@ -549,7 +550,7 @@ def backend_ports(backends: Sequence[gs.LLMBackend]) -> dict[str, list[int]]:
 
 def controller_network_policies(
     spec: gs.LlmGatewaySpec,
-    backends: Sequence[gs.LLMBackend],
+    backends: Sequence[LLMBackend],
     network: netpol.ClusterNetwork,
     client_namespaces: Sequence[str],
 ) -> list[Manifest]:
@@ -690,7 +691,7 @@ def gateway_namespace_policies() -> list[Manifest]:
 
 
 def backend_ingress_policies(
-    spec: gs.LlmGatewaySpec, backends: Sequence[gs.LLMBackend]
+    spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]
 ) -> list[Manifest]:
     """In each LLM namespace: the gateway's proxies may reach its serving ports (the
     namespace's own default deny stays; this adds only the gateway)."""
@@ -770,7 +771,7 @@ def prometheus_rule(spec: gs.LlmGatewaySpec) -> Manifest:
 
 def manifests(
     spec: gs.LlmGatewaySpec,
-    backends: Sequence[gs.LLMBackend],
+    backends: Sequence[LLMBackend],
     *,
     eks: bool,
 ) -> list[Manifest]:

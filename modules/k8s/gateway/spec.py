@@ -24,9 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# The LLM services' backends, as modules/k8s/llm exposes them (re-exported: the gateway's
-# modules name it gs.LLMBackend).
-from modules.k8s.llm.spec import LLMBackend as LLMBackend
+from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.versions import Chart
 from modules.validation import Checker, Problem, TextFormat, bounded
 
