@@ -315,6 +315,8 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     # vLLM's server and bench; its registry step (lifecycle environment) uses the
     # registry commands' MLflow client.
     "workloads.llm": {"workloads.tracking"},
+    # LoRA fine-tuning reads `make data`'s shards and manifest (their torch-free readers).
+    "workloads.finetune": {"workloads.data"},
     "workloads.aliases": {"workloads.training"},
     # Where an export's and a registered version's files are: one pure module that the
     # export, the registry commands and the InferenceService spec share.
