@@ -52,6 +52,7 @@ INSTALL_STAMPS = (
     ".venv-lifecycle/.installed-torch",
     ".venv-llm/.installed-torch",
     ".venv-llm/.installed-llm-test",
+    ".venv-finetune/.installed-torch",
 )
 
 #: What only an unhandled error prints: Python's traceback, torchrun's report of failed

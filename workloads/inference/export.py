@@ -575,6 +575,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config, run_id, revision = config_for(args.checkpoint, args)
+        if args.out is not None:
+            # OUT's problems first (each check costs nothing): a user's folder or an OUT
+            # another run is writing is named whatever the checkpoint holds. The lock is
+            # only probed here; `export_checkpoint` takes it for the export.
+            check_output(args.out, checkpoint_root(args.checkpoint))
+            _lock_output(args.out).release()
         step, step_dir = resolve_checkpoint(args.checkpoint, say=_say)
         root = step_dir.parent
         name = args.name or f"{root.name}-step{step}"
