@@ -456,7 +456,7 @@ finetune: $(DEPS_finetune) $(if $(REGISTER),$(DEPS_lifecycle)) ## BASE=<HF model
 	@test -n "$(DATA)" || { echo "finetune: give DATA=<a make data dataset dir or a JSONL file of prompt/response pairs>" >&2; exit 2; }
 	@test -n "$(OUT)" || { echo "finetune: give OUT=<a new directory for the adapter and the merged model>" >&2; exit 2; }
 	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(ARGS))
-	$(if $(REGISTER),@$(call exact,$(PY_lifecycle) -m workloads.tracking.register_finetune "$(OUT)" $(if $(NAME),--name "$(NAME)") --tracking-uri '$(TRACKING_URI)'))
+	@if [ -n "$(REGISTER)" ]; then $(call exact,$(PY_lifecycle) -m workloads.tracking.register_finetune "$(OUT)" $(if $(NAME),--name "$(NAME)") --tracking-uri '$(TRACKING_URI)'); fi
 
 # The fine-tune as a tracked run and its merged model as a registered MLflow transformers
 # model; the lifecycle environment (the finetune one has no MLflow).

@@ -159,7 +159,7 @@ def test_bad_outputs_names_and_servers_are_one_line_and_exit_2(
     assert rf.main([str(copy), *uri]) == 2
     _one_line(capsys, "not a fine-tuning record")
     assert rf.main([str(tuned.out), "--name", "bad name/x", *uri]) == 2
-    _one_line(capsys, "'bad name/x' cannot name", "NAME=")
+    _one_line(capsys, "NAME 'bad name/x' cannot name a registered model")
     assert rf.main([str(tuned.out), "--tracking-uri", "127.0.0.1:5000"]) == 2
     _one_line(capsys, "is not an http(s):// or sqlite:/// URI")
     # The discard port, where nothing listens here: the client gives up in seconds.

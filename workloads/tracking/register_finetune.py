@@ -42,7 +42,7 @@ from workloads.tracking.register import (
     log_transformers_model,
     register_logged_model,
 )
-from workloads.tracking.registry import RegistryError, call, make_client
+from workloads.tracking.registry import RegistryError, call, make_client, tracking_uri_problem
 
 EXIT_OK = 0
 EXIT_USER_ERROR = 2
@@ -190,8 +190,14 @@ def register_finetune(
     name = name or out.resolve().name
     try:
         check_model_name(name)
-    except ExportError as err:
-        raise RegistryError(f"{err}; choose another with NAME=") from err
+    except ExportError as err:  # the rule of a model name on the platform (a path, a URL)
+        raise RegistryError(
+            f"NAME {name!r} cannot name a registered model: use letters, digits, '_', '.' "
+            "and '-' (NAME=, default OUT's folder name)"
+        ) from err
+    problem = tracking_uri_problem(uri)  # before OUT is read: a typo costs nothing
+    if problem:
+        raise RegistryError(problem)
     record, digest = read_output(out)
     client = make_client(uri)
     existing = _existing_version(client, uri, name, digest)
