@@ -133,6 +133,26 @@ def test_the_merged_model_is_a_version_mlflow_transformers_loads(
     assert tree_digests(tuned.out) == before  # OUT is only read
 
 
+def test_a_sqlite_store_registers_it_too(
+    tuned: Tuned, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TRACKING_URI=sqlite:///...`` (no server), as from the command line: MLflow's SQL
+    registry looks a ``models:/<id>`` source up through the global tracking URI (by
+    default ``./mlflow.db``, another store), which registration points at the store for
+    that call."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)  # the store's artifacts go to ./mlruns
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'local.db'}"
+    result = rf.register_finetune(tuned.out, uri, name="tiny-ft-local")
+    assert (result.version, result.created, result.alias) == ("1", True, "champion")
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert client.get_model_version("tiny-ft-local", "1").tags["adapter"] == (
+        f"runs:/{result.run_id}/adapter"
+    )
+
+
 def _one_line(capsys: pytest.CaptureFixture[str], *needles: str) -> None:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

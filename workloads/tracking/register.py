@@ -475,18 +475,17 @@ def _register_onnx(
             "parity.int8_loss": f"{parity.int8_loss:.4f}",
         }
         call(uri, lambda: _ensure_registered_model(client, name))
-        version = call(
+        version = _create_version(
+            client,
             uri,
-            lambda: client.create_model_version(
-                name,
-                source=infos["fp32"].model_uri,
-                run_id=run_id,
-                model_id=fp32_id,
-                tags=tags,
-                description=(
-                    f"checkpoint {step_dir.name} of run {run_id}: fp32 ONNX model "
-                    f"(int8: {infos['int8'].model_uri}, Triton repository: {TRITON_DIR}/)"
-                ),
+            name,
+            source=infos["fp32"].model_uri,
+            run_id=run_id,
+            model_id=fp32_id,
+            tags=tags,
+            description=(
+                f"checkpoint {step_dir.name} of run {run_id}: fp32 ONNX model "
+                f"(int8: {infos['int8'].model_uri}, Triton repository: {TRITON_DIR}/)"
             ),
         )
         alias = _set_alias(client, uri, name, str(version.version))
@@ -634,16 +633,15 @@ def register_logged_model(
     version: Any = None
     try:
         call(uri, lambda: _ensure_registered_model(client, name, model_description))
-        version = call(
+        version = _create_version(
+            client,
             uri,
-            lambda: client.create_model_version(
-                name,
-                source=info.model_uri,
-                run_id=run_id,
-                model_id=info.model_id,
-                tags=tags,
-                description=description,
-            ),
+            name,
+            source=info.model_uri,
+            run_id=run_id,
+            model_id=info.model_id,
+            tags=tags,
+            description=description,
         )
         alias = _set_alias(client, uri, name, str(version.version))
     except BaseException:
@@ -705,6 +703,17 @@ def _register_transformers(
     uri_of = f"models:/{hf_name}/{version}"
     call(uri, lambda: client.set_model_version_tag(name, onnx_version, HF_MODEL_TAG, uri_of))
     return version
+
+
+def _create_version(client: Any, uri: str, name: str, **version: Any) -> Any:
+    """``client.create_model_version(name, **version)`` with ``uri`` as the global
+    tracking URI meanwhile: MLflow's SQL registry store reads a ``models:/<model id>``
+    source through a client of the global URI, not its own (an ``sqlite:///`` store
+    then looks in another database and finds no such model)."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri  # noqa: PLC0415
+
+    with _use_tracking_uri(uri):
+        return call(uri, lambda: client.create_model_version(name, **version))
 
 
 def _ensure_registered_model(
