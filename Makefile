@@ -169,6 +169,8 @@ TESTS_lifecycle := tests/workloads/test_lifecycle_export.py tests/workloads/test
 	tests/workloads/test_lifecycle_tracking.py tests/workloads/test_dataset_manifest.py \
 	tests/workloads/test_lifecycle_pipeline_steps.py tests/workloads/test_tracking_users.py \
 	tests/workloads/test_lifecycle_hf.py
+# make register-finetune (issue 32; docs/finetune.md): a real fine-tuning output registered.
+TESTS_lifecycle += tests/workloads/test_lifecycle_finetune.py
 TESTS_serving  := tests/serving
 TESTS_features := tests/features
 TESTS_data     := tests/data
@@ -449,11 +451,19 @@ export-hf: $(DEPS_lifecycle) ## CKPT=<a run's --ckpt-dir or its step_N> -> Huggi
 # --- LoRA fine-tuning (issue 32; docs/finetune.md) ---------------------------------------
 # Its own environment (.venv-finetune, locks/finetune.txt + torch's CPU build).
 .PHONY: finetune
-finetune: $(DEPS_finetune) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model
+finetune: $(DEPS_finetune) $(if $(REGISTER),$(DEPS_lifecycle)) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model (REGISTER=1: then make register-finetune)
 	@test -n "$(BASE)" || { echo "finetune: give BASE=<a Hugging Face model folder (make export-hf OUT=...)>" >&2; exit 2; }
 	@test -n "$(DATA)" || { echo "finetune: give DATA=<a make data dataset dir or a JSONL file of prompt/response pairs>" >&2; exit 2; }
 	@test -n "$(OUT)" || { echo "finetune: give OUT=<a new directory for the adapter and the merged model>" >&2; exit 2; }
 	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(ARGS))
+	@if [ -n "$(REGISTER)" ]; then $(call exact,$(PY_lifecycle) -m workloads.tracking.register_finetune "$(OUT)" $(if $(NAME),--name "$(NAME)") --tracking-uri '$(TRACKING_URI)'); fi
+
+# The fine-tune as a tracked run and its merged model as a registered MLflow transformers
+# model; the lifecycle environment (the finetune one has no MLflow).
+.PHONY: register-finetune
+register-finetune: $(DEPS_lifecycle) ## OUT=<make finetune's OUT> NAME=<model> (default: OUT's name): a tracked run + the merged model registered (transformers flavor; TRACKING_URI=)
+	@test -n "$(OUT)" || { echo "register-finetune: give OUT=<the OUT of a make finetune run>" >&2; exit 2; }
+	@$(call exact,$(PY_lifecycle) -m workloads.tracking.register_finetune "$(OUT)" $(if $(NAME),--name "$(NAME)") --tracking-uri '$(TRACKING_URI)' $(ARGS))
 
 # --- LLM serving (issue 31, docs/llm.md): vLLM's OpenAI-compatible server, CPU build ---
 # In its own environment (.venv-llm, locks/llm.txt + torch's CPU build). MODEL= is a local

@@ -58,6 +58,8 @@ PLATFORM_ENTRIES = {
     "workloads.train": ("workloads/Dockerfile", False),
     "workloads.health": ("workloads/Dockerfile", False),
     "workloads.fabric_check": ("workloads/Dockerfile", False),
+    # The fine-tuning TrainJob's trainer step (modules/k8s/trainer/finetune_job.py).
+    "workloads.finetune": ("workloads/finetune/Dockerfile", False),
     # The MPI runtime's default program.
     "workloads.horovod.train": ("workloads/horovod/Dockerfile", True),
     # The SparkApplication's main file (modules/k8s/spark/spec.py MAIN_FILE).

@@ -297,6 +297,22 @@ CASES = [
     Case("pipeline-no-tracking-server", "URIs",
          "make pipeline SOURCE={home}/corpus TRACKING_URI=http://127.0.0.1:{closed}", 2,
          "cannot reach the tracking server"),
+    # --- finetune (finetune), register-finetune (lifecycle) -----------------------------
+    Case("finetune-without-base", "arguments", "make finetune DATA={home}/corpus OUT={home}/ft",
+         2, "give BASE="),
+    Case("finetune-base-is-no-model", "paths",
+         "make finetune BASE={home}/notes DATA={home}/corpus/b.jsonl OUT={home}/ft", 2,
+         "has no config.json"),
+    Case("register-finetune-without-out", "arguments",
+         "make register-finetune TRACKING_URI=http://127.0.0.1:{closed}", 2, "give OUT="),
+    Case("register-finetune-out-is-no-finetune", "paths",
+         "make register-finetune OUT={home}/notes TRACKING_URI=http://127.0.0.1:{closed}", 2,
+         "is not a fine-tuning output"),
+    Case("register-finetune-bad-name", "names",
+         "make register-finetune OUT={home}/notes NAME='a b/c' "
+         "TRACKING_URI=http://127.0.0.1:{closed}", 2, "a b/c"),
+    Case("register-finetune-tracking-uri-not-a-url", "URIs",
+         "make register-finetune OUT={home}/notes TRACKING_URI=not-a-url", 2, "not-a-url"),
 ]  # fmt: skip
 
 #: Verbs that take nothing a user can get wrong (no variable, no file, no port), or whose

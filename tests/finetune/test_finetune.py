@@ -55,9 +55,13 @@ class Run:
     output: str
 
 
-def _run(base: Path, data: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> Run:
+def _run(
+    base: Path, data: Path, out: Path, capsys: pytest.CaptureFixture[str], *, flag: bool = False
+) -> Run:
+    """``flag``: the base as ``--base-model`` (how a cluster job names it)."""
     before = digests(base)
-    assert lora.main([str(base), "--data", str(data), "--out", str(out), *STEPS]) == 0
+    named = ["--base-model", str(base)] if flag else [str(base)]
+    assert lora.main([*named, "--data", str(data), "--out", str(out), *STEPS]) == 0
     return Run(base, data, out, before, capsys.readouterr().out)
 
 
@@ -135,8 +139,10 @@ def test_lora_on_a_falcon_style_base_from_a_dataset_directory(
 def test_lora_on_a_gpt2_base_as_make_export_hf_writes_it(
     gpt2_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """GPT-2's projections are Conv1D (weight transposed): PEFT's fan_in_fan_out."""
-    run = _run(gpt2_base, write_pairs(tmp_path / "pairs.jsonl"), tmp_path / "out", capsys)
+    """GPT-2's projections are Conv1D (weight transposed): PEFT's fan_in_fan_out. The
+    base is named with ``--base-model``, as the cluster's fine-tuning job names it."""
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    run = _run(gpt2_base, pairs, tmp_path / "out", capsys, flag=True)
     _check_outputs(run)
     config = json.loads((run.out / "adapter" / "adapter_config.json").read_text())
     assert config["fan_in_fan_out"] is True
@@ -192,6 +198,12 @@ def test_bad_inputs_are_one_line_and_exit_2_with_nothing_changed(
     (other / "tokenizer.json").write_text(json.dumps(tok))
     refused([str(other), "--data", str(dataset), "--out", out], "does not give byte ids")
     assert digests(notes) == notes_before and digests(llama_base) == base_before
+    # The base named twice (BASE and --base-model), or not at all: argparse's usage error.
+    for args in ([base, "--base-model", base], []):
+        with pytest.raises(SystemExit) as exited:
+            lora.main([*args, "--data", str(pairs), "--out", out])
+        assert exited.value.code == 2
+        assert "give the base model's folder once" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

@@ -577,7 +577,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m workloads.finetune",
         description="LoRA fine-tuning (PEFT) of a Hugging Face causal LM: adapter + merged model.",
     )
-    parser.add_argument("base", type=Path, help="the base model's folder (never changed)")
+    parser.add_argument(
+        "base", type=Path, nargs="?", help="the base model's folder (never changed)"
+    )
+    # The same, as a flag: how a cluster job names it, where the platform's model
+    # residency rule (policies/rules/llm.py) reads a model after a model flag.
+    parser.add_argument("--base-model", type=Path, help="the base model's folder, as a flag")
     parser.add_argument(
         "--data",
         type=Path,
@@ -600,7 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.base is None) == (args.base_model is None):
+        parser.error("give the base model's folder once: BASE or --base-model BASE")
+    base: Path = args.base or args.base_model
     logging.getLogger("torch.distributed").setLevel(logging.ERROR)
     # PEFT calls a transformers method that transformers 5 deprecates; not the user's to fix.
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
@@ -618,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logit_atol=args.logit_atol,
     )
     try:
-        result = finetune(args.base, args.data, args.out, options)
+        result = finetune(base, args.data, args.out, options)
     except FinetuneError as err:
         print(f"finetune: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

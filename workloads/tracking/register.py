@@ -114,6 +114,11 @@ HF_MODEL_TAG = "transformers_model_uri"
 #: New tokens a pyfunc ``predict`` generates unless its ``max_new_tokens`` param says
 #: otherwise (the pipeline's own default, 256, runs past the tiny model's context).
 HF_MAX_NEW_TOKENS = 32
+#: The model card's metadata block (the Hub's card format; without one huggingface_hub
+#: warns on every load).
+_CARD_METADATA = "---\nlibrary_name: transformers\npipeline_tag: text-generation\n---\n"
+#: A registered model's description when the registration makes it.
+TRAINED_DESCRIPTION = "GPT-style model trained on the platform"
 
 #: Kept for callers of the earlier name.
 RegisterError = RegistryError
@@ -470,18 +475,17 @@ def _register_onnx(
             "parity.int8_loss": f"{parity.int8_loss:.4f}",
         }
         call(uri, lambda: _ensure_registered_model(client, name))
-        version = call(
+        version = _create_version(
+            client,
             uri,
-            lambda: client.create_model_version(
-                name,
-                source=infos["fp32"].model_uri,
-                run_id=run_id,
-                model_id=fp32_id,
-                tags=tags,
-                description=(
-                    f"checkpoint {step_dir.name} of run {run_id}: fp32 ONNX model "
-                    f"(int8: {infos['int8'].model_uri}, Triton repository: {TRITON_DIR}/)"
-                ),
+            name,
+            source=infos["fp32"].model_uri,
+            run_id=run_id,
+            model_id=fp32_id,
+            tags=tags,
+            description=(
+                f"checkpoint {step_dir.name} of run {run_id}: fp32 ONNX model "
+                f"(int8: {infos['int8'].model_uri}, Triton repository: {TRITON_DIR}/)"
             ),
         )
         alias = _set_alias(client, uri, name, str(version.version))
@@ -526,17 +530,32 @@ def _hf_pip_requirements() -> list[str]:
     return pins + [f"{p}=={version(p)}" for p in ("transformers", "tokenizers", "safetensors")]
 
 
-def _register_transformers(
-    client: Any, uri: str, run_id: str, *, name: str, step: int, step_dir: Path, onnx_version: str
-) -> str:
-    """Step 7: the checkpoint's Hugging Face export as version of ``<name>-hf``; that
-    version (an earlier one of this run and step when there is one)."""
-    hf_name = f"{name}{HF_SUFFIX}"
-    existing = _existing_version(client, uri, hf_name, run_id, str(step))
-    if existing is not None:
-        return str(existing.version)
-    quiet_transformers()  # no progress bars between register's lines
-    folder, record = _hf_export_for(run_id, step_dir)
+def log_transformers_model(
+    client: Any,
+    uri: str,
+    folder: Path,
+    *,
+    run_id: str,
+    name: str,
+    card: str,
+    metadata: dict[str, str],
+    extras: Sequence[Path] = (),
+) -> Any:
+    """Log the Hugging Face model folder ``folder`` to run ``run_id`` through MLflow's
+    transformers flavor, as a ``text-generation`` pipeline named ``name``; its model
+    info. The logged model is marked FAILED when logging fails.
+
+    Args:
+        client: the registry's `MlflowClient`.
+        uri: the tracking server (for the messages and the fluent API).
+        folder: a folder ``AutoModelForCausalLM`` and ``AutoTokenizer`` load.
+        run_id: the run the model is logged to (its experiment holds the model's files).
+        name: the logged model's name.
+        card: the model card's Markdown (``README.md`` beside the model).
+        metadata: the MLflow model's metadata.
+        extras: files copied beside the model (records of how it was made).
+    """
+    quiet_transformers()  # no progress bars between the command's lines
     import mlflow.transformers  # noqa: PLC0415
     from huggingface_hub import ModelCard  # noqa: PLC0415
     from mlflow.models import infer_signature  # noqa: PLC0415
@@ -558,82 +577,152 @@ def _register_transformers(
     signature = infer_signature(
         [prompt], [prompt], params={"max_new_tokens": HF_MAX_NEW_TOKENS, "do_sample": False}
     )
-    card = ModelCard(
-        f"# {hf_name}\n\nA GPT-2 architecture model trained on the platform (run {run_id}, "
-        f"checkpoint {step_dir.name}), exported by `make export-hf`: byte-level UTF-8 "
-        "tokenizer (one token per byte), no end-of-text token.\n"
-    )
     experiment_id = call(uri, lambda: client.get_run(run_id)).info.experiment_id
     model = call(
         uri,
         lambda: client.create_logged_model(
-            experiment_id, name=hf_name, source_run_id=run_id, model_type="transformers"
+            experiment_id, name=name, source_run_id=run_id, model_type="transformers"
         ),
     )
-    version: Any = None
     try:
         with _use_tracking_uri(uri):
             info = call(
                 uri,
                 lambda: mlflow.transformers.log_model(
                     generator,
-                    name=hf_name,
+                    name=name,
                     model_id=model.model_id,
                     run_id=run_id,
                     task=HF_TASK,
-                    model_card=card,
+                    model_card=ModelCard(_CARD_METADATA + card),
                     signature=signature,
                     model_config={"max_new_tokens": HF_MAX_NEW_TOKENS},
-                    metadata={"run_id": run_id, STEP_TAG: str(step), "format": "transformers"},
+                    metadata=metadata | {"format": "transformers"},
                     pip_requirements=_hf_pip_requirements(),
                 ),
             )
-        extras = Path(tempfile.mkdtemp(prefix="register-hf-"))
-        try:
-            shutil.copyfile(folder / HF_RECORD_FILE, extras / HF_RECORD_FILE)
-            call(uri, lambda: client.log_model_artifacts(info.model_id, str(extras)))
-        finally:
-            shutil.rmtree(extras, ignore_errors=True)
-        tags = {
-            "run_id": run_id,
-            "checkpoint": str(step_dir),
-            STEP_TAG: str(step),
-            "format": "transformers",
-            "task": HF_TASK,
-            "onnx_model_version": f"models:/{name}/{onnx_version}",
-            "parity.max_abs_logit_diff": f"{record.max_abs_logit_diff:.3g}",
-        }
-        call(uri, lambda: _ensure_registered_model(client, hf_name))
-        version = call(
+        if extras:
+            scratch = Path(tempfile.mkdtemp(prefix="register-hf-"))
+            try:
+                for path in extras:
+                    shutil.copyfile(path, scratch / path.name)
+                call(uri, lambda: client.log_model_artifacts(info.model_id, str(scratch)))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first error is the one to report
+            client.finalize_logged_model(model.model_id, "FAILED")
+        raise
+    return info
+
+
+def register_logged_model(
+    client: Any,
+    uri: str,
+    name: str,
+    info: Any,
+    *,
+    run_id: str,
+    tags: dict[str, str],
+    description: str,
+    model_description: str,
+) -> tuple[str, str]:
+    """A new version of registered model ``name`` (made if missing) from the logged
+    model ``info``, with ``tags``, and the alias it gets (`_set_alias`): ``(version,
+    alias)``. The logged model is marked FAILED when no version could be made."""
+    version: Any = None
+    try:
+        call(uri, lambda: _ensure_registered_model(client, name, model_description))
+        version = _create_version(
+            client,
             uri,
-            lambda: client.create_model_version(
-                hf_name,
-                source=info.model_uri,
-                run_id=run_id,
-                model_id=info.model_id,
-                tags=tags,
-                description=(
-                    f"checkpoint {step_dir.name} of run {run_id}: Hugging Face GPT2LMHeadModel "
-                    f"with the byte tokenizer (ONNX: models:/{name}/{onnx_version})"
-                ),
-            ),
+            name,
+            source=info.model_uri,
+            run_id=run_id,
+            model_id=info.model_id,
+            tags=tags,
+            description=description,
         )
-        _set_alias(client, uri, hf_name, str(version.version))
-        uri_of = f"models:/{hf_name}/{version.version}"
-        call(uri, lambda: client.set_model_version_tag(name, onnx_version, HF_MODEL_TAG, uri_of))
+        alias = _set_alias(client, uri, name, str(version.version))
     except BaseException:
         if version is None:
             with contextlib.suppress(Exception):
-                client.finalize_logged_model(model.model_id, "FAILED")
+                client.finalize_logged_model(info.model_id, "FAILED")
         raise
-    return str(version.version)
+    return str(version.version), alias
 
 
-def _ensure_registered_model(client: Any, name: str) -> None:
+def _register_transformers(
+    client: Any, uri: str, run_id: str, *, name: str, step: int, step_dir: Path, onnx_version: str
+) -> str:
+    """Step 7: the checkpoint's Hugging Face export as version of ``<name>-hf``; that
+    version (an earlier one of this run and step when there is one)."""
+    hf_name = f"{name}{HF_SUFFIX}"
+    existing = _existing_version(client, uri, hf_name, run_id, str(step))
+    if existing is not None:
+        return str(existing.version)
+    quiet_transformers()  # no progress bars between register's lines
+    folder, record = _hf_export_for(run_id, step_dir)
+    card = (
+        f"# {hf_name}\n\nA GPT-2 architecture model trained on the platform (run {run_id}, "
+        f"checkpoint {step_dir.name}), exported by `make export-hf`: byte-level UTF-8 "
+        "tokenizer (one token per byte), no end-of-text token.\n"
+    )
+    info = log_transformers_model(
+        client,
+        uri,
+        folder,
+        run_id=run_id,
+        name=hf_name,
+        card=card,
+        metadata={"run_id": run_id, STEP_TAG: str(step)},
+        extras=[folder / HF_RECORD_FILE],
+    )
+    tags = {
+        "run_id": run_id,
+        "checkpoint": str(step_dir),
+        STEP_TAG: str(step),
+        "format": "transformers",
+        "task": HF_TASK,
+        "onnx_model_version": f"models:/{name}/{onnx_version}",
+        "parity.max_abs_logit_diff": f"{record.max_abs_logit_diff:.3g}",
+    }
+    version, _ = register_logged_model(
+        client,
+        uri,
+        hf_name,
+        info,
+        run_id=run_id,
+        tags=tags,
+        description=(
+            f"checkpoint {step_dir.name} of run {run_id}: Hugging Face GPT2LMHeadModel "
+            f"with the byte tokenizer (ONNX: models:/{name}/{onnx_version})"
+        ),
+        model_description=TRAINED_DESCRIPTION,
+    )
+    uri_of = f"models:/{hf_name}/{version}"
+    call(uri, lambda: client.set_model_version_tag(name, onnx_version, HF_MODEL_TAG, uri_of))
+    return version
+
+
+def _create_version(client: Any, uri: str, name: str, **version: Any) -> Any:
+    """``client.create_model_version(name, **version)`` with ``uri`` as the global
+    tracking URI meanwhile: MLflow's SQL registry store reads a ``models:/<model id>``
+    source through a client of the global URI, not its own (an ``sqlite:///`` store
+    then looks in another database and finds no such model)."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri  # noqa: PLC0415
+
+    with _use_tracking_uri(uri):
+        return call(uri, lambda: client.create_model_version(name, **version))
+
+
+def _ensure_registered_model(
+    client: Any, name: str, description: str = TRAINED_DESCRIPTION
+) -> None:
     from mlflow.exceptions import MlflowException  # noqa: PLC0415
 
     try:
-        client.create_registered_model(name, description="GPT-style model trained on the platform")
+        client.create_registered_model(name, description=description)
     except MlflowException as err:
         if err.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
