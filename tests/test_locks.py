@@ -121,6 +121,7 @@ def test_protobuf_5_stays_with_the_pulumi_sdks() -> None:
         ("workloads/Dockerfile", "training"),
         ("workloads/serving/Dockerfile", "serving"),
         ("workloads/tracking/Dockerfile", "lifecycle"),
+        ("workloads/finetune/Dockerfile", "finetune"),
     ],
 )
 def test_each_image_installs_its_own_lock(dockerfile: str, lock: str) -> None:
