@@ -29,6 +29,7 @@ from modules.k8s.llm.spec import (
     LLMSpec,
     upstream_image,
 )
+from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.netpol import ClusterNetwork
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
@@ -191,6 +192,54 @@ def test_cpu_objects_validate_and_scale_to_zero() -> None:
     assert env["VLLM_CPU_KVCACHE_SPACE"] == str(memory_gib // 4)  # a quarter, not 92%
 
 
+def test_a_cpu_model_is_tls_from_the_gateway_to_vllm() -> None:
+    """Gateway -> interceptor -> vLLM is TLS all the way, each hop's certificate from the
+    cluster CA with the name its caller dials: the gateway's Backend calls the
+    interceptor's TLS listener (the backend's port), whose requests the interceptor
+    forwards over TLS (it trusts the CA through SSL_CERT_FILE) to
+    ``https://<service>.<namespace>:8000``, where vLLM serves TLS only."""
+    svc = service(CPU, min_replicas=0)
+    pod = m.cpu_deployment(svc, "i:1", "si:1")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    secret = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mount = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    cert = m.cpu_certificate(svc)
+    assert crd_errors([cert, m.interceptor_certificate()]) == []
+    assert secret["tls"] == cert["spec"]["secretName"]
+    assert args[args.index("--ssl-certfile") + 1] == f"{mount['tls']}/tls.crt"
+    assert args[args.index("--ssl-keyfile") + 1] == f"{mount['tls']}/tls.key"
+    assert "--enable-ssl-refresh" in args  # cert-manager renews the pair
+    assert cert["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    assert f"{svc.name}.{svc.namespace}" in cert["spec"]["dnsNames"]  # what it dials
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    # The interceptor: a TLS listener on the backend's port, its certificate the one
+    # the gateway's Backend checks by name, the CA its trust store for upstreams.
+    interceptor = m.http_add_on_values(REGISTRY)["interceptor"]
+    backend = svc.backend()
+    assert interceptor["tls"]["enabled"] is True
+    assert interceptor["tls"]["port"] == backend.port == 8443
+    listener = m.interceptor_certificate()
+    assert interceptor["tls"]["cert_secret"] == listener["spec"]["secretName"]
+    assert f"{backend.name}.{backend.namespace}.svc.cluster.local" in listener["spec"]["dnsNames"]
+    cert_dir = interceptor["tls"]["cert_path"].rsplit("/", 1)[0]
+    assert interceptor["extraEnvs"] == {"SSL_CERT_FILE": f"{cert_dir}/ca.crt"}
+    # The gateway reaches the interceptor's TLS port only (its plain 8080 forwards in
+    # plain HTTP, which vLLM refuses anyway).
+    (to_interceptor,) = [
+        p for p in keda_network_policies(NETWORK, "gw", [NS])
+        if p["metadata"]["name"] == "allow-gateway-to-interceptor"
+    ]  # fmt: skip
+    assert [p["port"] for p in to_interceptor["spec"]["ingress"][0]["ports"]] == [8443]
+    # Prometheus scrapes the model over TLS too, checking the same certificate.
+    (monitor,) = m.vllm_pod_monitors([svc])
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] in cert["spec"]["dnsNames"]
+    assert crd_errors([monitor]) == []
+
+
 def test_a_cpu_model_from_a_volume_claim_mounts_it_read_only() -> None:
     svc = LLMServiceSpec(
         LLMModelSpec(name="c", team="t", pool=CPU.name, source="pvc://checkpoints/models/c"),
@@ -339,7 +388,7 @@ def test_each_model_is_one_backend() -> None:
         "chat", NS, "InferencePool", "llm-chat-inference-pool", 8000
     )
     assert service(CPU, min_replicas=0).backend() == LLMBackend(
-        "chat", "keda", "Service", "keda-add-ons-http-interceptor-proxy", 8080
+        "chat", "keda", "Service", "keda-add-ons-http-interceptor-proxy", 8443
     )
 
 
@@ -442,7 +491,17 @@ def llm_objects(stack: str) -> list[dict[str, Any]]:
                 "Namespace",
             },
         ),
-        ("smb-cpu", {"Deployment", "HTTPScaledObject", "Service", "PodMonitor", "NetworkPolicy"}),
+        (
+            "smb-cpu",
+            {
+                "Deployment",
+                "HTTPScaledObject",
+                "Service",
+                "PodMonitor",
+                "NetworkPolicy",
+                "Certificate",
+            },
+        ),
     ],
 )
 def test_shipped_plans_hold_the_llm_services_valid(stack: str, kinds: set[str]) -> None:
