@@ -312,7 +312,8 @@ def table(points: list[Point]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.llm.bench", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="the HF model folder (vLLM)")
+    # A string: Path would fold hf://org/model into hf:/org/model, past the hub check.
+    parser.add_argument("--model", required=True, help="the HF model folder (vLLM)")
     parser.add_argument("--v2-model", type=Path, help="the make export folder (V2 side)")
     parser.add_argument(
         "--v2-python", type=Path, default=ROOT / ".venv-serving/bin/python",

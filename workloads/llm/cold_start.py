@@ -229,7 +229,7 @@ def report(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure(spec: Path, runs: int, kv_cache_gib: float, out: Path, command_line: str) -> int:
+def measure(spec: str, runs: int, kv_cache_gib: float, out: Path, command_line: str) -> int:
     """``runs`` cold starts of serve-llm on the model folder ``spec``: prints each run, the
     table and ``command_line`` (how this was run); writes results.json and the logs to
     ``out``."""
@@ -283,7 +283,7 @@ def measure(spec: Path, runs: int, kv_cache_gib: float, out: Path, command_line:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.llm.cold_start", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="the HF model folder")
+    parser.add_argument("--model", required=True, help="the HF model folder")
     parser.add_argument("--runs", type=int, default=3, help="cold starts, one after another (3)")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="vLLM's KV cache (1)")
     parser.add_argument(
