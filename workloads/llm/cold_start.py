@@ -209,11 +209,12 @@ def one_run(model: Path, kv_cache_gib: float, log_file: Path) -> Run:
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
-    """Median, least and most (seconds, 0.1 s)."""
+    """Median, least and most (seconds, to 0.01 s: the first completion after /health
+    takes hundredths)."""
     return {
-        "median": round(statistics.median(values), 1),
-        "min": round(min(values), 1),
-        "max": round(max(values), 1),
+        "median": round(statistics.median(values), 2),
+        "min": round(min(values), 2),
+        "max": round(max(values), 2),
     }
 
 
