@@ -85,8 +85,9 @@ MODEL_DIR = "/mnt/models"
 GPU_SCALE_DOWN_SECONDS = 600
 #: The interceptor's wait for a scaled-from-zero pod, and for the first response bytes:
 #: a cold start may add a node (the CPU pools scale from zero), pull the image, fetch
-#: the weights and start vLLM (22-46 s for a tiny model on this project's CPU); a
-#: non-streamed completion answers only when done.
+#: the weights and start vLLM (55-62 s of vLLM's own start to /health on 2 vCPUs, measured
+#: for 0.1M to 85M parameters: BENCHMARKS.md, "LLM cold start"; the rest is unmeasured);
+#: a non-streamed completion answers only when done.
 COLD_START_WAIT = "600s"
 #: The kube-rbac-proxy tag keda-add-ons-http 0.11.0's values pin (images.kubeRbacProxy).
 HTTP_ADD_ON_RBAC_PROXY_TAG = "v0.13.0"
