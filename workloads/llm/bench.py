@@ -32,7 +32,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -44,7 +43,7 @@ from typing import Any, NoReturn
 
 import httpx
 
-from workloads.llm.cold_start import free_port, measure, versions
+from workloads.llm.cold_start import free_port, measure, stop, versions
 from workloads.llm.serve import (
     HOST,
     UsageError,
@@ -108,18 +107,8 @@ def _wait(process: subprocess.Popen[bytes], url: str, log: Path, what: str) -> N
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    _stop(process)
+    stop(process)
     fail(f"{what} did not start within {STARTUP_S:.0f} s (log: {log})")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -261,7 +250,7 @@ def run_vllm(
             fail(f"guidellm exited {done.returncode} (log {args.out}/guidellm.log)")
         return read_guidellm(json.loads(report_file.read_text()))
     finally:
-        _stop(process)
+        stop(process)
 
 
 def run_v2(args: argparse.Namespace, prompts: dict[int, list[str]]) -> list[Point]:
@@ -282,7 +271,7 @@ def run_v2(args: argparse.Namespace, prompts: dict[int, list[str]]) -> list[Poin
             for concurrency, sent in sorted(prompts.items())
         ]
     finally:
-        _stop(process)
+        stop(process)
 
 
 def table(points: list[Point]) -> str:

@@ -128,8 +128,9 @@ def _read(stream: IO[bytes], start: float, lines: list[tuple[float, str]], log: 
         log.write(raw)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C to serve-llm (it stops vLLM's process group), then kill what is left."""
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C to a server (serve-llm stops vLLM's process group so), then kill what is
+    left after a minute."""
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
@@ -199,7 +200,7 @@ def one_run(model: Path, kv_cache_gib: float, log_file: Path) -> Run:
                         pass  # not listening yet
                     time.sleep(POLL_S)
         finally:
-            _stop(process)
+            stop(process)
             reader.join(timeout=30)
     starting = next((t for t, line in lines if STARTING in line), None)
     if starting is None or healthy is None:
