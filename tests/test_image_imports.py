@@ -75,6 +75,10 @@ PLATFORM_ENTRIES = {
 #: Images the Pulumi side runs whose Dockerfile is not in this repository: the KFP
 #: publisher and retrain trigger run in the platform's pipelines image.
 NOT_BUILT_HERE = ("workloads.pipelines",)
+#: Images that run an upstream program and copy no project code: Dockerfile -> the module
+#: its ENTRYPOINT runs (vLLM's OpenAI server for the CPU pools; tests/k8s/test_llm.py
+#: checks that image against the Deployment that runs it).
+UPSTREAM_PROGRAM_IMAGES = {"workloads/llm/Dockerfile": "vllm.entrypoints.openai.api_server"}
 #: Scripts the platform mounts into an upstream image (a ConfigMap): standard library only.
 MOUNTED_SCRIPTS = {
     "workloads/tracking/sync_users.py": "the MLflow server's image (modules/k8s/tracking)",
@@ -313,7 +317,9 @@ def project() -> tuple[dict[str, Path], dict[str, list[Edge]]]:
     return modules, import_graph(modules, ROOT)
 
 
-@pytest.mark.parametrize("dockerfile", dockerfiles(ROOT))
+@pytest.mark.parametrize(
+    "dockerfile", [d for d in dockerfiles(ROOT) if d not in UPSTREAM_PROGRAM_IMAGES]
+)
 def test_an_image_imports_no_pulumi_and_copies_what_it_imports(
     dockerfile: str, project: tuple[dict[str, Path], dict[str, list[Edge]]]
 ) -> None:
@@ -323,6 +329,17 @@ def test_an_image_imports_no_pulumi_and_copies_what_it_imports(
     assert not (wrong := image_problems(dockerfile, entries, ROOT, modules, graph)), "\n".join(
         wrong
     )
+
+
+@pytest.mark.parametrize("dockerfile", sorted(UPSTREAM_PROGRAM_IMAGES))
+def test_an_image_of_an_upstream_program_runs_it_and_copies_no_project_code(
+    dockerfile: str,
+) -> None:
+    image = read_dockerfile(ROOT / dockerfile, ROOT)
+    assert image.commands == [["python", "-m", UPSTREAM_PROGRAM_IMAGES[dockerfile]]], dockerfile
+    code = [s for s in image.copy_sources if (ROOT / s).is_dir() or s.endswith(".py")]
+    assert not code, f"{dockerfile} copies project code: {code}"
+    assert UPSTREAM_PROGRAM_IMAGES[dockerfile].split(".")[0] not in project_modules(ROOT, ROOMS)
 
 
 def test_every_module_the_platform_runs_is_an_entry_of_an_image() -> None:

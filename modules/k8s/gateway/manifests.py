@@ -463,28 +463,33 @@ def ai_gateway_route(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) ->
 def service_backends(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) -> list[Manifest]:
     """For a model served by a plain Service: Envoy Gateway's Backend naming the Service's
     in-cluster DNS name (AI Gateway v1.0.0 accepts only a Backend behind an
-    AIServiceBackend), and the AIServiceBackend speaking the OpenAI schema."""
+    AIServiceBackend), over TLS verified with the cluster CA (the namespace's bundle,
+    added with the first such Backend), and the AIServiceBackend speaking the OpenAI
+    schema."""
     objects: list[Manifest] = []
     for backend in gs.routed_backends(spec, backends):
         if backend.kind != "Service":
             continue
         name = object_name(backend.model)
+        hostname = f"{backend.name}.{backend.namespace}.svc.cluster.local"
         objects.append(
             {
                 "apiVersion": f"{EG_GROUP}/v1alpha1",
                 "kind": "Backend",
                 "metadata": _meta(name),
                 "spec": {
-                    "endpoints": [
-                        {
-                            "fqdn": {
-                                "hostname": (
-                                    f"{backend.name}.{backend.namespace}.svc.cluster.local"
-                                ),
-                                "port": backend.port,
-                            }
-                        }
-                    ]
+                    "endpoints": [{"fqdn": {"hostname": hostname, "port": backend.port}}],
+                    # TLS 1.3 to the Service (the KEDA HTTP add-on's interceptor serves its
+                    # TLS listener with a certificate from the cluster CA): the CA from the
+                    # namespace's bundle, the name checked (Envoy Gateway matches the
+                    # certificate's SAN against the SNI).
+                    "tls": {
+                        "caCertificateRefs": [
+                            {"group": "", "kind": "Secret", "name": CA_BUNDLE_SECRET}
+                        ],
+                        "sni": hostname,
+                        "minVersion": "1.3",
+                    },
                 },
             }
         )
@@ -499,6 +504,8 @@ def service_backends(spec: gs.LlmGatewaySpec, backends: Sequence[LLMBackend]) ->
                 },
             }
         )
+    if objects:
+        objects.append(ca_bundle(gs.GATEWAY_NAMESPACE))
     return objects
 
 

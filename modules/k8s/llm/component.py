@@ -109,12 +109,15 @@ class LLMServing(KubernetesComponent[LLMInputs]):
             )
         ]
         keda = install("keda", KEDA, KEDA_NAMESPACE, m.keda_values(registry), keda_ns, *keda_fences)
+        # The interceptor's TLS listener's certificate (the chart mounts its Secret).
+        interceptor_tls = put(m.interceptor_certificate(), keda_ns)
         http = install(
             "keda-add-ons-http",
             KEDA_HTTP_ADD_ON,
             KEDA_NAMESPACE,
             m.http_add_on_values(registry),
             keda,
+            interceptor_tls,
         )
         put(prometheus_from_keda())
         # KServe's LLM controller and CRDs, in KServe's namespace; the presets it merges.
@@ -145,7 +148,8 @@ class LLMServing(KubernetesComponent[LLMInputs]):
                 put(m.gpu_scaled_object(svc), keda)
             else:
                 put(m.cpu_service(svc))
-                put(m.cpu_deployment(svc, cpu_image, args.storage_initializer), *fences)
+                tls = put(m.cpu_certificate(svc))
+                put(m.cpu_deployment(svc, cpu_image, args.storage_initializer), tls, *fences)
                 put(m.http_scaled_object(svc), http)
         self.backends = [svc.backend() for svc in services]
         return {

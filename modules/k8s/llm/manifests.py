@@ -43,14 +43,22 @@ from modules.k8s.llm.spec import (
     CC_MODE_ON,
     CPU_MODEL_LABEL,
     ENDPOINT_PICKER_PORT,
+    INTERCEPTOR_PORT,
+    INTERCEPTOR_SERVICE,
+    INTERCEPTOR_TLS_SECRET,
     KEDA_NAMESPACE,
     KSERVE_LLM_API,
     VLLM_PORT,
     LLMServiceSpec,
 )
-from modules.k8s.monitoring.spec import PROMETHEUS_URL
+from modules.k8s.monitoring.spec import PROMETHEUS_TLS, PROMETHEUS_URL
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY
+from modules.k8s.pki.spec import (
+    CA_BUNDLE_SECRET,
+    CA_KEY,
+    service_dns_names,
+    serving_certificate,
+)
 from modules.k8s.security import restricted_container, restricted_pod
 from modules.k8s.serving.spec import INFERENCE_SERVICE_ACCOUNT
 from modules.k8s.trainer.pods import (
@@ -77,12 +85,21 @@ MODEL_DIR = "/mnt/models"
 GPU_SCALE_DOWN_SECONDS = 600
 #: The interceptor's wait for a scaled-from-zero pod, and for the first response bytes:
 #: a cold start may add a node (the CPU pools scale from zero), pull the image, fetch
-#: the weights and start vLLM (22-46 s for a tiny model on this project's CPU); a
-#: non-streamed completion answers only when done.
+#: the weights and start vLLM (55-62 s of vLLM's own start to /health on 2 vCPUs, measured
+#: for 0.1M to 85M parameters: BENCHMARKS.md, "LLM cold start"; the rest is unmeasured);
+#: a non-streamed completion answers only when done.
 COLD_START_WAIT = "600s"
 #: The kube-rbac-proxy tag keda-add-ons-http 0.11.0's values pin (images.kubeRbacProxy).
 HTTP_ADD_ON_RBAC_PROXY_TAG = "v0.13.0"
 RESPONSE_HEADER_WAIT = "300s"
+#: Where a CPU model's vLLM reads its serving certificate (the Secret of
+#: `cpu_certificate`): vLLM serves TLS only, ``--enable-ssl-refresh`` reloading the pair
+#: when cert-manager renews it.
+VLLM_TLS_DIR = "/etc/vllm/tls"
+#: Where the interceptor's chart mounts its certificate Secret, whose ``ca.crt`` (the
+#: cluster CA) is the interceptor's trust store for its upstreams (``SSL_CERT_FILE``:
+#: Go's system pool, which the interceptor's TLS forwarding uses).
+INTERCEPTOR_CERTS = "/certs"
 
 
 def _meta(svc: LLMServiceSpec, name: str | None = None) -> Manifest:
@@ -292,11 +309,13 @@ def cpu_deployment(svc: LLMServiceSpec, image: str, storage_initializer: str) ->
         {"name": "home", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+        {"name": "tls", "secret": {"secretName": cpu_tls_secret(svc)}},
     ]
     mounts: list[Manifest] = [
         {"name": "home", "mountPath": "/home/vllm"},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tls", "mountPath": VLLM_TLS_DIR, "readOnly": True},
     ]
     init: list[Manifest] = []
     source = svc.source
@@ -335,7 +354,10 @@ def cpu_deployment(svc: LLMServiceSpec, image: str, storage_initializer: str) ->
         {"name": "HOME", "value": "/home/vllm"},
         {"name": "VLLM_CPU_KVCACHE_SPACE", "value": str(kv_cache_gib)},
     ]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
+    probe = {
+        "httpGet": {"path": "/health", "port": "https", "scheme": "HTTPS"},
+        "periodSeconds": 10,
+    }
     container = {
         "name": "vllm",
         "image": image,
@@ -351,9 +373,15 @@ def cpu_deployment(svc: LLMServiceSpec, image: str, storage_initializer: str) ->
             str(VLLM_PORT),
             "--max-model-len",
             str(svc.model.max_model_len),
+            # TLS only: the interceptor calls it over TLS, verifying the cluster CA.
+            "--ssl-certfile",
+            f"{VLLM_TLS_DIR}/tls.crt",
+            "--ssl-keyfile",
+            f"{VLLM_TLS_DIR}/tls.key",
+            "--enable-ssl-refresh",
         ],
         "env": env,
-        "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "https", "containerPort": VLLM_PORT, "protocol": "TCP"}],
         "resources": resources,
         "securityContext": restricted_container(VLLM_CPU_UID),
         "startupProbe": {**probe, "failureThreshold": 60},
@@ -384,13 +412,36 @@ def cpu_deployment(svc: LLMServiceSpec, image: str, storage_initializer: str) ->
     }
 
 
+def cpu_tls_secret(svc: LLMServiceSpec) -> str:
+    return f"{svc.name}-tls"
+
+
+def cpu_certificate(svc: LLMServiceSpec) -> Manifest:
+    """The CPU model's serving certificate from the cluster CA, for its Service's names
+    (the interceptor calls ``https://<service>.<namespace>:8000``)."""
+    return serving_certificate(
+        cpu_tls_secret(svc), svc.namespace, service_dns_names(svc.name, svc.namespace)
+    )
+
+
+def interceptor_certificate() -> Manifest:
+    """The interceptor's TLS listener's certificate from the cluster CA (its proxy
+    Service's names, which the gateway verifies); its Secret's ``ca.crt`` is also what
+    the interceptor trusts upstream (`http_add_on_values`)."""
+    return serving_certificate(
+        INTERCEPTOR_TLS_SECRET,
+        KEDA_NAMESPACE,
+        service_dns_names(INTERCEPTOR_SERVICE, KEDA_NAMESPACE),
+    )
+
+
 def cpu_service(svc: LLMServiceSpec) -> Manifest:
-    """The CPU model's Service, which the interceptor forwards to."""
+    """The CPU model's Service, which the interceptor forwards to (over TLS)."""
     return cluster_ip_service(
         svc.name,
         svc.namespace,
         cpu_pod_labels(svc),
-        [("http", VLLM_PORT)],
+        [("https", VLLM_PORT)],
         {"gpuplatform.ae/model": svc.model.name},
     )
 
@@ -473,28 +524,40 @@ def vllm_pod_monitors(services: list[LLMServiceSpec]) -> list[Manifest]:
     """Prometheus scrapes vLLM's ``/metrics`` (on its API port) on every model pod of
     the services' namespaces: KServe's workload pods (``kserve.io/component:
     workload``) and the platform's CPU model pods."""
-    namespaces = sorted({s.namespace for s in services})
     workload = {**PART_OF_LLMISVC, "kserve.io/component": "workload"}
-    selectors: list[tuple[str, Manifest]] = []
-    if any(s.on_gpus for s in services):
-        selectors.append(("gpu", {"matchLabels": workload}))
-    if any(not s.on_gpus for s in services):
-        selectors.append(
-            ("cpu", {"matchExpressions": [{"key": CPU_MODEL_LABEL, "operator": "Exists"}]})
-        )
+    # KServe's preset leaves vLLM's port unnamed: the number, then.
+    endpoint: Manifest = {"portNumber": VLLM_PORT, "path": "/metrics"}
+    monitors: list[tuple[str, list[str], Manifest, Manifest]] = []
+    gpu_namespaces = sorted({s.namespace for s in services if s.on_gpus})
+    if gpu_namespaces:
+        monitors.append(("gpu", gpu_namespaces, {"matchLabels": workload}, endpoint))
+    # A CPU model serves TLS only: one monitor each, verifying its certificate's name
+    # with the cluster CA (``ca.crt`` of Prometheus's own certificate Secret there).
+    for svc in services:
+        if not svc.on_gpus:
+            tls = {
+                "scheme": "https",
+                "tlsConfig": {
+                    "ca": {"secret": {"name": PROMETHEUS_TLS, "key": CA_KEY}},
+                    "serverName": f"{svc.name}.{svc.namespace}.svc",
+                },
+            }
+            selector = {"matchLabels": cpu_pod_labels(svc)}
+            monitors.append((svc.name, [svc.namespace], selector, {**endpoint, **tls}))
     return [
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PodMonitor",
-            "metadata": metadata(f"llm-vllm-{kind}", MONITORING_NAMESPACE),
+            "metadata": metadata(
+                "llm-vllm-gpu" if kind == "gpu" else f"{kind}-vllm", MONITORING_NAMESPACE
+            ),
             "spec": {
                 "namespaceSelector": {"matchNames": namespaces},
                 "selector": selector,
-                # KServe's preset leaves vLLM's port unnamed: the number, then.
-                "podMetricsEndpoints": [{"portNumber": VLLM_PORT, "path": "/metrics"}],
+                "podMetricsEndpoints": [scrape],
             },
         }
-        for kind, selector in selectors
+        for kind, namespaces, selector, scrape in monitors
     ]
 
 
@@ -534,6 +597,17 @@ def http_add_on_values(registry: str) -> dict[str, Any]:
         "interceptor": {
             "replicas": {"waitTimeout": COLD_START_WAIT},
             "responseHeaderTimeout": RESPONSE_HEADER_WAIT,
+            # The TLS listener the gateway calls; requests arriving there are forwarded
+            # over TLS to the model, verified against the cluster CA (Go's system pool,
+            # read from SSL_CERT_FILE: the interceptor has no CA setting of its own).
+            "tls": {
+                "enabled": True,
+                "cert_secret": INTERCEPTOR_TLS_SECRET,
+                "cert_path": f"{INTERCEPTOR_CERTS}/tls.crt",
+                "key_path": f"{INTERCEPTOR_CERTS}/tls.key",
+                "port": INTERCEPTOR_PORT,
+            },
+            "extraEnvs": {"SSL_CERT_FILE": f"{INTERCEPTOR_CERTS}/{CA_KEY}"},
         },
     }
 

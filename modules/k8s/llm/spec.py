@@ -59,7 +59,14 @@ ENDPOINT_PICKER_PORT = 9002
 #: The HTTP add-on's interceptor: the Service requests to a scale-to-zero model go to
 #: (the chart names it after itself, whatever the release).
 INTERCEPTOR_SERVICE = "keda-add-ons-http-interceptor-proxy"
-INTERCEPTOR_PORT = 8080
+#: The interceptor's TLS listener (keda-add-ons-http 0.11.0's ``interceptor.tls.port``),
+#: the one the gateway calls: the interceptor forwards what arrives there over TLS to the
+#: model's vLLM (and what arrives on its plain 8080 over plain HTTP, which vLLM, serving
+#: TLS only, refuses).
+INTERCEPTOR_PORT = 8443
+#: The interceptor's serving certificate's Secret (the chart's ``interceptor.tls.
+#: cert_secret`` default, mounted at /certs).
+INTERCEPTOR_TLS_SECRET = "keda-tls-certs"
 #: Where Envoy Gateway runs its proxies by default (its controller namespace): the only
 #: namespace allowed to reach the model servers. The gateway's own module may set it.
 DEFAULT_GATEWAY_NAMESPACE = "envoy-gateway-system"
