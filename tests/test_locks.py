@@ -122,6 +122,7 @@ def test_protobuf_5_stays_with_the_pulumi_sdks() -> None:
         ("workloads/serving/Dockerfile", "serving"),
         ("workloads/tracking/Dockerfile", "lifecycle"),
         ("workloads/finetune/Dockerfile", "finetune"),
+        ("workloads/llm/Dockerfile", "llm"),
     ],
 )
 def test_each_image_installs_its_own_lock(dockerfile: str, lock: str) -> None:
