@@ -141,7 +141,9 @@ def test_export_bad_inputs_are_one_message_and_write_nothing(
     ckpt, _ = trained
     out = tmp_path / "out"
     _fails([str(tmp_path / "nowhere"), "--out", str(out)], capsys, "no such file or directory")
-    _fails([str(tmp_path), "--out", str(out)], capsys, "holds no complete checkpoint")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _fails([str(empty), "--out", str(out)], capsys, "holds no complete checkpoint")
     # A checkpoint of another shape (the run record says 2 layers; claim 3).
     _fails([str(ckpt), "--out", str(out), "--n-layer", "3"], capsys, "different model")
     # An interrupted save (no .metadata) and a truncated data file.
@@ -189,9 +191,9 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(
     (line,) = said
     assert line.startswith(f"checkpoint {run / 'step_00000030'} (its .metadata cannot be read")
     assert line.endswith(f"taking step 20 ({run / 'step_00000020'}), the newest intact checkpoint")
-    # The command says it once, as its own line; (its OUT, inside the run, is refused
-    # after that, before any work).
-    assert export_cli.main([str(run), "--out", str(run / "x")]) == 2
+    # The command says it once, as its own line (its OUT, a name Triton cannot take, is
+    # refused after that, before any work; an OUT inside the run is refused before it).
+    assert export_cli.main([str(run), "--out", str(tmp_path / "not a model name")]) == 2
     err = capsys.readouterr().err
     assert [e for e in err.splitlines() if "truncated or corrupt" in e] == [f"export: {line}"]
     assert "Traceback" not in err
