@@ -87,7 +87,8 @@ def train(base: Path, data: Path, partial: Path, options: Options) -> None:
     with torch.no_grad():
         base_logits = model.eval()(input_ids=probe[0], attention_mask=probe[2]).logits
     total = sum(p.numel() for p in model.parameters())
-    for layer in _layers(model):
+    layers = _layers(model)
+    for layer in layers:
         fully_shard(layer)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate)
@@ -140,7 +141,7 @@ def train(base: Path, data: Path, partial: Path, options: Options) -> None:
                 "model_type": str(whole.config.model_type),
             },
             data=described,
-            options=asdict(options) | {"seq_len": seq_len, "nproc": world},
+            options=asdict(options) | {"seq_len": seq_len, "nproc": world, "sharded_layers": len(layers)},
             trainable_parameters=int(total),
             total_parameters=int(total),
             losses=losses,
