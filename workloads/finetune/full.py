@@ -141,7 +141,8 @@ def train(base: Path, data: Path, partial: Path, options: Options) -> None:
                 "model_type": str(whole.config.model_type),
             },
             data=described,
-            options=asdict(options) | {"seq_len": seq_len, "nproc": world, "sharded_layers": len(layers)},
+            options=asdict(options)
+            | {"seq_len": seq_len, "nproc": world, "sharded_layers": len(layers)},
             trainable_parameters=int(total),
             total_parameters=int(total),
             losses=losses,
@@ -160,7 +161,8 @@ def _options_args(options: Options) -> list[str]:
     return [
         f"--{name.replace('_', '-')}={value}"
         for name, value in asdict(options).items()
-        if name in {"steps", "batch_size", "seq_len", "learning_rate", "seed", "log_every", "logit_atol"}
+        if name
+        in {"steps", "batch_size", "seq_len", "learning_rate", "seed", "log_every", "logit_atol"}
     ]
 
 
@@ -217,7 +219,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partial", type=Path, required=True)
     defaults = Options()
     for name in ("steps", "batch_size", "seq_len", "seed", "log_every"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name)
+        )
     for name in ("learning_rate", "logit_atol"):
         parser.add_argument(
             f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name)
