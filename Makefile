@@ -451,11 +451,11 @@ export-hf: $(DEPS_lifecycle) ## CKPT=<a run's --ckpt-dir or its step_N> -> Huggi
 # --- LoRA fine-tuning (issue 32; docs/finetune.md) ---------------------------------------
 # Its own environment (.venv-finetune, locks/finetune.txt + torch's CPU build).
 .PHONY: finetune
-finetune: $(DEPS_finetune) $(if $(REGISTER),$(DEPS_lifecycle)) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model (REGISTER=1: then make register-finetune)
+finetune: $(DEPS_finetune) $(if $(REGISTER),$(DEPS_lifecycle)) ## BASE=<HF model dir> DATA=<make data dir or prompt/response JSONL> OUT=<dir>: LoRA adapter + merged model (ARGS=--full [NPROC=n]: full fine-tune, FSDP2; REGISTER=1: then make register-finetune)
 	@test -n "$(BASE)" || { echo "finetune: give BASE=<a Hugging Face model folder (make export-hf OUT=...)>" >&2; exit 2; }
 	@test -n "$(DATA)" || { echo "finetune: give DATA=<a make data dataset dir or a JSONL file of prompt/response pairs>" >&2; exit 2; }
 	@test -n "$(OUT)" || { echo "finetune: give OUT=<a new directory for the adapter and the merged model>" >&2; exit 2; }
-	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(ARGS))
+	@$(call exact,$(PY_finetune) -m workloads.finetune "$(BASE)" --data "$(DATA)" --out "$(OUT)" $(if $(filter command line,$(origin NPROC)),--nproc '$(NPROC)') $(ARGS))
 	@if [ -n "$(REGISTER)" ]; then $(call exact,$(PY_lifecycle) -m workloads.tracking.register_finetune "$(OUT)" $(if $(NAME),--name "$(NAME)") --tracking-uri '$(TRACKING_URI)'); fi
 
 # The fine-tune as a tracked run and its merged model as a registered MLflow transformers

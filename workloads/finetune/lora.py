@@ -148,6 +148,8 @@ class Result:
     max_abs_logit_change_from_base: float
     seconds: float
     versions: dict[str, str]
+    #: "lora" (adapter/ and merged/) or "full" (every parameter; merged/ only).
+    mode: str = "lora"
     finished_at: str = field(
         default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     )
@@ -424,11 +426,12 @@ def _versions() -> dict[str, str]:
     return {name: version(name) for name in names}
 
 
-def finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
-    """Fine-tune ``base`` on ``data`` and write ``out`` (see the module docstring).
+def check_and_lock(base: Path, data: Path, out: Path, options: Options) -> output_lock.Lock:
+    """The settings, BASE, DATA and OUT checked (before any work: a refused OUT costs
+    nothing), then OUT's lock taken; the caller releases it.
 
     Raises:
-        FinetuneError: a bad base, dataset, output or setting; nothing at ``out`` changed.
+        FinetuneError: what to fix; nothing at ``out`` changed.
     """
     problems = options.problems()
     if problems:
@@ -449,6 +452,16 @@ def finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
         raise FinetuneError(str(err)) from err
     except OSError as err:
         raise FinetuneError(f"cannot write to {out} ({err.strerror}); choose another OUT=") from err
+    return lock
+
+
+def finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
+    """Fine-tune ``base`` on ``data`` and write ``out`` (see the module docstring).
+
+    Raises:
+        FinetuneError: a bad base, dataset, output or setting; nothing at ``out`` changed.
+    """
+    lock = check_and_lock(base, data, out, options)
     try:
         check_output(out, base, data)
         return _finetune(base, data, out, options)
@@ -456,11 +469,14 @@ def finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
         lock.release()
 
 
-def _finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
-    started = time.monotonic()
-    _quiet_libraries()
-    base_digest = folder_digest(base)
-    model, tokenizer = load_base(base)
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def training_batches(
+    data: Path, model: Any, tokenizer: Any, options: Options
+) -> tuple[Iterator[Batch], dict[str, str], int]:
+    """``(batches, how the record names DATA, sequence length)``: ``--seq-len`` capped by
+    the base's context, DATA a dataset directory or a JSONL file."""
     context = _context_length(model)
     seq_len = min(options.seq_len, context) if context else options.seq_len
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -478,6 +494,15 @@ def _finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
             "digest": file_sha256(data),
             "examples": str(len(examples)),
         }
+    return batches, described, seq_len
+
+
+def _finetune(base: Path, data: Path, out: Path, options: Options) -> Result:
+    started = time.monotonic()
+    _quiet_libraries()
+    base_digest = folder_digest(base)
+    model, tokenizer = load_base(base)
+    batches, described, seq_len = training_batches(data, model, tokenizer, options)
     from peft import get_peft_model  # noqa: PLC0415
 
     torch.manual_seed(options.seed)
@@ -601,6 +626,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--log-every", type=int, default=defaults.log_every)
     parser.add_argument("--logit-atol", type=float, default=defaults.logit_atol)
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="a full fine-tune (every parameter, FSDP2 over gloo; merged/ only, no adapter/)",
+    )
+    parser.add_argument(
+        "--nproc", type=int, default=1, help="with --full: torchrun worker processes"
+    )
     return parser
 
 
@@ -626,8 +659,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_every=args.log_every,
         logit_atol=args.logit_atol,
     )
+    if args.nproc != 1 and not args.full:
+        parser.error("--nproc (NPROC=) is for a full fine-tune: add --full")
     try:
-        result = finetune(base, args.data, args.out, options)
+        if args.full:
+            from workloads.finetune import full  # noqa: PLC0415
+
+            result = full.finetune(base, args.data, args.out, options, args.nproc)
+        else:
+            result = finetune(base, args.data, args.out, options)
     except FinetuneError as err:
         print(f"finetune: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -641,6 +681,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("finetune: interrupted; nothing at OUT was changed", file=sys.stderr)
         return EXIT_INTERRUPTED
     first, last = result.losses[0][1], result.losses[-1][1]
+    if args.full:
+        print(
+            f"finetune: {args.out}/ ({MERGED_DIR}/, {RECORD_FILE}); full fine-tune of all "
+            f"{result.total_parameters} parameters in {args.nproc} FSDP2 process(es); "
+            f"loss {first:.4f} -> {last:.4f}; saved = sharded within "
+            f"{result.merged_max_abs_logit_diff:.1e}"
+        )
+        return EXIT_OK
     print(
         f"finetune: {args.out}/ ({ADAPTER_DIR}/, {MERGED_DIR}/, {RECORD_FILE}); "
         f"{result.trainable_parameters} of {result.total_parameters} parameters trained; "
