@@ -153,6 +153,30 @@ def test_a_sqlite_store_registers_it_too(
     )
 
 
+def test_a_full_fine_tune_registers_without_an_adapter(
+    tuned: Tuned, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make finetune ARGS=--full` (every weight, FSDP2; one process here) leaves no
+    adapter: its merged model is registered with the record's mode, no adapter tag."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    out = tmp_path / "full"
+    run_in(
+        "finetune", "-m", "workloads.finetune", str(tuned.base),
+        "--data", str(tuned.base.parent.parent / "pairs.jsonl"), "--out", str(out),
+        "--full", "--steps", "2", "--learning-rate", "2e-2", "--log-every", "1",
+    )  # fmt: skip
+    assert not (out / "adapter").exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'full.db'}"
+    result = rf.register_finetune(out, uri, name="tiny-full")
+    assert (result.version, result.created) == ("1", True)
+    tags = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version("tiny-full", "1").tags
+    assert tags["mode"] == "full" and "adapter" not in tags
+    assert tags["base.digest"] == json.loads((out / "finetune.json").read_text())["base"]["digest"]
+
+
 def _one_line(capsys: pytest.CaptureFixture[str], *needles: str) -> None:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

@@ -113,11 +113,16 @@ def read_output(out: Path) -> tuple[dict[str, Any], str]:
             f"OUT {out} has no merged model ({MERGED_DIR}/config.json); run `make finetune` "
             "again into an empty OUT="
         )
-    if not (out / ADAPTER_DIR).is_dir():
+    if not _is_full(record) and not (out / ADAPTER_DIR).is_dir():
         raise RegistryError(
             f"OUT {out} has no {ADAPTER_DIR}/; run `make finetune` again into an empty OUT="
         )
     return record, hashlib.sha256(raw).hexdigest()
+
+
+def _is_full(record: dict[str, Any]) -> bool:
+    """A full fine-tune (``make finetune ARGS=--full``): every weight trained, no adapter."""
+    return record.get("mode") == "full"
 
 
 def _flat(prefix: str, values: Any) -> dict[str, str]:
@@ -163,11 +168,20 @@ def _experiment_id(client: Any, uri: str, experiment: str) -> str:
 
 def _card(name: str, out: Path, record: dict[str, Any]) -> str:
     base, options = record["base"], record["options"]
+    how = (
+        f"in full (`make finetune ARGS=--full`, {options.get('nproc', 1)} FSDP2 processes, "
+        f"{options.get('steps')} steps)"
+        if _is_full(record)
+        else f"with LoRA (`make finetune`, rank {options.get('rank')}, "
+        f"{options.get('steps')} steps)"
+    )
+    merged = (
+        "every weight trained" if _is_full(record) else "the adapter merged into the base weights"
+    )
     return (
-        f"# {name}\n\nA `{base.get('model_type', '?')}` causal LM fine-tuned with LoRA "
-        f"(`make finetune`, rank {options.get('rank')}, {options.get('steps')} steps) on "
+        f"# {name}\n\nA `{base.get('model_type', '?')}` causal LM fine-tuned {how} on "
         f"{record['data'].get('kind', '?')} data (digest {record['data'].get('digest', '?')}), "
-        f"the adapter merged into the base weights.\n\nBase: `{base.get('path')}` "
+        f"{merged}.\n\nBase: `{base.get('path')}` "
         f"(SHA-256 over its files {base.get('digest')}). Output: `{out.resolve()}`.\n"
     )
 
@@ -243,7 +257,9 @@ def _log_and_register(
     metrics = [Metric(k, v, 0, step) for k, v, step in run_metrics(record)]
     call(uri, lambda: client.log_batch(run_id, metrics=metrics, params=params))
     call(uri, lambda: client.log_artifact(run_id, str(out / RECORD_FILE)))
-    call(uri, lambda: client.log_artifacts(run_id, str(out / ADAPTER_DIR), ADAPTER_DIR))
+    full = _is_full(record)
+    if not full:
+        call(uri, lambda: client.log_artifacts(run_id, str(out / ADAPTER_DIR), ADAPTER_DIR))
     info = log_transformers_model(
         client,
         uri,
@@ -255,20 +271,22 @@ def _log_and_register(
         extras=[out / RECORD_FILE],
     )
     base, data = record["base"], record["data"]
-    tags = {
+    tags: dict[str, str] = {
         "run_id": run_id,
         "format": "transformers",
         "task": HF_TASK,
         "base.path": str(base.get("path", "")),
         "base.digest": str(base.get("digest", "")),
         "base.model_type": str(base.get("model_type", "")),
-        ADAPTER_TAG: f"runs:/{run_id}/{ADAPTER_DIR}",
-        "adapter.rank": str(record["options"].get("rank", "")),
+        "mode": "full" if full else "lora",
         "data.kind": str(data.get("kind", "")),
         "data.digest": str(data.get("digest", "")),
         RECORD_TAG: digest,
         "output": str(out.resolve()),
     }
+    if not full:
+        tags[ADAPTER_TAG] = f"runs:/{run_id}/{ADAPTER_DIR}"
+        tags["adapter.rank"] = str(record["options"].get("rank", ""))
     version, alias = register_logged_model(
         client,
         uri,
@@ -277,7 +295,9 @@ def _log_and_register(
         run_id=run_id,
         tags=tags,
         description=(
-            f"LoRA fine-tune of {base.get('path')} (run {run_id}): the merged model; the "
+            f"full fine-tune of {base.get('path')} (run {run_id})"
+            if full
+            else f"LoRA fine-tune of {base.get('path')} (run {run_id}): the merged model; the "
             f"adapter is runs:/{run_id}/{ADAPTER_DIR}"
         ),
         model_description=FINETUNED_DESCRIPTION,
@@ -331,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result.version} on {args.tracking_uri}; nothing new was registered"
         )
     print(f"register-finetune: load it with mlflow.transformers.load_model('{model_uri}')")
-    print(f"register-finetune: the adapter is {result.tags.get(ADAPTER_TAG, '?')}")
+    if ADAPTER_TAG in result.tags:
+        print(f"register-finetune: the adapter is {result.tags[ADAPTER_TAG]}")
     return EXIT_OK
 
 
