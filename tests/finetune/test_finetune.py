@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workloads.data.manifest import describe_shards, write_manifest
 from workloads.data.shards import write_shard
-from workloads.finetune import lora
+from workloads.finetune import cli, lora
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [
@@ -61,7 +61,7 @@ def _run(
     """``flag``: the base as ``--base-model`` (how a cluster job names it)."""
     before = digests(base)
     named = ["--base-model", str(base)] if flag else [str(base)]
-    assert lora.main([*named, "--data", str(data), "--out", str(out), *STEPS]) == 0
+    assert cli.main([*named, "--data", str(data), "--out", str(out), *STEPS]) == 0
     return Run(base, data, out, before, capsys.readouterr().out)
 
 
@@ -167,7 +167,7 @@ def test_bad_inputs_are_one_line_and_exit_2_with_nothing_changed(
     base = str(llama_base)
 
     def refused(args: list[str], needle: str) -> None:
-        assert lora.main(args) == 2
+        assert cli.main(args) == 2
         _one_line(capsys, needle)
 
     refused([str(tmp_path / "none"), "--data", str(pairs), "--out", out], "no such directory")
@@ -201,7 +201,7 @@ def test_bad_inputs_are_one_line_and_exit_2_with_nothing_changed(
     # The base named twice (BASE and --base-model), or not at all: argparse's usage error.
     for args in ([base, "--base-model", base], []):
         with pytest.raises(SystemExit) as exited:
-            lora.main([*args, "--data", str(pairs), "--out", out])
+            cli.main([*args, "--data", str(pairs), "--out", out])
         assert exited.value.code == 2
         assert "give the base model's folder once" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

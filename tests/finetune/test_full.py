@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.finetune.test_finetune import PAIRS, _one_line, digests, write_pairs
-from workloads.finetune import lora
+from workloads.finetune import cli, lora
 
 #: 1 vs 2 processes: the same sums, added in another order (float32), so only rounding.
 LOSS_RTOL = 1e-4
@@ -31,7 +31,7 @@ def runs(llama_base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int
     for nproc in (1, 2):
         out = root / f"out{nproc}"
         args = [str(llama_base), "--data", str(pairs), "--out", str(out), *STEPS]
-        assert lora.main([*args, "--full", "--nproc", str(nproc)]) == 0
+        assert cli.main([*args, "--full", "--nproc", str(nproc)]) == 0
         outs[nproc] = out
     assert digests(llama_base) == before  # the base folder is never changed
     return outs
@@ -91,12 +91,12 @@ def test_full_mode_errors_are_one_line(
     bad.write_text('{"prompt": "a", "response": "b"}\nnot json\n')
     # Found by the workers (they tokenize DATA): rank 0's line, relayed.
     args = [str(llama_base), "--data", str(bad), "--out", str(out), "--full", "--nproc", "2"]
-    assert lora.main(args) == 2
+    assert cli.main(args) == 2
     _one_line(capsys, "line 2: not JSON")
-    assert lora.main([*args[:-1], "0"]) == 2
+    assert cli.main([*args[:-1], "0"]) == 2
     _one_line(capsys, "--nproc): 1 to")
     with pytest.raises(SystemExit) as exited:
-        lora.main([*args[:5], "--nproc", "2"])
+        cli.main([*args[:5], "--nproc", "2"])
     assert exited.value.code == 2 and "add --full" in capsys.readouterr().err
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -2,6 +2,6 @@
 
 import sys
 
-from workloads.finetune.lora import main
+from workloads.finetune.cli import main
 
 sys.exit(main())
