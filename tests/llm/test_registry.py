@@ -7,7 +7,6 @@ did not make is never overwritten; an ONNX-only version is refused."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -49,17 +48,8 @@ client.set_registered_model_alias("onnx-only", "champion", other.registered_mode
 """
 
 
-def lifecycle_has_transformers() -> bool:
-    found = subprocess.run(
-        [str(python("lifecycle")), "-c", "import transformers"], capture_output=True, check=False
-    )
-    return found.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def registry(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if not lifecycle_has_transformers():
-        pytest.skip("the lifecycle environment has no transformers yet (make export-hf adds it)")
     tmp = tmp_path_factory.mktemp("registry")
     store = f"sqlite:///{tmp / 'mlflow.db'}"
     run_in("lifecycle", "-c", LOG, str(tiny_model), store, str(tmp / "artifacts"), NAME)

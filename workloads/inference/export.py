@@ -292,6 +292,20 @@ def check_parity(
     return parity
 
 
+def export_source(
+    step_dir: Path, step: int, config: TrainConfig, run_id: str, revision: str
+) -> dict[str, str]:
+    """Where an export came from (its card's and `hf_export.json`'s ``source``)."""
+    return {
+        "checkpoint": str(step_dir.resolve()),
+        "step": str(step),
+        "preset": config.preset,
+        "run_id": run_id,
+        "git_revision": revision or git_revision(),
+        "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
 def checkpoint_root(step_dir: Path) -> Path:
     """The checkpoint directory a step belongs to (its ``--ckpt-dir``, with ``run.json``
     and every ``step_<N>``), or the directory itself for a bare DCP checkpoint."""
@@ -487,14 +501,7 @@ def _export(
                 "weights": "int8 " + ("per-channel" if options.per_channel else "per-tensor"),
                 "activations": "uint8, quantised at run time",
             },
-            source={
-                "checkpoint": str(step_dir.resolve()),
-                "step": str(step),
-                "preset": config.preset,
-                "run_id": run_id,
-                "git_revision": revision or git_revision(),
-                "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            },
+            source=export_source(step_dir, step, config, run_id, revision),
             parity=parity,
             versions={
                 "torch": torch.__version__,

@@ -40,7 +40,6 @@ interrupted (Ctrl-C; the output unchanged).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import os
@@ -59,11 +58,15 @@ from workloads import output_lock
 from workloads.data.byte_tokenizer import BYTE_VOCAB_SIZE
 from workloads.data.shards import ShardError
 from workloads.inference.errors import ExportError
-from workloads.inference.export import checkpoint_root, config_for, heldout_tokens
+from workloads.inference.export import (
+    checkpoint_root,
+    config_for,
+    export_source,
+    heldout_tokens,
+)
 from workloads.inference.source import load_model, resolve_checkpoint
 from workloads.inference.tokenizer import BYTE_TOKENIZER, ByteTokenizer
 from workloads.training.config import TrainConfig, add_override_arguments, describe_problems
-from workloads.training.lineage import git_revision
 from workloads.training.model import GPT
 
 EXIT_OK = 0
@@ -444,14 +447,7 @@ def export_hf(
                 format="transformers",
                 architecture="GPT2LMHeadModel",
                 tokenizer=BYTE_TOKENIZER,
-                source={
-                    "checkpoint": str(step_dir.resolve()),
-                    "step": str(step),
-                    "preset": config.preset,
-                    "run_id": run_id,
-                    "git_revision": revision or git_revision(),
-                    "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                },
+                source=export_source(step_dir, step, config, run_id, revision),
                 max_abs_logit_diff=diff,
                 logit_atol=logit_atol,
                 heldout_tokens=int(windows.numel()),
