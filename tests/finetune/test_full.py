@@ -6,6 +6,8 @@ global batch's mean); the merged folder is a model AutoModelForCausalLM loads.""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.finetune.test_finetune import PAIRS, _one_line, digests, write_pairs
-from workloads.finetune import cli, lora
+from workloads.finetune import cli, full, lora
 
 #: 1 vs 2 processes: the same sums, added in another order (float32), so only rounding.
 LOSS_RTOL = 1e-4
@@ -31,10 +33,17 @@ def runs(llama_base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int
     for nproc in (1, 2):
         out = root / f"out{nproc}"
         args = [str(llama_base), "--data", str(pairs), "--out", str(out), *STEPS]
-        assert cli.main([*args, "--full", "--nproc", str(nproc)]) == 0
+        if cli.main([*args, "--full", "--nproc", str(nproc)]) != 0:
+            pytest.fail(f"{nproc} process(es) failed; the workers' output:\n{_newest_log()}")
         outs[nproc] = out
     assert digests(llama_base) == before  # the base folder is never changed
     return outs
+
+
+def _newest_log() -> str:
+    """The tail of the newest workers' log `full._workers_failed` kept, if any."""
+    logs = sorted(Path(tempfile.gettempdir()).glob("finetune-workers-*.log"), key=os.path.getmtime)
+    return logs[-1].read_text()[-6000:] if logs else "(no log)"
 
 
 def _record(out: Path) -> dict[str, object]:
@@ -100,3 +109,35 @@ def test_full_mode_errors_are_one_line(
     assert exited.value.code == 2 and "add --full" in capsys.readouterr().err
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+#: What torchrun prints when a worker raises (the tail; the traceback lines elided).
+TORCHRUN_STDERR = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "x.py", line 1, in <module>
+[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 20272)
+============================================================
+"""
+
+
+def test_failed_workers_are_one_line_and_a_kept_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    line = full._workers_failed(1, TORCHRUN_STDERR)
+    assert "\n" not in line and "rank 1: RuntimeError: [gloo" in line
+    (log,) = tmp_path.glob("finetune-workers-*.log")
+    assert f"their output: {log};" in line and log.read_text() == TORCHRUN_STDERR
+    killed = TORCHRUN_STDERR.replace("exitcode  : 1", "exitcode  : -9")
+    killed = "\n".join(ln for ln in killed.splitlines() if not ln.startswith("[rank"))
+    assert "killed by signal 9" in full._workers_failed(1, killed)
+    # Rank 0's own message says what to fix: no log then.
+    mine = full._workers_failed(1, "finetune: line 2: not JSON\n" + TORCHRUN_STDERR)
+    assert mine == "line 2: not JSON; nothing at OUT changed"
+    assert len(list(tmp_path.glob("*.log"))) == 2

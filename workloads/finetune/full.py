@@ -12,9 +12,12 @@ rows of each global batch (row ``rank``, ``rank + n``, ...): its summed token lo
 by ``n / tokens in the global batch`` so that FSDP2's averaging reduce-scatter gives the
 gradient of the global batch's mean loss, the same as one process on the whole batch. Rank
 0 gathers the full state dict (``get_model_state_dict(full_state_dict=True,
-cpu_offload=True)``), saves it into the base's architecture with ``save_pretrained``, loads
-the folder back and compares its logits with the sharded model's (``--logit-atol``). The
-command then checks that the base did not change and swaps the folder into place whole.
+cpu_offload=True)``); every rank then leaves the process group, and rank 0 saves the state
+into the base's architecture with ``save_pretrained``, loads the folder back and compares
+its logits with the sharded model's (``--logit-atol``). The command then checks that the
+base did not change and swaps the folder into place whole. Workers that fail give one line:
+rank 0's ``finetune:`` message, or the worker's exception with the path of a log of their
+whole output.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,6 +130,11 @@ def train(base: Path, data: Path, partial: Path, options: Options) -> None:
     state = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
+    # The last collective: every rank leaves the group now, before rank 0's minutes of
+    # saving and checking, rather than waiting in a barrier for it (a gloo peer that sits
+    # in a collective while the other one exits can fail on the closed connection).
+    dist.barrier()
+    dist.destroy_process_group()
     if rank == 0:
         from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
@@ -153,8 +162,6 @@ def train(base: Path, data: Path, partial: Path, options: Options) -> None:
             mode="full",
         )
         (partial / lora.RECORD_FILE).write_text(result.to_json(), encoding="utf-8")
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def _options_args(options: Options) -> list[str]:
@@ -164,6 +171,37 @@ def _options_args(options: Options) -> list[str]:
         if name
         in {"steps", "batch_size", "seq_len", "learning_rate", "seed", "log_every", "logit_atol"}
     ]
+
+
+#: A worker's uncaught exception as torch prints it: ``[rank1]: RuntimeError: ...``.
+_WORKER_ERROR = re.compile(r"^\[rank(\d+)\]:\s*([\w.]*(?:Error|Exception|Interrupt)\b.*)$")
+#: torchrun's summary of the first failed worker: ``exitcode  : -9 (pid: 123)``.
+_ROOT_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def _workers_failed(returncode: int, stderr: str) -> str:
+    """The one line for failed workers: rank 0's own ``finetune:`` message (what to fix)
+    when there is one; else the worker's exception or torchrun's exit code for it, and
+    where the workers' whole output was kept (a new file in the temporary folder)."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    ours = [ln for ln in lines if ln.startswith("finetune: ")]
+    if ours:
+        return f"{ours[-1].removeprefix('finetune: ')}; nothing at OUT changed"
+    errors = [m for m in map(_WORKER_ERROR.match, lines) if m]
+    codes = [m.group(1) for m in map(_ROOT_EXITCODE.match, lines) if m]
+    if errors:
+        why = f"rank {errors[-1].group(1)}: {errors[-1].group(2)}"
+    elif codes:
+        code = int(codes[-1])
+        why = f"a worker was killed by signal {-code}" if code < 0 else f"a worker exited {code}"
+    else:
+        why = f"torchrun exited {returncode}"
+    fd, log = tempfile.mkstemp(prefix="finetune-workers-", suffix=".log")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(stderr)
+    return (
+        f"the full fine-tune's workers failed ({why}); their output: {log}; nothing at OUT changed"
+    )
 
 
 def finetune(base: Path, data: Path, out: Path, options: Options, nproc: int) -> Result:
@@ -191,13 +229,7 @@ def finetune(base: Path, data: Path, out: Path, options: Options, nproc: int) ->
             done = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env, check=False)
             record = partial / lora.RECORD_FILE
             if done.returncode != 0 or not record.is_file():
-                lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-                ours = [ln for ln in lines if ln.startswith("finetune: ")]
-                last = ours[-1].removeprefix("finetune: ") if ours else (lines or ["?"])[-1]
-                raise FinetuneError(
-                    f"the full fine-tune's workers failed (exit {done.returncode}): {last}; "
-                    "nothing at OUT changed"
-                )
+                raise FinetuneError(_workers_failed(done.returncode, done.stderr))
             result = Result(**json.loads(record.read_text(encoding="utf-8")))
             if lora.folder_digest(base) != base_digest:
                 raise FinetuneError(f"BASE {base} changed while fine-tuning; nothing was written")
