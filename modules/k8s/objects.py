@@ -7,7 +7,9 @@ object against the cluster version's OpenAPI schema (kubernetes-validate, strict
 pulumi-kubernetes classes use (``kubernetes:<group>/<version>:<Kind>``), so the engine
 and the provider treat it exactly as they would a ``kubernetes.core.v1.ConfigMap`` or
 a CRD's ``CustomResource``; one path serves built-in kinds and CRDs (Kueue,
-ServiceMonitor) alike.
+ServiceMonitor) alike. Every container it registers pulls its image on each start
+(`modules.k8s.security.pull_always`: the platform's policy, set here once for its own
+objects and for the upstream renders it installs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+
+from modules.k8s.security import pull_always
 
 
 def type_token(api_version: str, kind: str) -> str:
@@ -43,6 +47,6 @@ class KubernetesObject(pulumi.CustomResource):
         super().__init__(
             type_token(manifest["apiVersion"], manifest["kind"]),
             resource_name,
-            dict(manifest),
+            pull_always(dict(manifest)),
             opts,
         )

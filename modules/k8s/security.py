@@ -36,3 +36,37 @@ def restricted_pod(uid: int, gid: int | None = None, *, fs_group: bool = True) -
         context["fsGroup"] = group
     context["seccompProfile"] = {"type": "RuntimeDefault"}
     return context
+
+
+#: The lists of containers in a pod spec.
+CONTAINER_LISTS = ("containers", "initContainers")
+
+
+def _pulls_always(container: Any) -> Any:
+    if isinstance(container, dict) and "image" in container:
+        return {**container, "imagePullPolicy": "Always"}
+    return container
+
+
+def pull_always(value: Any) -> Any:
+    """``value`` (a manifest, or any part of one) with every container in it set to
+    ``imagePullPolicy: Always``, and a SparkApplication's own field too (one policy for
+    its driver and executors); a new structure, ``value`` itself unchanged.
+
+    Why every container pulls on each start: the kubelet then checks the pod's right to
+    the image with the in-region registry every time, so a pod cannot start from an image
+    that another team's pod left cached on the node, and a tag moved in the registry is
+    seen at the next start. A node that has the image still pulls no layer: the cost is
+    one manifest request. Upstream renders that say ``IfNotPresent`` (Kubeflow Pipelines,
+    KServe's presets) are overridden here, where every object is registered."""
+    if isinstance(value, dict):
+        out = {key: pull_always(item) for key, item in value.items()}
+        for key in CONTAINER_LISTS:
+            if isinstance(out.get(key), list):
+                out[key] = [_pulls_always(c) for c in out[key]]
+        if out.get("kind") == "SparkApplication" and isinstance(out.get("spec"), dict):
+            out["spec"] = {**out["spec"], "imagePullPolicy": "Always"}
+        return out
+    if isinstance(value, list):
+        return [pull_always(item) for item in value]
+    return value
