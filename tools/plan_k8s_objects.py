@@ -21,6 +21,10 @@ makes, so that a scanner which knows only the built-in kinds checks them too:
   serving runtime itself is written as it is: its containers are checked in the
   InferenceServices that use it.
 
+Each made object carries the annotations its controller gives it (a pod template's, a
+KServe component's): that is where an object's documented scanner exceptions
+(``checkov.io/skip<n>``) reach the pods.
+
 Helm releases are left out: their objects are rendered only by Helm, against the real
 charts.
 
@@ -31,7 +35,8 @@ writes ``<out>/<stack>/objects.yaml`` per plan and prints how many objects each 
     python -m tools.plan_k8s_objects --counts build/checkov/uae-prod.json ...
 
 prints, from checkov's JSON reports (``checkov -o json``, one per stack), how many
-objects fail each check, per stack and in all. Standard library and PyYAML only;
+objects fail each check, per stack and in all, and then how many skip a check by a
+documented exception. Standard library and PyYAML only;
 nothing of the project is imported.
 """
 
@@ -92,13 +97,19 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
 
 
-def _meta(obj: Mapping[str, Any], suffix: str) -> Manifest:
+def _meta(
+    obj: Mapping[str, Any], suffix: str, annotations: Mapping[str, Any] | None = None
+) -> Manifest:
     """Metadata of an object made from ``obj``: its name with ``suffix``, its namespace
-    and labels, and where it came from."""
+    and labels, where it came from, and the ``annotations`` the controller gives the
+    object it makes (a pod template's, a component's)."""
     meta = obj.get("metadata", {})
     made: Manifest = {
         "name": f"{_name(obj)}-{suffix}",
-        "annotations": {"gpuplatform.ae/made-from": f"{obj['kind']}/{_name(obj)}"},
+        "annotations": {
+            **(annotations or {}),
+            "gpuplatform.ae/made-from": f"{obj['kind']}/{_name(obj)}",
+        },
     }
     if meta.get("namespace"):
         made["namespace"] = meta["namespace"]
@@ -109,19 +120,30 @@ def _meta(obj: Mapping[str, Any], suffix: str) -> Manifest:
     return made
 
 
-def _job(obj: Mapping[str, Any], suffix: str, job_spec: Manifest) -> Manifest:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(obj, suffix),
-            "spec": job_spec}  # fmt: skip
+def _job(
+    obj: Mapping[str, Any], suffix: str, job_spec: Manifest, annotations: Mapping[str, Any]
+) -> Manifest:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _meta(obj, suffix, annotations), "spec": job_spec}  # fmt: skip
 
 
-def _pod(obj: Mapping[str, Any], suffix: str, pod_spec: Manifest) -> Manifest:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(obj, suffix), "spec": pod_spec}
+def _pod(
+    obj: Mapping[str, Any], suffix: str, pod_spec: Manifest, annotations: Mapping[str, Any]
+) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _meta(obj, suffix, annotations),
+            "spec": pod_spec}  # fmt: skip
+
+
+def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    return template.get("metadata", {}).get("annotations") or {}  # type: ignore[no-any-return]
 
 
 def runtime_jobs(runtime: Mapping[str, Any]) -> Iterator[Manifest]:
-    """A training runtime's Jobs, one per replicated job."""
+    """A training runtime's Jobs, one per replicated job (with its template's annotations,
+    which JobSet gives the Job)."""
     for job in runtime["spec"]["template"]["spec"].get("replicatedJobs", []):
-        yield _job(runtime, job["name"], copy.deepcopy(job["template"]["spec"]))
+        template = job["template"]
+        yield _job(runtime, job["name"], copy.deepcopy(template["spec"]), _annotations(template))
 
 
 def trainjob_jobs(
@@ -138,7 +160,8 @@ def trainjob_jobs(
     trainer = trainjob["spec"].get("trainer", {})
     for job in runtime_jobs(runtime):
         part = str(job["metadata"]["name"]).removeprefix(_name(runtime) + "-")
-        job["metadata"] = _meta(trainjob, part)
+        made = job["metadata"]["annotations"]
+        job["metadata"] = _meta(trainjob, part, made)
         for container in job["spec"]["template"]["spec"].get("containers", []):
             if container.get("name") != TRAINER_CONTAINER:
                 continue
@@ -151,13 +174,15 @@ def trainjob_jobs(
 
 
 def spark_pods(app: Mapping[str, Any]) -> Iterator[Manifest]:
-    """A SparkApplication's driver and executor pods (their templates)."""
+    """A SparkApplication's driver and executor pods (their templates, with the role's
+    and its template's annotations, which the operator gives the pods)."""
     for role in ("driver", "executor"):
         part = app["spec"].get(role, {})
-        spec = copy.deepcopy(part.get("template", {}).get("spec", {}))
+        template = part.get("template", {})
+        spec = copy.deepcopy(template.get("spec", {}))
         if part.get("serviceAccount") and "serviceAccountName" not in spec:
             spec["serviceAccountName"] = part["serviceAccount"]
-        yield _pod(app, role, spec)
+        yield _pod(app, role, spec, {**_annotations(template), **(part.get("annotations") or {})})
 
 
 def _runtime_pod_spec(runtime: Mapping[str, Any]) -> Manifest:
@@ -184,7 +209,7 @@ def serving_pods(isvc: Mapping[str, Any], runtimes: Mapping[str, Manifest]) -> I
             for key, value in base.items():
                 spec.setdefault(key, value)
             spec["containers"] = [served, *spec.get("containers", [])]
-        yield _pod(isvc, part, spec)
+        yield _pod(isvc, part, spec, component.get("annotations") or {})
 
 
 def expanded(objects: list[Manifest]) -> list[Manifest]:
@@ -209,12 +234,13 @@ def expanded(objects: list[Manifest]) -> list[Manifest]:
     return out
 
 
-def failed_checks(report: Any) -> Counter[tuple[str, str]]:
+def failed_checks(report: Any, outcome: str = "failed") -> Counter[tuple[str, str]]:
     """(check id, check name) -> how many objects fail it, in one checkov JSON report (a
-    report, or a list of them: one per framework)."""
+    report, or a list of them: one per framework); with ``outcome="skipped"``, how many
+    objects document it as an exception (``checkov.io/skip<n>`` with the reason)."""
     counts: Counter[tuple[str, str]] = Counter()
     for part in report if isinstance(report, list) else [report]:
-        for failed in part.get("results", {}).get("failed_checks", []):
+        for failed in part.get("results", {}).get(f"{outcome}_checks", []):
             counts[(str(failed["check_id"]), str(failed.get("check_name", "")))] += 1
     return counts
 
@@ -251,8 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.counts:
-        reports = {f.stem: failed_checks(_read_json(f, "run make checkov")) for f in args.files}
-        print_counts(reports)
+        read = {f.stem: _read_json(f, "run make checkov") for f in args.files}
+        print_counts({stack: failed_checks(report) for stack, report in read.items()})
+        skipped = {stack: failed_checks(report, "skipped") for stack, report in read.items()}
+        if any(skipped.values()):
+            print("\ndocumented exceptions (checkov.io/skip annotations, each with its reason):")
+            print_counts(skipped)
         return 0
     if args.out is None:
         parser.error("--out is needed to write the objects")

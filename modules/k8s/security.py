@@ -70,3 +70,23 @@ def pull_always(value: Any) -> Any:
     if isinstance(value, list):
         return [pull_always(item) for item in value]
     return value
+
+
+#: The annotation prefix checkov reads an object's documented exceptions from
+#: (``checkov.io/skip<n>: <check id>=<reason>``); checkov reports them as skipped, with
+#: the reason, instead of failed.
+SCANNER_EXCEPTION_PREFIX = "checkov.io/skip"
+
+
+def scanner_exceptions(reasons: dict[str, str]) -> dict[str, str]:
+    """Annotations for the scanner checks an object fails by design: ``{check id:
+    reason}`` -> ``checkov.io/skip1: <check id>=<reason>``, ... (checks in id order). The
+    reason is why the object must stay as it is; it cannot contain ``=``, which checkov
+    splits on."""
+    for check, reason in reasons.items():
+        if "=" in reason or not reason.strip():
+            raise ValueError(f"{check}: a reason must be non-empty text without '=': {reason!r}")
+    return {
+        f"{SCANNER_EXCEPTION_PREFIX}{n}": f"{check}={reasons[check]}"
+        for n, check in enumerate(sorted(reasons), start=1)
+    }

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from modules.k8s.security import SCANNER_EXCEPTION_PREFIX
+from modules.k8s.security import scanner_exceptions as exceptions
 from tests.conftest import shipped_plan
 from tools.plan_k8s_objects import expanded, kubernetes_objects, main
 
@@ -113,6 +115,49 @@ def test_only_pods_that_call_the_api_mount_a_token(stack: str) -> None:
     assert mounting == callers
 
 
+def scanner_exceptions(obj: Mapping[str, Any]) -> dict[str, str]:
+    """``{check id: reason}`` from the object's ``checkov.io/skip<n>`` annotations."""
+    found = {}
+    for key, value in _annotations(obj).items():
+        if key.startswith(SCANNER_EXCEPTION_PREFIX):
+            check, _, reason = str(value).partition("=")
+            found[check] = reason
+    return found
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_pod_with_a_token_says_why_and_no_other_does(stack: str) -> None:
+    """checkov's token check (CKV_K8S_38) is documented exactly where a token is needed."""
+    for obj, spec in pods(stack):
+        documented = "CKV_K8S_38" in scanner_exceptions(obj)
+        assert documented == mounts_token(stack, obj, spec), _where(obj)
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_scanner_exception_has_a_reason_checkov_reads(stack: str) -> None:
+    for obj in _objects(stack):
+        for check, reason in scanner_exceptions(obj).items():
+            assert check.startswith("CKV_K8S_") and len(reason) > 30, (_where(obj), check)
+            assert "=" not in reason, (_where(obj), check)  # checkov splits on it
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_every_long_running_container_is_probed(stack: str) -> None:
+    """Each container of a Deployment, or of a serving pod, has a readiness and a liveness
+    probe, unless its object documents why not (CKV_K8S_9, CKV_K8S_8)."""
+    for obj, spec in pods(stack):
+        made_from = str(_annotations(obj).get(MADE_FROM, ""))
+        if obj["kind"] != "Deployment" and not made_from.startswith(
+            ("InferenceService/", "SparkApplication/")
+        ):
+            continue
+        exceptions = scanner_exceptions(obj)
+        for container in spec.get("containers", []):
+            where = (*_where(obj), container["name"])
+            assert "readinessProbe" in container or "CKV_K8S_9" in exceptions, where
+            assert "livenessProbe" in container or "CKV_K8S_8" in exceptions, where
+
+
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_container_runs_as_a_platform_uid(stack: str) -> None:
     """UID 10000 or above, non-root, container by container (its own setting, else the
@@ -158,12 +203,26 @@ def test_the_tool_writes_each_plans_objects_and_counts_checkovs_failures(
     made = [o for o in written if str(_annotations(o).get(MADE_FROM, "")).startswith("Cluster")]
     assert made and {o["metadata"]["namespace"] for o in made} == {"trainjob-namespace"}
     failed = [{"check_id": "CKV_K8S_38", "check_name": "tokens"}] * 2
-    report = [{"check_type": "kubernetes", "results": {"failed_checks": failed}}]
+    skipped = [{"check_id": "CKV_K8S_8", "check_name": "liveness"}]
+    results = {"failed_checks": failed, "skipped_checks": skipped}
+    report = [{"check_type": "kubernetes", "results": results}]
     (tmp_path / "uae-dev-report.json").write_text(json.dumps(report), encoding="utf-8")
     capsys.readouterr()
     assert main(["--counts", str(tmp_path / "uae-dev-report.json")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1:] == ["CKV_K8S_38\t2\t2\ttokens", "total\t2\t2\t"]
+    assert lines[1:3] == ["CKV_K8S_38\t2\t2\ttokens", "total\t2\t2\t"]
+    assert lines[4].startswith("documented exceptions")
+    assert lines[6:] == ["CKV_K8S_8\t1\t1\tliveness", "total\t1\t1\t"]
+
+
+def test_an_exception_reason_checkov_would_misread_is_refused() -> None:
+    assert exceptions({"CKV_K8S_9": "no Service", "CKV_K8S_8": "batch"}) == {
+        "checkov.io/skip1": "CKV_K8S_8=batch",
+        "checkov.io/skip2": "CKV_K8S_9=no Service",
+    }
+    for bad in ("a=b", " "):
+        with pytest.raises(ValueError, match="CKV_K8S_8"):
+            exceptions({"CKV_K8S_8": bad})
 
 
 def test_the_tool_says_in_one_line_what_it_cannot_read(

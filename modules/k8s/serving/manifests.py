@@ -132,6 +132,24 @@ def _runtime(
     }
 
 
+def v2_health_probes(port: int) -> Manifest:
+    """The model server's V2 health endpoints on its REST ``port`` (both runtimes serve
+    them): ready once its model is loaded, and restarted when it stops answering live.
+    Liveness waits out a slow start (a large model loads before the server answers)."""
+    return {
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": port},
+            "periodSeconds": 10,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": port},
+            "initialDelaySeconds": 60,
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
+    }
+
+
 def cpu_runtime(spec: ServingSpec) -> Manifest:
     """The CPU predictor (KServe's Python model server wrapping this package's inference
     library), V2 protocol over REST on 8080 and gRPC on 127.0.0.1:8081; metrics on the
@@ -161,6 +179,7 @@ def cpu_runtime(spec: ServingSpec) -> Manifest:
                     "ports": [
                         {"name": PREDICTOR_HTTP_PORT_NAME, "containerPort": 8080, "protocol": "TCP"}
                     ],
+                    **v2_health_probes(8080),
                     "resources": _default_resources("1", "2Gi"),
                     "securityContext": restricted_container(RUNTIME_UID),
                     "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -205,6 +224,7 @@ def triton_runtime(spec: ServingSpec) -> Manifest:
                             "protocol": "TCP",
                         },
                     ],
+                    **v2_health_probes(8080),
                     "resources": _default_resources("1", "4Gi"),
                     "securityContext": restricted_container(RUNTIME_UID),
                     "volumeMounts": [

@@ -43,6 +43,7 @@ from modules.k8s.names import (
     TRAINER_UID,
     team_namespace,
 )
+from modules.k8s.security import scanner_exceptions
 from modules.k8s.site.eks import EksInputs, FsxInputs
 from modules.k8s.site.onprem import OnPremSpec
 from modules.k8s.tenancy.spec import TeamSpec
@@ -223,7 +224,13 @@ def team_directories_job(team_names: Sequence[str], image: str) -> Manifest:
         "metadata": metadata(
             f"fsx-team-directories-{digest}",
             STORAGE_NAMESPACE,
-            annotations={RUN_AS_ROOT_EXCEPTION: RUN_AS_ROOT_REASON},
+            annotations={
+                RUN_AS_ROOT_EXCEPTION: RUN_AS_ROOT_REASON,
+                # The same reason for checkov's checks of root, its capability and UID.
+                **scanner_exceptions(
+                    {c: RUN_AS_ROOT_REASON for c in ("CKV_K8S_23", "CKV_K8S_25", "CKV_K8S_40")}
+                ),
+            },
         ),
         "spec": {
             "backoffLimit": 6,

@@ -177,6 +177,12 @@ def drift_deployment(spec: InferenceServiceSpec, images: DriftImages) -> dict[st
             {"name": "metrics", "containerPort": DRIFT_METRICS_PORT, "protocol": "TCP"},
         ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": DRIFT_EVENTS_PORT}},
+        # The event loop answers /healthz: a hung service is restarted after a minute.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": DRIFT_EVENTS_PORT},
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
         "resources": _resources("250m", "512Mi"),
         "securityContext": restricted_container_security(),
         "volumeMounts": mounts,

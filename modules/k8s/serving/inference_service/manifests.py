@@ -37,7 +37,7 @@ from typing import Any
 from modules.k8s import netpol, rbac
 from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.security import restricted_pod
+from modules.k8s.security import restricted_pod, scanner_exceptions
 from modules.k8s.serving.inference_service.drift import (
     VERSION_ANNOTATION,
     DriftImages,
@@ -71,6 +71,11 @@ PROXY_CONFIG_PATH = "/etc/kube-rbac-proxy"
 PROXY_CONFIG_FILE = "config.yaml"
 PROXY_SUBRESOURCE = "proxy"
 TLS_PATH = "/etc/tls/private"
+#: Why a predictor pod mounts its ServiceAccount's API token (checkov CKV_K8S_38).
+TOKEN_REASON = (
+    "kube-rbac-proxy reviews each caller's token and rights through the API "
+    "(TokenReview and SubjectAccessReview)"
+)
 
 
 def endpoint_service_name(spec: InferenceServiceSpec) -> str:
@@ -206,6 +211,10 @@ def _proxy(  # noqa: PLR0917  (each proxy's six facts, named at the two call sit
             {"name": health_name, "containerPort": health_port, "protocol": "TCP"},
         ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": health_port, "scheme": "HTTPS"}},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": health_port, "scheme": "HTTPS"},
+            "periodSeconds": 20,
+        },
         "resources": {
             "requests": {"cpu": "100m", "memory": "64Mi"},
             "limits": {"cpu": "500m", "memory": "128Mi"},
@@ -268,6 +277,8 @@ def inference_service_manifest(
         "serviceAccountName": spec.service_account,
         # EKS Pod Identity and kube-rbac-proxy both authenticate with the token.
         "automountServiceAccountToken": True,
+        # KServe gives the component's annotations to its pods.
+        "annotations": scanner_exceptions({"CKV_K8S_38": TOKEN_REASON}),
         "securityContext": restricted_pod(RUN_AS_USER),
         **_placement(spec),
         "labels": {VERSION_LABEL: str(spec.model.version)},
@@ -283,7 +294,7 @@ def inference_service_manifest(
     }
     if drift is not None:
         predictor["logger"] = logger_spec(spec)
-        predictor["annotations"] = {VERSION_ANNOTATION: str(spec.model.version)}
+        predictor["annotations"][VERSION_ANNOTATION] = str(spec.model.version)
     isvc_spec: dict[str, Any] = {"predictor": predictor}
     if spec.canary is not None:
         isvc_spec["canary"] = [
