@@ -19,7 +19,11 @@ from modules.k8s.names import TRAINER_UID, TrackingAccess
 from modules.k8s.serving.manifests import RUNTIME_UID
 from modules.k8s.trainer.runtimes import RuntimeSite, cluster_training_runtime
 from modules.k8s.trainer.spec import TrainerSpec
-from modules.k8s.trainer.tracking import TRACKING_CA_DIR, tracking_wiring
+from modules.k8s.trainer.tracking import (
+    TRACKING_CA_DIR,
+    TRACKING_CREDENTIALS_DIR,
+    tracking_wiring,
+)
 from modules.k8s.trainer.training_job.manifests import trainer_inputs, training_job_manifests
 from tests.k8s.crd_checks import crd_errors
 from tests.support.k8s_schema import schema_errors
@@ -72,19 +76,28 @@ def _runtime_pods(runtime: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _assert_wired(pod: dict[str, Any], container: dict[str, Any]) -> None:
-    """The URI as given, the credentials by reference to the team Secret, the CA file
-    mounted read-only from the CA Secret: the variables MLflow's client reads (the
-    trainer's use of MLFLOW_TRACKING_URI is tested in the training environment,
-    tests/workloads/test_tracking_client.py)."""
+    """The URI as given; the login as MLflow's credentials file from the team Secret,
+    mounted read-only where MLflow's client looks (``$HOME/.mlflow``, HOME being /tmp),
+    readable by the pod's group only, never an environment variable; the CA file mounted
+    read-only from the CA Secret (the trainer's use of MLFLOW_TRACKING_URI is tested in
+    the training environment, tests/workloads/test_tracking_client.py; the file with a
+    real server in tests/workloads/test_tracking_users.py)."""
     env = {e["name"]: e for e in container["env"]}
     assert env["MLFLOW_TRACKING_URI"]["value"] == ACCESS.uri
-    for key in ("username", "password"):
-        ref = env[f"MLFLOW_TRACKING_{key.upper()}"]
-        assert "value" not in ref  # never in the manifest
-        assert ref["valueFrom"]["secretKeyRef"] == {"name": "mlflow-credentials", "key": key}
+    assert not {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} & set(env)
+    assert not [e for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})]
     ca_path = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]["value"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
+    assert env.get("HOME", {"value": "/tmp"})["value"] == "/tmp"  # the image's HOME else
+    assert "/tmp" in mounts  # a writable emptyDir, the credentials' folder inside it
+    login = mounts[f"{TRACKING_CREDENTIALS_DIR}"]
+    assert TRACKING_CREDENTIALS_DIR == "/tmp/.mlflow" and login["readOnly"] is True
+    login_secret = volumes[login["name"]]["secret"]
+    assert login_secret["secretName"] == "mlflow-credentials"
+    assert login_secret["items"] == [{"key": "credentials", "path": "credentials"}]
+    assert login_secret["defaultMode"] == 0o440
+    assert pod["securityContext"]["fsGroup"] == container["securityContext"]["runAsGroup"]
     mount = mounts[TRACKING_CA_DIR]
     assert mount["readOnly"] is True
     secret = volumes[mount["name"]]["secret"]
@@ -142,11 +155,19 @@ def test_the_preflight_and_the_mpi_runtime_get_no_credentials() -> None:
     (pod,) = _runtime_pods(torch).values()
     for init in pod["initContainers"]:
         assert not {e["name"] for e in init.get("env", [])} & MLFLOW_ENV
+        assert not _mounts_login(init)
     mpi = _runtime("mpi", RuntimeSite(tracking=ACCESS))
     for pod in _runtime_pods(mpi).values():
+        assert "tracking-credentials" not in {v["name"] for v in pod["volumes"]}
         for container in pod["containers"]:
             assert not {e["name"] for e in container.get("env", [])} & MLFLOW_ENV
+            assert not _mounts_login(container)
     assert crd_errors([mpi]) == []
+
+
+def _mounts_login(container: dict[str, Any]) -> bool:
+    mounts = container.get("volumeMounts", [])
+    return any(m["mountPath"] == TRACKING_CREDENTIALS_DIR for m in mounts)
 
 
 def test_without_a_tracking_server_the_runtime_has_no_tracking_settings() -> None:
@@ -154,7 +175,7 @@ def test_without_a_tracking_server_the_runtime_has_no_tracking_settings() -> Non
         (pod,) = _runtime_pods(_runtime("torch", site)).values()
         names = {e["name"] for e in _trainer(pod, "node")["env"]}
         assert not names & MLFLOW_ENV
-        assert "tracking-ca" not in {v["name"] for v in pod["volumes"]}
+        assert not {"tracking-ca", "tracking-credentials"} & {v["name"] for v in pod["volumes"]}
 
 
 @pytest.mark.parametrize("framework", ["torch", "deepspeed", "mpi"])

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +40,11 @@ from modules.k8s.tracking.users import (  # noqa: E402
     team_username,
     users_json,
 )
-from modules.k8s.trainer.tracking import tracking_wiring  # noqa: E402
+from modules.k8s.trainer.tracking import (  # noqa: E402
+    CREDENTIALS_FILE_KEY,
+    mlflow_credentials_file,
+    tracking_wiring,
+)
 from tests.workloads.helpers import free_port  # noqa: E402
 from tests.workloads.mlflow_forks import Forks  # noqa: E402
 from workloads.tracking import sync_users  # noqa: E402
@@ -151,7 +156,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         forks = Forks(clean)
         try:
-            yield {"uri": uri, "ca": ca, "root": root, "forks": forks}
+            homes = root / "homes"
+            homes.mkdir()
+            yield {"uri": uri, "ca": ca, "root": root, "forks": forks, "home_root": homes}
         finally:
             forks.close()
     finally:
@@ -178,17 +185,22 @@ def _sync(
 
 
 def _job_environment(server: dict[str, Any], team: str, password: str) -> dict[str, str]:
-    """The environment a cluster job's trainer gets (`tracking_wiring`), with the
-    Secret references resolved as the kubelet resolves them and the CA's path."""
+    """The environment a cluster job's trainer gets (`tracking_wiring`), the CA's path,
+    and a HOME holding the team Secret's MLflow credentials file where the pod mounts it
+    (`TRACKING_CREDENTIALS_DIR` under HOME=/tmp), written as the Secret holds it
+    (`mlflow_credentials_file`): MLflow's client reads the login from that file."""
     access = TrackingAccess(server["uri"], "mlflow-credentials", "gpuplatform-ca")
-    secret = {"username": team_username(team), "password": password}
-    env: dict[str, str] = {}
-    for entry in tracking_wiring(access)[0]:
-        if "valueFrom" in entry:
-            env[entry["name"]] = secret[entry["valueFrom"]["secretKeyRef"]["key"]]
-        else:
-            env[entry["name"]] = entry["value"]
+    env_entries, _, mounts = tracking_wiring(access)
+    env = {entry["name"]: entry["value"] for entry in env_entries}
     env["MLFLOW_TRACKING_SERVER_CERT_PATH"] = str(server["ca"])
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=server["home_root"]))
+    (login_mount,) = [m for m in mounts if m["mountPath"].startswith("/tmp/")]
+    folder = home / Path(login_mount["mountPath"]).relative_to("/tmp")
+    folder.mkdir()
+    (folder / CREDENTIALS_FILE_KEY).write_text(
+        mlflow_credentials_file(team_username(team), password), encoding="utf-8"
+    )
+    env["HOME"] = str(home)
     return env
 
 
@@ -240,13 +252,16 @@ def test_sync_creates_each_team_user_and_the_job_logs_a_run_as_its_team(
     env = _job_environment(server, "nlp", passwords["nlp"])
     run_id = _log_run(server, env, "nlp-tracked-job")
     assert len(run_id) == 32
-    client_env = {**env}
-    os.environ.update(client_env)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
     try:
         run = mlflow.MlflowClient(server["uri"]).get_run(run_id)
     finally:
-        for key in client_env:
-            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     assert run.info.user_id == team_username("nlp")
     assert run.data.metrics == {"loss": 1.5}
 

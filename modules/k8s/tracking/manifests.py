@@ -36,6 +36,7 @@ Charts and images cannot be pulled in the offline plan: ``pulumi up`` downloads 
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.parse
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from modules.k8s.security import restricted_container, restricted_pod
 from modules.k8s.tenancy.spec import POD_IDENTITY_AGENT_CIDR, POD_IDENTITY_AGENT_PORT
 from modules.k8s.tracking.spec import DatabaseBackupSpec, TrackingSpec
 from modules.k8s.tracking.users import team_username
+from modules.k8s.trainer.tracking import CREDENTIALS_FILE_KEY, mlflow_credentials_file
 from modules.k8s.versions import CLOUDNATIVE_PG_POSTGRES_IMAGE
 
 TRACKING_NAMESPACE = "mlflow"
@@ -798,10 +800,19 @@ def team_tracking_access() -> TrackingAccess:
 
 
 def team_credentials_secret(team: str, password: pulumi.Input[str]) -> Manifest:
-    """The team's MLflow credentials in its own namespace (what its jobs read)."""
-    return credentials_secret(
-        TEAM_CREDENTIALS_SECRET, team_username(team), password, team_namespace(team)
+    """The team's MLflow credentials in its own namespace (what its jobs read):
+    ``username`` and ``password``, and the same login as MLflow's own credentials file
+    (``credentials``, `mlflow_credentials_file`), which the training pods mount."""
+    username = team_username(team)
+    secret = credentials_secret(TEAM_CREDENTIALS_SECRET, username, password, team_namespace(team))
+    as_file = pulumi.Output.from_input(password).apply(
+        functools.partial(mlflow_credentials_file, username)
     )
+    secret["stringData"] = {
+        **secret["stringData"],
+        CREDENTIALS_FILE_KEY: pulumi.Output.secret(as_file),
+    }
+    return secret
 
 
 def team_users_secret(users: pulumi.Input[str]) -> Manifest:
