@@ -12,6 +12,7 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
+from modules.k8s.security import pull_always
 from modules.k8s.trainer.runtimes import cluster_training_runtime
 from modules.k8s.trainer.spec import TrainerSpec
 from modules.k8s.trainer.training_job.component import TYPE_TOKEN, TrainingJob
@@ -628,7 +629,8 @@ def test_component_registers_every_object_with_the_explicit_provider(
         assert record.provider.startswith(provider.urn), record.provider
         manifest = next(m for m in expected if m["kind"] == record.type.rsplit(":", 1)[1])
         assert record.inputs["metadata"] == manifest["metadata"]
-        assert record.inputs["spec"] == manifest["spec"]
+        # As built, with every container pulling on each start (KubernetesObject).
+        assert record.inputs["spec"] == pull_always(manifest)["spec"]
     assert component.component_outputs == {
         "job_name": "gpt2-124m",
         "service_name": service,
