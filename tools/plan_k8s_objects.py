@@ -135,7 +135,7 @@ def _pod(
 
 
 def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    return template.get("metadata", {}).get("annotations") or {}  # type: ignore[no-any-return]
+    return template.get("metadata", {}).get("annotations") or {}
 
 
 def runtime_jobs(runtime: Mapping[str, Any]) -> Iterator[Manifest]:

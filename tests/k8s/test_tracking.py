@@ -33,6 +33,7 @@ from modules.k8s.tracking.users import (
     team_username,
     users_json,
 )
+from modules.k8s.trainer.tracking import TRACKING_CREDENTIALS_DIR
 from modules.k8s.versions import CLOUDNATIVE_PG, MLFLOW
 from modules.validation import InvalidArgsError
 from stacks.config import StackConfig, parse_stack_config
@@ -706,19 +707,22 @@ def test_the_example_job_reaches_the_tracking_server_it_is_given(stack: str) -> 
     ]
     assert uri.hostname in certificate["spec"]["dnsNames"]
 
-    # The credentials come from a Secret of the job's namespace with those keys.
+    # The login is MLflow's credentials file, from the team's Secret of the job's
+    # namespace (its key in the Secret; its contents are tested with a real server in
+    # tests/workloads/test_tracking_users.py).
     secrets = {
         s["metadata"]["name"]: s
         for s in kubernetes_objects(stack, "Secret")
         if s["metadata"]["namespace"] == ns
     }
-    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        ref = env[name]["valueFrom"]["secretKeyRef"]
-        assert ref["key"] in secrets[ref["name"]]["stringData"], (name, ref)
+    assert not {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} & set(env)
+    (login,) = [m for m in trainer["volumeMounts"] if m["mountPath"] == TRACKING_CREDENTIALS_DIR]
+    (login_volume,) = [v for v in pod["volumes"] if v["name"] == login["name"]]
+    login_secret = secrets[login_volume["secret"]["secretName"]]
+    for item in login_volume["secret"]["items"]:
+        assert item["key"] in login_secret["stringData"], item
     team = ns.removeprefix("team-")
-    assert secrets[env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"]["name"]][
-        "stringData"
-    ]["username"] == team_username(team)
+    assert login_secret["stringData"]["username"] == team_username(team)
 
     # The CA file is the ca.crt of a certificate issued in the job's namespace.
     ca_path = env["MLFLOW_TRACKING_SERVER_CERT_PATH"]["value"]
@@ -783,7 +787,12 @@ def test_every_team_user_is_one_the_server_syncs(stack: str) -> None:
     assert set(credentials) == {f"team-{t.name}" for t in config.teams} | set(kubeflow)
     for team in config.teams:
         data = credentials[f"team-{team.name}"]
-        assert data == {"username": team_username(team.name), "password": "[secret]"}
+        # The login twice: as keys, and as MLflow's credentials file (the training pods').
+        assert data == {
+            "username": team_username(team.name),
+            "password": "[secret]",
+            "credentials": "[secret]",
+        }
     for ns, user in kubeflow.items():
         assert credentials[ns] == {"username": user, "password": "[secret]"}
     values = _release_values(stack, tracking.RELEASE)

@@ -171,15 +171,23 @@ def credentials_secret(
     username: str,
     password: pulumi.Input[str],
     secret_namespace: str = TRACKING_NAMESPACE,
+    *,
+    extra: dict[str, pulumi.Input[str]] | None = None,
 ) -> dict[str, pulumi.Input[Any]]:
     """An Opaque Secret with ``username`` and ``password`` (``stringData``: the provider
-    stores it; the plan shows the password only as ``[secret]``)."""
+    stores it; the plan shows the password only as ``[secret]``), and ``extra`` keys
+    made from them (secret too)."""
+    data: dict[str, pulumi.Input[str]] = {
+        "username": username,
+        "password": pulumi.Output.secret(password),
+    }
+    data |= {key: pulumi.Output.secret(value) for key, value in (extra or {}).items()}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": metadata(name, secret_namespace),
         "type": "Opaque",
-        "stringData": {"username": username, "password": pulumi.Output.secret(password)},
+        "stringData": data,
     }
 
 
@@ -804,15 +812,16 @@ def team_credentials_secret(team: str, password: pulumi.Input[str]) -> Manifest:
     ``username`` and ``password``, and the same login as MLflow's own credentials file
     (``credentials``, `mlflow_credentials_file`), which the training pods mount."""
     username = team_username(team)
-    secret = credentials_secret(TEAM_CREDENTIALS_SECRET, username, password, team_namespace(team))
     as_file = pulumi.Output.from_input(password).apply(
         functools.partial(mlflow_credentials_file, username)
     )
-    secret["stringData"] = {
-        **secret["stringData"],
-        CREDENTIALS_FILE_KEY: pulumi.Output.secret(as_file),
-    }
-    return secret
+    return credentials_secret(
+        TEAM_CREDENTIALS_SECRET,
+        username,
+        password,
+        team_namespace(team),
+        extra={CREDENTIALS_FILE_KEY: as_file},
+    )
 
 
 def team_users_secret(users: pulumi.Input[str]) -> Manifest:
