@@ -16,6 +16,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.support.environments import run_in
 from workloads.data.manifest import describe_shards, write_manifest
 from workloads.data.shards import write_shard
 from workloads.finetune import cli, lora
@@ -134,6 +135,45 @@ def test_lora_on_a_falcon_style_base_from_a_dataset_directory(
     config = json.loads((run.out / "adapter" / "adapter_config.json").read_text())
     targets = {name.rsplit(".", 1)[-1] for name in config["target_modules"]}
     assert targets == {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"}
+
+
+def test_make_data_then_a_llama_style_base_fine_tuned_and_registered(
+    llama_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's path end to end, each step the verb's own module in its own
+    environment: ``make data`` (Spark, the data environment) on a text source, ``make
+    finetune`` on the dataset it wrote, ``make register-finetune`` (the lifecycle
+    environment) into a local MLflow store; the version's tags name the base and the
+    dataset's version."""
+    source = tmp_path / "source"
+    source.mkdir()
+    lines = [f"Question {i}: {i} plus {i}? Answer: {2 * i}. Abu Dhabi." for i in range(100)]
+    lines += [f"سؤال {i}: عاصمة الإمارات هي أبوظبي." for i in range(40)]
+    (source / "qa.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = tmp_path / "dataset"
+    run_in("data", "-m", "workloads.data.prepare", str(source), "--out", str(data))
+    manifest = json.loads((data / "manifest.json").read_text())
+    run = _run(llama_base, data, tmp_path / "out", capsys)
+    _check_outputs(run)
+    record = json.loads((run.out / "finetune.json").read_text())
+    assert record["base"]["model_type"] == "llama" and record["data"]["kind"] == "shards"
+    assert record["data"]["digest"] == manifest["digest"]
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    printed = run_in(
+        "lifecycle", "-m", "workloads.tracking.register_finetune", str(run.out),
+        "--name", "llama-ft", "--tracking-uri", store,
+    )  # fmt: skip
+    assert "models:/llama-ft/1" in printed
+    tags = json.loads(
+        run_in(
+            "lifecycle", "-c",
+            "import json, sys; from mlflow import MlflowClient; "
+            f"print(json.dumps(MlflowClient({store!r}).get_model_version('llama-ft', '1').tags))",
+        ).splitlines()[-1]
+    )  # fmt: skip
+    assert tags["base.digest"] == record["base"]["digest"]
+    assert tags["base.model_type"] == "llama" and tags["mode"] == "lora"
+    assert tags["data.digest"] == manifest["digest"]
 
 
 def test_lora_on_a_gpt2_base_as_make_export_hf_writes_it(
