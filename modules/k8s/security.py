@@ -53,12 +53,13 @@ def pull_always(value: Any) -> Any:
     ``imagePullPolicy: Always``, and a SparkApplication's own field too (one policy for
     its driver and executors); a new structure, ``value`` itself unchanged.
 
-    Why every container pulls on each start: the kubelet then checks the pod's right to
-    the image with the in-region registry every time, so a pod cannot start from an image
-    that another team's pod left cached on the node, and a tag moved in the registry is
-    seen at the next start. A node that has the image still pulls no layer: the cost is
-    one manifest request. Upstream renders that say ``IfNotPresent`` (Kubeflow Pipelines,
-    KServe's presets) are overridden here, where every object is registered."""
+    Why every container pulls on each start: the kubelet then asks the in-region registry
+    for the image at every start, with the credentials that pod's pull uses (its
+    imagePullSecrets, or the node's role on EKS), so no pod starts from a cached image
+    without that check, and a tag moved in the registry is seen at the next start. A node
+    that has the image still pulls no layer: the cost is one manifest request. Upstream
+    renders that say ``IfNotPresent`` (Kubeflow Pipelines, KServe's presets) are
+    overridden here, where every object is registered."""
     if isinstance(value, dict):
         out = {key: pull_always(item) for key, item in value.items()}
         for key in CONTAINER_LISTS:

@@ -1,7 +1,7 @@
 """Every container the shipped plans declare pulls its image on each start
-(``imagePullPolicy: Always``, checkov CKV_K8S_15): the kubelet then checks the pod's
-right to the image with the in-region registry every time, so a pod cannot start from an
-image another team's pod left cached on the node, and a tag moved in the registry is
+(``imagePullPolicy: Always``, checkov CKV_K8S_15): the kubelet then asks the in-region
+registry for the image at every start, with the credentials that pod's pull uses, so no
+pod starts from a cached image without that check, and a tag moved in the registry is
 noticed at the next start. Pulling an image the node already has costs one manifest
 request: the layers stay cached. Containers in any object count: workloads, the pod
 templates of Trainer runtimes, TrainJobs and InferenceServices, SparkApplications (whose
