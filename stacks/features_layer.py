@@ -28,7 +28,7 @@ from modules.k8s.features.component import FeatureStore, FeatureStoreArgs, Featu
 from modules.k8s.names import team_namespace
 from modules.k8s.netpol import ClusterNetwork
 from modules.k8s.serving.spec import SERVING_CA_ISSUER
-from modules.k8s.tracking.manifests import TRACKING_URI
+from modules.k8s.tracking.manifests import team_tracking_access
 from modules.pools import NodePoolProfile
 
 from .config import PROJECT, StackConfig
@@ -165,7 +165,7 @@ def _training(
         team=spec.training_team,
         pool=pool,
         held=spec.training_held,
-        tracking_uri=TRACKING_URI,
+        tracking=team_tracking_access(),
     )
 
 

@@ -10,8 +10,8 @@ makes, so that a scanner which knows only the built-in kinds checks them too:
   (its ``template``, as JobSet creates it; a cluster-scoped runtime's in the stand-in
   namespace `TRAINJOB_NAMESPACE`, since its pods run in each TrainJob's);
 * a ``TrainJob``: the Jobs of the runtime it names (from the same plan), with the
-  TrainJob's ``trainer`` (image, command, args, resources per node) on the trainer's
-  container, as Kubeflow Trainer applies them;
+  TrainJob's ``trainer`` (image, command, args, env merged by name, resources per node)
+  on the trainer's container, as Kubeflow Trainer applies them;
 * a ``SparkApplication``: the driver's and the executors' pod templates as Pods, with
   the application's ServiceAccount where the template names none;
 * an ``InferenceService``: each component (``predictor``, ``transformer``...) as a Pod:
@@ -168,6 +168,10 @@ def trainjob_jobs(
             for field in ("image", "command", "args"):
                 if field in trainer:
                     container[field] = trainer[field]
+            if "env" in trainer:  # merged by name, the TrainJob's winning
+                names = {e["name"] for e in trainer["env"]}
+                kept = [e for e in container.get("env", []) if e["name"] not in names]
+                container["env"] = [*kept, *trainer["env"]]
             if "resourcesPerNode" in trainer:
                 container["resources"] = trainer["resourcesPerNode"]
         yield job

@@ -31,8 +31,10 @@ from modules.k8s.tracking.manifests import (
     DATABASE_CA_CONFIGMAP,
     TRACKING_NAMESPACE,
     TRACKING_URI,
+    team_tracking_access,
 )
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.k8s.versions import SUPPORTED_KUBERNETES_VERSIONS
 from modules.pools import NodePoolProfile
 from modules.validation import InvalidArgsError
@@ -640,7 +642,9 @@ def test_the_training_job_reads_the_offline_store_and_tracks_to_mlflow() -> None
     assert args[args.index("--tracking-uri") + 1] == TRACKING_URI
     env = {e["name"]: e for e in trainer["env"]}
     assert env["AWS_REGION"]["value"] == "me-central-1"
-    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == ft.MLFLOW_SECRET
+    # The login is no TrainJob setting: the runtime mounts the team's, as the training
+    # runtimes do (tests/workloads/test_job_tracking.py: the same wiring).
+    assert not [e for e in trainer["env"] if e["name"].startswith("MLFLOW_")]
     # No ML policy: not upstream's xgboost one (its DMLC_* tracker is not LightGBM's).
     assert runtime["spec"]["mlPolicy"] == {"numNodes": 1}
     (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
@@ -653,6 +657,12 @@ def test_the_training_job_reads_the_offline_store_and_tracks_to_mlflow() -> None
     assert selected["gpuplatform.ae/pool"] == ["cpu-train"]
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "workloads.features", "train"]
+    wired_env, wired_volumes, wired_mounts = tracking_wiring(team_tracking_access())
+    assert [e for e in container["env"] if e["name"].startswith("MLFLOW_")] == wired_env
+    assert wired_env[0] == {"name": "MLFLOW_TRACKING_URI", "value": TRACKING_URI}
+    assert {"name": "HOME", "value": "/tmp"} in container["env"]  # the credentials' HOME
+    assert all(m in container["volumeMounts"] for m in wired_mounts)
+    assert all(v in pod["volumes"] for v in wired_volumes)
     assert container["resources"]["requests"] == container["resources"]["limits"]
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]

@@ -17,6 +17,7 @@ from modules.k8s.common import helm_release, namespace, register
 from modules.k8s.features import network as policies
 from modules.k8s.features import spec as fs
 from modules.k8s.features import training as ft
+from modules.k8s.names import TrackingAccess
 from modules.k8s.netpol import ClusterNetwork
 from modules.pools import NodePoolProfile
 
@@ -29,13 +30,14 @@ class FeatureTrainingArgs:
         team: the team whose namespace and Kueue queue run it.
         pool: its CPU training pool.
         held: created without the queue label (nothing starts it).
-        tracking_uri: the MLflow tracking server it registers in.
+        tracking: the MLflow tracking server it registers in, as its team's user
+            (`modules.k8s.tracking.manifests.team_tracking_access`).
     """
 
     team: str
     pool: NodePoolProfile
     held: bool
-    tracking_uri: str
+    tracking: TrackingAccess
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,9 @@ class FeatureStore(KubernetesComponent[FeatureStoreArgs]):
         provider: k8s.Provider,
     ) -> None:
         image = fs.image(placement, "features", spec.image_tag)
-        runtime = register(ft.training_runtime(training.pool, image), self, provider)
+        runtime = register(
+            ft.training_runtime(training.pool, image, training.tracking), self, provider
+        )
         account = register(ft.service_account(training.team), self, provider)
         job = ft.train_job(
             team=training.team,
@@ -225,7 +229,7 @@ class FeatureStore(KubernetesComponent[FeatureStoreArgs]):
             offline_uri=placement.offline_uri,
             s3_endpoint=fs.s3_endpoint(placement),
             region=placement.region,
-            tracking_uri=training.tracking_uri,
+            tracking_uri=training.tracking.uri,
             held=training.held,
         )
         register(job, self, provider, [runtime, account])

@@ -27,10 +27,11 @@ from typing import Any
 from modules.k8s import rbac
 from modules.k8s.common import Manifest, metadata
 from modules.k8s.features.spec import pod_security, restricted_container
-from modules.k8s.names import LOCAL_QUEUE_NAME, team_namespace
+from modules.k8s.names import LOCAL_QUEUE_NAME, TrackingAccess, team_namespace
 from modules.k8s.trainer.pods import pool_node_affinity, pool_tolerations
 from modules.k8s.trainer.runtimes import ANCESTOR_LABEL, FRAMEWORK_LABEL, POOL_LABEL
 from modules.k8s.trainer.spec import TRAINER_API
+from modules.k8s.trainer.tracking import tracking_wiring
 from modules.pools import NodePoolProfile
 
 #: The runtime's framework label (informational for Trainer: no ML policy of that name).
@@ -40,9 +41,6 @@ JOB_NAME = "smb-churn-train"
 #: The job's identity in the team's namespace: EKS Pod Identity maps it to a role that
 #: reads the offline store's prefix only (`stacks.features_layer`).
 SERVICE_ACCOUNT = "features-trainer"
-#: The team's MLflow user for the job (keys ``username`` and ``password``), made by the
-#: team: the tracking server's basic auth admits no anonymous client.
-MLFLOW_SECRET = "features-mlflow"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CPU = "2"
 MEMORY = "4Gi"
@@ -55,21 +53,28 @@ def runtime_name(pool: str) -> str:
     return f"{FRAMEWORK}-{pool}"
 
 
-def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
-    """The platform's ClusterTrainingRuntime for the features image on ``pool``."""
+def training_runtime(pool: NodePoolProfile, image: str, tracking: TrackingAccess) -> Manifest:
+    """The platform's ClusterTrainingRuntime for the features image on ``pool``, wired to
+    the tracking server as the training runtimes are (`tracking_wiring`: the URI, the
+    cluster CA, and the team's MLflow login as MLflow's credentials file, from Secrets
+    with the same names in every team namespace), so the job registers as its team's
+    user."""
     amounts = {"cpu": CPU, "memory": MEMORY}
+    tracking_env, tracking_volumes, tracking_mounts = tracking_wiring(tracking)
     container = {
         "name": "node",
         "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": "Always",
         "command": ["python", "-m", "workloads.features", "train"],
         "env": [
             {"name": "FEAST_USAGE", "value": "False"},
+            # MLflow's client finds its credentials file under HOME (`tracking_wiring`).
             {"name": "HOME", "value": "/tmp"},
+            *tracking_env,
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         "securityContext": restricted_container(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *tracking_mounts],
     }
     pod = {
         "restartPolicy": "Never",
@@ -82,7 +87,7 @@ def training_runtime(pool: NodePoolProfile, image: str) -> Manifest:
         "affinity": {"nodeAffinity": pool_node_affinity(pool)},
         "tolerations": pool_tolerations(pool),
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "5Gi"}}],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "5Gi"}}, *tracking_volumes],
     }
     return {
         "apiVersion": TRAINER_API,
@@ -131,7 +136,6 @@ def train_job(
     labels = {"app.kubernetes.io/name": JOB_NAME, "app.kubernetes.io/part-of": "gpuplatform"}
     if not held:
         labels[QUEUE_LABEL] = LOCAL_QUEUE_NAME
-    secret = {"name": MLFLOW_SECRET}
     return {
         "apiVersion": TRAINER_API,
         "kind": "TrainJob",
@@ -154,14 +158,6 @@ def train_job(
                     # The signing region of PyArrow's and s3fs's S3 clients.
                     {"name": "AWS_REGION", "value": region},
                     {"name": "AWS_DEFAULT_REGION", "value": region},
-                    {
-                        "name": "MLFLOW_TRACKING_USERNAME",
-                        "valueFrom": {"secretKeyRef": {**secret, "key": "username"}},
-                    },
-                    {
-                        "name": "MLFLOW_TRACKING_PASSWORD",
-                        "valueFrom": {"secretKeyRef": {**secret, "key": "password"}},
-                    },
                 ],
             },
             "suspend": True,
