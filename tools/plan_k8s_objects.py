@@ -238,7 +238,7 @@ def expanded(objects: list[Manifest]) -> list[Manifest]:
     return out
 
 
-def failed_checks(report: Any, outcome: str = "failed") -> Counter[tuple[str, str]]:
+def check_counts(report: Any, outcome: str = "failed") -> Counter[tuple[str, str]]:
     """(check id, check name) -> how many objects fail it, in one checkov JSON report (a
     report, or a list of them: one per framework); with ``outcome="skipped"``, how many
     objects document it as an exception (``checkov.io/skip<n>`` with the reason)."""
@@ -282,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.counts:
         read = {f.stem: _read_json(f, "run make checkov") for f in args.files}
-        print_counts({stack: failed_checks(report) for stack, report in read.items()})
-        skipped = {stack: failed_checks(report, "skipped") for stack, report in read.items()}
+        print_counts({stack: check_counts(report) for stack, report in read.items()})
+        skipped = {stack: check_counts(report, "skipped") for stack, report in read.items()}
         if any(skipped.values()):
             print("\ndocumented exceptions (checkov.io/skip annotations, each with its reason):")
             print_counts(skipped)

@@ -77,6 +77,11 @@ def pull_always(value: Any) -> Any:
 #: (``checkov.io/skip<n>: <check id>=<reason>``); checkov reports them as skipped, with
 #: the reason, instead of failed.
 SCANNER_EXCEPTION_PREFIX = "checkov.io/skip"
+#: Why a pod behind kube-rbac-proxy mounts its ServiceAccount's API token (CKV_K8S_38).
+KUBE_RBAC_PROXY_TOKEN = (
+    "kube-rbac-proxy reviews each caller's token and rights through the API "
+    "(TokenReview and SubjectAccessReview)"
+)
 
 
 def scanner_exceptions(reasons: dict[str, str]) -> dict[str, str]:

@@ -91,6 +91,7 @@ from workloads.training.config import (
     add_override_arguments,
     describe_problems,
     override,
+    override_values,
     preset,
 )
 from workloads.training.lineage import git_revision, read_run_record
@@ -544,11 +545,7 @@ def config_for(checkpoint: Path, args: argparse.Namespace) -> tuple[TrainConfig,
         record = read_run_record(root) if root.is_dir() else None
     except ValueError as err:
         raise ExportError(str(err)) from err
-    values = {
-        key.removeprefix("set_"): value
-        for key, value in vars(args).items()
-        if key.startswith("set_") and value is not None
-    }
+    values = override_values(args)
     base = record.config if record is not None else preset(args.preset)
     if record is None and "data_dir" not in values:
         values["data_dir"] = DEFAULT_DATA_DIR

@@ -636,14 +636,19 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def from_namespace(args: argparse.Namespace) -> TrainConfig:
-    """The config selected and overridden by parsed `add_override_arguments` options."""
-    values = {
+def override_values(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--<field>`` overrides given on the command line (`add_override_arguments`):
+    ``{field: value as typed}``."""
+    return {
         key.removeprefix("set_"): value
         for key, value in vars(args).items()
         if key.startswith("set_") and value is not None
     }
-    return override(preset(args.preset), values)
+
+
+def from_namespace(args: argparse.Namespace) -> TrainConfig:
+    """The config selected and overridden by parsed `add_override_arguments` options."""
+    return override(preset(args.preset), override_values(args))
 
 
 def describe_problems(err: InvalidArgsError, what: str = "training config") -> str:

@@ -74,6 +74,7 @@ from workloads.training.config import (
     add_override_arguments,
     describe_problems,
     override,
+    override_values,
     preset,
 )
 from workloads.training.engine import (
@@ -582,15 +583,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_override_arguments(parser)
     return parser
-
-
-def override_values(args: argparse.Namespace) -> dict[str, str]:
-    """The ``--<field>`` overrides given on the command line."""
-    return {
-        key.removeprefix("set_"): value
-        for key, value in vars(args).items()
-        if key.startswith("set_") and value is not None
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

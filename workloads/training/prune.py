@@ -56,6 +56,7 @@ from workloads.training.config import (
     add_override_arguments,
     describe_problems,
     override,
+    override_values,
 )
 from workloads.training.distill import (
     DEFAULT_TEMPERATURE,
@@ -69,7 +70,6 @@ from workloads.training.distill import (
     fit,
     load_source_model,
     one_process_loader,
-    override_values,
     training_device,
     write_marker,
 )

@@ -497,10 +497,7 @@ def proxy_objects(spec: FeaturesSpec, placement: Placement, ca_issuer: str) -> l
             "metadata": {
                 **_meta(PROXY_NAME, **labels),
                 "annotations": security.scanner_exceptions(
-                    {
-                        "CKV_K8S_38": "kube-rbac-proxy reviews each caller's token and "
-                        "rights through the API (TokenReview and SubjectAccessReview)"
-                    }
+                    {"CKV_K8S_38": security.KUBE_RBAC_PROXY_TOKEN}
                 ),
             },
             "spec": {

@@ -37,7 +37,7 @@ from typing import Any
 from modules.k8s import netpol, rbac
 from modules.k8s.common import cluster_ip_service, toleration
 from modules.k8s.names import MONITORING_NAMESPACE
-from modules.k8s.security import restricted_pod, scanner_exceptions
+from modules.k8s.security import KUBE_RBAC_PROXY_TOKEN, restricted_pod, scanner_exceptions
 from modules.k8s.serving.inference_service.drift import (
     VERSION_ANNOTATION,
     DriftImages,
@@ -71,11 +71,6 @@ PROXY_CONFIG_PATH = "/etc/kube-rbac-proxy"
 PROXY_CONFIG_FILE = "config.yaml"
 PROXY_SUBRESOURCE = "proxy"
 TLS_PATH = "/etc/tls/private"
-#: Why a predictor pod mounts its ServiceAccount's API token (checkov CKV_K8S_38).
-TOKEN_REASON = (
-    "kube-rbac-proxy reviews each caller's token and rights through the API "
-    "(TokenReview and SubjectAccessReview)"
-)
 
 
 def endpoint_service_name(spec: InferenceServiceSpec) -> str:
@@ -278,7 +273,7 @@ def inference_service_manifest(
         # EKS Pod Identity and kube-rbac-proxy both authenticate with the token.
         "automountServiceAccountToken": True,
         # KServe gives the component's annotations to its pods.
-        "annotations": scanner_exceptions({"CKV_K8S_38": TOKEN_REASON}),
+        "annotations": scanner_exceptions({"CKV_K8S_38": KUBE_RBAC_PROXY_TOKEN}),
         "securityContext": restricted_pod(RUN_AS_USER),
         **_placement(spec),
         "labels": {VERSION_LABEL: str(spec.model.version)},
