@@ -379,13 +379,16 @@ gpu-wheels: $(PY) ## download the pure-Python wheels gpu-check carries to build/
 		'nvidia-ml-py==13.615.71' 'prometheus-client==0.26.0' 'torchao==0.18.0'
 
 # ---- cost (fleet helper): offline monthly estimate from the price snapshot ----------
-.PHONY: cost prices-refresh
+.PHONY: cost prices-refresh pin-images
 
 cost: $(DEPS_plan) ## monthly compute cost of STACK's pools at min and max size (offline, docs/cost.md)
 	@$(PY) -m stacks.cost '$(STACK)'
 
 prices-refresh: $(DEPS_plan) ## rewrite stacks/prices/<region>.json from the AWS Pricing API (needs credentials)
 	@$(PY) -m stacks.pricing refresh
+
+pin-images: $(DEPS_plan) ## STACK=<stack>: each image's digest from the stack's ECR -> stacks/images/STACK.json, the lock the program pins images by (needs credentials)
+	@$(PY) -m stacks.pin_images '$(STACK)'
 
 # --- feature store (issue 22): Feast, LightGBM on CPU, ONNX, MLflow, the V2 predictor ---
 # In its own environment (.venv-features, locks/features.txt): the features image.

@@ -158,13 +158,24 @@ def has_pod_spec(resource: ResourceView) -> bool:
 def job_images(resource: ResourceView) -> list[tuple[str, Any]]:
     """(path, image) of the images an object names outside any pod spec: a Kubeflow
     Trainer ``TrainJob``'s ``spec.trainer.image``, which Trainer puts into the trainer
-    container of its runtime's pods (the runtime's own pods are ordinary pod specs)."""
-    if not is_kubernetes_object(resource) or kind_of(resource) != "TrainJob":
+    container of its runtime's pods (the runtime's own pods are ordinary pod specs), and
+    a CloudNativePG ``Cluster``'s ``spec.imageName``, the PostgreSQL image its operator
+    runs every instance of the database in."""
+    if not is_kubernetes_object(resource):
         return []
-    trainer = dig(resource.props, "spec", "trainer")
-    if not isinstance(trainer, Mapping) or "image" not in trainer:
-        return []
-    return [("spec.trainer.image", trainer["image"])]
+    kind, spec = kind_of(resource), resource.props.get("spec")
+    if kind == "TrainJob":
+        trainer = dig(spec, "trainer")
+        if isinstance(trainer, Mapping) and "image" in trainer:
+            return [("spec.trainer.image", trainer["image"])]
+    elif (
+        kind == "Cluster"
+        and str(resource.props.get("apiVersion", "")).startswith("postgresql.cnpg.io/")
+        and isinstance(spec, Mapping)
+        and "imageName" in spec
+    ):
+        return [("spec.imageName", spec["imageName"])]
+    return []
 
 
 def images(resource: ResourceView) -> list[tuple[str, Any, str]]:

@@ -93,6 +93,8 @@ class AwsFoundation:
     tracking_service_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
+    #: Registry prefix of the tracking server's images; None without tracking.
+    tracking_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
     features: FeaturesAws | None = None
     #: Kubeflow Pipelines' AWS side (stacks/pipelines_layer.py); None when it is off.
@@ -447,6 +449,14 @@ def build_aws_foundation(
             },
         )
 
+    # The tracking server's images, mirrored into the stack's own ECR (nothing pulled
+    # from outside the country).
+    tracking_registry = None
+    if config.tracking.enabled:
+        for repository in k8s_tracking.mirrored_repositories(on_aws=True):
+            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
+        tracking_registry = stack_aws.registry
+
     # Model serving: image repositories and the inference pods' read-only model access.
     serving_registry = None
     if config.serving is not None:
@@ -497,6 +507,7 @@ def build_aws_foundation(
         tracking_team_passwords=team_passwords,
         tracking_service_passwords=service_passwords,
         serving_registry=serving_registry,
+        tracking_registry=tracking_registry,
         features=features,
         pipelines=pipelines,
     )

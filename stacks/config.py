@@ -409,6 +409,11 @@ class StackConfig:
         llm: LLM serving (`LLMSpec`, docs/llm-cluster.md): KServe's LLMInferenceService
             on GPU pools, vLLM's CPU build scaled to zero on CPU pools, KEDA and
             LeaderWorkerSet; ``null`` (the default) installs none. Needs ``serving``.
+        require_image_digests: every image of the stack's Kubernetes objects must be
+            pinned by the stack's image lock (``stacks/images/<stack>.json``, written by
+            ``make pin-images``; `stacks.image_lock`): a missing lock, or an image it
+            does not hold, stops the run with the image named. Default false: images the
+            lock holds are pinned, the others run by tag.
     """
 
     target: Literal["aws", "onprem"] = "aws"
@@ -454,6 +459,7 @@ class StackConfig:
     # -- LLM serving (docs/llm-cluster.md) --
     llm: LLMSpec | None = None
     confidential_computing: ConfidentialComputingSpec | None = None
+    require_image_digests: bool = False
 
     def __post_init__(self) -> None:
         check = Checker()
@@ -510,6 +516,7 @@ class StackConfig:
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
         self._check_serving(check)
+        self._check_tracking_registry(check)
         teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
         pools = (self.node_pools, self.onprem_node_pools)
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
@@ -536,6 +543,27 @@ class StackConfig:
                 self.confidential_computing, self.onprem_node_pools
             )
         check.done()
+
+    def _check_tracking_registry(self, check: Checker) -> None:
+        """The tracking server's images: the site's registry on premises, the stack's
+        own ECR on AWS (as serving's)."""
+        if not self.tracking.enabled:
+            return
+        if self.target == "onprem":
+            check.require(
+                self.tracking.registry is not None,
+                "tracking.registry",
+                None,
+                "an onprem stack names the registry holding the tracking server's mirrored "
+                "images (docs/lifecycle.md)",
+            )
+        else:
+            check.require(
+                self.tracking.registry is None,
+                "tracking.registry",
+                self.tracking.registry,
+                "leave unset on AWS: the stack's own ECR repositories are used",
+            )
 
     def _check_serving(self, check: Checker) -> None:
         """Model serving: where its images come from, and the example service's place."""
@@ -816,7 +844,8 @@ def _check_unique_names(check: Checker, field: str, names: list[str]) -> None:
 def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     """The project's keys of a Pulumi config map, structured values decoded.
 
-    Pulumi passes every value as a string; objects, lists and ``null`` are JSON. Keys of
+    Pulumi passes every value as a string; objects, lists and ``null`` are JSON, and
+    ``true``/``false`` the booleans. Keys of
     other namespaces (``aws:``, ``kubernetes:``) and the secret keys are left out.
 
     Returns:
@@ -837,6 +866,9 @@ def raw_sections(flat_config: Mapping[str, str]) -> tuple[dict[str, Any], list[s
                 sections[key[len(prefix) :]] = json.loads(text)
             except json.JSONDecodeError as err:
                 problems.append(f"{key}: got {text[:40]!r}; not valid JSON ({err.msg})")
+        elif text in ("true", "false"):
+            # A YAML boolean (``requireImageDigests: true``) reaches the program as text.
+            sections[key[len(prefix) :]] = text == "true"
         else:
             sections[key[len(prefix) :]] = text
     return sections, problems

@@ -177,7 +177,12 @@ def _platform_args(
             teams=config.teams,
             monitoring=config.monitoring,
             queueing=config.queueing,
-            tracking=config.tracking,
+            # On AWS the tracking images come from the stack's own ECR repositories.
+            tracking=(
+                replace(config.tracking, registry=foundation.tracking_registry)
+                if foundation is not None and config.tracking.enabled
+                else config.tracking
+            ),
             tracking_inputs=tracking,
             serving=serving,
             fleet=fleet,

@@ -15,6 +15,7 @@ from .config import PROJECT, parse_stack_config
 from .config_parsing import ConfigError
 from .cost import price_problems
 from .fleet import fleet_problems
+from .image_lock import LockError, load_lock, lock_path, pin_transformation
 from .kubernetes_layer import build_kubernetes_layer
 from .pricing import PricingError, load_snapshot, snapshot_path
 from .state_residency import StateResidency, for_program
@@ -58,6 +59,7 @@ def main(state: StateResidency | None = None) -> None:
             problems += price_problems(config, snapshot)
         if problems:
             raise ConfigError(problems)
+        pin_images(stack, config.require_image_digests)
         secrets = pulumi.Config(PROJECT)
         admin_password = secrets.get_secret("trackingAdminPassword")
         foundation = None
@@ -78,3 +80,23 @@ def main(state: StateResidency | None = None) -> None:
         build_kubernetes_layer(config, foundation, kubeconfig, admin_password)
     except ConfigError as err:
         raise pulumi.RunError(err.render(stack)) from None
+
+
+def pin_images(stack: str, required: bool) -> None:
+    """Register every Kubernetes object with its images pinned by the stack's image lock
+    (`stacks.image_lock`), where it has one; ``required`` (``requireImageDigests``)
+    makes a missing lock a configuration problem, before any resource."""
+    try:
+        lock = load_lock(stack)
+    except LockError as err:
+        raise ConfigError([str(err)]) from None
+    if lock is None:
+        if required:
+            raise ConfigError(
+                [
+                    f"requireImageDigests: true, but {lock_path(stack).name} does not exist "
+                    f"in stacks/images/: run `make pin-images STACK={stack}`"
+                ]
+            )
+        return
+    pulumi.runtime.register_stack_transformation(pin_transformation(lock, required))

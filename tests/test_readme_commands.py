@@ -49,6 +49,8 @@ NOT_OFFLINE: dict[str, str] = {
     "make bench": "minutes of benchmarking; its figures are in BENCHMARKS.md",
     "make profile": "a profiled training run, tested in tests/workloads/test_profile.py",
     "make prices-refresh": "reads AWS's Pricing API (needs credentials)",
+    "make pin-images": "reads the stack's ECR (needs credentials); tests/stacks/test_image_lock.py",
+    ".venv/bin/python -m stacks.pin_images": "reads the stack's ECR (needs credentials)",
     ".venv/bin/python -m stacks.bootstrap": "changes an AWS account",
     ".venv-training/bin/python -m workloads.training.gpu_check": "needs an NVIDIA GPU (dry run)",
     "make track": "a long-running server, tested in tests/workloads",

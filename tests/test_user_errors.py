@@ -123,6 +123,10 @@ CASES = [
          "make bootstrap ARGS='--admin-role-arn admin'", 2, "not an IAM role ARN"),
     Case("prices-refresh-without-credentials", "credentials", "make prices-refresh", 2,
          "no AWS credentials"),
+    Case("pin-images-without-credentials", "credentials", "make pin-images STACK=smb-cpu", 2,
+         "no AWS credentials"),
+    Case("pin-images-unknown-stack", "arguments", "make pin-images STACK=nowhere", 2,
+         "no stack 'nowhere'"),
     Case("bench-review-malformed-sizes", "arguments", "make bench-review ARGS='--sizes a,b'", 2,
          "--sizes"),
     # --- training ---------------------------------------------------------------------

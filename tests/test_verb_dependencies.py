@@ -20,7 +20,7 @@ MAKEFILE = (ROOT / "Makefile").read_text()
 
 VERBS = {
     "plan": ["plan", "plan-all", "review", "review-all", "audit", "bootstrap", "cost",
-             "prices-refresh", "bench-review"],
+             "prices-refresh", "pin-images", "bench-review"],
     "training": ["train", "bench"],
     "lifecycle": ["track", "register", "export", "bench-infer"],
     "serving": ["serve", "bench-serve"],

@@ -56,9 +56,10 @@ FSX_CSI_DRIVER = Chart(
 MLFLOW = Chart("mlflow", "1.11.5", "https://community-charts.github.io/helm-charts")
 # cloudnative-pg/charts cloudnative-pg-v0.29.0 (commit d1b5ad60): operator 1.30.0.
 CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.github.io/charts")
-#: The PostgreSQL image of the on-premises tracking database (CloudNativePG's operand
-#: image; major 17, the same major as RDS on AWS, so a dump moves between the two).
-CLOUDNATIVE_PG_POSTGRES_IMAGE = "ghcr.io/cloudnative-pg/postgresql:17.6"
+#: The PostgreSQL image (repository, tag) of the on-premises tracking database
+#: (CloudNativePG's operand image; major 17, the same major as RDS on AWS, so a dump
+#: moves between the two), mirrored into the stack's registry.
+CLOUDNATIVE_PG_POSTGRES_IMAGE = ("ghcr.io/cloudnative-pg/postgresql", "17.6")
 #: RDS engine version of the tracking database on AWS (a major version: RDS picks its
 #: current minor and applies minor upgrades in the maintenance window).
 RDS_POSTGRES_MAJOR = "17"

@@ -243,6 +243,10 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:TrackingDatabase$aws:rds/instance:Instance::tracking-db",
         # The backup vault holds the recovery points (docs/recovery.md).
         "gpuplatform:aws:StackBackups$aws:backup/vault:Vault::backup",
+        # The tracking server's image repositories (stacks/aws_foundation.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-mlflow",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-ghostunnel",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-busybox",
         # Model serving's image repositories (stacks/serving_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-predictor",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tritonserver",

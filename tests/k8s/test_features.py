@@ -193,7 +193,10 @@ def all_objects(placement: fs.Placement) -> list[dict[str, Any]]:
         objects.append(fs.registry_init_job(placement, "mlflow-db", "db.example.rds.amazonaws.com"))
         objects.append(network.registry_init_policy(VPC))
     else:
-        objects += [fs.onprem_registry_cluster("ceph"), fs.online_store_certificate("ca")]
+        objects += [
+            fs.onprem_registry_cluster(placement, "ceph"),
+            fs.online_store_certificate("ca"),
+        ]
         objects.append(network.operator_egress_policy())
     return objects
 
@@ -336,7 +339,7 @@ def test_the_registry_init_job_verifies_the_instance_with_the_tracking_servers_c
 
 
 def test_on_premises_the_clients_connect_to_a_name_of_the_registrys_certificate() -> None:
-    meta = fs.onprem_registry_cluster("ceph-rbd-encrypted")["metadata"]
+    meta = fs.onprem_registry_cluster(ONPREM, "ceph-rbd-encrypted")["metadata"]
     assert fs.registry_host(False) in cloudnative_pg_server_names(meta["name"], meta["namespace"])
     assert f"{meta['name']}-ca" == fs.REGISTRY_CA_SECRET
 

@@ -30,7 +30,7 @@ from modules.k8s.pipelines import loop
 from modules.k8s.pipelines import manifests as kfp
 from modules.k8s.pipelines import spec as ps
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names
-from modules.k8s.tracking.manifests import TLS_PROXY_IMAGE
+from modules.k8s.tracking.manifests import MIRRORED_IMAGES as TRACKING_IMAGES
 from tests.k8s.test_pipelines import (
     AWS,
     KUSTOMIZE,
@@ -329,8 +329,7 @@ def test_the_ui_is_served_through_its_tls_proxy() -> None:
 
 
 def test_the_proxy_is_the_tracking_servers_ghostunnel_release() -> None:
-    source, tag = ps.MIRRORED_IMAGES["ghostunnel"]
-    assert f"{source}:{tag}".removeprefix("docker.io/") == TLS_PROXY_IMAGE
+    assert ps.MIRRORED_IMAGES["ghostunnel"] == TRACKING_IMAGES["tracking/ghostunnel"]
 
 
 def test_the_namespace_has_the_cluster_ca_bundle() -> None:

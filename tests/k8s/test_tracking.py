@@ -50,7 +50,9 @@ from tests.k8s.vendored_crds import vendored_errors
 from tests.support.k8s_schema import schema_errors
 
 VENDOR = Path(__file__).resolve().parent / "vendor"
-SPEC = TrackingSpec()
+#: The mirror of the tracking images (on AWS the stack's ECR: the foundation sets it).
+REGISTRY = "registry.site.ae/gpu"
+SPEC = TrackingSpec(registry=REGISTRY)
 KEY = "arn:aws:kms:me-central-1:123456789012:key/0b6c2b3e-1111-2222-3333-444455556666"
 AWS_STORE = tracking.StoreSettings(
     database_host="db.example.me-central-1.rds.amazonaws.com",
@@ -872,3 +874,51 @@ def test_aws_team_credentials_are_secrets_manager_secrets_under_the_stack_key(st
     }
     versions = _by_type(stack, "aws:secretsmanager/secretVersion:SecretVersion")
     assert len(versions) == len(config.teams) + len(services)
+
+
+def _chart_images(values: Any) -> list[tuple[str, str | None]]:
+    """(image, pull policy) of every image the release's values name: the chart's
+    ``{repository, tag, pullPolicy}`` maps and the containers' ``image`` strings."""
+    found: list[tuple[str, str | None]] = []
+    if isinstance(values, dict):
+        if isinstance(values.get("repository"), str):
+            found.append((f"{values['repository']}:{values['tag']}", values.get("pullPolicy")))
+        if isinstance(values.get("image"), str):
+            found.append((values["image"], values.get("imagePullPolicy")))
+        for value in values.values():
+            found += _chart_images(value)
+    elif isinstance(values, list):
+        for value in values:
+            found += _chart_images(value)
+    return found
+
+
+@pytest.mark.parametrize("store", [AWS_STORE, ONPREM_STORE], ids=["aws", "onprem"])
+def test_every_tracking_image_comes_from_the_mirror_and_is_pulled_at_each_start(
+    store: tracking.StoreSettings,
+) -> None:
+    values = tracking.mlflow_values(SPEC, store)
+    found = _chart_images(values)
+    # The server, its migration, the chart's two busybox init containers, the TLS proxy
+    # and the user sync: none from Docker Hub, each pulled at every start.
+    wanted = {
+        f"{REGISTRY}/{name}:{tag}"
+        for name, (_, tag) in tracking.MIRRORED_IMAGES.items()
+        if name != tracking.DATABASE_IMAGE
+    }
+    assert {image for image, _ in found} == wanted
+    assert {policy for _, policy in found} == {"Always"}
+    for key in ("dbchecker", "mlflowDbMigration", "iniFileInitializer"):
+        assert values["initImages"][key]["repository"].startswith(f"{REGISTRY}/tracking/")
+    cluster = tracking.database_cluster(SPEC, "ceph")
+    assert cluster["spec"]["imageName"] == f"{REGISTRY}/tracking/postgresql:17.6"
+
+
+def test_the_tracking_images_need_a_resolved_registry() -> None:
+    with pytest.raises(ValueError, match=r"tracking\.registry is unresolved"):
+        tracking.mlflow_values(TrackingSpec(), AWS_STORE)
+
+
+def test_aws_mirrors_only_the_images_it_runs() -> None:
+    assert tracking.DATABASE_IMAGE not in tracking.mirrored_repositories(on_aws=True)
+    assert set(tracking.mirrored_repositories(on_aws=False)) == set(tracking.MIRRORED_IMAGES)

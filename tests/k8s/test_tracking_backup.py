@@ -40,7 +40,7 @@ BACKUP = DatabaseBackupSpec(
     retention_days=14,
     encryption="aws:kms",
 )
-SPEC = TrackingSpec(database_instances=3, database_backup=BACKUP)
+SPEC = TrackingSpec(database_instances=3, database_backup=BACKUP, registry="registry.site.ae/gpu")
 
 
 def onprem_config() -> StackConfig:

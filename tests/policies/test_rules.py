@@ -202,6 +202,21 @@ def _train_job(image: str | None) -> Callable[[Plan], None]:
     )
 
 
+def _database_cluster(image: str) -> Callable[[Plan], None]:
+    """Add a CloudNativePG Cluster (its operator runs every instance in ``imageName``)."""
+    return add_resource(
+        "kubernetes:postgresql.cnpg.io/v1:Cluster",
+        "db",
+        {
+            "apiVersion": "postgresql.cnpg.io/v1",
+            "kind": "Cluster",
+            "metadata": {"name": "db", "namespace": "mlflow"},
+            "spec": {"instances": 2, "imageName": image},
+        },
+        package="kubernetes",
+    )
+
+
 def _no_limits(plan: Plan) -> None:
     del job_container(plan)["resources"]["limits"]["memory"]
 
@@ -413,6 +428,12 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
         _train_job("pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"),
         "uae-container-image-registry",
         "`spec.trainer.image` pulls pytorch/pytorch",
+    ),
+    (
+        "database-image-ghcr",
+        _database_cluster("ghcr.io/cloudnative-pg/postgresql:17.6"),
+        "uae-container-image-registry",
+        "`spec.imageName` pulls ghcr.io/cloudnative-pg/postgresql:17.6 from ghcr.io",
     ),
     (
         "image-foreign-ecr",

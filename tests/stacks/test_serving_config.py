@@ -68,3 +68,15 @@ def test_a_model_outside_the_mlflow_artifacts_is_refused_before_deploying() -> N
     assert f"{NS}exampleService.storagePath: got '../other-team/model'" in message
     assert f"{NS}exampleService.minReplicas: got 2; too few replicas" in message
     assert "Traceback" not in message
+
+
+def test_the_tracking_images_registry_is_the_stacks_own_on_aws_and_required_on_premises() -> None:
+    aws = problems_of(config_of("smb-cpu", tracking={"registry": "docker.io/library"}))
+    assert any(p.startswith(f"{NS}tracking.registry: got 'docker.io/library'") for p in aws)
+    tracking = json.loads(config_of("onprem-ib")[NS + "tracking"])
+    del tracking["registry"]
+    onprem = problems_of(config_of("onprem-ib", tracking=tracking))
+    assert any(p.startswith(f"{NS}tracking.registry: got None") for p in onprem)
+    # Without a tracking server no registry is asked for.
+    config = parse_stack_config(config_of("onprem-ib", tracking={"enabled": False}, pipelines=None))
+    assert config.tracking.registry is None

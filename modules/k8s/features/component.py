@@ -160,7 +160,7 @@ class FeatureStore(KubernetesComponent[FeatureStoreArgs]):
             )
             stores.append(
                 register(
-                    fs.onprem_registry_cluster(args.storage_class),
+                    fs.onprem_registry_cluster(placement, args.storage_class),
                     self,
                     provider,
                     [owner],

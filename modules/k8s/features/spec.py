@@ -807,8 +807,9 @@ def online_store_certificate(ca_issuer: str) -> Manifest:
     }
 
 
-def onprem_registry_cluster(storage_class: str) -> Manifest:
-    """The registry's PostgreSQL on premises (CloudNativePG, like the tracking server's)."""
+def onprem_registry_cluster(placement: Placement, storage_class: str) -> Manifest:
+    """The registry's PostgreSQL on premises (CloudNativePG, like the tracking server's),
+    its PostgreSQL image from the stack's mirror (as the init Job's on AWS)."""
     amount = {"cpu": "500m", "memory": "1Gi"}
     return {
         "apiVersion": "postgresql.cnpg.io/v1",
@@ -816,7 +817,7 @@ def onprem_registry_cluster(storage_class: str) -> Manifest:
         "metadata": _meta(REGISTRY_CLUSTER),
         "spec": {
             "instances": 2,
-            "imageName": f"ghcr.io/cloudnative-pg/postgresql:{POSTGRES_IMAGE_TAG}",
+            "imageName": image(placement, "postgresql", POSTGRES_IMAGE_TAG),
             "enableSuperuserAccess": False,
             "bootstrap": {
                 "initdb": {

@@ -81,7 +81,7 @@ MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
     "postgresql": ("ghcr.io/cloudnative-pg/postgresql", POSTGRES_TAG),
     # The UI's TLS proxy: KFP 2.17.0's frontend serves plain HTTP only
     # (frontend/server/app.ts ``app.listen``); the same ghostunnel release as the
-    # tracking server's (`modules.k8s.tracking.manifests.TLS_PROXY_IMAGE`).
+    # tracking server's (`modules.k8s.tracking.manifests.MIRRORED_IMAGES`).
     "ghostunnel": ("docker.io/ghostunnel/ghostunnel", GHOSTUNNEL_TAG),
 }
 #: The folder of the mirrored images under the stack's registry.

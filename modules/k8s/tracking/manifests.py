@@ -71,10 +71,6 @@ TLS_SERVICE = "mlflow"
 TLS_SERVICE_PORT = 443
 TLS_SECRET = "mlflow-tls"
 TLS_DIR = "/etc/mlflow/tls"
-#: ghostunnel (github.com/ghostunnel/ghostunnel v1.11.1, Apache-2.0), the distroless
-#: image its release publishes to Docker Hub: a TLS-terminating proxy that reloads its
-#: certificate (``--timed-reload``) when cert-manager renews it.
-TLS_PROXY_IMAGE = "ghostunnel/ghostunnel:v1.11.1-distroless"
 #: What teams set as MLFLOW_TRACKING_URI.
 TRACKING_URI = f"https://{TLS_SERVICE}.{TRACKING_NAMESPACE}.svc.cluster.local"
 #: In each team namespace: the team's MLflow user (keys ``username``, ``password``).
@@ -122,9 +118,49 @@ ARTIFACT_MOUNT = "/mlartifacts"
 #: MLflow's multiprocess metrics directory: /tmp is the chart's writable emptyDir (the
 #: chart's own ``serviceMonitor`` option points it at a path under the read-only root).
 METRICS_DIR = "/tmp/mlflow-metrics"
-IMAGE_REPOSITORY = "burakince/mlflow"
 #: Image tag = the chart's appVersion, pinned here so a chart bump is a reviewed change.
 IMAGE_TAG = "3.15.1"
+#: Every image the tracking server's pods run, by repository under the stack's registry
+#: (`TrackingSpec.registry`, or on AWS the stack's own ECR) -> (upstream image, tag) to
+#: mirror it from (docs/lifecycle.md). Nothing is pulled from outside the country:
+#:
+#: * ``burakince/mlflow``: the chart's default image (MLflow with psycopg2, boto3 and
+#:   prometheus-flask-exporter), the server, its migration and the user sync;
+#: * ghostunnel (github.com/ghostunnel/ghostunnel v1.11.1, Apache-2.0), its distroless
+#:   image: a TLS-terminating proxy that reloads its certificate (``--timed-reload``)
+#:   when cert-manager renews it;
+#: * ``busybox``: the chart's own init containers (its database connection check and
+#:   its auth ini writer), at the tag the chart's values pin (``initImages``);
+#: * on premises the database's PostgreSQL (CloudNativePG's operand image).
+#: The one of them only an on-premises stack runs (on AWS the database is RDS).
+DATABASE_IMAGE = "tracking/postgresql"
+MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
+    "tracking/mlflow": ("docker.io/burakince/mlflow", IMAGE_TAG),
+    "tracking/ghostunnel": ("docker.io/ghostunnel/ghostunnel", "v1.11.1-distroless"),
+    "tracking/busybox": ("docker.io/library/busybox", "1.38.0"),
+    DATABASE_IMAGE: CLOUDNATIVE_PG_POSTGRES_IMAGE,
+}
+
+
+def mirrored_repositories(on_aws: bool) -> list[str]:
+    """The repositories of `MIRRORED_IMAGES` the target's pods pull from."""
+    return [name for name in MIRRORED_IMAGES if not (on_aws and name == DATABASE_IMAGE)]
+
+
+def image(spec: TrackingSpec, repository: str) -> str:
+    """``<registry>/<repository>:<tag>`` of one of `MIRRORED_IMAGES`; the registry must
+    be resolved by then (the AWS foundation sets it)."""
+    if spec.registry is None:
+        raise ValueError("tracking.registry is unresolved (set by the AWS foundation)")
+    return f"{spec.registry}/{repository}:{MIRRORED_IMAGES[repository][1]}"
+
+
+def _chart_image(spec: TrackingSpec, repository: str) -> dict[str, str]:
+    """The chart's ``{repository, tag, pullPolicy}`` form of `image`."""
+    reference, _, tag = image(spec, repository).rpartition(":")
+    return {"repository": reference, "tag": tag, "pullPolicy": "Always"}
+
+
 #: The chart's selector labels (``mlflow.selectorLabels``: chart name and release).
 SERVER_POD_LABELS = {"app.kubernetes.io/name": "mlflow", "app.kubernetes.io/instance": RELEASE}
 #: The platform's TLS Service carries these besides the server's labels (the
@@ -264,7 +300,14 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
     return {
         "fullnameOverride": SERVER_NAME,
         "replicaCount": spec.replicas,
-        "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"},
+        # Every image from the mirror, pulled at each start (`modules.k8s.security.
+        # pull_always`: Helm values do not pass through it).
+        "image": _chart_image(spec, "tracking/mlflow"),
+        "initImages": {
+            "dbchecker": _chart_image(spec, "tracking/busybox"),
+            "mlflowDbMigration": _chart_image(spec, "tracking/mlflow"),
+            "iniFileInitializer": _chart_image(spec, "tracking/busybox"),
+        },
         # The server needs no Kubernetes API; EKS Pod Identity mounts its own token.
         "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT, "automount": False},
         "podSecurityContext": {
@@ -290,7 +333,7 @@ def mlflow_values(spec: TrackingSpec, store: StoreSettings) -> dict[str, Any]:
         "artifactRoot": artifact_root,
         "initContainers": [migration_container(spec, store)],
         # The TLS proxy in front of MLflow and the teams' user sync (module docstring).
-        "extraContainers": [tls_proxy_container(), user_sync_container()],
+        "extraContainers": [tls_proxy_container(spec), user_sync_container(spec)],
         "auth": {
             "enabled": True,
             "appName": "basic-auth",
@@ -377,8 +420,8 @@ def migration_container(spec: TrackingSpec, store: StoreSettings) -> dict[str, A
     secret = store.database_secret
     return {
         "name": "mlflow-db-migration",
-        "image": f"{IMAGE_REPOSITORY}:{IMAGE_TAG}",
-        "imagePullPolicy": "IfNotPresent",
+        "image": image(spec, "tracking/mlflow"),
+        "imagePullPolicy": "Always",
         "command": ["python", "-c", MIGRATION_SCRIPT],
         "envFrom": [{"configMapRef": {"name": ENV_CONFIGMAP}}],
         "env": [
@@ -395,14 +438,14 @@ def migration_container(spec: TrackingSpec, store: StoreSettings) -> dict[str, A
     }
 
 
-def tls_proxy_container() -> dict[str, Any]:
+def tls_proxy_container(spec: TrackingSpec) -> dict[str, Any]:
     """ghostunnel: TLS on the pod's 8443 (certificate from the cluster CA, re-read every
     hour), forwarding to MLflow on the pod's loopback only (ghostunnel refuses any other
     target unless told). No client certificates: MLflow authenticates every request."""
     return {
         "name": "tls-proxy",
-        "image": TLS_PROXY_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
+        "image": image(spec, "tracking/ghostunnel"),
+        "imagePullPolicy": "Always",
         "args": [
             "server",
             f"--listen=0.0.0.0:{TLS_PORT}",
@@ -558,7 +601,7 @@ def database_cluster(spec: TrackingSpec, storage_class: str) -> Manifest:
     amount = {"cpu": "1", "memory": "2Gi"}
     cluster_spec: Manifest = {
         "instances": spec.database_instances,
-        "imageName": CLOUDNATIVE_PG_POSTGRES_IMAGE,
+        "imageName": image(spec, DATABASE_IMAGE),
         "primaryUpdateStrategy": "unsupervised",
         "enableSuperuserAccess": False,
         "bootstrap": {"initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}},
@@ -847,15 +890,15 @@ def user_sync_configmap() -> Manifest:
     }
 
 
-def user_sync_container() -> dict[str, Any]:
+def user_sync_container(spec: TrackingSpec) -> dict[str, Any]:
     """The sidecar that keeps MLflow's users matching the teams' credentials
     (`sync_users.py`): it calls the server's user API on the pod's loopback as the
     admin, at start and whenever the mounted users Secret changes."""
     admin = {"MLFLOW_TRACKING_USERNAME": "username", "MLFLOW_TRACKING_PASSWORD": "password"}
     return {
         "name": "user-sync",
-        "image": f"{IMAGE_REPOSITORY}:{IMAGE_TAG}",
-        "imagePullPolicy": "IfNotPresent",
+        "image": image(spec, "tracking/mlflow"),
+        "imagePullPolicy": "Always",
         "command": ["python", f"/scripts/{SYNC_SCRIPT.name}"],
         "env": [
             {"name": "MLFLOW_TRACKING_URI", "value": f"http://127.0.0.1:{SERVER_PORT}"},

@@ -154,6 +154,11 @@ class TrackingSpec:
         database_backup: on premises, scheduled backups of the database to the site's
             object store (`DatabaseBackupSpec`); ``null`` for none. On AWS the RDS
             instance's automated backups and AWS Backup (``backup``) keep it.
+        registry: where the tracking server's images are pulled from, ``host[/path]``
+            holding the mirrors `modules.k8s.tracking.manifests.MIRRORED_IMAGES` names
+            (``<registry>/tracking/mlflow:3.15.1`` ...). AWS stacks leave it unset and
+            get one ECR repository per image in their own registry; required on
+            premises (the site's registry, or the UAE region's ECR).
     """
 
     enabled: bool = True
@@ -170,10 +175,12 @@ class TrackingSpec:
     database_instances: int = bounded(1, 5, default=2)
     artifact_storage_gib: int = bounded(1, 65_536, default=100)
     database_backup: DatabaseBackupSpec | None = None
+    registry: str | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
         check.matches("admin_username", self.admin_username, _USERNAME)
+        check.registry("registry", self.registry)
         check.one_of("default_permission", self.default_permission, get_args(Permission))
         check.ranges(self)
         check.require(
