@@ -41,10 +41,15 @@ from modules.aws.storage import (
 )
 from modules.aws.tracking_users import TrackingUserSecrets, TrackingUserSecretsArgs
 from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, team_data_prefix
+from modules.k8s.autoscaler.spec import REPOSITORY as AUTOSCALER_REPOSITORY
+from modules.k8s.cost.spec import OPENCOST_IMAGE
+from modules.k8s.gateway.spec import MIRRORED_IMAGES as MIRRORED_GATEWAY_IMAGES
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
+from modules.k8s.storage.spec import FSX_CSI_IMAGES
 from modules.k8s.tracking import manifests as k8s_tracking
 from modules.k8s.tracking.spec import TrackingStoreInputs
 from modules.k8s.tracking.users import service_password, team_password, team_username
+from modules.k8s.trainer.spec import MIRRORED_REPOSITORIES as MIRRORED_TRAINER_REPOSITORIES
 from modules.k8s.versions import RDS_POSTGRES_MAJOR
 from modules.pools import NodePoolProfile
 
@@ -95,6 +100,13 @@ class AwsFoundation:
     serving_registry: str | None = None
     #: Registry prefix of the tracking server's images; None without tracking.
     tracking_registry: str | None = None
+    #: Registry of Kubeflow Trainer's images (the stack's ECR unless trainer.registry).
+    trainer_registry: str | None = None
+    #: Registry prefix of the LLM gateway's images; None without the gateway.
+    llm_gateway_registry: str | None = None
+    #: Registry prefix of the cluster add-ons' mirrored images (autoscaler, FSx CSI,
+    #: OpenCost).
+    eks_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
     features: FeaturesAws | None = None
     #: Kubeflow Pipelines' AWS side (stacks/pipelines_layer.py); None when it is off.
@@ -449,6 +461,15 @@ def build_aws_foundation(
             },
         )
 
+    # The cluster add-ons' images (the Cluster Autoscaler's, OpenCost's; the FSx CSI
+    # driver's where the stack has FSx), mirrored into the stack's own ECR under their
+    # upstream repository paths.
+    eks_mirrors = [AUTOSCALER_REPOSITORY, OPENCOST_IMAGE[1]]
+    if file_system is not None:
+        eks_mirrors += list(FSX_CSI_IMAGES)
+    for repository in eks_mirrors:
+        stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
+
     # The tracking server's images, mirrored into the stack's own ECR (nothing pulled
     # from outside the country).
     tracking_registry = None
@@ -456,6 +477,21 @@ def build_aws_foundation(
         for repository in k8s_tracking.mirrored_repositories(on_aws=True):
             stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
         tracking_registry = stack_aws.registry
+
+    # Kubeflow Trainer's controller and JobSet, mirrored into the stack's own ECR unless
+    # the stack names a mirror (trainer.registry).
+    trainer_registry = config.trainer.registry
+    if config.trainer.enabled and trainer_registry is None:
+        for repository in MIRRORED_TRAINER_REPOSITORIES:
+            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
+        trainer_registry = stack_aws.registry
+
+    # The LLM gateway's images (Envoy Gateway, AI Gateway, the counters' Valkey).
+    llm_gateway_registry = None
+    if config.llm_gateway is not None:
+        for repository in MIRRORED_GATEWAY_IMAGES:
+            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
+        llm_gateway_registry = stack_aws.registry
 
     # Model serving: image repositories and the inference pods' read-only model access.
     serving_registry = None
@@ -508,6 +544,9 @@ def build_aws_foundation(
         tracking_service_passwords=service_passwords,
         serving_registry=serving_registry,
         tracking_registry=tracking_registry,
+        trainer_registry=trainer_registry,
+        llm_gateway_registry=llm_gateway_registry,
+        eks_registry=stack_aws.registry,
         features=features,
         pipelines=pipelines,
     )

@@ -516,7 +516,7 @@ class StackConfig:
             # the catalog, so `stacks.catalog` checks its quotas.
             check.problems += quota_problems(self.teams, self.onprem_node_pools)
         self._check_serving(check)
-        self._check_tracking_registry(check)
+        self._check_mirror_registries(check)
         teams = [t.name for t in self.teams]  # Spark's jobs against the teams and pools
         pools = (self.node_pools, self.onprem_node_pools)
         check.problems += stack_problems(self.spark, self.target, teams, *pools)
@@ -544,26 +544,31 @@ class StackConfig:
             )
         check.done()
 
-    def _check_tracking_registry(self, check: Checker) -> None:
-        """The tracking server's images: the site's registry on premises, the stack's
-        own ECR on AWS (as serving's)."""
-        if not self.tracking.enabled:
-            return
-        if self.target == "onprem":
-            check.require(
-                self.tracking.registry is not None,
-                "tracking.registry",
-                None,
-                "an onprem stack names the registry holding the tracking server's mirrored "
-                "images (docs/lifecycle.md)",
-            )
-        else:
-            check.require(
-                self.tracking.registry is None,
-                "tracking.registry",
-                self.tracking.registry,
-                "leave unset on AWS: the stack's own ECR repositories are used",
-            )
+    def _check_mirror_registries(self, check: Checker) -> None:
+        """Where the tracking server's and the LLM gateway's images come from: the site's
+        registry on premises, the stack's own ECR on AWS (as serving's)."""
+        sections: list[tuple[str, str, str | None, str]] = []
+        if self.tracking.enabled:
+            sections.append(("tracking", "tracking server", self.tracking.registry, "lifecycle"))
+        if self.llm_gateway is not None:
+            gateway = self.llm_gateway
+            sections.append(("llm_gateway", "LLM gateway", gateway.registry, "llm-gateway"))
+        for section, what, registry, doc in sections:
+            if self.target == "onprem":
+                check.require(
+                    registry is not None,
+                    f"{section}.registry",
+                    None,
+                    f"an onprem stack names the registry holding the {what}'s mirrored "
+                    f"images (docs/{doc}.md)",
+                )
+            else:
+                check.require(
+                    registry is None,
+                    f"{section}.registry",
+                    registry,
+                    "leave unset on AWS: the stack's own ECR repositories are used",
+                )
 
     def _check_serving(self, check: Checker) -> None:
         """Model serving: where its images come from, and the example service's place."""

@@ -137,6 +137,9 @@ def _platform_args(
     # Prices were checked with the config (`stacks.program`): every pool has a shape.
     site_name = config.site.name if config.site is not None else f"aws-{config.region}"
     cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
+    if cost is not None and foundation is not None:
+        # OpenCost's image from the stack's own ECR (mirrored with the add-ons').
+        cost = replace(cost, registry=foundation.eks_registry)
     if cost is None:
         # Never a figure that is not a real price (docs/cost.md): no OpenCost until
         # `make prices-refresh` wrote verified prices for every pool.
@@ -158,6 +161,7 @@ def _platform_args(
                 storage_kms_key_arn=foundation.storage_key_arn,
                 vpc_cidr=foundation.vpc_cidr,
                 fsx=_fsx_inputs(config, foundation),
+                registry=foundation.eks_registry,
             )
             # Serving images come from the stack's own ECR repositories.
             serving = (
@@ -187,7 +191,12 @@ def _platform_args(
             serving=serving,
             fleet=fleet,
             cost=cost,
-            trainer=config.trainer,
+            # On AWS Trainer's images come from the stack's ECR unless it names a mirror.
+            trainer=(
+                replace(config.trainer, registry=foundation.trainer_registry)
+                if foundation is not None
+                else config.trainer
+            ),
             trainer_inputs=_trainer_inputs(config, pools, foundation),
             confidential_computing_pools=(
                 config.confidential_computing.pools if config.confidential_computing else ()
@@ -351,6 +360,7 @@ def build_kubernetes_layer(
             storage_class=platform_storage_class(args),
             eks=args.eks is not None,
             depends_on=[platform],
+            registry=foundation.llm_gateway_registry if foundation is not None else None,
         )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,11 +40,16 @@ def build_llm_gateway(
     storage_class: str,
     eks: bool,
     depends_on: list[pulumi.Resource],
+    registry: str | None = None,
 ) -> LlmGateway:
     """The gateway in front of ``backends`` (one per model; the LLM services'), with a
-    key per team of the section. Exports the endpoint and the keys (secret)."""
+    key per team of the section. Exports the endpoint and the keys (secret).
+    ``registry``: on AWS the stack's ECR the gateway's images are mirrored in (on
+    premises the section names its own)."""
     spec = config.llm_gateway
     assert spec is not None  # the caller checks
+    if registry is not None:
+        spec = replace(spec, registry=registry)
     problems = gs.backend_problems(spec, backends)
     if problems:
         raise ConfigError([f"llmGateway: {p}" for p in problems])

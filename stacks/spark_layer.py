@@ -8,6 +8,7 @@ role for its Spark jobs) and `build_spark` (the cluster side, `modules.k8s.spark
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,11 +26,17 @@ from .workload_aws import WorkloadAws
 
 
 def build_spark_aws(config: StackConfig, aws: WorkloadAws) -> None:
-    """The data image's repository (``<name>/data``) and, per team with a Spark job, a
+    """The data image's repository (``<name>/data``), the operator's mirror (unless
+    ``spark.operatorRegistry`` names one) and, per team with a Spark job, a
     role only the team's ServiceAccount ``spark-<team>`` in the team's Spark namespace
     (``spark-<team>``, `ss.jobs_namespace`) can assume: the team's raw files read, its
     datasets and event logs written, the storage key through S3 in the region."""
     aws.repository("registry-data", ss.DATA_REPOSITORY)
+    if config.spark.operator_registry is None:
+        # The operator's image mirrored into the stack's ECR (`build_spark` points the
+        # chart there): nothing pulled from outside the country.
+        repository = ss.OPERATOR_IMAGE[1]
+        aws.repository(f"registry-{repository.replace('/', '-')}", repository)
     for team in config.spark.teams:
         aws.pod_role(
             f"spark-{team}",
@@ -71,6 +78,8 @@ def build_spark(
         # beside it (`build_spark_aws`).
         registry = training_image.rsplit("/", 1)[0]
         store = ss.aws_store(bucket_name, config.region, storage_key_arn)
+        # The operator's image from the same registry, unless the stack names a mirror.
+        spec = replace(spec, operator_registry=spec.operator_registry or registry)
     else:
         assert spec.object_store is not None and spec.registry is not None  # config checks
         registry = spec.registry

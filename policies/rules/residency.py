@@ -189,8 +189,9 @@ def container_image_registry(resource: ResourceView, settings: Settings) -> Iter
 
 
 def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]]:
-    """Image references written in a chart's values: ``image: repo:tag`` strings and
-    ``{registry?, repository, tag?}`` maps (the common chart conventions)."""
+    """Image references written in a chart's values: ``image: repo:tag`` strings,
+    ``{registry?, repository, tag?}`` maps, and an ``images:`` map of component ->
+    ``repo[:tag]`` or ``{name, tag}`` (KEDA's charts) (the common chart conventions)."""
     if isinstance(values, Mapping):
         repository, registry = values.get("repository"), values.get("registry")
         if isinstance(repository, str) and repository and not is_unknown(repository):
@@ -200,11 +201,25 @@ def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]
             child = f"{path}.{key}"
             if key == "image" and isinstance(value, str) and "/" in value:
                 yield child, value
+            elif key == "images" and isinstance(value, Mapping):
+                yield from _image_map(value, child)
             else:
                 yield from _chart_images(value, child)
     elif isinstance(values, list):
         for index, value in enumerate(values):
             yield from _chart_images(value, f"{path}[{index}]")
+
+
+def _image_map(images: Mapping[str, Any], path: str) -> Iterator[tuple[str, str]]:
+    """The entries of an ``images:`` map: ``repo[:tag]`` strings, ``{name, tag}`` maps,
+    and the other conventions inside (`_chart_images`)."""
+    for key, value in images.items():
+        child = f"{path}.{key}"
+        name = value.get("name") if isinstance(value, Mapping) else value
+        if isinstance(name, str) and "/" in name and not is_unknown(name):
+            yield child, name
+        elif isinstance(value, Mapping):
+            yield from _chart_images(value, child)
 
 
 @resource_rule("uae-helm-chart-images")

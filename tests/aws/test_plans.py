@@ -247,6 +247,24 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-mlflow",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-ghostunnel",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tracking-busybox",
+        # Kubeflow Trainer's controller and JobSet mirrored (stacks/aws_foundation.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-trainer-trainer-controller-manager",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-jobset-jobset",
+        # The cluster add-ons' mirrored images (stacks/aws_foundation.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-autoscaling-cluster-autoscaler",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-opencost-opencost",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-fsx-csi-driver-aws-fsx-csi-driver",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-csi-provisioner",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-csi-resizer",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-livenessprobe",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-csi-node-driver-registrar",
+        # The LLM gateway's image repositories (stacks/aws_foundation.py).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-envoy-gateway",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-ratelimit",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-envoy",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-ai-gateway-controller",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-ai-gateway-extproc",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-llm-gateway-valkey",
         # Model serving's image repositories (stacks/serving_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-predictor",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-tritonserver",
@@ -276,6 +294,7 @@ PROD_STATEFUL_URNS = sorted(
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-lws",
         # The data image's repository (Spark, stacks/spark_layer.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-data",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-spark-operator-controller",
         # Kubeflow Pipelines' images mirrored into the stack's ECR, and the platform's
         # pipelines image (publisher, trigger; stacks/pipelines_layer.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kubeflow-pipelines-alpine",

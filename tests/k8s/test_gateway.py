@@ -47,12 +47,15 @@ COMPONENT = "gpuplatform:k8s:LlmGateway"
 GATEWAY_STACKS = ("smb-cpu", "uae-prod")
 NETWORK = ClusterNetwork(("10.42.0.0/16",), ("10.42.0.0/16",))
 
+#: The mirror of the gateway's images (on AWS the stack's ECR: the foundation sets it).
+REGISTRY = "registry.site.ae/gpu"
 SPEC = gs.LlmGatewaySpec(
     teams=(
         gs.GatewayTeam("nlp", ("uae-gpt", "jais/13b:chat"), 20_000, 50_000_000),
         gs.GatewayTeam("speech", ("uae-gpt",), 10_000, 10_000_000, key_generation=2),
     ),
     prices=(gs.ModelPrice("uae-gpt", 0.2, 0.6), gs.ModelPrice("jais/13b:chat", 0.1, 0.3)),
+    registry=REGISTRY,
 )
 #: What the LLM services expose, one backend per model (a pool on GPUs, a Service on CPU).
 BACKENDS = (
@@ -131,7 +134,7 @@ def chart_defaults(name: str) -> Any:
 
 
 def test_the_ai_gateway_values_exist_in_the_pinned_chart() -> None:
-    values = gm.ai_gateway_values()
+    values = gm.ai_gateway_values(SPEC)
     assert unknown_keys(values, chart_defaults("ai-gateway-helm-v1.0.0-values.yaml")) == []
     # The team header becomes a label of every gen_ai metric.
     assert values["controller"]["metricsRequestHeaderAttributes"] == (
@@ -153,7 +156,7 @@ def _keys(values: Any) -> set[str]:
 
 
 def test_the_envoy_gateway_values_exist_in_the_pinned_chart_and_its_config_api() -> None:
-    values = gm.envoy_gateway_values()
+    values = gm.envoy_gateway_values(SPEC)
     config = values.pop("config")
     assert unknown_keys(values, chart_defaults("gateway-helm-v1.8.1-values.tmpl.yaml")) == []
     # The rate limit container's variables are Kubernetes EnvVars: checked as a pod's.
@@ -534,3 +537,38 @@ def test_make_cost_prints_the_gateway_of_a_shipped_stack(
     assert ["analytics", "uae-gpt-cpu", "0.0500", "0.1500", "100,000,000", "15.00"] in [
         line.split() for line in out.splitlines()
     ]
+
+
+def test_every_gateway_image_comes_from_the_mirror() -> None:
+    """The controllers, the rate limit service, the proxies, the external processor
+    the AI Gateway injects and the counters: each from `gs.MIRRORED_IMAGES` under the
+    registry, none from Docker Hub, each chart image pulled at every start."""
+    images = gm.envoy_gateway_values(SPEC)["global"]["images"]
+    ai = gm.ai_gateway_values(SPEC)
+    counters = gm.counters_values(SPEC, "gp3-encrypted")["image"]
+    (proxy,) = [m for m in gm.manifests(SPEC, BACKENDS, eks=True) if m["kind"] == "EnvoyProxy"]
+    container = proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"]
+    found = {
+        images["envoyGateway"]["image"],
+        images["ratelimit"]["image"],
+        container["image"],
+        f"{ai['controller']['image']['repository']}:{ai['controller']['image']['tag']}",
+        f"{ai['extProc']['image']['repository']}:{ai['extProc']['image']['tag']}",
+        f"{counters['registry']}/{counters['repository']}:{counters['tag']}",
+    }
+    assert found == {f"{REGISTRY}/{name}:{tag}" for name, (_, tag) in gs.MIRRORED_IMAGES.items()}
+    policies = {images[n]["pullPolicy"] for n in images}
+    policies |= {ai["controller"]["imagePullPolicy"], ai["extProc"]["imagePullPolicy"]}
+    assert policies | {counters["pullPolicy"]} == {"Always"}
+    # The proxy image the EnvoyProxy names is the one Envoy Gateway v1.8.1 defaults to.
+    shared = (VENDOR / "shared_types.go").read_text(encoding="utf-8")
+    source, tag = gs.MIRRORED_IMAGES["llm-gateway/envoy"]
+    assert f'DefaultEnvoyProxyImage = "{source}:{tag}"' in shared
+    source, tag = gs.MIRRORED_IMAGES["llm-gateway/ratelimit"]
+    assert f'DefaultRateLimitImage = "{source}:{tag}"' in shared
+
+
+def test_the_gateway_images_need_a_resolved_registry() -> None:
+    unresolved = gs.LlmGatewaySpec(teams=SPEC.teams, prices=SPEC.prices)
+    with pytest.raises(ValueError, match=r"llmGateway\.registry is unresolved"):
+        gm.envoy_gateway_values(unresolved)

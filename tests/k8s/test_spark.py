@@ -142,10 +142,12 @@ def test_the_operator_chart_is_pinned_with_known_values(stack: str) -> None:
         "serviceAccount": {"create": False},
         "rbac": {"create": False},
     }
+    # From the stack's own ECR (a mirror of ghcr.io's), pulled at each start.
     assert values["image"] == {
-        "registry": "ghcr.io",
+        "registry": f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}",
         "repository": "kubeflow/spark-operator/controller",
         "tag": "2.5.2",
+        "pullPolicy": "Always",
     }
     for part in ("controller", "webhook"):
         assert values[part]["nodeSelector"] == {"gpuplatform.ae/role": "system"}

@@ -36,6 +36,7 @@ from modules.k8s.trainer.spec import (
     FRAMEWORKS,
     JOBSET_VERSION,
     KUBEFLOW_TRAINER,
+    MIRRORED_REPOSITORIES,
     TRAINER_NAMESPACE,
     TRAINER_VERSION,
     TRAINJOB_INTEGRATION,
@@ -479,11 +480,28 @@ def test_trainer_values_install_crds_no_builtin_runtime_and_pin_images() -> None
     assert values["jobset"]["image"] == {
         "repository": "registry.k8s.io/jobset/jobset",
         "tag": JOBSET_VERSION,
-        "pullPolicy": "IfNotPresent",
+        "pullPolicy": "Always",
     }
+    assert values["image"]["pullPolicy"] == "Always"
     mirrored = trainer_values(TrainerSpec(registry="registry.site.ae/mirror"))
     assert mirrored["image"]["registry"] == "registry.site.ae/mirror"
     assert mirrored["jobset"]["image"]["repository"] == "registry.site.ae/mirror/jobset/jobset"
+
+
+@pytest.mark.parametrize("stack", ["uae-prod", "smb-cpu", "uae-dev"])
+def test_on_aws_trainers_images_come_from_the_stacks_own_ecr(stack: str) -> None:
+    (release,) = [
+        r.inputs
+        for r in registrations(stack, "kubernetes:helm.sh/v3:Release")
+        if r.inputs["chart"] == KUBEFLOW_TRAINER.chart
+    ]
+    ecr = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    values = release["values"]
+    assert values["image"]["registry"] == ecr
+    assert values["jobset"]["image"]["repository"] == f"{ecr}/jobset/jobset"
+    # ... from repositories the stack creates, one per image.
+    repositories = {r.inputs["name"] for r in registrations(stack, "aws:ecr/repository:Repository")}
+    assert {f"gpu-{stack}/{name}" for name in MIRRORED_REPOSITORIES} <= repositories
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)

@@ -28,6 +28,7 @@ LIMITS_RULE = "uae-llm-gateway-rate-limits"
 SPEC = gs.LlmGatewaySpec(
     teams=(gs.GatewayTeam("nlp", ("uae-gpt", "jais"), 1000, 100_000),),
     prices=(gs.ModelPrice("uae-gpt", 0.2, 0.6), gs.ModelPrice("jais", 0.1, 0.3)),
+    registry="123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test",
 )
 BACKENDS = (
     LLMBackend("uae-gpt", "llm-serving", "InferencePool", "uae-gpt", 8000),

@@ -450,6 +450,18 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
         "docker.io/grafana/grafana",
     ),
     (
+        "helm-public-image-map",
+        _helm_values({"images": {"operator": "ghcr.io/kedacore/http-add-on-operator"}}),
+        "uae-helm-chart-images",
+        "`values.images.operator` pulls ghcr.io/kedacore/http-add-on-operator",
+    ),
+    (
+        "helm-public-image-map-name",
+        _helm_values({"images": {"kubeRbacProxy": {"name": "gcr.io/kubebuilder/kube-rbac-proxy"}}}),
+        "uae-helm-chart-images",
+        "`values.images.kubeRbacProxy` pulls gcr.io/kubebuilder/kube-rbac-proxy",
+    ),
+    (
         "helm-no-image-values",
         _helm_values({"grafana": {"service": {"type": "ClusterIP"}}}),
         "uae-helm-chart-images",

@@ -103,6 +103,14 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         yield boto3.client("ecr", region_name=REGION)
 
 
+@pytest.fixture
+def planned(monkeypatch: pytest.MonkeyPatch, stack_images: list[str]) -> list[str]:
+    """`pin_images.stack_images` answering from the module's one plan of the stack (the
+    real path runs in `test_pin_images_writes_the_registrys_digest_of_every_image`)."""
+    monkeypatch.setattr(pin_images, "stack_images", lambda stack: list(stack_images))
+    return stack_images
+
+
 def _manifest(reference: str, build: int = 1) -> str:
     """A one-layer image manifest, distinct per reference and build (moto derives the
     digest from the layers)."""
@@ -133,7 +141,11 @@ def _push(client: Any, reference: str, build: int = 1) -> str:
 
 
 def test_pin_images_writes_the_registrys_digest_of_every_image(
-    registry: Any, stack_images: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    registry: Any,
+    stack_images: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pushed = {image_lock.ecr_image(ref).key: _push(registry, ref) for ref in stack_images}  # type: ignore[union-attr]
     out = tmp_path / "lock.json"
@@ -149,6 +161,7 @@ def test_pin_images_writes_the_registrys_digest_of_every_image(
         imageIds=[{"imageTag": image_lock.ecr_image(moved).tag}],  # type: ignore[union-attr]
     )
     _push(registry, moved, build=2)
+    monkeypatch.setattr(pin_images, "stack_images", lambda stack: list(stack_images))
     assert pin_images.main([STACK, "--out", str(out)]) == 0
     again = json.loads(out.read_text())["digests"]
     changed = {key for key in pushed if again[key] != pushed[key]}
@@ -156,8 +169,9 @@ def test_pin_images_writes_the_registrys_digest_of_every_image(
 
 
 def test_a_missing_image_is_named_and_nothing_is_written(
-    registry: Any, stack_images: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    registry: Any, planned: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    stack_images = planned
     for ref in stack_images[1:]:
         _push(registry, ref)
     out = tmp_path / "lock.json"
@@ -179,7 +193,10 @@ def test_pin_images_replaces_no_file_it_did_not_make(
 
 
 def test_pin_images_errors_are_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    planned: list[str],
 ) -> None:
     assert pin_images.main(["nowhere"]) == 2
     assert "no stack 'nowhere'" in capsys.readouterr().err

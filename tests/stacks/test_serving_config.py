@@ -80,3 +80,12 @@ def test_the_tracking_images_registry_is_the_stacks_own_on_aws_and_required_on_p
     # Without a tracking server no registry is asked for.
     config = parse_stack_config(config_of("onprem-ib", tracking={"enabled": False}, pipelines=None))
     assert config.tracking.registry is None
+
+
+def test_the_llm_gateways_images_come_from_the_stacks_own_ecr_on_aws() -> None:
+    gateway = json.loads(config_of("smb-cpu")[NS + "llmGateway"])
+    gateway["registry"] = "docker.io/envoyproxy"
+    problems = problems_of(config_of("smb-cpu", llmGateway=gateway))
+    assert any(
+        p.startswith(f"{NS}llmGateway.registry: got 'docker.io/envoyproxy'") for p in problems
+    )

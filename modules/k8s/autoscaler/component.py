@@ -18,9 +18,9 @@ class Autoscaler(PlatformService):
     def declare(self, name: str, args: KubernetesPlatformArgs) -> Outputs:
         if args.eks is None:
             raise ValueError("the Cluster Autoscaler is for EKS only")
-        version = args.kubernetes_version
+        version, registry = args.kubernetes_version, args.eks.registry
         values = pulumi.Output.all(args.eks.cluster_name, args.eks.region).apply(
-            lambda names: cluster_autoscaler_values(names[0], names[1], version)
+            lambda names: cluster_autoscaler_values(names[0], names[1], version, registry)
         )
         self.release = self.install("cluster-autoscaler", CLUSTER_AUTOSCALER, KUBE_SYSTEM, values)
         return {"chartVersion": CLUSTER_AUTOSCALER.version}

@@ -24,10 +24,18 @@ def discovery_tags(cluster_name: str) -> list[str]:
     return ["k8s.io/cluster-autoscaler/enabled", f"k8s.io/cluster-autoscaler/{cluster_name}"]
 
 
+#: The autoscaler's image (registry.k8s.io), by its repository under a mirror; its tag
+#: follows the cluster's minor version (`CLUSTER_AUTOSCALER_IMAGE_TAGS`).
+UPSTREAM_REGISTRY = "registry.k8s.io"
+REPOSITORY = "autoscaling/cluster-autoscaler"
+
+
 def cluster_autoscaler_values(
-    cluster_name: str, region: str, kubernetes_version: str
+    cluster_name: str, region: str, kubernetes_version: str, registry: str | None = None
 ) -> dict[str, Any]:
-    """Values of the cluster-autoscaler chart."""
+    """Values of the cluster-autoscaler chart (keys checked against its values.yaml);
+    the image from ``registry``, a mirror under the upstream repository path (the
+    stack's ECR), pulled at each start."""
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
@@ -38,7 +46,11 @@ def cluster_autoscaler_values(
             "serviceAccount": {"create": True, "name": CLUSTER_AUTOSCALER_SERVICE_ACCOUNT},
         },
         # The autoscaler's minor version must match the cluster's.
-        "image": {"tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version]},
+        "image": {
+            "repository": f"{registry or UPSTREAM_REGISTRY}/{REPOSITORY}",
+            "tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version],
+            "pullPolicy": "Always",
+        },
         "nodeSelector": system_node_selector(),
         "extraArgs": {
             "balance-similar-node-groups": True,

@@ -96,11 +96,24 @@ class CostInputs:
         cluster_id: the cluster's name in OpenCost (the site name).
         prices: the unit prices (`UnitPrices`).
         budgets: team name -> monthly budget in USD (teams without one get no alert).
+        registry: a mirror holding OpenCost's image under its upstream repository path
+            (`OPENCOST_IMAGE`; on AWS the stack's own ECR); None: ghcr.io.
     """
 
     cluster_id: str
     prices: UnitPrices
     budgets: tuple[tuple[str, float], ...] = ()
+    registry: str | None = None
+
+
+#: OpenCost's exporter image as the pinned chart names it: (registry, repository, tag),
+#: the tag carrying upstream's digest, which a digest-preserving mirror (``crane copy``)
+#: keeps, so the mirror's image is checked to be upstream's.
+OPENCOST_IMAGE = (
+    "ghcr.io",
+    "opencost/opencost",
+    "1.120.1@sha256:b0701f9b54e43c9abee98f5784792a5b469ca8951e87da32b161c1fa539ab0e1",
+)
 
 
 def opencost_values(inputs: CostInputs) -> dict[str, Any]:
@@ -120,6 +133,12 @@ def opencost_values(inputs: CostInputs) -> dict[str, Any]:
         "opencost": {
             "nodeSelector": system_node_selector(),
             "exporter": {
+                "image": {
+                    "registry": inputs.registry or OPENCOST_IMAGE[0],
+                    "repository": OPENCOST_IMAGE[1],
+                    "tag": OPENCOST_IMAGE[2],
+                    "pullPolicy": "Always",
+                },
                 "defaultClusterId": inputs.cluster_id,
                 "securityContext": restricted,
                 # Custom prices on every cluster: never the AWS pricing endpoints.

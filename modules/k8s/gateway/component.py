@@ -151,7 +151,7 @@ class LlmGateway(pulumi.ComponentResource):
                 namespace=gs.CONTROLLER_NAMESPACE,
                 create_namespace=False,
                 skip_crds=True,
-                values=gm.envoy_gateway_values(),
+                values=gm.envoy_gateway_values(spec),
                 atomic=True,
                 cleanup_on_fail=True,
                 timeout=900,
@@ -164,7 +164,7 @@ class LlmGateway(pulumi.ComponentResource):
             gs.AI_GATEWAY_RELEASE,
             gs.AI_GATEWAY,
             gs.AI_GATEWAY_NAMESPACE,
-            gm.ai_gateway_values(),
+            gm.ai_gateway_values(spec),
             [*ai_ns, ai_crds, envoy_gateway, *pki_ready],
         )
         keys: KubernetesObject = register(

@@ -127,13 +127,20 @@ def counters_url() -> str:
     return f"{host}:{gs.COUNTERS_PORT}"
 
 
-def envoy_gateway_values() -> Manifest:
+def envoy_gateway_values(spec: gs.LlmGatewaySpec) -> Manifest:
     """``gateway-helm``: the controller on the system pool, configured as AI Gateway's
     installation asks (``manifests/envoy-gateway-values.yaml`` and its InferencePool and
     rate limit add-ons at v1.0.0): the Backend API, AI Gateway as extension server for
     every listener, route, cluster and secret, InferencePools as backends, and the
-    global rate limit service on the counters' Valkey."""
+    global rate limit service on the counters' Valkey. The controller's and the rate
+    limit service's images from the mirror (`gs.MIRRORED_IMAGES`), pulled at each
+    start; the proxies' image is the EnvoyProxy's (`envoy_proxy`)."""
+    images = {
+        name: {"image": spec.image(f"llm-gateway/{repository}"), "pullPolicy": "Always"}
+        for name, repository in (("envoyGateway", "envoy-gateway"), ("ratelimit", "ratelimit"))
+    }
     return {
+        "global": {"images": images},
         "deployment": {"pod": {"nodeSelector": system_node_selector()}},
         "config": {
             "envoyGateway": {
@@ -197,12 +204,22 @@ def ratelimit_env() -> list[Manifest]:
     ]
 
 
-def ai_gateway_values() -> Manifest:
+def ai_gateway_values(spec: gs.LlmGatewaySpec) -> Manifest:
     """``ai-gateway-helm``: the controller on the system pool as the restricted profile
     asks; the team header exported as a label of every gen_ai metric; the webhook's
-    certificate from cert-manager (rotated) instead of the chart's embedded one."""
+    certificate from cert-manager (rotated) instead of the chart's embedded one; the
+    controller's image and the external processor's (which the controller's webhook
+    injects into the proxies) from the mirror, pulled at each start."""
+
+    def chart_image(repository: str) -> Manifest:
+        reference, _, tag = spec.image(f"llm-gateway/{repository}").rpartition(":")
+        return {"repository": reference, "tag": tag}
+
     return {
+        "extProc": {"image": chart_image("ai-gateway-extproc"), "imagePullPolicy": "Always"},
         "controller": {
+            "image": chart_image("ai-gateway-controller"),
+            "imagePullPolicy": "Always",
             "metricsRequestHeaderAttributes": f"{gs.TEAM_HEADER}:{gs.TEAM_ATTRIBUTE}",
             "nodeSelector": system_node_selector(),
             "podSecurityContext": restricted_pod(IMAGE_UID),
@@ -217,7 +234,15 @@ def counters_values(spec: gs.LlmGatewaySpec, storage_class: str) -> Manifest:
     """The ``valkey`` chart holding the rate limit counters: one primary with an
     append-only persistent volume, so that the monthly budgets survive a restart."""
     container = {k: v for k, v in restricted_container(1000).items() if k != "runAsGroup"}
+    reference, _, tag = spec.image("llm-gateway/valkey").rpartition(":")
+    registry, _, repository = reference.partition("/")
     return {
+        "image": {
+            "registry": registry,
+            "repository": repository,
+            "tag": tag,
+            "pullPolicy": "Always",
+        },
         "podSecurityContext": restricted_pod(1000),
         "securityContext": container,
         # The rate limit service signs in as `default` (a password-only connection).
@@ -290,7 +315,12 @@ def envoy_proxy(spec: gs.LlmGatewaySpec, *, eks: bool) -> Manifest:
                             "nodeSelector": system_node_selector(),
                             "securityContext": restricted_pod(IMAGE_UID),
                         },
-                        "container": {"securityContext": restricted_container(IMAGE_UID)},
+                        # The proxies' image from the mirror (EnvoyProxy's container
+                        # spec has no pull policy: the kubelet's default for a tag).
+                        "container": {
+                            "image": spec.image("llm-gateway/envoy"),
+                            "securityContext": restricted_container(IMAGE_UID),
+                        },
                     },
                 },
             }

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from modules.k8s.features.spec import VALKEY_TAG
 from modules.k8s.llm.spec import LLMBackend
 from modules.k8s.versions import Chart
 from modules.validation import Checker, Problem, TextFormat, bounded
@@ -40,6 +41,28 @@ AI_GATEWAY_CRDS = Chart("oci://docker.io/envoyproxy/ai-gateway-crds-helm", AI_GA
 AI_GATEWAY = Chart("oci://docker.io/envoyproxy/ai-gateway-helm", AI_GATEWAY_VERSION)
 #: The Gateway API release and channel the CRD chart installs (``crds.gatewayAPI``).
 GATEWAY_API_VERSION = "v1.5.1"
+#: Every image the gateway runs, by repository under the registry it pulls from
+#: (`LlmGatewaySpec.registry`, or on AWS the stack's own ECR) -> (upstream image, tag) to
+#: mirror it from (docs/llm-gateway.md): Envoy Gateway's controller (also its shutdown
+#: manager) and rate limit service and the Envoy proxies it runs, at the tags v1.8.1
+#: builds in (``api/v1alpha1/shared_types.go``, vendored); AI Gateway's controller and
+#: the external processor it injects into the proxies (the chart's appVersion); Valkey,
+#: the rate limit counters (the valkey chart's appVersion). Nothing from outside the
+#: country.
+MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
+    "llm-gateway/envoy-gateway": ("docker.io/envoyproxy/gateway", ENVOY_GATEWAY_VERSION),
+    "llm-gateway/ratelimit": ("docker.io/envoyproxy/ratelimit", "ff287602"),
+    "llm-gateway/envoy": ("docker.io/envoyproxy/envoy", "distroless-v1.38.1"),
+    "llm-gateway/ai-gateway-controller": (
+        "docker.io/envoyproxy/ai-gateway-controller",
+        AI_GATEWAY_VERSION,
+    ),
+    "llm-gateway/ai-gateway-extproc": (
+        "docker.io/envoyproxy/ai-gateway-extproc",
+        AI_GATEWAY_VERSION,
+    ),
+    "llm-gateway/valkey": ("docker.io/valkey/valkey", VALKEY_TAG),
+}
 GATEWAY_API_CHANNEL = "standard"
 
 #: Where each part runs. The controllers' namespaces are their install guides' (the AI
@@ -196,6 +219,10 @@ class LlmGatewaySpec:
             the internal load balancer in the site's or VPC's DNS.
         replicas: Envoy proxy pods (default 2).
         counters_storage_gib: the rate limit counters' volume (default 5).
+        registry: where the gateway's images are pulled from, ``host[/path]`` holding
+            `MIRRORED_IMAGES` (``<registry>/llm-gateway/envoy:distroless-v1.38.1``
+            ...). AWS stacks leave it unset and get one ECR repository per image in
+            their own registry; required on premises (the site's registry).
     """
 
     teams: tuple[GatewayTeam, ...]
@@ -203,9 +230,11 @@ class LlmGatewaySpec:
     hostname: str = "llm-gateway.internal"
     replicas: int = bounded(1, 20, default=2)
     counters_storage_gib: int = bounded(1, 1024, default=5)
+    registry: str | None = None
 
     def __post_init__(self) -> None:
         check = Checker()
+        check.registry("registry", self.registry)
         check.require(bool(self.teams), "teams", [], "give at least one team access")
         _unique(check, "teams", [t.team for t in self.teams], "team")
         _unique(check, "prices", [p.model for p in self.prices], "model")
@@ -234,6 +263,13 @@ class LlmGatewaySpec:
         )
         check.ranges(self)
         check.done()
+
+    def image(self, repository: str) -> str:
+        """``<registry>/<repository>:<tag>`` of one of `MIRRORED_IMAGES`; the registry
+        must be resolved by then (the AWS foundation sets it)."""
+        if self.registry is None:
+            raise ValueError("llmGateway.registry is unresolved (set by the AWS foundation)")
+        return f"{self.registry}/{repository}:{MIRRORED_IMAGES[repository][1]}"
 
     @property
     def models(self) -> tuple[str, ...]:

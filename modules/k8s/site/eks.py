@@ -42,6 +42,10 @@ class EksInputs:
         storage_kms_key_arn: ARN of the customer-managed key encrypting EBS volumes.
         vpc_cidr: the VPC's CIDR: team pods may reach its interface endpoints on 443.
         fsx: the FSx for Lustre file system, where the stack has one.
+        registry: the stack's own ECR (``<ecr>/gpu-<stack>``) holding mirrors of the
+            cluster add-ons' images under their upstream repository paths (the Cluster
+            Autoscaler's, the FSx CSI driver's, OpenCost's; the stack creates the
+            repositories); None: their upstream registries.
     """
 
     cluster_name: pulumi.Input[str]
@@ -49,3 +53,4 @@ class EksInputs:
     storage_kms_key_arn: pulumi.Input[str]
     vpc_cidr: pulumi.Input[str]
     fsx: FsxInputs | None = None
+    registry: str | None = None

@@ -256,8 +256,10 @@ class SparkSpec:
         registry: on premises, the site registry holding ``data:<tag>``
             (``host[:port][/path]``); AWS stacks use their own ECR repository.
         operator_registry: a registry in the country that mirrors the operator's image
-            (its upstream repository path kept under it). Default none: the chart's
-            upstream image, which the advisory image rule of the policy pack lists.
+            (its upstream repository path kept under it). Default: on AWS the stack's
+            own ECR (its repository created by the stack); on premises none, the
+            chart's upstream image, which the advisory image rule of the policy pack
+            lists.
         jobs: the data-preparation jobs (`SparkJobSpec`).
         object_store: the site's object store (`ObjectStoreSpec`); on premises only.
     """
@@ -879,6 +881,9 @@ def operator_values(spec: SparkSpec, node_selector: dict[str, str]) -> Manifest:
         "registry": spec.operator_registry or registry,
         "repository": repository,
         "tag": OPERATOR_VERSION,
+        # Pulled at each start, as every container the platform registers
+        # (`modules.k8s.security.pull_always`; Helm values do not pass through it).
+        "pullPolicy": "Always",
     }
     small = {
         "requests": {"cpu": "100m", "memory": "256Mi"},

@@ -45,7 +45,10 @@ class Storage(PlatformService):
         fsx = args.eks.fsx
         if fsx is not None:
             driver = self.install(
-                "aws-fsx-csi-driver", FSX_CSI_DRIVER, KUBE_SYSTEM, fsx_csi_values()
+                "aws-fsx-csi-driver",
+                FSX_CSI_DRIVER,
+                KUBE_SYSTEM,
+                fsx_csi_values(args.eks.registry),
             )
             # The root volume and the fences, then the Job that makes the team directories.
             _, *root = self.fenced_namespace(

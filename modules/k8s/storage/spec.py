@@ -108,14 +108,46 @@ def ebs_storage_classes(kms_key_arn: pulumi.Input[str]) -> list[Manifest]:
     ]
 
 
-def fsx_csi_values() -> dict[str, Any]:
+#: The FSx CSI driver's images (chart 1.17.0's values.yaml, vendored: the driver and its
+#: CSI sidecars, all from AWS's public ECR), by repository under a mirror -> (upstream
+#: registry, tag), and the chart key each is set under (``image`` or
+#: ``sidecars.<name>.image``).
+FSX_CSI_IMAGES: dict[str, tuple[str, str, str]] = {
+    "fsx-csi-driver/aws-fsx-csi-driver": ("public.ecr.aws", "v1.9.0", ""),
+    "csi-components/csi-provisioner": ("public.ecr.aws", "v6.2.0-eksbuild.2", "provisioner"),
+    "csi-components/csi-resizer": ("public.ecr.aws", "v2.1.0-eksbuild.3", "resizer"),
+    "csi-components/livenessprobe": ("public.ecr.aws", "v2.18.0-eksbuild.3", "livenessProbe"),
+    "csi-components/csi-node-driver-registrar": (
+        "public.ecr.aws",
+        "v2.16.0-eksbuild.3",
+        "nodeDriverRegistrar",
+    ),
+}
+
+
+def fsx_csi_values(registry: str | None = None) -> dict[str, Any]:
     """FSx CSI driver: the controller on the system pool; the node plugin on every node
     that may mount the file system, GPU and fabric nodes included. Static volumes need
-    no AWS API call, so the driver needs no IAM role."""
-    return {
+    no AWS API call, so the driver needs no IAM role. Every image from ``registry``, a
+    mirror under the upstream repository paths (the stack's ECR), at the chart's tags,
+    pulled at each start (the chart renders no pull policy for the controller's
+    sidecars: there the kubelet's default for a tag applies)."""
+    values: dict[str, Any] = {
         "controller": {"nodeSelector": system_node_selector()},
         "node": {"tolerations": pool_taint_tolerations()},
+        "sidecars": {},
     }
+    for repository, (upstream, tag, sidecar) in FSX_CSI_IMAGES.items():
+        image = {
+            "repository": f"{registry or upstream}/{repository}",
+            "tag": tag,
+            "pullPolicy": "Always",
+        }
+        if sidecar:
+            values["sidecars"][sidecar] = {"image": image}
+        else:
+            values["image"] = image
+    return values
 
 
 def _fsx_volume(

@@ -57,6 +57,8 @@ WEBHOOK_PORT = 9443
 #: Upstream images (registry, repository): the chart's controller and JobSet's.
 CONTROLLER_IMAGE = ("ghcr.io", "kubeflow/trainer/trainer-controller-manager")
 JOBSET_IMAGE = ("registry.k8s.io", "jobset/jobset")
+#: Their repositories under a mirror (``<registry>/<repository>:<tag>``).
+MIRRORED_REPOSITORIES = (CONTROLLER_IMAGE[1], JOBSET_IMAGE[1])
 
 Framework = Literal["torch", "deepspeed", "mpi"]
 FRAMEWORKS: tuple[Framework, ...] = ("torch", "deepspeed", "mpi")
@@ -76,8 +78,10 @@ class TrainerSpec:
         enabled: install the trainer and the platform's runtimes (default true).
         registry: a registry in the country that mirrors the controller's and JobSet's
             images (``host[:port][/path]``; the images keep their upstream repository
-            paths under it). Default none: the chart's upstream images, which the
-            advisory image rule of the policy pack lists for review.
+            paths under it, `MIRRORED_REPOSITORIES`). Default: on AWS the stack's own
+            ECR (one repository per image, created by the stack); on premises none,
+            the chart's upstream images, which the advisory image rule of the policy
+            pack lists for review.
         frameworks: which runtimes to provide: ``torch``, ``deepspeed``, ``mpi``
             (default all three).
         mpi_image: the image of the MPI runtime (Horovod over Open MPI, built from
@@ -167,7 +171,9 @@ def trainer_values(spec: TrainerSpec) -> dict[str, Any]:
     jobset = _image(JOBSET_IMAGE, spec.registry, JOBSET_VERSION)
     return {
         "crds": {"enabled": True},
-        "image": {**controller, "pullPolicy": "IfNotPresent"},
+        # Pulled at each start, as every container the platform registers
+        # (`modules.k8s.security.pull_always`; Helm values do not pass through it).
+        "image": {**controller, "pullPolicy": "Always"},
         "manager": {
             "replicas": 1,
             "nodeSelector": system_node_selector(),
@@ -184,7 +190,7 @@ def trainer_values(spec: TrainerSpec) -> dict[str, Any]:
             "image": {
                 "repository": f"{jobset['registry']}/{jobset['repository']}",
                 "tag": jobset["tag"],
-                "pullPolicy": "IfNotPresent",
+                "pullPolicy": "Always",
             },
             "controller": {"nodeSelector": system_node_selector()},
         },

@@ -1,0 +1,117 @@
+"""The EKS-only add-ons (the Cluster Autoscaler, the FSx CSI driver) pull their images
+from the stack's own ECR: values checked against the charts' vendored values.yaml at
+the pinned versions, and the shipped plans' releases and repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modules.k8s.autoscaler import spec as autoscaler
+from modules.k8s.cost.spec import OPENCOST, OPENCOST_IMAGE, CostInputs, UnitPrices, opencost_values
+from modules.k8s.storage.spec import FSX_CSI_IMAGES, fsx_csi_values
+from modules.k8s.versions import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, FSX_CSI_DRIVER
+from tests.conftest import shipped_plan
+from tests.k8s.test_serving import chart_values, unknown_keys
+
+MIRROR = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-test"
+AWS_STACKS = ("uae-prod", "uae-dev", "smb-cpu")
+
+
+def _release(stack: str, chart: str) -> dict[str, Any] | None:
+    records, _ = shipped_plan(stack)
+    found = [
+        r.inputs
+        for r in records.values()
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("chart") == chart
+    ]
+    return found[0] if found else None
+
+
+def _repositories(stack: str) -> set[str]:
+    records, _ = shipped_plan(stack)
+    return {r.inputs["name"] for r in records.values() if r.type == "aws:ecr/repository:Repository"}
+
+
+def test_the_autoscaler_image_key_is_the_charts_and_names_the_mirror() -> None:
+    defaults = chart_values(f"cluster-autoscaler-{CLUSTER_AUTOSCALER.version}-values.yaml")
+    values = autoscaler.cluster_autoscaler_values("c", "me-central-1", "1.33", MIRROR)
+    assert unknown_keys({"image": values["image"]}, defaults) == []
+    # The chart's own image, moved under the mirror: same repository path, pulled always.
+    upstream = defaults["image"]["repository"]
+    assert upstream == f"{autoscaler.UPSTREAM_REGISTRY}/{autoscaler.REPOSITORY}"
+    assert values["image"] == {
+        "repository": f"{MIRROR}/{autoscaler.REPOSITORY}",
+        "tag": CLUSTER_AUTOSCALER_IMAGE_TAGS["1.33"],
+        "pullPolicy": "Always",
+    }
+    # The chart's default tag is the version this chart release was made for.
+    assert defaults["image"]["tag"] in CLUSTER_AUTOSCALER_IMAGE_TAGS.values()
+    unmirrored = autoscaler.cluster_autoscaler_values("c", "me-central-1", "1.33")
+    assert unmirrored["image"]["repository"] == upstream
+
+
+def test_the_fsx_driver_images_are_the_charts_own_moved_under_the_mirror() -> None:
+    defaults = chart_values(f"aws-fsx-csi-driver-{FSX_CSI_DRIVER.version}-values.yaml")
+    values = fsx_csi_values(MIRROR)
+    assert unknown_keys({k: values[k] for k in ("image", "sidecars")}, defaults) == []
+    for repository, (upstream, tag, sidecar) in FSX_CSI_IMAGES.items():
+        chart = defaults["sidecars"][sidecar]["image"] if sidecar else defaults["image"]
+        ours = values["sidecars"][sidecar]["image"] if sidecar else values["image"]
+        # What the chart pulls by default is exactly what the mirror must hold.
+        assert (chart["repository"], chart["tag"]) == (f"{upstream}/{repository}", tag)
+        assert ours == {"repository": f"{MIRROR}/{repository}", "tag": tag, "pullPolicy": "Always"}
+    assert set(values["sidecars"]) == set(defaults["sidecars"])
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_on_aws_the_add_ons_pull_from_repositories_the_stack_creates(stack: str) -> None:
+    mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    repositories = _repositories(stack)
+    release = _release(stack, CLUSTER_AUTOSCALER.chart)
+    assert release is not None
+    assert release["values"]["image"]["repository"] == f"{mirror}/{autoscaler.REPOSITORY}"
+    assert f"gpu-{stack}/{autoscaler.REPOSITORY}" in repositories
+    fsx = _release(stack, FSX_CSI_DRIVER.chart)
+    wanted = {f"gpu-{stack}/{name}" for name in FSX_CSI_IMAGES}
+    if fsx is None:  # a stack without FSx mirrors none of its images
+        assert not wanted & repositories
+        return
+    assert fsx["values"]["image"]["repository"].startswith(f"{mirror}/")
+    assert all(
+        s["image"]["repository"].startswith(f"{mirror}/")
+        for s in fsx["values"]["sidecars"].values()
+    )
+    assert wanted <= repositories
+
+
+def test_opencost_runs_the_charts_own_image_digest_from_the_mirror() -> None:
+    vendored = Path(__file__).resolve().parent / "vendor" / "opencost" / "values.yaml"
+    defaults = yaml.safe_load(vendored.read_text(encoding="utf-8"))
+    chart = defaults["opencost"]["exporter"]["image"]
+    # The exporter image the pinned chart pulls, digest included, is the one mirrored.
+    assert (chart["registry"], chart["repository"], chart["tag"]) == OPENCOST_IMAGE
+    assert OPENCOST.version == "2.5.17"
+    inputs = CostInputs("aws-me-central-1", UnitPrices(0.1, 0.01, 1.0, "test"), registry=MIRROR)
+    image = opencost_values(inputs)["opencost"]["exporter"]["image"]
+    assert image == {
+        "registry": MIRROR,
+        "repository": OPENCOST_IMAGE[1],
+        "tag": OPENCOST_IMAGE[2],
+        "pullPolicy": "Always",
+    }
+    # The UI (another image) stays off.
+    assert opencost_values(inputs)["opencost"]["ui"] == {"enabled": False}
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_on_aws_opencost_pulls_from_the_stacks_own_ecr(stack: str) -> None:
+    release = _release(stack, OPENCOST.chart)
+    if release is None:  # no verified prices: no OpenCost (docs/cost.md)
+        return
+    mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    assert release["values"]["opencost"]["exporter"]["image"]["registry"] == mirror
+    assert f"gpu-{stack}/{OPENCOST_IMAGE[1]}" in _repositories(stack)
