@@ -44,6 +44,7 @@ from modules.aws.workload_identity import PodIdentityRole, PodIdentityRoleArgs, 
 from modules.k8s.autoscaler.spec import REPOSITORY as AUTOSCALER_REPOSITORY
 from modules.k8s.cost.spec import OPENCOST_IMAGE
 from modules.k8s.gateway.spec import MIRRORED_IMAGES as MIRRORED_GATEWAY_IMAGES
+from modules.k8s.gpu.spec import gpu_operator_repositories
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
 from modules.k8s.storage.spec import FSX_CSI_IMAGES
 from modules.k8s.tracking import manifests as k8s_tracking
@@ -462,11 +463,16 @@ def build_aws_foundation(
         )
 
     # The cluster add-ons' images (the Cluster Autoscaler's, OpenCost's; the FSx CSI
-    # driver's where the stack has FSx), mirrored into the stack's own ECR under their
-    # upstream repository paths.
+    # driver's where the stack has FSx, the GPU Operator's where it has GPUs), mirrored
+    # into the stack's own ECR under their upstream repository paths.
     eks_mirrors = [AUTOSCALER_REPOSITORY, OPENCOST_IMAGE[1]]
     if file_system is not None:
         eks_mirrors += list(FSX_CSI_IMAGES)
+    profiles = [p.profile for p in pools]
+    if any(p.has_gpus for p in profiles):
+        # The GPU Operator's (driver and toolkit come with the EKS GPU AMI).
+        uses_mig = any(p.has_gpus and p.gpu_sharing == "mig" for p in profiles)
+        eks_mirrors += gpu_operator_repositories(False, False, uses_mig, cc=False)
     for repository in eks_mirrors:
         stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
 

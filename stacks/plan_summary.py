@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
+from .image_lock import image_references, lock_path
 from .offline_runtime import Registration
 
 
@@ -147,6 +148,31 @@ def provider_lines(registrations: Mapping[str, Registration]) -> list[str]:
     return lines
 
 
+def image_lines(stack: str, registrations: Mapping[str, Registration]) -> list[str]:
+    """How the images of the stack's Kubernetes objects are named: by digest (its image
+    lock, `stacks.image_lock`) or by tag only."""
+    references = {
+        ref
+        for reg in registrations.values()
+        if reg.type.startswith("kubernetes:") and not reg.type.startswith("kubernetes:helm.sh/")
+        for ref in image_references(reg.inputs)
+    }
+    if not references:
+        return []
+    pinned = sum("@sha256:" in ref for ref in references)
+    lock = lock_path(stack)
+    source = (
+        f"by {lock.relative_to(lock.parents[1])}"
+        if lock.exists()
+        else f"no image lock: `make pin-images STACK={stack}`"
+    )
+    return [
+        f"  {len(references)} images named by the Kubernetes objects, "
+        f"{pinned} pinned by digest ({source})",
+        "  Helm releases' images are each chart's values (not pinned)",
+    ]
+
+
 def render_summary(
     stack: str,
     registrations: Mapping[str, Registration],
@@ -171,6 +197,7 @@ def render_summary(
         "KMS keys and where they are used:": key_usage_lines(registrations),
         "Kubernetes platform layer:": kubernetes_lines(registrations),
         "Tracking (MLflow):": tracking_lines(registrations),
+        "Images:": image_lines(stack, registrations),
         **(extra_sections or {}),
     }
     for title, lines in sections.items():

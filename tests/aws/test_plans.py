@@ -253,6 +253,12 @@ PROD_STATEFUL_URNS = sorted(
         # The cluster add-ons' mirrored images (stacks/aws_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-autoscaling-cluster-autoscaler",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-opencost-opencost",
+        # The GPU Operator's (driver and toolkit come with the EKS GPU AMI; no MIG pool).
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-gpu-operator",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-cuda",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-k8s-device-plugin",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-k8s-dcgm-exporter",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nfd-node-feature-discovery",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-fsx-csi-driver-aws-fsx-csi-driver",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-csi-provisioner",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-csi-components-csi-resizer",

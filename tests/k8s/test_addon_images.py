@@ -12,6 +12,13 @@ import yaml
 
 from modules.k8s.autoscaler import spec as autoscaler
 from modules.k8s.cost.spec import OPENCOST, OPENCOST_IMAGE, CostInputs, UnitPrices, opencost_values
+from modules.k8s.gpu.spec import (
+    GPU_OPERATOR_IMAGES,
+    NFD_IMAGE,
+    gpu_operator_repositories,
+    gpu_operator_values,
+    mirror_path,
+)
 from modules.k8s.storage.spec import FSX_CSI_IMAGES, fsx_csi_values
 from modules.k8s.versions import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, FSX_CSI_DRIVER
 from tests.conftest import shipped_plan
@@ -115,3 +122,69 @@ def test_on_aws_opencost_pulls_from_the_stacks_own_ecr(stack: str) -> None:
     mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
     assert release["values"]["opencost"]["exporter"]["image"]["registry"] == mirror
     assert f"gpu-{stack}/{OPENCOST_IMAGE[1]}" in _repositories(stack)
+
+
+VENDOR = Path(__file__).resolve().parent / "vendor"
+
+
+def _dig(values: dict[str, Any], key: str) -> dict[str, Any]:
+    for part in key.split("."):
+        values = values[part]
+    return values
+
+
+def test_the_gpu_operator_images_are_the_charts_own_moved_under_the_mirror() -> None:
+    defaults = yaml.safe_load((VENDOR / "llm" / "gpu-operator-v25.10.1-values.yaml").read_text())
+    values = gpu_operator_values((), install_driver=False, install_toolkit=False, registry=MIRROR)
+    for key, (repository, image, version) in GPU_OPERATOR_IMAGES.items():
+        chart = _dig(defaults, key)
+        # The chart's own image: repository, name and version (none: the release's).
+        assert (chart["repository"], chart["image"]) == (repository, image), key
+        assert (chart.get("version") or "v25.10.1") == version, key
+        ours = _dig(values, key)
+        assert ours["repository"] == f"{MIRROR}/{mirror_path(repository)}", key
+        assert ours["imagePullPolicy"] == "Always" and "imagePullPolicy" in chart, key
+    nfd_defaults = yaml.safe_load(
+        (VENDOR / "charts" / "node-feature-discovery-0.18.2-values.yaml").read_text()
+    )
+    assert nfd_defaults["image"]["repository"] == NFD_IMAGE[0]
+    nfd = values["node-feature-discovery"]["image"]
+    assert nfd == {"repository": f"{MIRROR}/nfd/node-feature-discovery", "pullPolicy": "Always"}
+    assert unknown_keys({"image": nfd}, nfd_defaults) == []
+    # Without a mirror (on premises) the chart's defaults stand.
+    plain = gpu_operator_values((), install_driver=False, install_toolkit=False)
+    assert "repository" not in plain["operator"] and "node-feature-discovery" in plain
+
+
+def test_the_mirrors_repositories_follow_the_components_that_run() -> None:
+    aws = gpu_operator_repositories(False, False, uses_mig=False, cc=False)
+    assert aws == [
+        "nvidia/gpu-operator",
+        "nvidia/cuda",
+        "nvidia/k8s-device-plugin",
+        "nvidia/k8s/dcgm-exporter",
+        "nfd/node-feature-discovery",
+    ]
+    every = gpu_operator_repositories(True, True, uses_mig=True, cc=True)
+    assert set(every) - set(aws) == {
+        "nvidia/driver",
+        "nvidia/cloud-native/k8s-driver-manager",
+        "nvidia/k8s/container-toolkit",
+        "nvidia/cloud-native/k8s-mig-manager",
+        "nvidia/cloud-native/k8s-cc-manager",
+    }
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_on_aws_the_gpu_operator_pulls_from_the_stacks_own_ecr(stack: str) -> None:
+    release = _release(stack, "gpu-operator")
+    repositories = _repositories(stack)
+    if release is None:  # no GPU pool, no operator, no mirror of its images
+        assert f"gpu-{stack}/nvidia/gpu-operator" not in repositories
+        return
+    mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    values = release["values"]
+    for key in ("operator", "validator", "devicePlugin", "gfd", "dcgmExporter"):
+        path = mirror_path(GPU_OPERATOR_IMAGES[key][0], GPU_OPERATOR_IMAGES[key][1])
+        assert _dig(values, key)["repository"].startswith(f"{mirror}/"), key
+        assert f"gpu-{stack}/{path}" in repositories, key

@@ -15,7 +15,8 @@ import pytest
 from moto import mock_aws
 
 from stacks import image_lock, pin_images
-from stacks.offline_plan import PlanError, build_plan, load_stack_file
+from stacks.offline_plan import PlanError, build_plan, load_stack_file, plan_registrations
+from stacks.plan_summary import image_lines
 
 STACK = "smb-cpu"  # the smallest shipped plan
 REGION = "me-central-1"
@@ -260,3 +261,18 @@ def test_a_stack_that_requires_digests_refuses_a_missing_lock_or_an_unlocked_ima
         build_plan(STACK, config)
     assert stack_images[0] in str(caught.value)
     assert "Traceback" not in str(caught.value)
+
+
+def test_make_plan_says_how_many_images_the_lock_pins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stack_images: list[str]
+) -> None:
+    monkeypatch.setattr(image_lock, "LOCK_DIR", tmp_path)
+    config, secrets = load_stack_file(STACK)
+    unlocked = image_lines(STACK, plan_registrations(STACK, config, secrets))
+    assert unlocked[0].endswith(
+        f"0 pinned by digest (no image lock: `make pin-images STACK={STACK}`)"
+    )
+    _write_lock(tmp_path, stack_images)
+    locked = image_lines(STACK, plan_registrations(STACK, config, secrets))
+    count = len(set(stack_images))
+    assert f"{count} images named by the Kubernetes objects, {count} pinned by digest" in locked[0]

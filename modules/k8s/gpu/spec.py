@@ -32,6 +32,7 @@ from modules.k8s.common import (
     system_node_selector,
 )
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
+from modules.k8s.versions import GPU_OPERATOR
 from modules.pools import ROLE_LABEL, NodePoolProfile
 from modules.validation import Checker, Problem
 
@@ -213,12 +214,74 @@ def confidential_computing_problems(
     return check.problems
 
 
+GPU_OPERATOR_VERSION = GPU_OPERATOR.version
+#: The GPU Operator's images (chart v25.10.1's values.yaml, vendored), by the values key
+#: that names each as ``<repository>/<image>:<version>`` -> (upstream repository, image,
+#: version); the operator's and validator's version is the chart's appVersion (the
+#: release), the driver's gets the node OS appended by the operator
+#: (``580.105.08-ubuntu22.04``). The NFD subchart's image is apart (`NFD_IMAGE`).
+GPU_OPERATOR_IMAGES: dict[str, tuple[str, str, str]] = {
+    "operator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR_VERSION),
+    "validator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR_VERSION),
+    "operator.initContainer": ("nvcr.io/nvidia", "cuda", "13.0.1-base-ubi9"),
+    "driver": ("nvcr.io/nvidia", "driver", "580.105.08"),
+    "driver.manager": ("nvcr.io/nvidia/cloud-native", "k8s-driver-manager", "v0.9.1"),
+    "toolkit": ("nvcr.io/nvidia/k8s", "container-toolkit", "v1.18.1"),
+    "devicePlugin": ("nvcr.io/nvidia", "k8s-device-plugin", "v0.18.1"),
+    "gfd": ("nvcr.io/nvidia", "k8s-device-plugin", "v0.18.1"),
+    "dcgmExporter": ("nvcr.io/nvidia/k8s", "dcgm-exporter", "4.4.2-4.7.0-distroless"),
+    "migManager": ("nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.13.1"),
+    "ccManager": ("nvcr.io/nvidia/cloud-native", "k8s-cc-manager", "v0.1.1"),
+}
+#: Node Feature Discovery, the chart's subchart v0.18.2 (its image's tag: that appVersion).
+NFD_IMAGE = ("registry.k8s.io/nfd/node-feature-discovery", "v0.18.2")
+
+
+def mirror_path(repository: str, image: str = "") -> str:
+    """Where an upstream image sits under a mirror: its path without the registry host
+    (``nvcr.io/nvidia`` + ``cuda`` -> ``nvidia/cuda``)."""
+    path = repository.split("/", 1)[1]
+    return f"{path}/{image}" if image else path
+
+
+def gpu_operator_repositories(
+    install_driver: bool, install_toolkit: bool, uses_mig: bool, cc: bool
+) -> list[str]:
+    """The mirror's repositories the operator pulls from with these components on."""
+    off = {"driver", "driver.manager"} if not install_driver else set()
+    off |= {"toolkit"} if not install_toolkit else set()
+    off |= {"migManager"} if not uses_mig else set()
+    off |= {"ccManager"} if not cc else set()
+    paths = [mirror_path(r, i) for key, (r, i, _) in GPU_OPERATOR_IMAGES.items() if key not in off]
+    return list(dict.fromkeys([*paths, mirror_path(NFD_IMAGE[0])]))
+
+
+def _mirrored(values: dict[str, Any], registry: str) -> None:
+    """Point every image of ``values`` at ``registry`` (the chart's own image names and
+    versions kept), pulled at each start."""
+    for key, (repository, _, _) in GPU_OPERATOR_IMAGES.items():
+        node = values
+        for part in key.split("."):
+            node = node.setdefault(part, {})
+        node["repository"] = f"{registry}/{mirror_path(repository)}"
+        node["imagePullPolicy"] = "Always"
+    nfd = values.setdefault("node-feature-discovery", {})
+    # Its tag stays the subchart's appVersion (`NFD_IMAGE`): ``tag`` is not a key of its
+    # values.yaml (only a comment there).
+    nfd["image"] = {
+        "repository": f"{registry}/{mirror_path(NFD_IMAGE[0])}",
+        "pullPolicy": "Always",
+    }
+
+
 def gpu_operator_values(
     pools: Sequence[NodePoolProfile],
     install_driver: bool,
     install_toolkit: bool,
     scrape_interval_seconds: int = 30,
     cc_pools: Sequence[str] = (),
+    *,
+    registry: str | None = None,
 ) -> dict[str, Any]:
     """Values of the GPU Operator chart.
 
@@ -226,6 +289,8 @@ def gpu_operator_values(
     there: the operator schedules them on nodes with an NVIDIA GPU). Controllers run on
     the system pool. The DCGM exporter maps GPUs to pods (``pod``/``namespace`` labels)
     and is scraped through its ServiceMonitor, keeping those labels (``honorLabels``).
+    With ``registry`` (on AWS the stack's ECR) every image comes from that mirror
+    (`GPU_OPERATOR_IMAGES`, `NFD_IMAGE`).
     """
     uses_mig = any(p.has_gpus and p.gpu_sharing == "mig" for p in pools)
     values: dict[str, Any] = {
@@ -279,6 +344,8 @@ def gpu_operator_values(
         # nvidia.com/cc.mode label asks for; "off" for nodes without one, so only the
         # nodes the site labels switch (a mode change resets the GPUs).
         values["ccManager"] = {"enabled": True, "defaultMode": "off"}
+    if registry is not None:
+        _mirrored(values, registry)
     return values
 
 
