@@ -45,7 +45,9 @@ from modules.k8s.autoscaler.spec import REPOSITORY as AUTOSCALER_REPOSITORY
 from modules.k8s.cost.spec import OPENCOST_IMAGE
 from modules.k8s.gateway.spec import MIRRORED_IMAGES as MIRRORED_GATEWAY_IMAGES
 from modules.k8s.gpu.spec import gpu_operator_repositories
+from modules.k8s.monitoring.spec import MIRRORED_REPOSITORIES as MONITORING_REPOSITORIES
 from modules.k8s.names import CHECKPOINT_CLAIM_NAME, team_namespace
+from modules.k8s.queueing.spec import KUEUE_IMAGE
 from modules.k8s.storage.spec import FSX_CSI_IMAGES
 from modules.k8s.tracking import manifests as k8s_tracking
 from modules.k8s.tracking.spec import TrackingStoreInputs
@@ -462,10 +464,16 @@ def build_aws_foundation(
             },
         )
 
-    # The cluster add-ons' images (the Cluster Autoscaler's, OpenCost's; the FSx CSI
-    # driver's where the stack has FSx, the GPU Operator's where it has GPUs), mirrored
-    # into the stack's own ECR under their upstream repository paths.
-    eks_mirrors = [AUTOSCALER_REPOSITORY, OPENCOST_IMAGE[1]]
+    # The cluster add-ons' images (the Cluster Autoscaler's, OpenCost's, Kueue's, the
+    # monitoring stack's; the FSx CSI driver's where the stack has FSx, the GPU
+    # Operator's where it has GPUs),
+    # mirrored into the stack's own ECR under their upstream repository paths.
+    eks_mirrors = [
+        AUTOSCALER_REPOSITORY,
+        OPENCOST_IMAGE[1],
+        KUEUE_IMAGE[1],
+        *MONITORING_REPOSITORIES,
+    ]
     if file_system is not None:
         eks_mirrors += list(FSX_CSI_IMAGES)
     profiles = [p.profile for p in pools]

@@ -193,6 +193,12 @@ def _chart_images(values: Any, path: str = "values") -> Iterator[tuple[str, str]
     ``{registry?, repository, tag?}`` maps, and an ``images:`` map of component ->
     ``repo[:tag]`` or ``{name, tag}`` (KEDA's charts) (the common chart conventions)."""
     if isinstance(values, Mapping):
+        # ``global.imageRegistry`` (Bitnami's and prometheus-community's convention):
+        # the registry the chart and its subcharts pull every image from.
+        if path == "values":
+            override = dig(values, "global", "imageRegistry")
+            if isinstance(override, str) and override and not is_unknown(override):
+                yield "values.global.imageRegistry", override
         repository, registry = values.get("repository"), values.get("registry")
         if isinstance(repository, str) and repository and not is_unknown(repository):
             prefix = f"{registry}/" if isinstance(registry, str) and registry else ""

@@ -253,6 +253,16 @@ PROD_STATEFUL_URNS = sorted(
         # The cluster add-ons' mirrored images (stacks/aws_foundation.py).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-autoscaling-cluster-autoscaler",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-opencost-opencost",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kueue-kueue",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-prometheus-operator-prometheus-operator",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-prometheus-operator-prometheus-config-reloader",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-jkroepke-kube-webhook-certgen",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-prometheus-prometheus",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-prometheus-alertmanager",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kube-state-metrics-kube-state-metrics",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-prometheus-node-exporter",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-grafana-grafana",
+        "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-kiwigrid-k8s-sidecar",
         # The GPU Operator's (driver and toolkit come with the EKS GPU AMI; no MIG pool).
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-gpu-operator",
         "gpuplatform:aws:ImageRegistry$aws:ecr/repository:Repository::registry-nvidia-cuda",

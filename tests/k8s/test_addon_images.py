@@ -19,6 +19,9 @@ from modules.k8s.gpu.spec import (
     gpu_operator_values,
     mirror_path,
 )
+from modules.k8s.monitoring.spec import MIRRORED_REPOSITORIES as MONITORING_REPOSITORIES
+from modules.k8s.monitoring.spec import MonitoringSpec, kube_prometheus_stack_values
+from modules.k8s.queueing.spec import KUEUE_IMAGE, QueueingSpec, kueue_values
 from modules.k8s.storage.spec import FSX_CSI_IMAGES, fsx_csi_values
 from modules.k8s.versions import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, FSX_CSI_DRIVER
 from tests.conftest import shipped_plan
@@ -188,3 +191,87 @@ def test_on_aws_the_gpu_operator_pulls_from_the_stacks_own_ecr(stack: str) -> No
         path = mirror_path(GPU_OPERATOR_IMAGES[key][0], GPU_OPERATOR_IMAGES[key][1])
         assert _dig(values, key)["repository"].startswith(f"{mirror}/"), key
         assert f"gpu-{stack}/{path}" in repositories, key
+
+
+def test_kueue_runs_its_released_image_from_the_mirror() -> None:
+    # Kueue 0.19.2's chart values (the pinned 0.19.6 could not be read here; the keys
+    # are a patch release's, vendor/kueue/README.md): the keys set exist there.
+    defaults = yaml.safe_load((VENDOR / "charts" / "kueue-0.19.2-values.yaml").read_text())
+    values = kueue_values(QueueingSpec(), registry=MIRROR)
+    image = values["controllerManager"]["manager"]["image"]
+    assert unknown_keys({"controllerManager": {"manager": {"image": image}}}, defaults) == []
+    assert image == {
+        "repository": f"{MIRROR}/kueue/kueue",
+        "tag": "v0.19.6",
+        "pullPolicy": "Always",
+    }
+    # The git values name the staging registry; released charts the promoted one.
+    assert defaults["controllerManager"]["manager"]["image"]["repository"].endswith("/kueue/kueue")
+    assert KUEUE_IMAGE[:2] == ("registry.k8s.io", "kueue/kueue")
+    # No mirror (on premises): the released chart's own image.
+    assert "manager" not in kueue_values(QueueingSpec())["controllerManager"]
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_on_aws_kueue_pulls_from_the_stacks_own_ecr(stack: str) -> None:
+    release = _release(stack, "oci://registry.k8s.io/kueue/charts/kueue")
+    assert release is not None
+    mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    image = release["values"]["controllerManager"]["manager"]["image"]
+    assert image["repository"] == f"{mirror}/kueue/kueue"
+    assert f"gpu-{stack}/kueue/kueue" in _repositories(stack)
+
+
+def _image_repositories(values: Any) -> set[str]:
+    """Every ``{registry, repository}`` image of a chart's values.yaml."""
+    found: set[str] = set()
+    if isinstance(values, dict):
+        if isinstance(values.get("repository"), str) and isinstance(values.get("registry"), str):
+            found.add(values["repository"])
+        for value in values.values():
+            found |= _image_repositories(value)
+    return found
+
+
+def test_the_monitoring_stacks_images_come_from_the_mirror_by_global_registry() -> None:
+    charts = VENDOR / "charts"
+    stack = yaml.safe_load((charts / "kube-prometheus-stack-88.5.3-values.yaml").read_text())
+    grafana = yaml.safe_load((charts / "grafana-12.11.1-values.yaml").read_text())
+    ksm = yaml.safe_load((charts / "kube-state-metrics-8.4.0-values.yaml").read_text())
+    exporter = yaml.safe_load((charts / "prometheus-node-exporter-4.56.1-values.yaml").read_text())
+    # The one key, in the parent chart and in each subchart it passes `global` to.
+    for chart in (stack, grafana, ksm, exporter):
+        assert "imageRegistry" in chart["global"]
+    values = kube_prometheus_stack_values(MonitoringSpec(), "gp3", True, registry=MIRROR)
+    assert values["global"] == {"imageRegistry": MIRROR}
+    assert "global" not in kube_prometheus_stack_values(MonitoringSpec(), "gp3", True)
+    # Each mirrored repository is one of the charts' images ...
+    upstream = (
+        _image_repositories(stack)
+        | _image_repositories(grafana)
+        | _image_repositories(ksm)
+        | _image_repositories(exporter)
+    )
+    assert set(MONITORING_REPOSITORIES) <= upstream
+    # ... and every image of a component these values run is mirrored.
+    running = {
+        stack["prometheusOperator"]["image"]["repository"],
+        stack["prometheusOperator"]["prometheusConfigReloader"]["image"]["repository"],
+        stack["prometheusOperator"]["admissionWebhooks"]["patch"]["image"]["repository"],
+        stack["prometheus"]["prometheusSpec"]["image"]["repository"],
+        stack["alertmanager"]["alertmanagerSpec"]["image"]["repository"],
+        ksm["image"]["repository"],
+        exporter["image"]["repository"],
+        grafana["image"]["repository"],
+        grafana["sidecar"]["image"]["repository"],
+    }
+    assert running == set(MONITORING_REPOSITORIES)
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_on_aws_the_monitoring_stack_pulls_from_the_stacks_own_ecr(stack: str) -> None:
+    release = _release(stack, "kube-prometheus-stack")
+    assert release is not None
+    mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
+    assert release["values"]["global"] == {"imageRegistry": mirror}
+    assert {f"gpu-{stack}/{r}" for r in MONITORING_REPOSITORIES} <= _repositories(stack)

@@ -462,6 +462,12 @@ CASES: list[tuple[str, Callable[[Plan], None], str, str]] = [
         "`values.images.kubeRbacProxy` pulls gcr.io/kubebuilder/kube-rbac-proxy",
     ),
     (
+        "helm-public-global-registry",
+        _helm_values({"global": {"imageRegistry": "quay.io"}}),
+        "uae-helm-chart-images",
+        "`values.global.imageRegistry` pulls quay.io",
+    ),
+    (
         "helm-no-image-values",
         _helm_values({"grafana": {"service": {"type": "ClusterIP"}}}),
         "uae-helm-chart-images",

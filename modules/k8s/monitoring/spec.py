@@ -245,13 +245,39 @@ def grafana_tls_values() -> dict[str, Any]:
     }
 
 
+#: The images kube-prometheus-stack runs with these values, by repository under their
+#: upstream registries (quay.io, registry.k8s.io, ghcr.io, docker.io): the operator, its
+#: config reloader and its admission webhook's certificate job, Prometheus, Alertmanager,
+#: kube-state-metrics, node-exporter, Grafana and its sidecar. Read from the charts'
+#: values.yaml (vendored: 88.5.3 and its subcharts; the pinned 91.5.0 could not be read
+#: here); the tags are the pinned chart's own.
+MIRRORED_REPOSITORIES = (
+    "prometheus-operator/prometheus-operator",
+    "prometheus-operator/prometheus-config-reloader",
+    "jkroepke/kube-webhook-certgen",
+    "prometheus/prometheus",
+    "prometheus/alertmanager",
+    "kube-state-metrics/kube-state-metrics",
+    "prometheus/node-exporter",
+    "grafana/grafana",
+    "kiwigrid/k8s-sidecar",
+)
+
+
 def kube_prometheus_stack_values(
-    spec: MonitoringSpec, storage_class: str, managed_control_plane: bool
+    spec: MonitoringSpec,
+    storage_class: str,
+    managed_control_plane: bool,
+    registry: str | None = None,
 ) -> dict[str, Any]:
     """Values of kube-prometheus-stack.
 
     ``managed_control_plane`` (EKS) turns off scraping of the control plane components
     a managed cluster does not expose, which would otherwise only raise "down" alerts.
+    With ``registry`` (on AWS the stack's ECR) every image comes from that mirror, under
+    its upstream repository path: the chart's ``global.imageRegistry``, which the chart
+    and its subcharts (Grafana, kube-state-metrics, node-exporter) put in place of each
+    image's registry.
     """
     system = system_node_selector()
     # Every monitor and rule in the cluster is picked up, not only the chart's own.
@@ -341,6 +367,8 @@ def kube_prometheus_stack_values(
         # Node metrics from every node, GPU and fabric nodes included.
         "prometheus-node-exporter": {"tolerations": pool_taint_tolerations()},
     }
+    if registry is not None:
+        values["global"] = {"imageRegistry": registry}
     values["grafana"] = _merge(values["grafana"], grafana_tls_values())
     if managed_control_plane:
         for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):

@@ -38,6 +38,7 @@ from modules.k8s.names import (
 from modules.k8s.tenancy.quotas import COVERED_RESOURCES, borrowable, team_flavor_quotas
 from modules.k8s.tenancy.spec import TeamSpec
 from modules.k8s.trainer.spec import TRAINJOB_INTEGRATION
+from modules.k8s.versions import KUEUE
 from modules.pools import NodePoolProfile
 from modules.validation import Checker
 
@@ -138,14 +139,30 @@ def multikueue_settings(origin: str) -> dict[str, Any]:
     }
 
 
-def kueue_values(spec: QueueingSpec, multikueue_origin: str | None = None) -> dict[str, Any]:
+#: The controller's image as Kueue's released charts name it: its release job packages
+#: the chart with the promoted registry (``hack/helm-chart-package.sh``:
+#: ``registry.k8s.io/kueue``) and the release tag. (registry, repository under it, tag.)
+KUEUE_IMAGE = ("registry.k8s.io", "kueue/kueue", f"v{KUEUE.version}")
+
+
+def kueue_values(
+    spec: QueueingSpec, multikueue_origin: str | None = None, registry: str | None = None
+) -> dict[str, Any]:
     """Values of the Kueue chart: two controller replicas on the system pool, metrics
-    scraped by Prometheus, and our controller configuration."""
+    scraped by Prometheus, and our controller configuration; with ``registry`` (on AWS
+    the stack's ECR) the controller's image from that mirror, under its upstream path,
+    pulled at each start."""
+    manager: dict[str, Any] = {}
+    if registry is not None:
+        _, repository, tag = KUEUE_IMAGE
+        image = {"repository": f"{registry}/{repository}", "tag": tag, "pullPolicy": "Always"}
+        manager = {"manager": {"image": image}}
     return {
         "controllerManager": {
             "replicas": 2,
             "nodeSelector": system_node_selector(),
             "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+            **manager,
         },
         "enablePrometheus": True,
         "metrics": {"prometheusNamespace": MONITORING_NAMESPACE},
