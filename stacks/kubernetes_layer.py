@@ -137,9 +137,13 @@ def _platform_args(
     # Prices were checked with the config (`stacks.program`): every pool has a shape.
     site_name = config.site.name if config.site is not None else f"aws-{config.region}"
     cost = cost_inputs(config, load_snapshot(snapshot_path(config.region)), site_name)
-    if cost is not None and foundation is not None:
-        # OpenCost's image from the stack's own ECR (mirrored with the add-ons').
-        cost = replace(cost, registry=foundation.eks_registry)
+    if cost is not None:
+        # OpenCost's image from the add-ons' mirror: the stack's own ECR on AWS,
+        # onprem.registry on premises.
+        mirror = foundation.eks_registry if foundation is not None else None
+        if mirror is None and config.onprem is not None:
+            mirror = config.onprem.registry or None
+        cost = replace(cost, registry=mirror)
     if cost is None:
         # Never a figure that is not a real price (docs/cost.md): no OpenCost until
         # `make prices-refresh` wrote verified prices for every pool.
@@ -191,11 +195,16 @@ def _platform_args(
             serving=serving,
             fleet=fleet,
             cost=cost,
-            # On AWS Trainer's images come from the stack's ECR unless it names a mirror.
+            # Trainer's images from the stack's ECR on AWS, from the add-ons' mirror on
+            # premises, unless the section names its own mirror.
             trainer=(
                 replace(config.trainer, registry=foundation.trainer_registry)
                 if foundation is not None
-                else config.trainer
+                else replace(
+                    config.trainer,
+                    registry=config.trainer.registry
+                    or (config.onprem.registry or None if config.onprem is not None else None),
+                )
             ),
             trainer_inputs=_trainer_inputs(config, pools, foundation),
             confidential_computing_pools=(

@@ -84,6 +84,9 @@ def build_spark(
         assert spec.object_store is not None and spec.registry is not None  # config checks
         registry = spec.registry
         store = ss.onprem_store(spec.object_store)
+        # The operator's image from the add-ons' mirror, unless the section names one.
+        if spec.operator_registry is None and config.onprem is not None:
+            spec = replace(spec, operator_registry=config.onprem.registry or None)
     jobs = []
     for job in spec.jobs:
         pool = ss.job_pool(job, pools)

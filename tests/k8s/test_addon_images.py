@@ -275,3 +275,33 @@ def test_on_aws_the_monitoring_stack_pulls_from_the_stacks_own_ecr(stack: str) -
     mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
     assert release["values"]["global"] == {"imageRegistry": mirror}
     assert {f"gpu-{stack}/{r}" for r in MONITORING_REPOSITORIES} <= _repositories(stack)
+
+
+ONPREM_MIRROR = "123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-onprem"
+
+
+def test_on_premises_the_add_ons_pull_from_the_sites_mirror() -> None:
+    """onprem-ib names ``onprem.registry``: the GPU and Network Operators, Kueue, the
+    monitoring stack, OpenCost, Trainer and the database operator pull from it."""
+    stack = "onprem-ib"
+
+    def values(chart: str) -> dict[str, Any]:
+        release = _release(stack, chart)
+        assert release is not None, chart
+        return release["values"]  # type: ignore[no-any-return]
+
+    assert values("gpu-operator")["operator"]["repository"] == f"{ONPREM_MIRROR}/nvidia"
+    network = values("network-operator")["operator"]
+    assert network["repository"] == f"{ONPREM_MIRROR}/nvidia/cloud-native"
+    kueue = values("oci://registry.k8s.io/kueue/charts/kueue")
+    assert kueue["controllerManager"]["manager"]["image"]["repository"].startswith(ONPREM_MIRROR)
+    assert values("kube-prometheus-stack")["global"] == {"imageRegistry": ONPREM_MIRROR}
+    assert values("oci://ghcr.io/kubeflow/charts/kubeflow-trainer")["image"]["registry"] == (
+        ONPREM_MIRROR
+    )
+    operator = values("cloudnative-pg")["image"]
+    assert operator["repository"] == f"{ONPREM_MIRROR}/tracking/cloudnative-pg"
+    records, _ = shipped_plan(stack)
+    (policy,) = [r.inputs for r in records.values() if r.inputs.get("kind") == "NicClusterPolicy"]
+    plugin = policy["spec"]["rdmaSharedDevicePlugin"]
+    assert plugin["repository"] == f"{ONPREM_MIRROR}/nvidia/mellanox"

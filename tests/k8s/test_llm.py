@@ -540,7 +540,10 @@ def test_shipped_onprem_site_runs_the_cc_manager() -> None:
         for r in registrations.values()
         if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("chart") == "gpu-operator"
     ]
-    assert release["values"]["ccManager"] == {"enabled": True, "defaultMode": "off"}
+    cc = release["values"]["ccManager"]
+    assert {k: cc[k] for k in ("enabled", "defaultMode")} == {"enabled": True, "defaultMode": "off"}
+    # Its image from the site's mirror of the add-ons (onprem.registry).
+    assert cc["repository"].endswith("/gpu-onprem/nvidia/cloud-native")
 
 
 @pytest.mark.parametrize(

@@ -105,7 +105,7 @@ def test_the_chart_schema_refuses_a_misspelled_value() -> None:
 
 
 def test_cloudnative_pg_values_pass_the_pinned_charts_schema() -> None:
-    assert chart_errors(tracking.cloudnative_pg_values(), "cloudnative-pg") == []
+    assert chart_errors(tracking.cloudnative_pg_values(SPEC), "cloudnative-pg") == []
 
 
 def test_the_server_is_non_root_read_only_and_bounded() -> None:
@@ -904,7 +904,7 @@ def test_every_tracking_image_comes_from_the_mirror_and_is_pulled_at_each_start(
     wanted = {
         f"{REGISTRY}/{name}:{tag}"
         for name, (_, tag) in tracking.MIRRORED_IMAGES.items()
-        if name != tracking.DATABASE_IMAGE
+        if name not in (tracking.DATABASE_IMAGE, tracking.DATABASE_OPERATOR_IMAGE)
     }
     assert {image for image, _ in found} == wanted
     assert {policy for _, policy in found} == {"Always"}
@@ -921,4 +921,11 @@ def test_the_tracking_images_need_a_resolved_registry() -> None:
 
 def test_aws_mirrors_only_the_images_it_runs() -> None:
     assert tracking.DATABASE_IMAGE not in tracking.mirrored_repositories(on_aws=True)
+    assert tracking.DATABASE_OPERATOR_IMAGE not in tracking.mirrored_repositories(on_aws=True)
+    operator = tracking.cloudnative_pg_values(SPEC)["image"]
+    assert operator == {
+        "repository": f"{REGISTRY}/tracking/cloudnative-pg",
+        "tag": "1.30.0",
+        "pullPolicy": "Always",
+    }
     assert set(tracking.mirrored_repositories(on_aws=False)) == set(tracking.MIRRORED_IMAGES)

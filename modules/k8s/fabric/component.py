@@ -40,11 +40,11 @@ class Fabric(PlatformService):
                 "network-operator",
                 NETWORK_OPERATOR,
                 NETWORK_OPERATOR_NAMESPACE,
-                network_operator_values(),
+                network_operator_values(args.addon_registry),
                 fenced,
             )
             self.releases.append(release)
-            self.add(nic_cluster_policy(spec), [release])
+            self.add(nic_cluster_policy(spec, args.addon_registry), [release])
             if args.secondary_network:
                 pool = self.add(ib_ip_pool(spec), [release])
                 for team in args.teams:

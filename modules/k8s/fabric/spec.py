@@ -166,17 +166,36 @@ NETWORK_OPERATOR_NS = PlatformNamespace(
 )
 
 
-def network_operator_values() -> dict[str, Any]:
+def network_operator_values(registry: str | None = None) -> dict[str, Any]:
     """Values of the Network Operator chart (keys checked against its values.yaml at
     v26.4.1): the operator on the system pool and no second node feature discovery (the
     GPU Operator's labels the Mellanox NICs as well). The chart has deployed no
     NicClusterPolicy since 2024 (upstream commit 8fc96f20 removed ``deployCR``); the
-    platform writes its own (`nic_cluster_policy`)."""
+    platform writes its own (`nic_cluster_policy`). With ``registry`` the operator's
+    image and its driver init container's come from that mirror, under their upstream
+    repository paths."""
+    operator: dict[str, Any] = {"nodeSelector": system_node_selector()}
+    if registry is not None:
+        operator["repository"] = f"{registry}/{_path(NETWORK_OPERATOR_CHART_REPOSITORY)}"
+        operator["ofedDriver"] = {
+            "initContainer": {
+                "repository": f"{registry}/{_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
+            }
+        }
     return {
         "nfd": {"enabled": False},
         "sriovNetworkOperator": {"enabled": False},
-        "operator": {"nodeSelector": system_node_selector()},
+        "operator": operator,
     }
+
+
+#: The operator's own image repository (the chart's ``operator.repository``).
+NETWORK_OPERATOR_CHART_REPOSITORY = "nvcr.io/nvidia/cloud-native"
+
+
+def _path(repository: str) -> str:
+    """An upstream repository's path under a mirror (``nvcr.io/nvidia/x`` -> ``nvidia/x``)."""
+    return repository.split("/", 1)[1]
 
 
 def network_operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
@@ -186,10 +205,17 @@ def network_operator_network_policies(network: netpol.ClusterNetwork) -> list[Ma
     return netpol.baseline(NETWORK_OPERATOR_NAMESPACE, network)
 
 
-def _image(name: str) -> dict[str, str]:
+def _repository(registry: str | None) -> str:
+    """Where the NicClusterPolicy's components come from: the mirror, or NVIDIA's."""
+    if registry is None:
+        return NETWORK_OPERATOR_IMAGE_REPOSITORY
+    return f"{registry}/{_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
+
+
+def _image(name: str, registry: str | None = None) -> dict[str, str]:
     return {
         "image": name,
-        "repository": NETWORK_OPERATOR_IMAGE_REPOSITORY,
+        "repository": _repository(registry),
         "version": NETWORK_OPERATOR_COMPONENT_TAG,
     }
 
@@ -216,31 +242,32 @@ def rdma_shared_device_plugin_config(spec: InfinibandSpec) -> str:
     )
 
 
-def nic_cluster_policy(spec: InfinibandSpec) -> Manifest:
+def nic_cluster_policy(spec: InfinibandSpec, registry: str | None = None) -> Manifest:
     """The NicClusterPolicy: RDMA device plugin (and driver, secondary network) on
-    InfiniBand pools only."""
+    InfiniBand pools only; every component's image from ``registry`` where given (the
+    add-ons' mirror, under NVIDIA's repository path)."""
     policy: dict[str, Any] = {
         "nodeAffinity": required_node_affinity(FABRIC_LABEL, ["infiniband"]),
         "tolerations": pool_taint_tolerations(),
         "rdmaSharedDevicePlugin": {
-            **_image("k8s-rdma-shared-dev-plugin"),
+            **_image("k8s-rdma-shared-dev-plugin", registry),
             "config": rdma_shared_device_plugin_config(spec),
         },
     }
     if spec.install_ofed_driver:
         policy["ofedDriver"] = {
             "image": "doca-driver",
-            "repository": NETWORK_OPERATOR_IMAGE_REPOSITORY,
+            "repository": _repository(registry),
             "version": DOCA_OFED_DRIVER_VERSION,
             "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1},
         }
     if spec.secondary_network:
         policy["secondaryNetwork"] = {
-            "cniPlugins": _image("plugins"),
-            "multus": _image("multus-cni"),
-            "ipoib": _image("ipoib-cni"),
+            "cniPlugins": _image("plugins", registry),
+            "multus": _image("multus-cni", registry),
+            "ipoib": _image("ipoib-cni", registry),
         }
-        policy["nvIpam"] = {**_image("nvidia-k8s-ipam"), "enableWebhook": False}
+        policy["nvIpam"] = {**_image("nvidia-k8s-ipam", registry), "enableWebhook": False}
     return {
         "apiVersion": MELLANOX_API,
         "kind": "NicClusterPolicy",

@@ -31,7 +31,7 @@ class GpuEnablement(PlatformService):
             install_toolkit=onprem.install_container_toolkit if onprem else False,
             scrape_interval_seconds=args.monitoring.scrape_interval_seconds,
             cc_pools=args.confidential_computing_pools,
-            registry=args.eks.registry if args.eks is not None else None,
+            registry=args.addon_registry,
         )
         # The ServiceMonitor CRD comes with the monitoring stack (``waits_for``).
         self.release = self.install(

@@ -49,7 +49,7 @@ class Monitoring(PlatformService):
             args.monitoring,
             platform_storage_class(args),
             managed_control_plane=args.eks is not None,
-            registry=args.eks.registry if args.eks is not None else None,
+            registry=args.addon_registry,
         )
         self.release = self.install(
             "kube-prometheus-stack",

@@ -276,6 +276,14 @@ class KubernetesPlatformArgs:
             )
 
     @property
+    def addon_registry(self) -> str | None:
+        """The mirror the cluster add-ons pull their images from: on EKS the stack's own
+        ECR, on premises ``onprem.registry``; None: their upstream registries."""
+        if self.eks is not None:
+            return self.eks.registry
+        return (self.onprem.registry or None) if self.onprem is not None else None
+
+    @property
     def gpu_pools(self) -> tuple[NodePoolProfile, ...]:
         return tuple(p for p in self.pools if p.has_gpus)
 

@@ -34,7 +34,7 @@ class Queueing(PlatformService):
             args.queueing,
             # -- fleet: MultiKueue settings on a manager --
             args.site.name if args.fleet is not None and args.fleet.manager else None,
-            registry=args.eks.registry if args.eks is not None else None,
+            registry=args.addon_registry,
         )
         self.release = self.install(
             "kueue", KUEUE, KUEUE_NAMESPACE, values, [*fenced, *self.waits_for]

@@ -44,6 +44,11 @@ class OnPremSpec:
             plane's components there.
         oidc: the API server's OpenID Connect settings (`OidcSpec`): how people sign in,
             and which identity-provider group each team is; ``null`` for none.
+        registry: a registry in the country holding mirrors of the cluster add-ons'
+            images under their upstream repository paths (the GPU and Network
+            Operators', Kueue's, the monitoring stack's, OpenCost's; docs/kubernetes.md);
+            ``host[:port][/path]``. Default empty: their upstream registries, which the
+            review's advisory image rule lists.
     """
 
     storage_class: str
@@ -55,9 +60,11 @@ class OnPremSpec:
     api_server_cidrs: tuple[str, ...] = ()
     node_cidrs: tuple[str, ...] = ()
     oidc: OidcSpec | None = None
+    registry: str = ""
 
     def __post_init__(self) -> None:
         check = Checker()
+        check.registry("registry", self.registry or None)
         check.require(
             is_dns_subdomain(self.storage_class),
             "storage_class",

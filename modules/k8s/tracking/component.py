@@ -114,7 +114,7 @@ class Tracking(PlatformService):
                 "cloudnative-pg",
                 CLOUDNATIVE_PG,
                 CNPG_NAMESPACE,
-                cloudnative_pg_values(),
+                cloudnative_pg_values(spec),
                 [*cnpg_fenced, *self.waits_for],
             )
             # Backups to the site's object store: its access key (secret config values)

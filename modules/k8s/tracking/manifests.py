@@ -132,19 +132,23 @@ IMAGE_TAG = "3.15.1"
 #: * ``busybox``: the chart's own init containers (its database connection check and
 #:   its auth ini writer), at the tag the chart's values pin (``initImages``);
 #: * on premises the database's PostgreSQL (CloudNativePG's operand image).
-#: The one of them only an on-premises stack runs (on AWS the database is RDS).
+#: The ones only an on-premises stack runs (on AWS the database is RDS): the database's
+#: PostgreSQL and CloudNativePG's operator (chart 0.29.0's appVersion, 1.30.0).
 DATABASE_IMAGE = "tracking/postgresql"
+DATABASE_OPERATOR_IMAGE = "tracking/cloudnative-pg"
 MIRRORED_IMAGES: dict[str, tuple[str, str]] = {
     "tracking/mlflow": ("docker.io/burakince/mlflow", IMAGE_TAG),
     "tracking/ghostunnel": ("docker.io/ghostunnel/ghostunnel", "v1.11.1-distroless"),
     "tracking/busybox": ("docker.io/library/busybox", "1.38.0"),
     DATABASE_IMAGE: CLOUDNATIVE_PG_POSTGRES_IMAGE,
+    DATABASE_OPERATOR_IMAGE: ("ghcr.io/cloudnative-pg/cloudnative-pg", "1.30.0"),
 }
 
 
 def mirrored_repositories(on_aws: bool) -> list[str]:
     """The repositories of `MIRRORED_IMAGES` the target's pods pull from."""
-    return [name for name in MIRRORED_IMAGES if not (on_aws and name == DATABASE_IMAGE)]
+    onprem_only = (DATABASE_IMAGE, DATABASE_OPERATOR_IMAGE)
+    return [name for name in MIRRORED_IMAGES if not (on_aws and name in onprem_only)]
 
 
 def image(spec: TrackingSpec, repository: str) -> str:
@@ -495,10 +499,13 @@ def tls_service() -> Manifest:
     }
 
 
-def cloudnative_pg_values() -> dict[str, Any]:
-    """Values of the CloudNativePG operator chart: on the system pool, with limits."""
+def cloudnative_pg_values(spec: TrackingSpec) -> dict[str, Any]:
+    """Values of the CloudNativePG operator chart: on the system pool, with limits, its
+    image from the tracking server's mirror (`MIRRORED_IMAGES`), pulled at each start."""
     amount = {"cpu": "500m", "memory": "512Mi"}
+    repository, _, tag = image(spec, DATABASE_OPERATOR_IMAGE).rpartition(":")
     return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Always"},
         "nodeSelector": system_node_selector(),
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": amount},
         "monitoring": {"podMonitorEnabled": False},
