@@ -101,15 +101,9 @@ class AwsFoundation:
     tracking_service_passwords: dict[str, pulumi.Output[str]] = field(default_factory=dict)
     #: Registry prefix of the serving images (``<ecr>/gpu-<stack>``); None without serving.
     serving_registry: str | None = None
-    #: Registry prefix of the tracking server's images; None without tracking.
-    tracking_registry: str | None = None
-    #: Registry of Kubeflow Trainer's images (the stack's ECR unless trainer.registry).
-    trainer_registry: str | None = None
-    #: Registry prefix of the LLM gateway's images; None without the gateway.
-    llm_gateway_registry: str | None = None
-    #: Registry prefix of the cluster add-ons' mirrored images (autoscaler, FSx CSI,
-    #: OpenCost).
-    eks_registry: str | None = None
+    #: The stack's registry prefix (``<ecr>/gpu-<stack>``) holding the images mirrored
+    #: from upstream: the add-ons', the tracking server's, Trainer's, the LLM gateway's.
+    mirror_registry: str | None = None
     #: The feature store's AWS side (stacks/features_layer.py); None when it is off.
     features: FeaturesAws | None = None
     #: Kubeflow Pipelines' AWS side (stacks/pipelines_layer.py); None when it is off.
@@ -464,48 +458,27 @@ def build_aws_foundation(
             },
         )
 
-    # The cluster add-ons' images (the Cluster Autoscaler's, OpenCost's, Kueue's, the
-    # monitoring stack's; the FSx CSI driver's where the stack has FSx, the GPU
-    # Operator's where it has GPUs),
-    # mirrored into the stack's own ECR under their upstream repository paths.
-    eks_mirrors = [
-        AUTOSCALER_REPOSITORY,
-        OPENCOST_IMAGE[1],
-        KUEUE_IMAGE[1],
-        *MONITORING_REPOSITORIES,
-    ]
+    # Images mirrored from upstream into the stack's own ECR, under their upstream
+    # repository paths (nothing pulled from outside the country): the cluster add-ons'
+    # (the Cluster Autoscaler's, OpenCost's, Kueue's, the monitoring stack's; the FSx
+    # CSI driver's where the stack has FSx, the GPU Operator's where it has GPUs), the
+    # tracking server's, Kubeflow Trainer's (unless trainer.registry names a mirror) and
+    # the LLM gateway's. The layers pull them from `AwsFoundation.mirror_registry`.
+    mirrors = [AUTOSCALER_REPOSITORY, OPENCOST_IMAGE[1], KUEUE_IMAGE[1], *MONITORING_REPOSITORIES]
     if file_system is not None:
-        eks_mirrors += list(FSX_CSI_IMAGES)
+        mirrors += list(FSX_CSI_IMAGES)
     profiles = [p.profile for p in pools]
     if any(p.has_gpus for p in profiles):
         # The GPU Operator's (driver and toolkit come with the EKS GPU AMI).
         uses_mig = any(p.has_gpus and p.gpu_sharing == "mig" for p in profiles)
-        eks_mirrors += gpu_operator_repositories(False, False, uses_mig, cc=False)
-    for repository in eks_mirrors:
-        stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
-
-    # The tracking server's images, mirrored into the stack's own ECR (nothing pulled
-    # from outside the country).
-    tracking_registry = None
+        mirrors += gpu_operator_repositories(False, False, uses_mig, cc=False)
     if config.tracking.enabled:
-        for repository in k8s_tracking.mirrored_repositories(on_aws=True):
-            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
-        tracking_registry = stack_aws.registry
-
-    # Kubeflow Trainer's controller and JobSet, mirrored into the stack's own ECR unless
-    # the stack names a mirror (trainer.registry).
-    trainer_registry = config.trainer.registry
-    if config.trainer.enabled and trainer_registry is None:
-        for repository in MIRRORED_TRAINER_REPOSITORIES:
-            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
-        trainer_registry = stack_aws.registry
-
-    # The LLM gateway's images (Envoy Gateway, AI Gateway, the counters' Valkey).
-    llm_gateway_registry = None
+        mirrors += k8s_tracking.mirrored_repositories(on_aws=True)
+    if config.trainer.enabled and config.trainer.registry is None:
+        mirrors += MIRRORED_TRAINER_REPOSITORIES
     if config.llm_gateway is not None:
-        for repository in MIRRORED_GATEWAY_IMAGES:
-            stack_aws.repository(f"registry-{repository.replace('/', '-')}", repository)
-        llm_gateway_registry = stack_aws.registry
+        mirrors += list(MIRRORED_GATEWAY_IMAGES)
+    stack_aws.mirror(mirrors)
 
     # Model serving: image repositories and the inference pods' read-only model access.
     serving_registry = None
@@ -557,10 +530,7 @@ def build_aws_foundation(
         tracking_team_passwords=team_passwords,
         tracking_service_passwords=service_passwords,
         serving_registry=serving_registry,
-        tracking_registry=tracking_registry,
-        trainer_registry=trainer_registry,
-        llm_gateway_registry=llm_gateway_registry,
-        eks_registry=stack_aws.registry,
+        mirror_registry=stack_aws.registry,
         features=features,
         pipelines=pipelines,
     )

@@ -119,6 +119,23 @@ def image_references(value: Any) -> Iterator[str]:
             yield from image_references(item)
 
 
+def pins(type_token: str) -> bool:
+    """Whether the lock pins a resource of this type: every Kubernetes object, not a
+    Helm release (its values are each chart's own)."""
+    return type_token.startswith("kubernetes:") and not type_token.startswith("kubernetes:helm.sh/")
+
+
+def object_images(resources: Iterable[tuple[str, Any]]) -> set[str]:
+    """Every image reference the pinned resources (`pins`) among ``resources``, (type
+    token, inputs) pairs, name."""
+    return {
+        ref
+        for type_token, inputs in resources
+        if pins(type_token)
+        for ref in image_references(inputs)
+    }
+
+
 def pinned(value: Any, lock: ImageLock, unpinned: set[str]) -> Any:
     """``value`` with every image the lock holds pinned to its digest (a new structure;
     ``value`` unchanged); each image reference it could not pin is added to
@@ -145,8 +162,7 @@ def pin_transformation(lock: ImageLock, required: bool) -> Any:
     releases pass unchanged (their values are each chart's own)."""
 
     def transform(args: pulumi.ResourceTransformationArgs) -> Any:
-        kind = args.type_
-        if not kind.startswith("kubernetes:") or kind.startswith("kubernetes:helm.sh/"):
+        if not pins(args.type_):
             return None
         unpinned: set[str] = set()
         props = pinned(args.props, lock, unpinned)

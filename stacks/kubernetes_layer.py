@@ -140,7 +140,7 @@ def _platform_args(
     if cost is not None:
         # OpenCost's image from the add-ons' mirror: the stack's own ECR on AWS,
         # onprem.registry on premises.
-        mirror = foundation.eks_registry if foundation is not None else None
+        mirror = foundation.mirror_registry if foundation is not None else None
         if mirror is None and config.onprem is not None:
             mirror = config.onprem.registry or None
         cost = replace(cost, registry=mirror)
@@ -165,7 +165,7 @@ def _platform_args(
                 storage_kms_key_arn=foundation.storage_key_arn,
                 vpc_cidr=foundation.vpc_cidr,
                 fsx=_fsx_inputs(config, foundation),
-                registry=foundation.eks_registry,
+                registry=foundation.mirror_registry,
             )
             # Serving images come from the stack's own ECR repositories.
             serving = (
@@ -187,7 +187,7 @@ def _platform_args(
             queueing=config.queueing,
             # On AWS the tracking images come from the stack's own ECR repositories.
             tracking=(
-                replace(config.tracking, registry=foundation.tracking_registry)
+                replace(config.tracking, registry=foundation.mirror_registry)
                 if foundation is not None and config.tracking.enabled
                 else config.tracking
             ),
@@ -198,7 +198,9 @@ def _platform_args(
             # Trainer's images from the stack's ECR on AWS, from the add-ons' mirror on
             # premises, unless the section names its own mirror.
             trainer=(
-                replace(config.trainer, registry=foundation.trainer_registry)
+                replace(
+                    config.trainer, registry=config.trainer.registry or foundation.mirror_registry
+                )
                 if foundation is not None
                 else replace(
                     config.trainer,
@@ -369,7 +371,7 @@ def build_kubernetes_layer(
             storage_class=platform_storage_class(args),
             eks=args.eks is not None,
             depends_on=[platform],
-            registry=foundation.llm_gateway_registry if foundation is not None else None,
+            registry=foundation.mirror_registry if foundation is not None else None,
         )
     if config.example_job is not None:
         image = foundation.training_image if foundation is not None else config.training_image

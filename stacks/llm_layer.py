@@ -29,8 +29,7 @@ def build_llm_aws(config: StackConfig, aws: WorkloadAws) -> None:
     """One ECR repository per image the LLM layer pulls (`LLM_MIRRORED_IMAGES`)."""
     if config.llm is None:
         return
-    for repository in LLM_MIRRORED_IMAGES:
-        aws.repository(f"registry-{repository}", repository)
+    aws.mirror(LLM_MIRRORED_IMAGES)
 
 
 def model_source(

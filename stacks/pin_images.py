@@ -22,9 +22,9 @@ from .image_lock import (
     LockError,
     check_replaceable,
     ecr_image,
-    image_references,
     lock_document,
     lock_path,
+    object_images,
     resolve,
     write_lock,
 )
@@ -35,14 +35,10 @@ from .offline_runtime import ACCOUNT_ID
 def stack_images(stack: str) -> list[str]:
     """Every image reference the stack's Kubernetes objects name, from its offline plan
     (Helm releases' values excluded: they are not pinned)."""
-    document = build_plan(stack)
-    references: set[str] = set()
-    for step in document["steps"]:
-        state = step.get("newState") or {}
-        kind = str(state.get("type", ""))
-        if kind.startswith("kubernetes:") and not kind.startswith("kubernetes:helm.sh/"):
-            # An image the stack's lock already pins is asked for again by its tag.
-            references.update(ref.split("@", 1)[0] for ref in image_references(state.get("inputs")))
+    steps = (step.get("newState") or {} for step in build_plan(stack)["steps"])
+    found = object_images((str(state.get("type", "")), state.get("inputs")) for state in steps)
+    # An image the stack's lock already pins is asked for again by its tag.
+    references = {ref.split("@", 1)[0] for ref in found}
     return sorted(references)
 
 

@@ -83,8 +83,7 @@ def build_pipelines_aws(
     """One ECR repository per mirrored KFP image (``<name>/kubeflow-pipelines/<image>``)
     and for the platform's ``pipelines`` image, and one Pod Identity role per KFP
     identity, each on its prefixes of the data bucket (`modules.aws.pipelines_access`)."""
-    for image in (*(f"{kfp.MIRROR_PATH}/{i}" for i in kfp.MIRRORED_IMAGES), kfp.PIPELINES_IMAGE):
-        aws.repository(f"registry-{image.replace('/', '-')}", image)
+    aws.mirror((*(f"{kfp.MIRROR_PATH}/{i}" for i in kfp.MIRRORED_IMAGES), kfp.PIPELINES_IMAGE))
     for resource, account, description, write, read in ROLES:
         aws.pod_role(
             resource,

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
-from .image_lock import image_references, lock_path
+from .image_lock import lock_path, object_images
 from .offline_runtime import Registration
 
 
@@ -151,12 +151,7 @@ def provider_lines(registrations: Mapping[str, Registration]) -> list[str]:
 def image_lines(stack: str, registrations: Mapping[str, Registration]) -> list[str]:
     """How the images of the stack's Kubernetes objects are named: by digest (its image
     lock, `stacks.image_lock`) or by tag only."""
-    references = {
-        ref
-        for reg in registrations.values()
-        if reg.type.startswith("kubernetes:") and not reg.type.startswith("kubernetes:helm.sh/")
-        for ref in image_references(reg.inputs)
-    }
+    references = object_images((reg.type, reg.inputs) for reg in registrations.values())
     if not references:
         return []
     pinned = sum("@sha256:" in ref for ref in references)

@@ -22,8 +22,7 @@ def build_serving_aws(config: StackConfig, aws: WorkloadAws) -> str:
     here, the mirrored KServe, Triton, cert-manager and kube-rbac-proxy images) and a
     Pod Identity role per team for ``team-<team>/inference``. Returns the registry prefix.
     """
-    for repository in MIRRORED_IMAGES:
-        aws.repository(f"registry-{repository}", repository)
+    aws.mirror(MIRRORED_IMAGES)
     for team in config.teams:
         aws.pod_role(
             f"inference-{team.name}",

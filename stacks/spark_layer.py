@@ -35,8 +35,7 @@ def build_spark_aws(config: StackConfig, aws: WorkloadAws) -> None:
     if config.spark.operator_registry is None:
         # The operator's image mirrored into the stack's ECR (`build_spark` points the
         # chart there): nothing pulled from outside the country.
-        repository = ss.OPERATOR_IMAGE[1]
-        aws.repository(f"registry-{repository.replace('/', '-')}", repository)
+        aws.mirror([ss.OPERATOR_IMAGE[1]])
     for team in config.spark.teams:
         aws.pod_role(
             f"spark-{team}",

@@ -4,6 +4,7 @@ its images and an EKS Pod Identity role per identity that reads or writes the da
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pulumi
@@ -50,6 +51,12 @@ class WorkloadAws:
             ),
             self.opts,
         )
+
+    def mirror(self, repositories: Iterable[str]) -> None:
+        """One ECR repository (`repository`) per image path under the stack's registry,
+        for images mirrored from upstream (resource ``registry-<path with dashes>``)."""
+        for path in repositories:
+            self.repository(f"registry-{path.replace('/', '-')}", path)
 
     def pod_role(
         self,

@@ -1,6 +1,7 @@
-"""The EKS-only add-ons (the Cluster Autoscaler, the FSx CSI driver) pull their images
-from the stack's own ECR: values checked against the charts' vendored values.yaml at
-the pinned versions, and the shipped plans' releases and repositories."""
+"""The cluster add-ons (the Cluster Autoscaler, the FSx CSI driver, OpenCost, the GPU
+Operator, Kueue, the monitoring stack; on premises the Network Operator too) pull their
+images from the stack's mirror: values checked against the charts' vendored values.yaml,
+and the shipped plans' releases and repositories."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from modules.k8s.gpu.spec import (
     NFD_IMAGE,
     gpu_operator_repositories,
     gpu_operator_values,
-    mirror_path,
 )
+from modules.k8s.mirror import mirror_path
 from modules.k8s.monitoring.spec import MIRRORED_REPOSITORIES as MONITORING_REPOSITORIES
 from modules.k8s.monitoring.spec import MonitoringSpec, kube_prometheus_stack_values
 from modules.k8s.queueing.spec import KUEUE_IMAGE, QueueingSpec, kueue_values
@@ -188,7 +189,7 @@ def test_on_aws_the_gpu_operator_pulls_from_the_stacks_own_ecr(stack: str) -> No
     mirror = f"123456789012.dkr.ecr.me-central-1.amazonaws.com/gpu-{stack}"
     values = release["values"]
     for key in ("operator", "validator", "devicePlugin", "gfd", "dcgmExporter"):
-        path = mirror_path(GPU_OPERATOR_IMAGES[key][0], GPU_OPERATOR_IMAGES[key][1])
+        path = mirror_path("/".join(GPU_OPERATOR_IMAGES[key][:2]))
         assert _dig(values, key)["repository"].startswith(f"{mirror}/"), key
         assert f"gpu-{stack}/{path}" in repositories, key
 

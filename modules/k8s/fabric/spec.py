@@ -31,6 +31,7 @@ from modules.k8s.common import (
     required_node_affinity,
     system_node_selector,
 )
+from modules.k8s.mirror import mirror_path
 from modules.k8s.names import NETWORK_OPERATOR_NAMESPACE, secondary_network_name, team_namespace
 from modules.k8s.versions import (
     DOCA_OFED_DRIVER_VERSION,
@@ -176,10 +177,10 @@ def network_operator_values(registry: str | None = None) -> dict[str, Any]:
     repository paths."""
     operator: dict[str, Any] = {"nodeSelector": system_node_selector()}
     if registry is not None:
-        operator["repository"] = f"{registry}/{_path(NETWORK_OPERATOR_CHART_REPOSITORY)}"
+        operator["repository"] = f"{registry}/{mirror_path(NETWORK_OPERATOR_CHART_REPOSITORY)}"
         operator["ofedDriver"] = {
             "initContainer": {
-                "repository": f"{registry}/{_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
+                "repository": f"{registry}/{mirror_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
             }
         }
     return {
@@ -193,11 +194,6 @@ def network_operator_values(registry: str | None = None) -> dict[str, Any]:
 NETWORK_OPERATOR_CHART_REPOSITORY = "nvcr.io/nvidia/cloud-native"
 
 
-def _path(repository: str) -> str:
-    """An upstream repository's path under a mirror (``nvcr.io/nvidia/x`` -> ``nvidia/x``)."""
-    return repository.split("/", 1)[1]
-
-
 def network_operator_network_policies(network: netpol.ClusterNetwork) -> list[Manifest]:
     """The operator and the NVIDIA IPAM controller reach DNS and the API server; the
     node agents (device plugin, Multus, IPoIB CNI, the driver) use the host's network,
@@ -209,7 +205,7 @@ def _repository(registry: str | None) -> str:
     """Where the NicClusterPolicy's components come from: the mirror, or NVIDIA's."""
     if registry is None:
         return NETWORK_OPERATOR_IMAGE_REPOSITORY
-    return f"{registry}/{_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
+    return f"{registry}/{mirror_path(NETWORK_OPERATOR_IMAGE_REPOSITORY)}"
 
 
 def _image(name: str, registry: str | None = None) -> dict[str, str]:

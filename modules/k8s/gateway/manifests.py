@@ -22,6 +22,7 @@ from modules.k8s import netpol
 from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
 from modules.k8s.gateway import spec as gs
 from modules.k8s.llm.spec import LLMBackend
+from modules.k8s.mirror import chart_image
 from modules.k8s.monitoring.spec import INTERNAL_NLB_ANNOTATIONS
 from modules.k8s.names import MONITORING_NAMESPACE
 from modules.k8s.pki.spec import (
@@ -211,14 +212,13 @@ def ai_gateway_values(spec: gs.LlmGatewaySpec) -> Manifest:
     controller's image and the external processor's (which the controller's webhook
     injects into the proxies) from the mirror, pulled at each start."""
 
-    def chart_image(repository: str) -> Manifest:
-        reference, _, tag = spec.image(f"llm-gateway/{repository}").rpartition(":")
-        return {"repository": reference, "tag": tag}
+    def image(repository: str) -> Manifest:
+        return chart_image(spec.image(f"llm-gateway/{repository}"))
 
     return {
-        "extProc": {"image": chart_image("ai-gateway-extproc"), "imagePullPolicy": "Always"},
+        "extProc": {"image": image("ai-gateway-extproc"), "imagePullPolicy": "Always"},
         "controller": {
-            "image": chart_image("ai-gateway-controller"),
+            "image": image("ai-gateway-controller"),
             "imagePullPolicy": "Always",
             "metricsRequestHeaderAttributes": f"{gs.TEAM_HEADER}:{gs.TEAM_ATTRIBUTE}",
             "nodeSelector": system_node_selector(),
@@ -234,13 +234,13 @@ def counters_values(spec: gs.LlmGatewaySpec, storage_class: str) -> Manifest:
     """The ``valkey`` chart holding the rate limit counters: one primary with an
     append-only persistent volume, so that the monthly budgets survive a restart."""
     container = {k: v for k, v in restricted_container(1000).items() if k != "runAsGroup"}
-    reference, _, tag = spec.image("llm-gateway/valkey").rpartition(":")
-    registry, _, repository = reference.partition("/")
+    valkey = chart_image(spec.image("llm-gateway/valkey"))
+    registry, _, repository = valkey["repository"].partition("/")
     return {
         "image": {
             "registry": registry,
             "repository": repository,
-            "tag": tag,
+            "tag": valkey["tag"],
             "pullPolicy": "Always",
         },
         "podSecurityContext": restricted_pod(1000),

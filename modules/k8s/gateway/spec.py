@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from modules.k8s.features.spec import VALKEY_TAG
 from modules.k8s.llm.spec import LLMBackend
+from modules.k8s.mirror import mirror_image
 from modules.k8s.versions import Chart
 from modules.validation import Checker, Problem, TextFormat, bounded
 
@@ -267,9 +268,7 @@ class LlmGatewaySpec:
     def image(self, repository: str) -> str:
         """``<registry>/<repository>:<tag>`` of one of `MIRRORED_IMAGES`; the registry
         must be resolved by then (the AWS foundation sets it)."""
-        if self.registry is None:
-            raise ValueError("llmGateway.registry is unresolved (set by the AWS foundation)")
-        return f"{self.registry}/{repository}:{MIRRORED_IMAGES[repository][1]}"
+        return mirror_image(self.registry, "llmGateway", repository, MIRRORED_IMAGES[repository][1])
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from modules.k8s.common import (
     required_node_affinity,
     system_node_selector,
 )
+from modules.k8s.mirror import mirror_path
 from modules.k8s.names import GPU_OPERATOR_NAMESPACE
 from modules.k8s.versions import GPU_OPERATOR
 from modules.pools import ROLE_LABEL, NodePoolProfile
@@ -214,15 +215,14 @@ def confidential_computing_problems(
     return check.problems
 
 
-GPU_OPERATOR_VERSION = GPU_OPERATOR.version
 #: The GPU Operator's images (chart v25.10.1's values.yaml, vendored), by the values key
 #: that names each as ``<repository>/<image>:<version>`` -> (upstream repository, image,
 #: version); the operator's and validator's version is the chart's appVersion (the
 #: release), the driver's gets the node OS appended by the operator
 #: (``580.105.08-ubuntu22.04``). The NFD subchart's image is apart (`NFD_IMAGE`).
 GPU_OPERATOR_IMAGES: dict[str, tuple[str, str, str]] = {
-    "operator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR_VERSION),
-    "validator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR_VERSION),
+    "operator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR.version),
+    "validator": ("nvcr.io/nvidia", "gpu-operator", GPU_OPERATOR.version),
     "operator.initContainer": ("nvcr.io/nvidia", "cuda", "13.0.1-base-ubi9"),
     "driver": ("nvcr.io/nvidia", "driver", "580.105.08"),
     "driver.manager": ("nvcr.io/nvidia/cloud-native", "k8s-driver-manager", "v0.9.1"),
@@ -237,13 +237,6 @@ GPU_OPERATOR_IMAGES: dict[str, tuple[str, str, str]] = {
 NFD_IMAGE = ("registry.k8s.io/nfd/node-feature-discovery", "v0.18.2")
 
 
-def mirror_path(repository: str, image: str = "") -> str:
-    """Where an upstream image sits under a mirror: its path without the registry host
-    (``nvcr.io/nvidia`` + ``cuda`` -> ``nvidia/cuda``)."""
-    path = repository.split("/", 1)[1]
-    return f"{path}/{image}" if image else path
-
-
 def gpu_operator_repositories(
     install_driver: bool, install_toolkit: bool, uses_mig: bool, cc: bool
 ) -> list[str]:
@@ -252,7 +245,9 @@ def gpu_operator_repositories(
     off |= {"toolkit"} if not install_toolkit else set()
     off |= {"migManager"} if not uses_mig else set()
     off |= {"ccManager"} if not cc else set()
-    paths = [mirror_path(r, i) for key, (r, i, _) in GPU_OPERATOR_IMAGES.items() if key not in off]
+    paths = [
+        mirror_path(f"{r}/{i}") for key, (r, i, _) in GPU_OPERATOR_IMAGES.items() if key not in off
+    ]
     return list(dict.fromkeys([*paths, mirror_path(NFD_IMAGE[0])]))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modules.k8s.mirror import mirror_image
 from modules.k8s.names import CLUSTER_CA_ISSUER
 from modules.k8s.versions import Chart
 from modules.validation import Checker, bounded
@@ -120,9 +121,7 @@ class ServingSpec:
 
     def image(self, repository: str, tag: str) -> str:
         """``<registry>/<repository>:<tag>``; the registry must be resolved by then."""
-        if self.registry is None:
-            raise ValueError("serving.registry is unresolved (set by the AWS foundation)")
-        return f"{self.registry}/{repository}:{tag}"
+        return mirror_image(self.registry, "serving", repository, tag)
 
     @property
     def predictor_image(self) -> str:

@@ -44,8 +44,9 @@ class EksInputs:
         fsx: the FSx for Lustre file system, where the stack has one.
         registry: the stack's own ECR (``<ecr>/gpu-<stack>``) holding mirrors of the
             cluster add-ons' images under their upstream repository paths (the Cluster
-            Autoscaler's, the FSx CSI driver's, OpenCost's, the GPU Operator's; the stack
-            creates the repositories); None: their upstream registries.
+            Autoscaler's, the FSx CSI driver's, the GPU Operator's, Kueue's, the
+            monitoring stack's, OpenCost's; the stack creates the repositories); None:
+            their upstream registries.
     """
 
     cluster_name: pulumi.Input[str]

@@ -257,9 +257,9 @@ class SparkSpec:
             (``host[:port][/path]``); AWS stacks use their own ECR repository.
         operator_registry: a registry in the country that mirrors the operator's image
             (its upstream repository path kept under it). Default: on AWS the stack's
-            own ECR (its repository created by the stack); on premises none, the
-            chart's upstream image, which the advisory image rule of the policy pack
-            lists.
+            own ECR (its repository created by the stack); on premises
+            ``onprem.registry`` where set, else the chart's upstream image, which the
+            advisory image rule of the policy pack lists.
         jobs: the data-preparation jobs (`SparkJobSpec`).
         object_store: the site's object store (`ObjectStoreSpec`); on premises only.
     """

@@ -47,6 +47,7 @@ import pulumi
 
 from modules.k8s import netpol
 from modules.k8s.common import Manifest, PlatformNamespace, metadata, system_node_selector
+from modules.k8s.mirror import chart_image, mirror_image
 from modules.k8s.names import MONITORING_NAMESPACE, TEAM_LABEL, TrackingAccess, team_namespace
 from modules.k8s.pki.spec import CA_BUNDLE_SECRET, CA_KEY, service_dns_names, serving_certificate
 from modules.k8s.security import restricted_container, restricted_pod
@@ -154,15 +155,12 @@ def mirrored_repositories(on_aws: bool) -> list[str]:
 def image(spec: TrackingSpec, repository: str) -> str:
     """``<registry>/<repository>:<tag>`` of one of `MIRRORED_IMAGES`; the registry must
     be resolved by then (the AWS foundation sets it)."""
-    if spec.registry is None:
-        raise ValueError("tracking.registry is unresolved (set by the AWS foundation)")
-    return f"{spec.registry}/{repository}:{MIRRORED_IMAGES[repository][1]}"
+    return mirror_image(spec.registry, "tracking", repository, MIRRORED_IMAGES[repository][1])
 
 
 def _chart_image(spec: TrackingSpec, repository: str) -> dict[str, str]:
     """The chart's ``{repository, tag, pullPolicy}`` form of `image`."""
-    reference, _, tag = image(spec, repository).rpartition(":")
-    return {"repository": reference, "tag": tag, "pullPolicy": "Always"}
+    return {**chart_image(image(spec, repository)), "pullPolicy": "Always"}
 
 
 #: The chart's selector labels (``mlflow.selectorLabels``: chart name and release).
@@ -503,9 +501,8 @@ def cloudnative_pg_values(spec: TrackingSpec) -> dict[str, Any]:
     """Values of the CloudNativePG operator chart: on the system pool, with limits, its
     image from the tracking server's mirror (`MIRRORED_IMAGES`), pulled at each start."""
     amount = {"cpu": "500m", "memory": "512Mi"}
-    repository, _, tag = image(spec, DATABASE_OPERATOR_IMAGE).rpartition(":")
     return {
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Always"},
+        "image": _chart_image(spec, DATABASE_OPERATOR_IMAGE),
         "nodeSelector": system_node_selector(),
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": amount},
         "monitoring": {"podMonitorEnabled": False},

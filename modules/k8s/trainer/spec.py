@@ -79,9 +79,9 @@ class TrainerSpec:
         registry: a registry in the country that mirrors the controller's and JobSet's
             images (``host[:port][/path]``; the images keep their upstream repository
             paths under it, `MIRRORED_REPOSITORIES`). Default: on AWS the stack's own
-            ECR (one repository per image, created by the stack); on premises none,
-            the chart's upstream images, which the advisory image rule of the policy
-            pack lists for review.
+            ECR (one repository per image, created by the stack); on premises
+            ``onprem.registry`` where set, else the chart's upstream images, which the
+            advisory image rule of the policy pack lists for review.
         frameworks: which runtimes to provide: ``torch``, ``deepspeed``, ``mpi``
             (default all three).
         mpi_image: the image of the MPI runtime (Horovod over Open MPI, built from
