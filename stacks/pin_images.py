@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = parse_stack_config(load_stack_file(stack)[0])
         references = stack_images(stack)
     except LockError as err:
-        print(f"pin-images: {err}; choose another --out", file=sys.stderr)
+        print(f"pin-images: {err}; it is left as it is: move it, or give --out", file=sys.stderr)
         return 2
     except (ConfigError, PlanError) as err:
         print(f"pin-images: the stack's plan fails first:\n{err}", file=sys.stderr)
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         write_lock(out, document)
     except LockError as err:
-        print(f"pin-images: {err}; choose another --out", file=sys.stderr)
+        print(f"pin-images: {err}; it is left as it is: move it, or give --out", file=sys.stderr)
         return 2
     except OSError as err:
         print(f"pin-images: cannot write {out}: {err.strerror}", file=sys.stderr)
